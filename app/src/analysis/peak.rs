@@ -1,0 +1,163 @@
+//! The peak of a device's memory and what was alive at it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use vramscope_trace_format::{Category, CounterKind, EventKind, StackId, Trace};
+
+use super::replay::{self, Point};
+
+/// The largest value of one curve and the first instant it was reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peak {
+    /// Bytes at the peak.
+    pub bytes: u64,
+    /// When it was first reached.
+    pub time_ns: i64,
+    /// The event after which it was reached (`None`: before the first event, or a counter sample).
+    pub event: Option<usize>,
+}
+
+/// Peaks of a device's curves and its state after the last event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peaks {
+    /// Peak of allocated bytes.
+    pub allocated: Peak,
+    /// Peak of requested bytes.
+    pub requested: Peak,
+    /// Peak of reserved bytes.
+    pub reserved: Peak,
+    /// State after the last event.
+    pub end: Point,
+    /// Number of points replayed.
+    pub points: usize,
+}
+
+fn raise(peak: &mut Peak, bytes: u64, event: Option<usize>, time_ns: i64, first: bool) {
+    if first || bytes > peak.bytes {
+        *peak = Peak { bytes, time_ns, event };
+    }
+}
+
+/// Finds the peaks of a device in one pass.
+pub fn peaks(trace: &Trace, device: i16) -> Peaks {
+    let mut peaks = Peaks::default();
+    let end = replay::replay(trace, device, |event, p| {
+        let first = peaks.points == 0;
+        raise(&mut peaks.allocated, p.allocated_bytes, event, p.time_ns, first);
+        raise(&mut peaks.requested, p.requested_bytes, event, p.time_ns, first);
+        raise(&mut peaks.reserved, p.reserved_bytes, event, p.time_ns, first);
+        peaks.points += 1;
+    });
+    peaks.end = end;
+    peaks
+}
+
+/// A block alive at some instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveBlock {
+    /// Its address (0 for memory a source reports only as a total).
+    pub address: u64,
+    /// Its size.
+    pub size_bytes: u64,
+    /// What was requested.
+    pub requested_bytes: u64,
+    /// The event that allocated it; `None` when it was allocated before the trace began.
+    pub alloc_event: Option<usize>,
+    /// Where it was allocated.
+    pub stack: StackId,
+}
+
+/// The blocks of a device alive right after event `upto` (before the first event when `None`).
+pub fn live_at(trace: &Trace, device: i16, upto: Option<usize>) -> Vec<LiveBlock> {
+    let events = replay::device_events(trace, device);
+    let initial = replay::initial_state(trace, device, &events);
+    let mut live: HashMap<u64, LiveBlock> = HashMap::new();
+    let mut unaddressed = Vec::new();
+    for block in &initial.blocks {
+        let stack = block
+            .final_block
+            .and_then(|(s, b)| trace.segments.get(s).and_then(|s| s.blocks.get(b)))
+            .map_or(StackId(0), |b| b.stack);
+        let live_block = LiveBlock {
+            address: block.address,
+            size_bytes: block.size_bytes,
+            requested_bytes: block.requested_bytes,
+            alloc_event: None,
+            stack,
+        };
+        if block.address == 0 {
+            unaddressed.push(live_block);
+        } else {
+            live.insert(block.address, live_block);
+        }
+    }
+    if let Some(upto) = upto {
+        for &i in events.iter().take_while(|&&i| i <= upto) {
+            let Some(e) = trace.events.get(i) else { continue };
+            match e.kind {
+                EventKind::Alloc => {
+                    live.insert(
+                        e.address,
+                        LiveBlock {
+                            address: e.address,
+                            size_bytes: e.size_bytes,
+                            requested_bytes: e.requested_bytes,
+                            alloc_event: Some(i),
+                            stack: e.stack,
+                        },
+                    );
+                }
+                EventKind::FreeCompleted => {
+                    live.remove(&e.address);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut blocks: Vec<LiveBlock> = live.into_values().chain(unaddressed).collect();
+    blocks.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.address.cmp(&b.address)));
+    blocks
+}
+
+/// Bytes by category at an instant: from the source's category counters when it has them (the
+/// profiler's memory timeline), else from tags on the live blocks; the rest is `unknown`.
+pub fn categories_at(trace: &Trace, device: i16, time_ns: i64, live: &[LiveBlock]) -> BTreeMap<Category, u64> {
+    let mut totals = BTreeMap::new();
+    let counters: Vec<_> = trace
+        .counters
+        .iter()
+        .filter(|c| c.device == device)
+        .filter_map(|c| match c.kind {
+            CounterKind::Category(category) => Some((category, c)),
+            _ => None,
+        })
+        .collect();
+    if !counters.is_empty() {
+        for (category, series) in counters {
+            let index = series.samples.partition_point(|s| s.time_ns <= time_ns);
+            let value = index.checked_sub(1).and_then(|i| series.samples.get(i)).map_or(0, |s| s.value);
+            if value > 0 {
+                *totals.entry(category).or_insert(0) += value as u64;
+            }
+        }
+        return totals;
+    }
+    // The latest tag of each address at or before the instant.
+    let mut tags: HashMap<u64, (i64, Category)> = HashMap::new();
+    for tag in trace.tags.iter().filter(|t| t.device == device && t.time_ns <= time_ns) {
+        let entry = tags.entry(tag.address).or_insert((tag.time_ns, tag.category));
+        if tag.time_ns >= entry.0 {
+            *entry = (tag.time_ns, tag.category);
+        }
+    }
+    for block in live {
+        let alloc_time = block.alloc_event.and_then(|i| trace.events.get(i)).map_or(i64::MIN, |e| e.time_ns);
+        let category = match tags.get(&block.address) {
+            Some(&(time, category)) if time >= alloc_time => category,
+            _ => Category::Unknown,
+        };
+        *totals.entry(category).or_insert(0) += block.size_bytes;
+    }
+    totals.retain(|_, v| *v > 0);
+    totals
+}

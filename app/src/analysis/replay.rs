@@ -1,0 +1,284 @@
+//! Replaying events into memory over time.
+//!
+//! allocated(t) counts blocks from their alloc until their free completes; requested(t) the same
+//! with requested sizes; reserved(t) counts mapped segments. A snapshot's trace is often only
+//! the last part of a run (a ring buffer), so the replay starts from what was already there:
+//! blocks freed in the window without their alloc, blocks alive in the final segment state whose
+//! alloc is not in the window, and for profiler traces the running total the source reports.
+
+use std::collections::{BTreeMap, HashMap};
+
+use vramscope_trace_format::{BlockState, CounterKind, Event, EventKind, Trace};
+
+/// Memory in use after one event (or counter sample).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Point {
+    /// When.
+    pub time_ns: i64,
+    /// Bytes of blocks allocated and not yet free-completed.
+    pub allocated_bytes: u64,
+    /// The same with requested sizes.
+    pub requested_bytes: u64,
+    /// Bytes of mapped segments.
+    pub reserved_bytes: u64,
+}
+
+/// A block that was alive before the first event of the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreexistingBlock {
+    /// Its address (0 for memory the source reports only as a total).
+    pub address: u64,
+    /// Its size.
+    pub size_bytes: u64,
+    /// Its requested size.
+    pub requested_bytes: u64,
+    /// Index of the event that frees it, if the trace frees it.
+    pub freed_by: Option<usize>,
+    /// Index in the final segment state (segment, block) it comes from, if any.
+    pub final_block: Option<(usize, usize)>,
+}
+
+/// What the replay of one device starts from.
+#[derive(Clone, Debug, Default)]
+pub struct Initial {
+    /// Blocks alive before the first event.
+    pub blocks: Vec<PreexistingBlock>,
+    /// Reserved bytes before the first event.
+    pub reserved_bytes: u64,
+}
+
+impl Initial {
+    /// Allocated bytes before the first event.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.blocks.iter().map(|b| b.size_bytes).sum()
+    }
+
+    /// Requested bytes before the first event.
+    pub fn requested_bytes(&self) -> u64 {
+        self.blocks.iter().map(|b| b.requested_bytes).sum()
+    }
+}
+
+/// Indices of a device's events in [`Trace::events`].
+pub fn device_events(trace: &Trace, device: i16) -> Vec<usize> {
+    trace.events.iter().enumerate().filter(|(_, e)| e.device == device).map(|(i, _)| i).collect()
+}
+
+fn is_block_event(kind: EventKind) -> bool {
+    matches!(kind, EventKind::Alloc | EventKind::FreeRequested | EventKind::FreeCompleted)
+}
+
+fn adds_reserved(kind: EventKind) -> bool {
+    matches!(kind, EventKind::SegmentAlloc | EventKind::SegmentMap)
+}
+
+fn removes_reserved(kind: EventKind) -> bool {
+    matches!(kind, EventKind::SegmentFree | EventKind::SegmentUnmap)
+}
+
+/// Works out what a device's replay starts from.
+pub fn initial_state(trace: &Trace, device: i16, events: &[usize]) -> Initial {
+    let mut initial = Initial::default();
+    // Blocks: an address whose first block event frees it was allocated before the window.
+    // The value is the index of the pre-existing block the address holds, if it is one.
+    let mut live: HashMap<u64, Option<usize>> = HashMap::new();
+    let mut segments_live: BTreeMap<u64, u64> = BTreeMap::new();
+    for &i in events {
+        let Some(e) = trace.events.get(i) else { continue };
+        match e.kind {
+            EventKind::Alloc => {
+                live.insert(e.address, None);
+            }
+            EventKind::FreeRequested => {
+                if !live.contains_key(&e.address) {
+                    live.insert(e.address, Some(initial.blocks.len()));
+                    initial.blocks.push(PreexistingBlock {
+                        address: e.address,
+                        size_bytes: e.size_bytes,
+                        requested_bytes: e.requested_bytes,
+                        freed_by: None,
+                        final_block: None,
+                    });
+                }
+            }
+            EventKind::FreeCompleted => match live.remove(&e.address) {
+                Some(Some(index)) => {
+                    if let Some(block) = initial.blocks.get_mut(index) {
+                        block.freed_by = Some(i);
+                    }
+                }
+                Some(None) => {}
+                None => initial.blocks.push(PreexistingBlock {
+                    address: e.address,
+                    size_bytes: e.size_bytes,
+                    requested_bytes: e.requested_bytes,
+                    freed_by: Some(i),
+                    final_block: None,
+                }),
+            },
+            k if adds_reserved(k) => {
+                segments_live.insert(e.address, e.size_bytes);
+            }
+            k if removes_reserved(k) => {
+                if segments_live.remove(&e.address).is_none() {
+                    initial.reserved_bytes += e.size_bytes;
+                }
+            }
+            _ => {}
+        }
+    }
+    // Blocks alive in the final state without a live alloc at the end were alive all along.
+    for (si, segment) in trace.segments.iter().enumerate() {
+        if segment.device != device {
+            continue;
+        }
+        for (bi, block) in segment.blocks.iter().enumerate() {
+            if block.state != BlockState::Inactive && !live.contains_key(&block.address) {
+                initial.blocks.push(PreexistingBlock {
+                    address: block.address,
+                    size_bytes: block.size_bytes,
+                    requested_bytes: block.requested_bytes,
+                    freed_by: None,
+                    final_block: Some((si, bi)),
+                });
+            }
+        }
+        // Reserved: the part of a final segment not covered by mappings live at the end.
+        let end = segment.address.saturating_add(segment.size_bytes);
+        let covered: u64 = segments_live.range(segment.address..end).map(|(_, &size)| size).sum();
+        initial.reserved_bytes += segment.size_bytes.saturating_sub(covered);
+    }
+    // Profiler traces report the running total: memory they never show being allocated.
+    let known = initial.allocated_bytes();
+    if let Some(reported) = trace
+        .metadata
+        .devices
+        .iter()
+        .find(|d| d.device == device)
+        .and_then(|d| d.initial_allocated_bytes)
+    {
+        // Pre-existing blocks the trace frees are part of the reported total already.
+        if reported > known {
+            initial.blocks.push(PreexistingBlock {
+                address: 0,
+                size_bytes: reported - known,
+                requested_bytes: reported - known,
+                freed_by: None,
+                final_block: None,
+            });
+        }
+    }
+    initial
+}
+
+/// A step function read at increasing times.
+struct StepReader<'a> {
+    samples: &'a [vramscope_trace_format::CounterSample],
+    next: usize,
+    value: i64,
+}
+
+impl StepReader<'_> {
+    fn at(&mut self, time_ns: i64) -> i64 {
+        while let Some(s) = self.samples.get(self.next).filter(|s| s.time_ns <= time_ns) {
+            self.value = s.value;
+            self.next += 1;
+        }
+        self.value
+    }
+}
+
+/// Replays a device's events, calling `visit` with the state after each one (and once before the
+/// first, with the initial state at the first event's time). Returns the final state.
+///
+/// Devices without events but with category counters (the profiler's memory timeline) replay
+/// their counters' totals instead.
+pub fn replay(trace: &Trace, device: i16, mut visit: impl FnMut(Option<usize>, Point)) -> Point {
+    let events = device_events(trace, device);
+    if events.is_empty() {
+        return replay_counters(trace, device, visit);
+    }
+    let initial = initial_state(trace, device, &events);
+    let reserved_counter = trace
+        .counters
+        .iter()
+        .find(|c| c.device == device && c.kind == CounterKind::Reserved)
+        .filter(|_| !events.iter().any(|&i| trace.events.get(i).is_some_and(|e| !is_block_event(e.kind))));
+    let mut reserved_reader = reserved_counter.map(|c| StepReader { samples: &c.samples, next: 0, value: 0 });
+    let first_time = events.first().and_then(|&i| trace.events.get(i)).map_or(0, |e| e.time_ns);
+    let mut point = Point {
+        time_ns: first_time,
+        allocated_bytes: initial.allocated_bytes(),
+        requested_bytes: initial.requested_bytes(),
+        reserved_bytes: initial.reserved_bytes,
+    };
+    if let Some(reader) = reserved_reader.as_mut() {
+        point.reserved_bytes = reader.at(first_time).max(0) as u64;
+    }
+    visit(None, point);
+    for &i in &events {
+        let Some(e) = trace.events.get(i) else { continue };
+        apply(&mut point, e);
+        if let Some(reader) = reserved_reader.as_mut() {
+            point.reserved_bytes = reader.at(e.time_ns).max(0) as u64;
+        }
+        visit(Some(i), point);
+    }
+    point
+}
+
+fn apply(point: &mut Point, e: &Event) {
+    point.time_ns = e.time_ns;
+    match e.kind {
+        EventKind::Alloc => {
+            point.allocated_bytes = point.allocated_bytes.saturating_add(e.size_bytes);
+            point.requested_bytes = point.requested_bytes.saturating_add(e.requested_bytes);
+        }
+        EventKind::FreeCompleted => {
+            point.allocated_bytes = point.allocated_bytes.saturating_sub(e.size_bytes);
+            point.requested_bytes = point.requested_bytes.saturating_sub(e.requested_bytes);
+        }
+        EventKind::FreeRequested => {}
+        k if adds_reserved(k) => point.reserved_bytes = point.reserved_bytes.saturating_add(e.size_bytes),
+        k if removes_reserved(k) => point.reserved_bytes = point.reserved_bytes.saturating_sub(e.size_bytes),
+        _ => {}
+    }
+}
+
+fn replay_counters(trace: &Trace, device: i16, mut visit: impl FnMut(Option<usize>, Point)) -> Point {
+    let categories: Vec<_> = trace
+        .counters
+        .iter()
+        .filter(|c| c.device == device && matches!(c.kind, CounterKind::Category(_)))
+        .collect();
+    let allocated = trace.counters.iter().find(|c| c.device == device && c.kind == CounterKind::Allocated);
+    let reserved = trace.counters.iter().find(|c| c.device == device && c.kind == CounterKind::Reserved);
+    let mut times: Vec<i64> = categories
+        .iter()
+        .chain(allocated.iter())
+        .chain(reserved.iter())
+        .flat_map(|c| c.samples.iter().map(|s| s.time_ns))
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    let mut readers: Vec<StepReader<'_>> =
+        categories.iter().map(|c| StepReader { samples: &c.samples, next: 0, value: 0 }).collect();
+    let mut allocated_reader = allocated.map(|c| StepReader { samples: &c.samples, next: 0, value: 0 });
+    let mut reserved_reader = reserved.map(|c| StepReader { samples: &c.samples, next: 0, value: 0 });
+    let mut point = Point::default();
+    for time_ns in times {
+        let total: i64 = if readers.is_empty() {
+            allocated_reader.as_mut().map_or(0, |r| r.at(time_ns))
+        } else {
+            readers.iter_mut().map(|r| r.at(time_ns)).sum()
+        };
+        point = Point {
+            time_ns,
+            allocated_bytes: total.max(0) as u64,
+            requested_bytes: total.max(0) as u64,
+            reserved_bytes: reserved_reader.as_mut().map_or(0, |r| r.at(time_ns).max(0) as u64),
+        };
+        visit(None, point);
+    }
+    point
+}

@@ -1,0 +1,132 @@
+//! The allocator's segments and their fragmentation.
+//!
+//! The numbers follow PyTorch's `torch/cuda/_memory_viz.py` `segsum`, so they can be compared
+//! with it: a block counts as allocated only when `active_allocated`; its internal waste is
+//! `size - requested_size`; every other block (free, or freed and waiting for a stream) is
+//! external free space. So `reserved = requested + free_internal + free_external`.
+
+use vramscope_trace_format::{BlockState, Segment, Trace};
+
+/// Fragmentation of one segment (or of all of a device's, added up).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Fragmentation {
+    /// Bytes reserved.
+    pub reserved_bytes: u64,
+    /// Bytes of `active_allocated` blocks.
+    pub allocated_bytes: u64,
+    /// Requested bytes of `active_allocated` blocks.
+    pub requested_bytes: u64,
+    /// `allocated - requested`: rounding waste inside allocated blocks.
+    pub free_internal_bytes: u64,
+    /// Bytes of blocks that are not allocated.
+    pub free_external_bytes: u64,
+    /// The largest run of contiguous free bytes.
+    pub largest_free_bytes: u64,
+}
+
+impl Fragmentation {
+    /// `1 - largest free / total free`: 0 when all free space is one range, near 1 when it is
+    /// scattered. 0 when nothing is free.
+    pub fn external_fragmentation(&self) -> f64 {
+        if self.free_external_bytes == 0 {
+            0.0
+        } else {
+            1.0 - self.largest_free_bytes as f64 / self.free_external_bytes as f64
+        }
+    }
+}
+
+/// Fragmentation of one segment.
+pub fn segment_fragmentation(segment: &Segment) -> Fragmentation {
+    let mut f = Fragmentation { reserved_bytes: segment.size_bytes, ..Fragmentation::default() };
+    let mut run = 0u64;
+    let mut run_end = None;
+    for block in &segment.blocks {
+        if block.state == BlockState::ActiveAllocated {
+            f.allocated_bytes += block.size_bytes;
+            f.requested_bytes += block.requested_bytes;
+            f.free_internal_bytes += block.size_bytes.saturating_sub(block.requested_bytes);
+            run = 0;
+            run_end = None;
+        } else {
+            f.free_external_bytes += block.size_bytes;
+            // Only address-adjacent free blocks form one range.
+            run = if run_end == Some(block.address) { run + block.size_bytes } else { block.size_bytes };
+            run_end = Some(block.address.saturating_add(block.size_bytes));
+            f.largest_free_bytes = f.largest_free_bytes.max(run);
+        }
+    }
+    f
+}
+
+/// The final segment state of a device.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FinalState {
+    /// Number of segments.
+    pub segments: usize,
+    /// Totals over the segments (`largest_free_bytes` is the largest of any segment).
+    pub total: Fragmentation,
+}
+
+/// The final segment state of a device, or `None` when the trace recorded no segments at all.
+pub fn final_state(trace: &Trace, device: i16) -> Option<FinalState> {
+    if trace.segments.is_empty() {
+        return None;
+    }
+    let mut state = FinalState::default();
+    for segment in trace.segments.iter().filter(|s| s.device == device) {
+        let f = segment_fragmentation(segment);
+        state.segments += 1;
+        let t = &mut state.total;
+        t.reserved_bytes += f.reserved_bytes;
+        t.allocated_bytes += f.allocated_bytes;
+        t.requested_bytes += f.requested_bytes;
+        t.free_internal_bytes += f.free_internal_bytes;
+        t.free_external_bytes += f.free_external_bytes;
+        t.largest_free_bytes = t.largest_free_bytes.max(f.largest_free_bytes);
+    }
+    Some(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_trace_format::{Block, ProcessId, SegmentPool, StackId};
+
+    use super::*;
+
+    fn block(address: u64, size_bytes: u64, requested_bytes: u64, state: BlockState) -> Block {
+        Block { address, size_bytes, requested_bytes, state, stack: StackId(0) }
+    }
+
+    #[test]
+    fn hand_computed_segment() {
+        // 2 MiB segment: [512 alloc (req 100)] [1024 free] [1536 free] [rest alloc (req exact)]
+        let base = 0x1000_0000;
+        let rest = (2 << 20) - 512 - 1024 - 1536;
+        let segment = Segment {
+            device: 0,
+            process: ProcessId(0),
+            address: base,
+            size_bytes: 2 << 20,
+            stream: 0,
+            pool: SegmentPool::Small,
+            pool_id: (0, 0),
+            is_expandable: false,
+            stack: StackId(0),
+            blocks: vec![
+                block(base, 512, 100, BlockState::ActiveAllocated),
+                block(base + 512, 1024, 0, BlockState::Inactive),
+                block(base + 1536, 1536, 0, BlockState::ActivePendingFree),
+                block(base + 3072, rest, rest, BlockState::ActiveAllocated),
+            ],
+        };
+        let f = segment_fragmentation(&segment);
+        assert_eq!(f.allocated_bytes, 512 + rest);
+        assert_eq!(f.requested_bytes, 100 + rest);
+        assert_eq!(f.free_internal_bytes, 412);
+        assert_eq!(f.free_external_bytes, 2560);
+        assert_eq!(f.largest_free_bytes, 2560);
+        assert_eq!(f.reserved_bytes, f.requested_bytes + f.free_internal_bytes + f.free_external_bytes);
+        assert_eq!(f.external_fragmentation(), 0.0);
+    }
+}

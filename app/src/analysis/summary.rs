@@ -1,0 +1,120 @@
+//! The per-device numbers `vramscope info` reports.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use vramscope_trace_format::{Clock, Trace};
+
+use super::peak::{self, Peak};
+use super::segments;
+
+/// What `info` says about one device.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct DeviceSummary {
+    /// Device index; -1 for host memory.
+    pub device: i16,
+    /// Allocator events of the device.
+    pub events: usize,
+    /// Segments in the final state.
+    pub segments: usize,
+    /// Final state: bytes reserved.
+    pub reserved_bytes: u64,
+    /// Final state: bytes of allocated blocks.
+    pub allocated_bytes: u64,
+    /// Final state: requested bytes of allocated blocks.
+    pub requested_bytes: u64,
+    /// Final state: rounding waste inside allocated blocks.
+    pub free_internal_bytes: u64,
+    /// Final state: free bytes inside segments.
+    pub free_external_bytes: u64,
+    /// Final state: the largest contiguous free range of any segment.
+    pub largest_free_bytes: u64,
+    /// Peak of allocated bytes.
+    pub peak_allocated_bytes: u64,
+    /// When the allocated peak was first reached (µs on the trace's clock; null without a clock).
+    pub peak_allocated_time_us: Option<i64>,
+    /// Peak of requested bytes.
+    pub peak_requested_bytes: u64,
+    /// Peak of reserved bytes.
+    pub peak_reserved_bytes: u64,
+    /// When the reserved peak was first reached.
+    pub peak_reserved_time_us: Option<i64>,
+    /// Bytes by category at the allocated peak (non-zero ones; they add up to the peak).
+    pub categories_at_peak: BTreeMap<&'static str, u64>,
+    /// Blocks alive at the allocated peak.
+    pub live_blocks_at_peak: usize,
+    /// Failed allocations.
+    pub oom_events: usize,
+}
+
+/// What `info` says about a trace.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Summary {
+    /// Source format (`pytorch-snapshot`, `vtrace`, `chrome-trace`, `memory-timeline`).
+    pub format: &'static str,
+    /// Records of every kind: allocator events, annotations, OOMs, tags and counter samples.
+    pub events: usize,
+    /// Allocator events.
+    pub allocator_events: usize,
+    /// Annotations (ranges and markers).
+    pub annotations: usize,
+    /// Distinct call stacks.
+    pub stacks: usize,
+    /// Per device.
+    pub devices: Vec<DeviceSummary>,
+}
+
+fn time_us(trace: &Trace, peak: &Peak) -> Option<i64> {
+    (trace.metadata.clock != Clock::EventIndex).then_some(peak.time_ns.div_euclid(1000))
+}
+
+/// Summarises one device.
+pub fn device_summary(trace: &Trace, device: i16) -> DeviceSummary {
+    let peaks = peak::peaks(trace, device);
+    let live = peak::live_at(trace, device, peaks.allocated.event);
+    let categories = peak::categories_at(trace, device, peaks.allocated.time_ns, &live);
+    let final_state = segments::final_state(trace, device);
+    let total = match &final_state {
+        Some(state) => state.total,
+        // Without a segment state, the end of the replay tells what it can.
+        None => segments::Fragmentation {
+            reserved_bytes: peaks.end.reserved_bytes,
+            allocated_bytes: peaks.end.allocated_bytes,
+            requested_bytes: peaks.end.requested_bytes,
+            free_internal_bytes: peaks.end.allocated_bytes.saturating_sub(peaks.end.requested_bytes),
+            free_external_bytes: peaks.end.reserved_bytes.saturating_sub(peaks.end.allocated_bytes),
+            largest_free_bytes: 0,
+        },
+    };
+    DeviceSummary {
+        device,
+        events: trace.events.iter().filter(|e| e.device == device).count(),
+        segments: final_state.as_ref().map_or(0, |s| s.segments),
+        reserved_bytes: total.reserved_bytes,
+        allocated_bytes: total.allocated_bytes,
+        requested_bytes: total.requested_bytes,
+        free_internal_bytes: total.free_internal_bytes,
+        free_external_bytes: total.free_external_bytes,
+        largest_free_bytes: total.largest_free_bytes,
+        peak_allocated_bytes: peaks.allocated.bytes,
+        peak_allocated_time_us: time_us(trace, &peaks.allocated),
+        peak_requested_bytes: peaks.requested.bytes,
+        peak_reserved_bytes: peaks.reserved.bytes,
+        peak_reserved_time_us: time_us(trace, &peaks.reserved),
+        categories_at_peak: categories.into_iter().map(|(c, v)| (c.name(), v)).collect(),
+        live_blocks_at_peak: live.len(),
+        oom_events: trace.ooms.iter().filter(|o| o.device == device).count(),
+    }
+}
+
+/// Summarises a trace, every device.
+pub fn summary(trace: &Trace) -> Summary {
+    Summary {
+        format: trace.metadata.source_format.name(),
+        events: trace.record_count(),
+        allocator_events: trace.events.len(),
+        annotations: trace.annotations.len(),
+        stacks: trace.interner.stack_count().saturating_sub(1),
+        devices: trace.devices().into_iter().map(|d| device_summary(trace, d)).collect(),
+    }
+}

@@ -1,0 +1,4 @@
+//! The command-line commands. `main.rs` parses arguments and calls these.
+
+pub mod convert;
+pub mod info;

@@ -1,0 +1,62 @@
+//! Human-readable units.
+
+/// Bytes in binary units with three significant digits: `512 B`, `1.50 KiB`, `20.0 MiB`.
+pub fn bytes(value: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if value < 1024 {
+        return format!("{value} B");
+    }
+    let mut scaled = value as f64 / 1024.0;
+    let mut unit = 0;
+    while scaled >= 1024.0 && unit + 1 < UNITS.len() {
+        scaled /= 1024.0;
+        unit += 1;
+    }
+    let digits = if scaled >= 100.0 { 0 } else if scaled >= 10.0 { 1 } else { 2 };
+    format!("{scaled:.digits$} {}", UNITS[unit])
+}
+
+/// Signed bytes, with an explicit sign.
+pub fn signed_bytes(value: i64) -> String {
+    let sign = if value < 0 { "-" } else { "+" };
+    format!("{sign}{}", bytes(value.unsigned_abs()))
+}
+
+/// A duration in nanoseconds as seconds or milliseconds.
+pub fn duration_ns(value: i64) -> String {
+    let seconds = value as f64 / 1e9;
+    if seconds.abs() >= 1.0 { format!("{seconds:.3} s") } else { format!("{:.3} ms", seconds * 1e3) }
+}
+
+/// An integer with thousands separators: `19,770`.
+pub fn count(value: usize) -> String {
+    let digits = value.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.50 KiB");
+        assert_eq!(bytes(20 << 20), "20.0 MiB");
+        assert_eq!(bytes(300 << 30), "300 GiB");
+        assert_eq!(signed_bytes(-(2 << 20)), "-2.00 MiB");
+        assert_eq!(count(19770), "19,770");
+        assert_eq!(count(7), "7");
+        assert_eq!(count(1_000_000), "1,000,000");
+        assert_eq!(duration_ns(1_500_000_000), "1.500 s");
+        assert_eq!(duration_ns(2_500_000), "2.500 ms");
+    }
+}

@@ -1,0 +1,68 @@
+//! Errors of reading and writing traces.
+
+/// Why a file could not be read as a trace.
+///
+/// Messages say what is wrong and where in the file; the caller adds the file's name.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The file is empty.
+    #[error("the file is empty")]
+    Empty,
+    /// The content is none of the formats vramscope reads.
+    #[error(
+        "not a format vramscope reads (a PyTorch memory snapshot pickle, a PyTorch profiler \
+         Chrome trace or memory timeline, or a .vtrace); it starts with {0}"
+    )]
+    UnknownFormat(String),
+    /// The pickle is malformed or truncated.
+    #[error("malformed pickle at byte {offset}: {message}")]
+    Pickle {
+        /// Byte offset of the opcode that failed.
+        offset: u64,
+        /// What is wrong.
+        message: String,
+    },
+    /// The pickle would run code when loaded by Python; it is refused, never executed.
+    #[error(
+        "refusing to load this pickle: it contains the opcode {opcode} at byte {offset}, which \
+         imports or calls Python code. Memory snapshots hold only plain data (dicts, lists, \
+         strings, numbers), so this file is either not a snapshot or has been tampered with"
+    )]
+    UnsafePickle {
+        /// Byte offset of the opcode.
+        offset: u64,
+        /// Name of the opcode.
+        opcode: &'static str,
+    },
+    /// The data is well-formed but not shaped like the format it claims to be.
+    #[error("{0}")]
+    Structure(String),
+    /// A JSON file could not be parsed.
+    #[error("malformed JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A `.vtrace` file is damaged before any usable data.
+    #[error("damaged .vtrace at byte {offset}: {message}")]
+    Vtrace {
+        /// Byte offset where the damage starts.
+        offset: u64,
+        /// What is wrong.
+        message: String,
+    },
+    /// A `.vtrace` file is of a newer version than this build reads.
+    #[error(".vtrace version {found} is newer than this vramscope reads (up to {supported}); update vramscope")]
+    VtraceVersion {
+        /// Version in the file.
+        found: u16,
+        /// Highest version this build reads.
+        supported: u16,
+    },
+    /// The caller cancelled the work.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,65 @@
+//! Time spans and instants that give a timeline its structure.
+
+use super::ids::{ProcessId, StackId, StringId};
+
+/// What an annotation marks.
+///
+/// The discriminants are stored in `.vtrace` files: never renumber them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum AnnotationKind {
+    /// A user range (`record_function`, `torch.cuda.memory` external annotations, NVTX).
+    UserRange = 0,
+    /// A framework operator (e.g. `aten::linear`).
+    Op = 1,
+    /// A training iteration.
+    Iteration = 2,
+    /// The forward pass.
+    Forward = 3,
+    /// The backward pass.
+    Backward = 4,
+    /// The optimizer step.
+    OptimizerStep = 5,
+    /// A module's forward (name is the module's qualified name).
+    Module = 6,
+    /// The instant a snapshot of the allocator was taken.
+    Snapshot = 7,
+    /// A free-form marker recorded in the allocator's trace.
+    Marker = 8,
+}
+
+impl AnnotationKind {
+    /// The kind stored as `byte` in a file, if it is one.
+    pub fn from_u8(byte: u8) -> Option<Self> {
+        use AnnotationKind::{
+            Backward, Forward, Iteration, Marker, Module, Op, OptimizerStep, Snapshot, UserRange,
+        };
+        [UserRange, Op, Iteration, Forward, Backward, OptimizerStep, Module, Snapshot, Marker]
+            .get(byte as usize)
+            .copied()
+    }
+}
+
+/// A named span `[start_ns, end_ns]` (an instant when they are equal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Annotation {
+    /// What it marks.
+    pub kind: AnnotationKind,
+    /// Device it belongs to; -1 for host, [`Annotation::ALL_DEVICES`] for all.
+    pub device: i16,
+    /// Which process.
+    pub process: ProcessId,
+    /// Start on the trace's clock.
+    pub start_ns: i64,
+    /// End on the trace's clock (`>= start_ns`).
+    pub end_ns: i64,
+    /// Its name.
+    pub name: StringId,
+    /// Where it was opened, when known.
+    pub stack: StackId,
+}
+
+impl Annotation {
+    /// Device value of an annotation that applies to every device of its process.
+    pub const ALL_DEVICES: i16 = i16::MIN;
+}

@@ -1,0 +1,99 @@
+//! Facts about a trace as a whole: where it came from, its clock, devices and processes.
+
+use serde::{Deserialize, Serialize};
+
+/// The kind of file a trace was read from or recorded as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceFormat {
+    /// A `.vtrace` recorded by `vramscope record`.
+    #[default]
+    Vtrace,
+    /// A PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`).
+    PytorchSnapshot,
+    /// A PyTorch profiler Chrome trace (`export_chrome_trace`).
+    ChromeTrace,
+    /// A PyTorch profiler memory timeline (`export_memory_timeline`, `.json` or `raw.json.gz`).
+    MemoryTimeline,
+}
+
+impl SourceFormat {
+    /// The name used by `vramscope info`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Vtrace => "vtrace",
+            Self::PytorchSnapshot => "pytorch-snapshot",
+            Self::ChromeTrace => "chrome-trace",
+            Self::MemoryTimeline => "memory-timeline",
+        }
+    }
+}
+
+/// What the trace's timestamps mean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Clock {
+    /// Nanoseconds since the Unix epoch.
+    #[default]
+    UnixNs,
+    /// Nanoseconds of a monotonic clock with an arbitrary origin.
+    MonotonicNs,
+    /// No time was recorded: times are event indices.
+    EventIndex,
+}
+
+/// A device seen in the trace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct DeviceInfo {
+    /// Device index; -1 for host memory.
+    pub device: i16,
+    /// Product name, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Total memory of the device, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_memory_bytes: Option<u64>,
+    /// Bytes the source says were allocated when the trace started, when it says so (profiler
+    /// traces report a running total that can start above zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_allocated_bytes: Option<u64>,
+}
+
+/// A process seen in the trace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ProcessInfo {
+    /// Operating-system process id, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Distributed rank, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// Command line, when known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command_line: Vec<String>,
+}
+
+/// Facts about the whole trace. Stored as JSON in a `.vtrace`, so it can grow without a new
+/// format version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct Metadata {
+    /// The format the trace was first read from.
+    pub source_format: SourceFormat,
+    /// What the timestamps mean.
+    pub clock: Clock,
+    /// Version of the tool that wrote the trace.
+    #[serde(default)]
+    pub tool_version: String,
+    /// Devices, sorted by index.
+    #[serde(default)]
+    pub devices: Vec<DeviceInfo>,
+    /// Processes; [`crate::ProcessId`] indexes this list.
+    #[serde(default)]
+    pub processes: Vec<ProcessInfo>,
+    /// The allocator's settings as the source reported them (PyTorch's `allocator_settings`).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub allocator_settings: serde_json::Value,
+    /// Other facts of the source worth keeping (e.g. the profiler's `deviceProperties`).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}

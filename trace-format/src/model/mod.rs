@@ -1,0 +1,13 @@
+//! The trace data model: plain data, interned behind typed ids.
+
+pub mod annotation;
+pub mod category;
+pub mod counter;
+pub mod event;
+pub mod ids;
+pub mod interner;
+pub mod metadata;
+pub mod oom;
+pub mod segment;
+pub mod tag;
+pub mod trace;

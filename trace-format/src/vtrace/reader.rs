@@ -1,0 +1,453 @@
+//! Reading `.vtrace` files, recovering everything before the first damaged chunk.
+
+use std::fmt;
+
+use super::codec::{Cursor, Malformed};
+use super::{CHUNK_HEADER_BYTES, ChunkKind, HEADER_BYTES, MAGIC, MAX_CHUNK_BYTES, VERSION};
+use crate::error::{Error, Result};
+use crate::model::annotation::{Annotation, AnnotationKind};
+use crate::model::category::Category;
+use crate::model::counter::{CounterKind, CounterSample, CounterSeries};
+use crate::model::event::{Event, EventKind};
+use crate::model::ids::{ContextId, FrameId, ProcessId, StackId, StringId};
+use crate::model::interner::{Context, Frame};
+use crate::model::oom::Oom;
+use crate::model::segment::{Block, BlockState, Segment, SegmentPool};
+use crate::model::tag::Tag;
+use crate::model::trace::Trace;
+use crate::progress::Progress;
+
+/// Where a file stops being readable, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// Byte offset of the first chunk that could not be read.
+    pub offset: u64,
+    /// What is wrong there.
+    pub reason: String,
+    /// Bytes from `offset` to the end of the file, which were not loaded.
+    pub bytes_lost: u64,
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.bytes_lost == 0 {
+            write!(f, "the trace was cut short at byte {}: {}; everything before it was loaded", self.offset, self.reason)
+        } else {
+            write!(
+                f,
+                "the file is damaged from byte {} on ({}); everything before it was loaded, the last {} bytes were not",
+                self.offset, self.reason, self.bytes_lost
+            )
+        }
+    }
+}
+
+/// A trace read from a `.vtrace`.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Everything that could be read.
+    pub trace: Trace,
+    /// Where reading stopped early, if it did (including a stream that ended without its end
+    /// marker: a recording cut short).
+    pub damage: Option<Damage>,
+}
+
+fn malformed(_: Malformed) -> String {
+    "a record is truncated or malformed".to_owned()
+}
+
+struct Ids {
+    strings: usize,
+    stacks: usize,
+    contexts: usize,
+}
+
+impl Ids {
+    fn of(trace: &Trace) -> Self {
+        Self {
+            strings: trace.interner.string_count(),
+            stacks: trace.interner.stack_count(),
+            contexts: trace.interner.context_count(),
+        }
+    }
+
+    fn string(&self, v: u64) -> Result<StringId, String> {
+        if (v as usize) < self.strings && v <= u64::from(u32::MAX) {
+            Ok(StringId(v as u32))
+        } else {
+            Err(format!("string id {v} is not defined"))
+        }
+    }
+
+    fn stack(&self, v: u64) -> Result<StackId, String> {
+        if (v as usize) < self.stacks && v <= u64::from(u32::MAX) {
+            Ok(StackId(v as u32))
+        } else {
+            Err(format!("stack id {v} is not defined"))
+        }
+    }
+}
+
+fn device(v: i64) -> Result<i16, String> {
+    i16::try_from(v).map_err(|_| format!("device {v} is out of range"))
+}
+
+fn process(v: u64) -> Result<ProcessId, String> {
+    u32::try_from(v).map(ProcessId).map_err(|_| format!("process {v} is out of range"))
+}
+
+fn first_id(c: &mut Cursor<'_>, expected: usize, table: &str) -> Result<usize, String> {
+    let first = c.uv().map_err(malformed)?;
+    if first != expected as u64 {
+        return Err(format!("{table} chunk starts at id {first}, expected {expected} (a chunk is missing)"));
+    }
+    c.count(1).map_err(malformed)
+}
+
+fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<(), String> {
+    let mut c = Cursor::new(payload);
+    let ids = Ids::of(trace);
+    match kind {
+        ChunkKind::Metadata => {
+            trace.metadata = serde_json::from_slice(payload).map_err(|e| format!("metadata is not valid: {e}"))?;
+            return Ok(());
+        }
+        ChunkKind::Strings => {
+            let n = first_id(&mut c, trace.interner.string_count(), "strings")?;
+            for _ in 0..n {
+                let len = c.count(1).map_err(malformed)?;
+                let bytes = c.bytes(len).map_err(malformed)?;
+                let text = std::str::from_utf8(bytes).map_err(|_| "a string is not UTF-8".to_owned())?;
+                let expected = trace.interner.string_count();
+                if trace.interner.string(text).index() != expected {
+                    return Err("a string is stored twice".to_owned());
+                }
+            }
+        }
+        ChunkKind::Frames => {
+            let n = first_id(&mut c, trace.interner.frame_count(), "frames")?;
+            for _ in 0..n {
+                let function = ids.string(c.uv().map_err(malformed)?)?;
+                let file = ids.string(c.uv().map_err(malformed)?)?;
+                let line = u32::try_from(c.uv().map_err(malformed)?).map_err(|_| "line out of range".to_owned())?;
+                let expected = trace.interner.frame_count();
+                if trace.interner.frame(Frame { function, file, line }).index() != expected {
+                    return Err("a frame is stored twice".to_owned());
+                }
+            }
+        }
+        ChunkKind::Stacks => {
+            let n = first_id(&mut c, trace.interner.stack_count(), "stacks")?;
+            let mut frames = Vec::new();
+            for _ in 0..n {
+                let len = c.count(1).map_err(malformed)?;
+                frames.clear();
+                for _ in 0..len {
+                    let f = c.uv().map_err(malformed)?;
+                    if f as usize >= trace.interner.frame_count() {
+                        return Err(format!("frame id {f} is not defined"));
+                    }
+                    frames.push(FrameId(f as u32));
+                }
+                let expected = trace.interner.stack_count();
+                if trace.interner.stack(&frames).index() != expected {
+                    return Err("a stack is stored twice".to_owned());
+                }
+            }
+        }
+        ChunkKind::Contexts => {
+            let n = first_id(&mut c, trace.interner.context_count(), "contexts")?;
+            for _ in 0..n {
+                let compile_context = ids.string(c.uv().map_err(malformed)?)?;
+                let user_metadata = ids.string(c.uv().map_err(malformed)?)?;
+                let expected = trace.interner.context_count();
+                if trace.interner.context(Context { compile_context, user_metadata }).index() != expected {
+                    return Err("a context is stored twice".to_owned());
+                }
+            }
+        }
+        ChunkKind::Events => decode_events(&mut c, &ids, &mut trace.events).map_err(|e| e.unwrap_or_else(|| malformed(Malformed)))?,
+        ChunkKind::Segments => {
+            let n = c.count(12).map_err(malformed)?;
+            for _ in 0..n {
+                let mut s = Segment {
+                    device: device(c.sv().map_err(malformed)?)?,
+                    process: process(c.uv().map_err(malformed)?)?,
+                    address: c.uv().map_err(malformed)?,
+                    size_bytes: c.uv().map_err(malformed)?,
+                    stream: c.uv().map_err(malformed)?,
+                    pool: SegmentPool::from_u8(c.u8().map_err(malformed)?).ok_or("unknown segment pool")?,
+                    pool_id: (c.uv().map_err(malformed)?, c.uv().map_err(malformed)?),
+                    is_expandable: c.u8().map_err(malformed)? != 0,
+                    stack: ids.stack(c.uv().map_err(malformed)?)?,
+                    blocks: Vec::new(),
+                };
+                let blocks = c.count(5).map_err(malformed)?;
+                s.blocks.reserve(blocks);
+                let mut cursor = s.address;
+                for _ in 0..blocks {
+                    let address = cursor.wrapping_add(c.sv().map_err(malformed)? as u64);
+                    let b = Block {
+                        address,
+                        size_bytes: c.uv().map_err(malformed)?,
+                        requested_bytes: c.uv().map_err(malformed)?,
+                        state: BlockState::from_u8(c.u8().map_err(malformed)?).ok_or("unknown block state")?,
+                        stack: ids.stack(c.uv().map_err(malformed)?)?,
+                    };
+                    cursor = address.wrapping_add(b.size_bytes);
+                    s.blocks.push(b);
+                }
+                trace.segments.push(s);
+            }
+        }
+        ChunkKind::Annotations => {
+            let n = c.count(7).map_err(malformed)?;
+            let mut previous = 0i64;
+            for _ in 0..n {
+                let kind = AnnotationKind::from_u8(c.u8().map_err(malformed)?).ok_or("unknown annotation kind")?;
+                let device = device(c.sv().map_err(malformed)?)?;
+                let process = process(c.uv().map_err(malformed)?)?;
+                let start_ns = previous.wrapping_add(c.sv().map_err(malformed)?);
+                let end_ns = start_ns.wrapping_add(c.uv().map_err(malformed)? as i64);
+                let name = ids.string(c.uv().map_err(malformed)?)?;
+                let stack = ids.stack(c.uv().map_err(malformed)?)?;
+                previous = start_ns;
+                trace.annotations.push(Annotation { kind, device, process, start_ns, end_ns, name, stack });
+            }
+        }
+        ChunkKind::Ooms => {
+            let n = c.count(7).map_err(malformed)?;
+            let mut previous = 0i64;
+            for _ in 0..n {
+                let time_ns = previous.wrapping_add(c.sv().map_err(malformed)?);
+                let oom = Oom {
+                    time_ns,
+                    device: device(c.sv().map_err(malformed)?)?,
+                    process: process(c.uv().map_err(malformed)?)?,
+                    stream: c.uv().map_err(malformed)?,
+                    requested_bytes: c.uv().map_err(malformed)?,
+                    device_free_bytes: c.uv().map_err(malformed)?.checked_sub(1),
+                    stack: ids.stack(c.uv().map_err(malformed)?)?,
+                };
+                previous = time_ns;
+                trace.ooms.push(oom);
+            }
+        }
+        ChunkKind::Counters => {
+            let n = c.count(7).map_err(malformed)?;
+            for _ in 0..n {
+                let kind_bytes = [c.u8().map_err(malformed)?, c.u8().map_err(malformed)?];
+                let kind = CounterKind::from_bytes(kind_bytes).ok_or("unknown counter kind")?;
+                let name = ids.string(c.uv().map_err(malformed)?)?;
+                let device = device(c.sv().map_err(malformed)?)?;
+                let process = process(c.uv().map_err(malformed)?)?;
+                let count = c.count(2).map_err(malformed)?;
+                let mut samples = Vec::with_capacity(count);
+                let (mut time_ns, mut value) = (0i64, 0i64);
+                for _ in 0..count {
+                    time_ns = time_ns.wrapping_add(c.sv().map_err(malformed)?);
+                    value = value.wrapping_add(c.sv().map_err(malformed)?);
+                    samples.push(CounterSample { time_ns, value });
+                }
+                // A long series is split over chunks: continue the previous part.
+                match trace.counters.last_mut() {
+                    Some(last) if last.kind == kind && last.name == name && last.device == device && last.process == process => {
+                        last.samples.extend(samples);
+                    }
+                    _ => trace.counters.push(CounterSeries { kind, name, device, process, samples }),
+                }
+            }
+        }
+        ChunkKind::Tags => {
+            let n = c.count(6).map_err(malformed)?;
+            let mut previous = 0i64;
+            for _ in 0..n {
+                let time_ns = previous.wrapping_add(c.sv().map_err(malformed)?);
+                let tag = Tag {
+                    time_ns,
+                    device: device(c.sv().map_err(malformed)?)?,
+                    process: process(c.uv().map_err(malformed)?)?,
+                    address: c.uv().map_err(malformed)?,
+                    category: Category::from_u8(c.u8().map_err(malformed)?).ok_or("unknown category")?,
+                    name: ids.string(c.uv().map_err(malformed)?)?,
+                };
+                previous = time_ns;
+                trace.tags.push(tag);
+            }
+        }
+        ChunkKind::End => {}
+    }
+    if !c.at_end() {
+        return Err("the chunk has bytes after its last record".to_owned());
+    }
+    Ok(())
+}
+
+/// Decodes an events chunk into `out`; on error `out` is left as it was.
+fn decode_events(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Event>) -> Result<(), Option<String>> {
+    let n = c.count(10).map_err(|_| None)?;
+    let base = out.len();
+    let kinds = c.bytes(n).map_err(|_| None)?;
+    let result = (|| -> Result<(), Option<String>> {
+        out.reserve(n);
+        for &byte in kinds {
+            let kind = EventKind::from_u8(byte & 0x0f).ok_or_else(|| Some(format!("unknown event kind {}", byte & 0x0f)))?;
+            let mut event = Event::new(kind, 0, 0, 0, 0);
+            event.flags = byte >> 4;
+            out.push(event);
+        }
+        let events = &mut out[base..];
+        let mut previous = 0i64;
+        for e in events.iter_mut() {
+            previous = previous.wrapping_add(c.sv().map_err(|_| None)?);
+            e.time_ns = previous;
+        }
+        let mut previous = 0i64;
+        for e in events.iter_mut() {
+            previous = previous.wrapping_add(c.sv().map_err(|_| None)?);
+            e.device = device(previous).map_err(Some)?;
+        }
+        for e in events.iter_mut() {
+            e.process = process(c.uv().map_err(|_| None)?).map_err(Some)?;
+        }
+        let mut previous = 0u64;
+        for e in events.iter_mut() {
+            previous = previous.wrapping_add(c.sv().map_err(|_| None)? as u64);
+            e.address = previous;
+        }
+        for e in events.iter_mut() {
+            e.size_bytes = c.uv().map_err(|_| None)?;
+        }
+        for e in events.iter_mut() {
+            e.requested_bytes = e.size_bytes.wrapping_sub(c.sv().map_err(|_| None)? as u64);
+        }
+        let mut previous = 0u64;
+        for e in events.iter_mut() {
+            previous = previous.wrapping_add(c.sv().map_err(|_| None)? as u64);
+            e.stream = previous;
+        }
+        for e in events.iter_mut() {
+            e.stack = ids.stack(c.uv().map_err(|_| None)?).map_err(Some)?;
+        }
+        for e in events.iter_mut() {
+            let v = c.uv().map_err(|_| None)?;
+            if v as usize >= ids.contexts {
+                return Err(Some(format!("context id {v} is not defined")));
+            }
+            e.context = ContextId(v as u32);
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        out.truncate(base);
+    }
+    result
+}
+
+/// Reads a `.vtrace` from its bytes.
+///
+/// A damaged or truncated tail is not an error: everything before it is returned with a
+/// [`Damage`] report. Only a file whose header is unreadable, or of a newer version, fails.
+pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
+    if data.len() < HEADER_BYTES || data[..8] != MAGIC {
+        if data.len() < HEADER_BYTES && data.starts_with(&MAGIC[..data.len().min(8)]) {
+            return Err(Error::Vtrace { offset: 0, message: "the file ends inside its 16-byte header".to_owned() });
+        }
+        return Err(Error::Vtrace { offset: 0, message: "no .vtrace header".to_owned() });
+    }
+    let version = u16::from_le_bytes([data[8], data[9]]);
+    if version == 0 {
+        return Err(Error::Vtrace { offset: 8, message: "version 0 is not a .vtrace version".to_owned() });
+    }
+    if version > VERSION {
+        return Err(Error::VtraceVersion { found: version, supported: VERSION });
+    }
+    let mut trace = Trace::default();
+    let mut pos = HEADER_BYTES;
+    let mut damage = None;
+    let mut ended = false;
+    let mut raw = Vec::new();
+    let total = data.len() as u64;
+    let mut next_report = 0usize;
+    while pos < data.len() {
+        if pos >= next_report {
+            next_report = pos + (8 << 20);
+            if !progress.update(pos as u64, total) {
+                return Err(Error::Cancelled);
+            }
+        }
+        let fail = |reason: String| Damage { offset: pos as u64, reason, bytes_lost: total - pos as u64 };
+        if ended {
+            damage = Some(fail("data after the end marker".to_owned()));
+            break;
+        }
+        let Some(header) = data.get(pos..pos + CHUNK_HEADER_BYTES) else {
+            damage = Some(fail("the file ends inside a chunk header (the writer was interrupted)".to_owned()));
+            break;
+        };
+        let kind_byte = header[0];
+        let codec = header[1];
+        let stored_len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        let raw_len = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+        let crc = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
+        let body_start = pos + CHUNK_HEADER_BYTES;
+        let Some(stored) = data.get(body_start..body_start.saturating_add(stored_len)) else {
+            damage = Some(fail(format!(
+                "a chunk of {stored_len} bytes runs past the end of the file (the writer was interrupted)"
+            )));
+            break;
+        };
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&header[..12]);
+        hasher.update(stored);
+        if hasher.finalize() != crc {
+            damage = Some(fail("checksum mismatch".to_owned()));
+            break;
+        }
+        if raw_len > MAX_CHUNK_BYTES {
+            damage = Some(fail(format!("a chunk claims {raw_len} bytes, more than the limit")));
+            break;
+        }
+        let payload: &[u8] = match codec {
+            0 if stored.len() == raw_len as usize => stored,
+            1 => {
+                raw.clear();
+                raw.reserve(raw_len as usize);
+                match zstd::bulk::decompress_to_buffer(stored, &mut raw) {
+                    Ok(n) if n == raw_len as usize => &raw,
+                    _ => {
+                        damage = Some(fail("a compressed chunk does not decompress to its stated size".to_owned()));
+                        break;
+                    }
+                }
+            }
+            _ => {
+                damage = Some(fail(format!("unknown codec {codec}")));
+                break;
+            }
+        };
+        match ChunkKind::from_u8(kind_byte) {
+            // Chunks of kinds a later minor revision may add are skipped.
+            None => {}
+            Some(kind) => {
+                if let Err(reason) = decode_chunk(&mut trace, kind, payload) {
+                    damage = Some(fail(reason));
+                    break;
+                }
+                ended = kind == ChunkKind::End;
+            }
+        }
+        pos = body_start + stored_len;
+    }
+    if damage.is_none() && !ended {
+        damage = Some(Damage {
+            offset: total,
+            reason: "the file has no end marker (the recording did not finish)".to_owned(),
+            bytes_lost: 0,
+        });
+    }
+    trace.sort_events();
+    trace.annotations.sort_by_key(|a| (a.start_ns, a.end_ns));
+    progress.update(total, total);
+    Ok(Loaded { trace, damage })
+}
