@@ -411,9 +411,8 @@ pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
         let payload: &[u8] = match codec {
             0 if stored.len() == raw_len as usize => stored,
             1 => {
-                raw.clear();
-                raw.reserve(raw_len as usize);
-                match zstd::bulk::decompress_to_buffer(stored, &mut raw) {
+                raw.resize(raw_len as usize, 0);
+                match zstd::bulk::decompress_to_buffer(stored, raw.as_mut_slice()) {
                     Ok(n) if n == raw_len as usize => &raw,
                     _ => {
                         damage = Some(fail("a compressed chunk does not decompress to its stated size".to_owned()));
@@ -451,3 +450,4 @@ pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
     progress.update(total, total);
     Ok(Loaded { trace, damage })
 }
+
