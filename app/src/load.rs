@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use vramscope_trace_format::{Progress, Trace, import};
+use vramscope_trace_format::{Progress, SourceFormat, Trace, import};
 
 /// A trace loaded from a file.
 #[derive(Debug)]
@@ -17,6 +17,8 @@ pub struct LoadedTrace {
     pub path: PathBuf,
     /// Size of the file.
     pub file_bytes: u64,
+    /// The format of the file itself.
+    pub format: SourceFormat,
 }
 
 /// A terminal progress bar over bytes; hidden when stderr is not a terminal.
@@ -36,7 +38,13 @@ pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
         bail!("{}: the file is empty", path.display());
     }
     let imported = import(&data, progress).with_context(|| format!("cannot load {}", path.display()))?;
-    Ok(LoadedTrace { trace: imported.trace, warnings: imported.warnings, path: path.to_owned(), file_bytes: data.len() as u64 })
+    Ok(LoadedTrace {
+        trace: imported.trace,
+        warnings: imported.warnings,
+        path: path.to_owned(),
+        file_bytes: data.len() as u64,
+        format: imported.format,
+    })
 }
 
 /// Reads a file of any supported format, showing a progress bar on a terminal.

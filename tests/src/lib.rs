@@ -1,1 +1,130 @@
-//! End-to-end tests live in `tests/`; this library is empty.
+//! Helpers for the end-to-end tests in `tests/tests/`: where the built binary, the shared
+//! fixtures and the Python reference are, and how to run them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// `../shared/fixtures` beside the repository root.
+pub fn fixtures_dir() -> PathBuf {
+    repo_root().join("../shared/fixtures")
+}
+
+/// Every fixture file, sorted.
+pub fn all_fixtures() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for dir in ["pytorch-snapshots", "torch-profiler"] {
+        let Ok(entries) = std::fs::read_dir(fixtures_dir().join(dir)) else { continue };
+        files.extend(entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()));
+    }
+    files.sort();
+    files
+}
+
+/// Newest modification time of the files under `dir`.
+fn newest_source(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(modified) = entry.metadata().and_then(|m| m.modified()) {
+                newest = newest.max(Some(modified));
+            }
+        }
+    }
+    newest
+}
+
+/// The `vramscope` binary: `VRAMSCOPE_BIN`, or the one built beside this test binary.
+///
+/// `cargo test` does not rebuild another package's binary, so `scripts/check.sh` builds the
+/// workspace's binaries first; a binary older than the sources is refused rather than tested.
+pub fn vramscope_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("VRAMSCOPE_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test> -> target/<profile>/vramscope
+    let profile_dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let bin = profile_dir.join(format!("vramscope{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.exists(), "{} is missing: run `cargo build --workspace --bins` first", bin.display());
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+    let sources = ["app/src", "trace-format/src"].iter().filter_map(|d| newest_source(&repo_root().join(d))).max();
+    assert!(
+        built >= sources,
+        "{} is older than the sources: run `cargo build --workspace --bins` first",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs `vramscope` with arguments.
+pub fn vramscope(args: &[&std::ffi::OsStr]) -> Output {
+    match Command::new(vramscope_bin()).args(args).output() {
+        Ok(output) => output,
+        Err(e) => panic!("cannot run vramscope: {e}"),
+    }
+}
+
+/// The Python interpreter tests use (`VRAMSCOPE_PYTHON` or `python3`).
+pub fn python() -> String {
+    std::env::var("VRAMSCOPE_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}
+
+/// Runs a Python script file with arguments and returns its stdout; panics with stderr on failure.
+pub fn run_python(script: &Path, args: &[&std::ffi::OsStr]) -> String {
+    let output = match Command::new(python()).arg(script).args(args).output() {
+        Ok(output) => output,
+        Err(e) => panic!("cannot run {}: {e}", python()),
+    };
+    assert!(
+        output.status.success(),
+        "{} failed:\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs inline Python code with arguments; panics with stderr on failure.
+pub fn run_python_code(code: &str, args: &[&std::ffi::OsStr]) -> String {
+    let output = match Command::new(python()).arg("-c").arg(code).args(args).output() {
+        Ok(output) => output,
+        Err(e) => panic!("cannot run {}: {e}", python()),
+    };
+    assert!(output.status.success(), "python failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The independent reference's JSON for a file (`scripts/reference/snapshot_reference.py`).
+pub fn reference(file: &Path) -> serde_json::Value {
+    let script = repo_root().join("scripts/reference/snapshot_reference.py");
+    let text = run_python(&script, &[file.as_os_str()]);
+    match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => panic!("reference output is not JSON ({e}): {text}"),
+    }
+}
+
+/// `vramscope info --json FILE`, parsed; panics if the command fails.
+pub fn info_json(file: &Path) -> serde_json::Value {
+    let output = vramscope(&["info".as_ref(), "--json".as_ref(), file.as_os_str()]);
+    assert!(
+        output.status.success(),
+        "vramscope info {} failed:\n{}",
+        file.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    match serde_json::from_slice(&output.stdout) {
+        Ok(v) => v,
+        Err(e) => panic!("info output is not JSON ({e})"),
+    }
+}

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramscope_trace_format::{Clock, Trace};
+use vramscope_trace_format::{Clock, SourceFormat, Trace};
 
 use super::peak::{self, Peak};
 use super::segments;
@@ -50,8 +50,10 @@ pub struct DeviceSummary {
 /// What `info` says about a trace.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Summary {
-    /// Source format (`pytorch-snapshot`, `vtrace`, `chrome-trace`, `memory-timeline`).
+    /// Format of the file (`pytorch-snapshot`, `vtrace`, `chrome-trace`, `memory-timeline`).
     pub format: &'static str,
+    /// Format the trace was first read from (differs from `format` for converted traces).
+    pub source_format: &'static str,
     /// Records of every kind: allocator events, annotations, OOMs, tags and counter samples.
     pub events: usize,
     /// Allocator events.
@@ -107,10 +109,11 @@ pub fn device_summary(trace: &Trace, device: i16) -> DeviceSummary {
     }
 }
 
-/// Summarises a trace, every device.
-pub fn summary(trace: &Trace) -> Summary {
+/// Summarises a trace read from a file of `format`, every device.
+pub fn summary(trace: &Trace, format: SourceFormat) -> Summary {
     Summary {
-        format: trace.metadata.source_format.name(),
+        format: format.name(),
+        source_format: trace.metadata.source_format.name(),
         events: trace.record_count(),
         allocator_events: trace.events.len(),
         annotations: trace.annotations.len(),

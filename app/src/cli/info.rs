@@ -13,7 +13,7 @@ use crate::units::{bytes, count, duration_ns};
 /// Runs `info` on `path`, printing JSON or a readable summary to `out`.
 pub fn run(path: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
     let loaded = load::load(path)?;
-    let summary = summary::summary(&loaded.trace);
+    let summary = summary::summary(&loaded.trace, loaded.format);
     if json {
         serde_json::to_writer_pretty(&mut *out, &summary)?;
         writeln!(out)?;

@@ -225,5 +225,6 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
     Ok(Imported {
         trace: Trace { metadata, interner, events, segments: Vec::new(), annotations, ooms: Vec::new(), counters, tags: Vec::new() },
         warnings,
+        format: SourceFormat::ChromeTrace,
     })
 }

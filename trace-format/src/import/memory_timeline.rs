@@ -64,6 +64,7 @@ fn build(interner: Interner, mut series: Vec<CounterSeries>, samples: usize) -> 
     Ok(Imported {
         trace: Trace { metadata, interner, counters: series, ..Trace::default() },
         warnings: vec![warning_device()],
+        format: SourceFormat::MemoryTimeline,
     })
 }
 

@@ -6,6 +6,7 @@ mod pickle;
 pub mod snapshot;
 
 use crate::error::{Error, Result};
+use crate::model::metadata::SourceFormat;
 use crate::model::trace::Trace;
 use crate::progress::Progress;
 
@@ -16,6 +17,9 @@ pub struct Imported {
     pub trace: Trace,
     /// Things the reader skipped or repaired, for the user to see.
     pub warnings: Vec<String>,
+    /// The format of the file itself (a `.vtrace` converted from a snapshot is `Vtrace` here and
+    /// `PytorchSnapshot` in its metadata).
+    pub format: SourceFormat,
 }
 
 /// The formats vramscope reads.
@@ -75,7 +79,7 @@ pub fn import(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
         Detected::Vtrace => {
             let loaded = crate::vtrace::read(data, progress)?;
             let warnings = loaded.damage.iter().map(ToString::to_string).collect();
-            Ok(Imported { trace: loaded.trace, warnings })
+            Ok(Imported { trace: loaded.trace, warnings, format: SourceFormat::Vtrace })
         }
         Detected::Pickle => snapshot::import_snapshot(data, progress),
         Detected::Gzip => memory_timeline::import_raw_gz(data, progress),

@@ -612,7 +612,7 @@ pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported>
     let interner = store.interner;
     drop(sink);
     build_trace(interner, segments, per_device, &external, settings, extra, &mut warnings)
-        .map(|trace| Imported { trace, warnings })
+        .map(|trace| Imported { trace, warnings, format: SourceFormat::PytorchSnapshot })
 }
 
 /// Rounds a requested size the way the CUDA caching allocator rounds block sizes by default.

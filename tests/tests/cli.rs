@@ -1,0 +1,85 @@
+//! The command line: output, exit codes and error messages on bad input.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use vramscope_e2e::{fixtures_dir, vramscope};
+
+fn stderr_of(args: &[&OsStr]) -> (i32, String) {
+    let output = vramscope(args);
+    (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+fn info_fails(file: &Path, expected: &str) {
+    let (code, stderr) = stderr_of(&["info".as_ref(), file.as_os_str()]);
+    assert_eq!(code, 2, "{}: {stderr}", file.display());
+    assert!(stderr.contains(&file.display().to_string()), "the error names the file: {stderr}");
+    assert!(stderr.contains(expected), "expected {expected:?} in: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn text_summary_is_readable() {
+    let file = fixtures_dir().join("pytorch-snapshots/gpt_ctx128_fullstep_fp32.pickle");
+    let output = vramscope(&["info".as_ref(), file.as_os_str()]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    for expected in ["PyTorch memory snapshot", "19,770 allocator events", "cuda:0", "peak allocated  51.3 GiB", "1,010 segments"] {
+        assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn bad_input_gives_clear_errors_and_exit_status_2() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{e}"));
+        path
+    };
+    info_fails(&dir.path().join("missing.pickle"), "cannot read");
+    info_fails(&write("empty.pickle", b""), "empty");
+    info_fails(&write("notes.pickle", b"just some text"), "not a format vramscope reads");
+    let snapshot = std::fs::read(fixtures_dir().join("pytorch-snapshots/mosaic_output.pickle")).unwrap_or_default();
+    info_fails(&write("truncated.pickle", &snapshot[..snapshot.len() / 2]), "truncated");
+    info_fails(&write("evil.pickle", b"\x80\x02cos\nsystem\nq\x00X\x02\x00\x00\x00idq\x01\x85q\x02Rq\x03."), "refusing");
+    info_fails(&write("half.json", b"{\"traceEvents\": [{\"ph\": \"i\", "), "malformed JSON");
+    info_fails(&write("future.vtrace", b"\x89VTRACE\n\x07\x00\x00\x00\x00\x00\x00\x00"), "newer than this vramscope");
+}
+
+#[test]
+fn convert_never_overwrites_without_force() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let source = fixtures_dir().join("pytorch-snapshots/mosaic_output.pickle");
+    let out = dir.path().join("keep.vtrace");
+    std::fs::write(&out, b"precious").unwrap_or_else(|e| panic!("{e}"));
+    let (code, stderr) = stderr_of(&["convert".as_ref(), source.as_os_str(), "-o".as_ref(), out.as_os_str()]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert_eq!(std::fs::read(&out).unwrap_or_default(), b"precious");
+    let (code, stderr) =
+        stderr_of(&["convert".as_ref(), source.as_os_str(), "-o".as_ref(), out.as_os_str(), "--force".as_ref()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(std::fs::read(&out).unwrap_or_default().starts_with(b"\x89VTRACE\n"));
+    // A failed conversion leaves nothing behind.
+    let bad = dir.path().join("bad.pickle");
+    std::fs::write(&bad, b"\x80\x04garbage").unwrap_or_else(|e| panic!("{e}"));
+    let target = dir.path().join("never.vtrace");
+    let (code, _) = stderr_of(&["convert".as_ref(), bad.as_os_str(), "-o".as_ref(), target.as_os_str()]);
+    assert_eq!(code, 2);
+    assert!(!target.exists());
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".part")).collect())
+        .unwrap_or_default();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let output = vramscope(&["--help".as_ref()]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success());
+    for expected in ["info", "convert", "PyTorch memory snapshots"] {
+        assert!(text.contains(expected), "{expected:?} missing from --help:\n{text}");
+    }
+}
