@@ -1,6 +1,8 @@
 //! The peak of a device's memory and what was alive at it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use vramscope_trace_format::{Category, CounterKind, EventKind, StackId, Trace};
 
@@ -71,7 +73,7 @@ pub struct LiveBlock {
 pub fn live_at(trace: &Trace, device: i16, upto: Option<usize>) -> Vec<LiveBlock> {
     let events = replay::device_events(trace, device);
     let initial = replay::initial_state(trace, device, &events);
-    let mut live: HashMap<u64, LiveBlock> = HashMap::new();
+    let mut live: HashMap<u64, LiveBlock> = HashMap::default();
     let mut unaddressed = Vec::new();
     for block in &initial.blocks {
         let stack = block
@@ -143,7 +145,7 @@ pub fn categories_at(trace: &Trace, device: i16, time_ns: i64, live: &[LiveBlock
         return totals;
     }
     // The latest tag of each address at or before the instant.
-    let mut tags: HashMap<u64, (i64, Category)> = HashMap::new();
+    let mut tags: HashMap<u64, (i64, Category)> = HashMap::default();
     for tag in trace.tags.iter().filter(|t| t.device == device && t.time_ns <= time_ns) {
         let entry = tags.entry(tag.address).or_insert((tag.time_ns, tag.category));
         if tag.time_ns >= entry.0 {

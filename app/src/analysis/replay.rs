@@ -6,7 +6,9 @@
 //! blocks freed in the window without their alloc, blocks alive in the final segment state whose
 //! alloc is not in the window, and for profiler traces the running total the source reports.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use vramscope_trace_format::{BlockState, CounterKind, Event, EventKind, Trace};
 
@@ -81,7 +83,7 @@ pub fn initial_state(trace: &Trace, device: i16, events: &[usize]) -> Initial {
     let mut initial = Initial::default();
     // Blocks: an address whose first block event frees it was allocated before the window.
     // The value is the index of the pre-existing block the address holds, if it is one.
-    let mut live: HashMap<u64, Option<usize>> = HashMap::new();
+    let mut live: HashMap<u64, Option<usize>> = HashMap::default();
     let mut segments_live: BTreeMap<u64, u64> = BTreeMap::new();
     for &i in events {
         let Some(e) = trace.events.get(i) else { continue };

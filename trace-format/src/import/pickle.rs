@@ -233,6 +233,9 @@ impl Store {
             return Err("more than 4 billion values in containers".to_owned());
         }
         let container = *self.container(handle)?;
+        if container.resolved != Value::None {
+            return Err("an object was changed after it was complete".to_owned());
+        }
         let total = container.len as usize + items.len();
         if total > u32::MAX as usize {
             return Err("a container with more than 4 billion items".to_owned());
@@ -318,11 +321,49 @@ impl Store {
     }
 }
 
-/// Turns finished dicts into records as they are appended to lists.
+/// Turns finished dicts into records.
 pub(crate) trait Sink {
-    /// Converts, in place, the items about to be appended to a list. Items that are not
-    /// recognised are left as they are.
-    fn convert_items(&mut self, store: &mut Store, items: &mut [Value]) -> Result<(), String>;
+    /// Called with the keys and values (alternating) of a dict that is complete. Returns what
+    /// stands for it from now on, or `None` to keep it as plain data.
+    fn convert_dict(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Option<Value>, String>;
+}
+
+/// Python's pickler writes `SETITEMS` and `APPENDS` in batches of this many; a shorter batch
+/// into an empty container is the whole container.
+const PICKLER_BATCH: usize = 1000;
+
+/// Converts the items about to be appended to a list: resolved containers become what they
+/// stand for, and dicts that were completed without being converted are offered to the sink.
+fn convert_items<S: Sink>(sink: &mut S, store: &mut Store, items: &mut [Value]) -> Result<(), String> {
+    for item in items.iter_mut() {
+        let Value::Container(handle) = *item else { continue };
+        if let Some(resolved) = store.resolved(handle)? {
+            *item = resolved;
+            continue;
+        }
+        if store.kind(handle)? != ContainerKind::Dict {
+            continue;
+        }
+        let pairs = store.items(handle)?;
+        if let Some(record) = sink.convert_dict(store, &pairs)? {
+            store.resolve(handle, record)?;
+            *item = record;
+        }
+    }
+    Ok(())
+}
+
+/// A list holding only frames is a call stack: interned at once, its items never stored.
+fn as_stack(store: &mut Store, items: &[Value], frames: &mut Vec<FrameId>) -> Option<StackId> {
+    if items.is_empty() || items.len() >= PICKLER_BATCH {
+        return None;
+    }
+    frames.clear();
+    for item in items {
+        let Value::Frame(id) = *item else { return None };
+        frames.push(id);
+    }
+    Some(store.interner.stack(frames))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -352,7 +393,7 @@ struct Machine<'a, S: Sink> {
     marks: Vec<Mark>,
     store: Store,
     sink: &'a mut S,
-    scratch: Vec<Value>,
+    frames: Vec<FrameId>,
 }
 
 /// Runs the pickle in `data`, letting `sink` convert dicts as they are appended to lists.
@@ -362,16 +403,11 @@ pub(crate) fn load<S: Sink>(
     sink: &mut S,
     progress: &dyn Progress,
 ) -> Result<Loaded> {
-    let mut machine = Machine {
-        data,
-        pos: 0,
-        op_pos: 0,
-        stack: Vec::new(),
-        marks: Vec::new(),
-        store: Store::new(interner),
-        sink,
-        scratch: Vec::new(),
-    };
+    let mut store = Store::new(interner);
+    // Real snapshots memoize about one object per 80 bytes. Reserving generously costs only
+    // address space (pages are touched as they fill) and saves copying a growing memo.
+    store.memo.reserve(data.len() / 48);
+    let mut machine = Machine { data, pos: 0, op_pos: 0, stack: Vec::with_capacity(1024), marks: Vec::new(), store, sink, frames: Vec::new() };
     let root = machine.run(progress)?;
     Ok(Loaded { root, store: machine.store })
 }
@@ -402,6 +438,7 @@ impl<S: Sink> Machine<'_, S> {
         Error::Pickle { offset: self.op_pos as u64, message: message.into() }
     }
 
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&[u8]> {
         let end = self.pos.checked_add(n).filter(|&end| end <= self.data.len());
         let Some(end) = end else {
@@ -414,6 +451,7 @@ impl<S: Sink> Machine<'_, S> {
         Ok(bytes)
     }
 
+    #[inline]
     fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
@@ -454,10 +492,12 @@ impl<S: Sink> Machine<'_, S> {
         Ok(&rest[..newline])
     }
 
+    #[inline]
     fn push(&mut self, value: Value) {
         self.stack.push(value);
     }
 
+    #[inline]
     fn pop(&mut self) -> Result<Value> {
         let floor = self.marks.last().map_or(0, |m| m.stack_len);
         if self.stack.len() <= floor {
@@ -466,6 +506,7 @@ impl<S: Sink> Machine<'_, S> {
         self.stack.pop().ok_or_else(|| self.err("stack underflow"))
     }
 
+    #[inline]
     fn top(&self) -> Result<Value> {
         let floor = self.marks.last().map_or(0, |m| m.stack_len);
         if self.stack.len() <= floor {
@@ -541,6 +582,7 @@ impl<S: Sink> Machine<'_, S> {
         Err(self.err(format!("{text:?} is not an integer")))
     }
 
+    #[inline]
     fn memo_put(&mut self, index: usize) -> Result<()> {
         let value = self.top()?;
         let len = self.store.memo.len();
@@ -562,6 +604,7 @@ impl<S: Sink> Machine<'_, S> {
         Ok(())
     }
 
+    #[inline]
     fn memo_get(&mut self, index: usize) -> Result<()> {
         let value = match self.store.memo.get(index) {
             Some(Value::Missing) | None => {
@@ -617,30 +660,93 @@ impl<S: Sink> Machine<'_, S> {
         let Some(&target) = mark.stack_len.checked_sub(1).and_then(|i| self.stack.get(i)) else {
             return Err(self.err("APPENDS without a list below its MARK"));
         };
-        let mut batch = std::mem::take(&mut self.scratch);
-        batch.clear();
-        batch.extend(self.stack.drain(mark.stack_len..));
-        let result = self.append_batch(target, mark, &mut batch);
-        self.scratch = batch;
-        result
+        self.append_batch(target, mark)?;
+        self.stack.truncate(mark.stack_len);
+        Ok(())
     }
 
-    fn append_batch(&mut self, target: Value, mark: Mark, batch: &mut [Value]) -> Result<()> {
+    /// Converts and appends the batch `stack[mark.stack_len..]` in place.
+    fn append_batch(&mut self, target: Value, mark: Mark) -> Result<()> {
         let kind = match target {
             Value::Container(h) => self.store.kind(h).map_err(|m| self.err(m))?,
             _ => return Err(self.err("APPENDS applied to something that is not a list")),
         };
         let want = if kind == ContainerKind::Set { ContainerKind::Set } else { ContainerKind::List };
         let handle = self.container_arg(target, want, "APPENDS")?;
+        let start = mark.stack_len;
         if kind == ContainerKind::List {
-            self.sink.convert_items(&mut self.store, batch).map_err(|m| self.err(m))?;
+            let fresh = self.store.len(handle).map_err(|m| self.err(m))? == 0;
+            if fresh && let Some(stack) = as_stack(&mut self.store, &self.stack[start..], &mut self.frames) {
+                self.store.resolve(handle, Value::Stack(stack)).map_err(|m| self.err(m))?;
+                self.stack[start - 1] = Value::Stack(stack);
+                return Ok(());
+            }
+            if let Err(m) = convert_items(self.sink, &mut self.store, &mut self.stack[start..]) {
+                return Err(self.err(m));
+            }
         }
-        if mark.droppable && self.batch_is_droppable(&mark, batch) {
+        if mark.droppable && self.batch_is_droppable(&mark, &self.stack[start..]) {
             self.store.pool.truncate(mark.pool_len);
             self.store.chunks.truncate(mark.chunks_len);
             self.store.live_containers = mark.containers_len;
         }
-        self.append_to(handle, batch)
+        self.touched(handle);
+        match self.store.append(handle, &self.stack[start..]) {
+            Ok(()) => Ok(()),
+            Err(m) => Err(self.err(m)),
+        }
+    }
+
+    /// The hot path of snapshots: a fresh list filled with memoized frames, pickled as
+    /// `MARK (BINGET | LONG_BINGET)* APPENDS`. Scanned here without going through the stack;
+    /// anything else leaves `pos` untouched for the general machine. Returns whether it applied.
+    fn frames_list_fast_path(&mut self) -> Result<bool> {
+        let Some(&Value::Container(handle)) = self.stack.last() else { return Ok(false) };
+        match self.store.container(handle) {
+            Ok(c) if c.kind == ContainerKind::List && c.len == 0 && c.resolved == Value::None => {}
+            _ => return Ok(false),
+        }
+        let data = self.data;
+        let mut p = self.pos;
+        self.frames.clear();
+        loop {
+            let index = match data.get(p) {
+                Some(b'h') => match data.get(p + 1) {
+                    Some(&i) => {
+                        p += 2;
+                        i as usize
+                    }
+                    None => return Ok(false),
+                },
+                Some(b'j') => match data.get(p + 1..p + 5) {
+                    Some(b) => {
+                        p += 5;
+                        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+                    }
+                    None => return Ok(false),
+                },
+                Some(b'e') => break,
+                _ => return Ok(false),
+            };
+            match self.store.memo.get(index) {
+                Some(Value::Frame(id)) => self.frames.push(*id),
+                _ => return Ok(false),
+            }
+            if self.frames.len() >= PICKLER_BATCH {
+                return Ok(false);
+            }
+        }
+        if self.frames.is_empty() {
+            return Ok(false);
+        }
+        let stack = self.store.interner.stack(&self.frames);
+        self.store.resolve(handle, Value::Stack(stack)).map_err(|m| self.err(m))?;
+        if let Some(top) = self.stack.last_mut() {
+            *top = Value::Stack(stack);
+        }
+        // Past the APPENDS.
+        self.pos = p + 1;
+        Ok(true)
     }
 
     /// Whether everything built after `mark` is unreachable once `batch` holds only records.
@@ -687,6 +793,9 @@ impl<S: Sink> Machine<'_, S> {
                     return Ok(value);
                 }
                 b'(' => {
+                    if self.frames_list_fast_path()? {
+                        continue;
+                    }
                     if self.marks.len() >= MAX_MARK_DEPTH {
                         return Err(self.err(format!("MARKs nested deeper than {MAX_MARK_DEPTH}")));
                     }
@@ -855,8 +964,18 @@ impl<S: Sink> Machine<'_, S> {
                     if kind == ContainerKind::Dict && items.len() % 2 != 0 {
                         return Err(self.err("DICT with an odd number of keys and values"));
                     }
+                    if kind == ContainerKind::Dict
+                        && let Some(record) = self.sink.convert_dict(&mut self.store, &items).map_err(|m| self.err(m))?
+                    {
+                        self.push(record);
+                        continue;
+                    }
                     if kind == ContainerKind::List {
-                        self.sink.convert_items(&mut self.store, &mut items).map_err(|m| self.err(m))?;
+                        if let Some(stack) = as_stack(&mut self.store, &items, &mut self.frames) {
+                            self.push(Value::Stack(stack));
+                            continue;
+                        }
+                        convert_items(self.sink, &mut self.store, &mut items).map_err(|m| self.err(m))?;
                     }
                     let h = self.store.new_container(kind);
                     self.store.append(h, &items).map_err(|m| self.err(m))?;
@@ -867,7 +986,7 @@ impl<S: Sink> Machine<'_, S> {
                     let target = self.top()?;
                     let handle = self.container_arg(target, ContainerKind::List, "APPEND")?;
                     let mut items = [item];
-                    self.sink.convert_items(&mut self.store, &mut items).map_err(|m| self.err(m))?;
+                    convert_items(self.sink, &mut self.store, &mut items).map_err(|m| self.err(m))?;
                     self.append_to(handle, &items)?;
                 }
                 b'e' => self.appends()?,
@@ -893,15 +1012,28 @@ impl<S: Sink> Machine<'_, S> {
                         return Err(self.err("SETITEMS without a dict below its MARK"));
                     };
                     let handle = self.container_arg(target, ContainerKind::Dict, "SETITEMS")?;
-                    if (self.stack.len() - mark.stack_len) % 2 != 0 {
+                    let start = mark.stack_len;
+                    let pairs = self.stack.len() - start;
+                    if pairs % 2 != 0 {
                         return Err(self.err("SETITEMS with an odd number of keys and values"));
                     }
-                    let mut batch = std::mem::take(&mut self.scratch);
-                    batch.clear();
-                    batch.extend(self.stack.drain(mark.stack_len..));
-                    let result = self.append_to(handle, &batch);
-                    self.scratch = batch;
-                    result?;
+                    // A dict filled by one short batch is complete: convert it right away, so its
+                    // items never reach the pool.
+                    let fresh = self.store.len(handle).map_err(|m| self.err(m))? == 0;
+                    if fresh && pairs / 2 < PICKLER_BATCH {
+                        let converted = self.sink.convert_dict(&mut self.store, &self.stack[start..]);
+                        if let Some(record) = converted.map_err(|m| self.err(m))? {
+                            self.store.resolve(handle, record).map_err(|m| self.err(m))?;
+                            self.stack.truncate(start);
+                            self.stack[start - 1] = record;
+                            continue;
+                        }
+                    }
+                    self.touched(handle);
+                    if let Err(m) = self.store.append(handle, &self.stack[mark.stack_len..]) {
+                        return Err(self.err(m));
+                    }
+                    self.stack.truncate(mark.stack_len);
                 }
                 0x94 => {
                     let index = self.store.memo.len();

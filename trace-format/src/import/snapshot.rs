@@ -11,11 +11,13 @@
 
 use std::collections::HashMap;
 
-use super::pickle::{self, ContainerKind, Handle, RecordKind, Sink, Store, Value};
+use rustc_hash::FxHashMap;
+
+use super::pickle::{self, ContainerKind, RecordKind, Sink, Store, Value};
 use crate::error::{Error, Result};
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::event::{Event, EventKind, event_flags};
-use crate::model::ids::{ContextId, ProcessId, StackId, StringId};
+use crate::model::ids::{ContextId, FrameId, ProcessId, StackId, StringId};
 use crate::model::interner::{Context, Frame, Interner};
 use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
 use crate::model::oom::Oom;
@@ -142,6 +144,8 @@ struct SnapshotSink {
     entries: Vec<Entry>,
     blocks: Vec<Block>,
     segments: Vec<Segment>,
+    /// Reused buffer for the frames of the stack being resolved.
+    frames: Vec<FrameId>,
 }
 
 fn int_field(name: &str, value: Value) -> Result<u64, String> {
@@ -152,16 +156,13 @@ fn int_field(name: &str, value: Value) -> Result<u64, String> {
 
 impl SnapshotSink {
     fn new(interner: &mut Interner) -> Self {
-        Self { keys: Keys::new(interner), entries: Vec::new(), blocks: Vec::new(), segments: Vec::new() }
+        Self { keys: Keys::new(interner), entries: Vec::new(), blocks: Vec::new(), segments: Vec::new(), frames: Vec::new() }
     }
 
-    fn frame(&self, store: &mut Store, handle: Handle) -> Result<Value, String> {
-        if let Some(resolved) = store.resolved(handle)? {
-            return Ok(resolved);
-        }
+    fn frame(&self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
         let k = &self.keys;
         let (mut name, mut file, mut line) = (StringId(0), StringId(0), 0u32);
-        store.for_each_pair(handle, |key, value| {
+        for_pairs(pairs, |key, value| {
             let Value::Str(key) = key else { return Ok(()) };
             if key == k.name {
                 if let Value::Str(s) = value {
@@ -177,11 +178,10 @@ impl SnapshotSink {
             Ok(())
         })?;
         let id = store.interner.frame(Frame { function: name, file, line });
-        store.resolve(handle, Value::Frame(id))?;
         Ok(Value::Frame(id))
     }
 
-    fn stack(&self, store: &mut Store, value: Value) -> Result<StackId, String> {
+    fn stack(&mut self, store: &mut Store, value: Value) -> Result<StackId, String> {
         let handle = match value {
             Value::Stack(id) => return Ok(id),
             Value::None | Value::Missing => return Ok(StackId(0)),
@@ -197,25 +197,44 @@ impl SnapshotSink {
         if !matches!(store.kind(handle)?, ContainerKind::List | ContainerKind::Tuple) {
             return Err("'frames' should be a list of frames".to_owned());
         }
-        let items = store.items(handle)?;
-        let mut frames = Vec::with_capacity(items.len());
-        for item in items {
-            let frame = match item {
-                Value::Frame(id) => id,
-                Value::Container(h) if store.kind(h)? == ContainerKind::Dict => match self.frame(store, h)? {
-                    Value::Frame(id) => id,
-                    _ => return Err("a frame is not a dict of name, filename and line".to_owned()),
-                },
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        let mut dicts = Vec::new();
+        store.for_each_item(handle, |item| {
+            match item {
+                Value::Frame(id) => frames.push(id),
+                Value::Container(h) => {
+                    // Resolved below, outside the borrow of the store.
+                    dicts.push((frames.len(), h));
+                    frames.push(FrameId(0));
+                }
                 other => return Err(format!("a frame should be a dict, found {other:?}")),
+            }
+            Ok(())
+        })?;
+        for (index, h) in dicts {
+            let id = match store.resolved(h)? {
+                Some(Value::Frame(id)) => id,
+                Some(_) => return Err("a frame should be a dict of name, filename and line".to_owned()),
+                None if store.kind(h)? == ContainerKind::Dict => {
+                    let pairs = store.items(h)?;
+                    let Value::Frame(id) = self.frame(store, &pairs)? else {
+                        return Err("a frame is not a dict of name, filename and line".to_owned());
+                    };
+                    store.resolve(h, Value::Frame(id))?;
+                    id
+                }
+                None => return Err("a frame should be a dict of name, filename and line".to_owned()),
             };
-            frames.push(frame);
+            frames[index] = id;
         }
         let id = store.interner.stack(&frames);
+        self.frames = frames;
         store.resolve(handle, Value::Stack(id))?;
         Ok(id)
     }
 
-    fn entry(&mut self, store: &mut Store, handle: Handle) -> Result<Value, String> {
+    fn entry(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
         let mut entry = Entry {
             action: Action::Unknown(StringId(0)),
             addr: 0,
@@ -231,7 +250,7 @@ impl SnapshotSink {
         let mut context = Context::default();
         let k = &self.keys;
         let mut failure = None;
-        store.for_each_pair(handle, |key, value| {
+        for_pairs(pairs, |key, value| {
             let Value::Str(key) = key else { return Ok(()) };
             if key == k.action {
                 let Value::Str(action) = value else {
@@ -278,19 +297,17 @@ impl SnapshotSink {
         entry.context = store.interner.context(context);
         let index = self.entries.len() as u32;
         self.entries.push(entry);
-        let record = Value::Record(RecordKind::Entry, index);
-        store.resolve(handle, record)?;
-        Ok(record)
+        Ok(Value::Record(RecordKind::Entry, index))
     }
 
-    fn block(&mut self, store: &mut Store, handle: Handle) -> Result<Value, String> {
+    fn block(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
         let k = &self.keys;
         let mut block =
             Block { address: 0, size_bytes: 0, requested_bytes: 0, state: BlockState::Inactive, stack: StackId(0) };
         let mut requested = None;
         let mut frames = Value::None;
         let mut history = Value::None;
-        store.for_each_pair(handle, |key, value| {
+        for_pairs(pairs, |key, value| {
             let Value::Str(key) = key else { return Ok(()) };
             if key == k.address || key == k.addr {
                 block.address = int_field("address", value)?;
@@ -342,12 +359,10 @@ impl SnapshotSink {
         block.stack = self.stack(store, frames)?;
         let index = self.blocks.len() as u32;
         self.blocks.push(block);
-        let record = Value::Record(RecordKind::Block, index);
-        store.resolve(handle, record)?;
-        Ok(record)
+        Ok(Value::Record(RecordKind::Block, index))
     }
 
-    fn segment(&mut self, store: &mut Store, handle: Handle) -> Result<Value, String> {
+    fn segment(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
         let k = &self.keys;
         let mut segment = Segment {
             device: 0,
@@ -364,7 +379,7 @@ impl SnapshotSink {
         let mut frames = Value::None;
         let mut blocks = Value::None;
         let mut pool_id = Value::None;
-        store.for_each_pair(handle, |key, value| {
+        for_pairs(pairs, |key, value| {
             let Value::Str(key) = key else { return Ok(()) };
             if key == k.device {
                 segment.device = value
@@ -404,7 +419,10 @@ impl SnapshotSink {
         if let Value::Container(h) = blocks {
             for item in store.items(h)? {
                 let record = match item {
-                    Value::Container(b) if store.kind(b)? == ContainerKind::Dict => self.block(store, b)?,
+                    Value::Container(b) if store.kind(b)? == ContainerKind::Dict => {
+                        let block_pairs = store.items(b)?;
+                        self.block(store, &block_pairs)?
+                    }
                     other => other,
                 };
                 let Value::Record(RecordKind::Block, index) = record else {
@@ -417,51 +435,45 @@ impl SnapshotSink {
         segment.blocks.sort_by_key(|b| b.address);
         let index = self.segments.len() as u32;
         self.segments.push(segment);
-        let record = Value::Record(RecordKind::Segment, index);
-        store.resolve(handle, record)?;
-        Ok(record)
+        Ok(Value::Record(RecordKind::Segment, index))
     }
 }
 
 impl Sink for SnapshotSink {
-    fn convert_items(&mut self, store: &mut Store, items: &mut [Value]) -> Result<(), String> {
-        for item in items.iter_mut() {
-            let Value::Container(handle) = *item else { continue };
-            if store.kind(handle)? != ContainerKind::Dict {
-                continue;
+    fn convert_dict(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Option<Value>, String> {
+        let k = &self.keys;
+        let (mut action, mut total_size, mut state, mut history, mut name, mut filename) =
+            (false, false, false, false, false, false);
+        for key in pairs.iter().step_by(2) {
+            if let Value::Str(key) = *key {
+                action |= key == k.action;
+                total_size |= key == k.total_size;
+                state |= key == k.state;
+                history |= key == k.history;
+                name |= key == k.name;
+                filename |= key == k.filename;
             }
-            if let Some(resolved) = store.resolved(handle)? {
-                *item = resolved;
-                continue;
-            }
-            let k = &self.keys;
-            let (mut action, mut total_size, mut state, mut history, mut name, mut filename) =
-                (false, false, false, false, false, false);
-            store.for_each_pair(handle, |key, _| {
-                if let Value::Str(key) = key {
-                    action |= key == k.action;
-                    total_size |= key == k.total_size;
-                    state |= key == k.state;
-                    history |= key == k.history;
-                    name |= key == k.name;
-                    filename |= key == k.filename;
-                }
-                Ok(())
-            })?;
-            *item = if action {
-                self.entry(store, handle)?
-            } else if total_size {
-                self.segment(store, handle)?
-            } else if state || history {
-                self.block(store, handle)?
-            } else if name && filename {
-                self.frame(store, handle)?
-            } else {
-                continue;
-            };
         }
-        Ok(())
+        Ok(Some(if action {
+            self.entry(store, pairs)?
+        } else if total_size {
+            self.segment(store, pairs)?
+        } else if state || history {
+            self.block(store, pairs)?
+        } else if name && filename {
+            self.frame(store, pairs)?
+        } else {
+            return Ok(None);
+        }))
     }
+}
+
+/// Calls `f` with each key and value of a dict's alternating items.
+fn for_pairs(pairs: &[Value], mut f: impl FnMut(Value, Value) -> Result<(), String>) -> Result<(), String> {
+    for pair in pairs.chunks_exact(2) {
+        f(pair[0], pair[1])?;
+    }
+    Ok(())
 }
 
 /// Converts a generic part of the pickle to JSON, bounded in depth and size.
@@ -528,6 +540,8 @@ fn structure(message: impl Into<String>) -> Error {
 pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
     let mut interner = Interner::new();
     let mut sink = SnapshotSink::new(&mut interner);
+    // A trace entry takes at least ~60 bytes of pickle; see `pickle::load` on reserving.
+    sink.entries.reserve(data.len() / 64);
     let loaded = pickle::load(data, interner, &mut sink, progress)?;
     let store = loaded.store;
     let mut warnings = Vec::new();
@@ -587,7 +601,8 @@ pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported>
     }
     segments.sort_by_key(|s| (s.device, s.address));
 
-    let mut per_device: Vec<Vec<Entry>> = Vec::new();
+    // Per device, indices into the sink's entries (copying the entries would double the memory).
+    let mut per_device: Vec<Vec<u32>> = Vec::new();
     if let Value::Container(h) = traces_value {
         for (device, list) in store.items(h).map_err(structure)?.into_iter().enumerate() {
             let mut entries = Vec::new();
@@ -596,8 +611,8 @@ pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported>
                     let Value::Record(RecordKind::Entry, index) = item else {
                         return Err(structure(format!("device_traces[{device}][{i}] is not a trace entry dict")));
                     };
-                    if let Some(entry) = sink.entries.get(index as usize) {
-                        entries.push(*entry);
+                    if (index as usize) < sink.entries.len() {
+                        entries.push(index);
                     }
                 }
             }
@@ -610,8 +625,7 @@ pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported>
         v => to_json(&store, v, 0, &mut budget).map_err(|m| structure(format!("external_annotations: {m}")))?,
     };
     let interner = store.interner;
-    drop(sink);
-    build_trace(interner, segments, per_device, &external, settings, extra, &mut warnings)
+    build_trace(interner, segments, &sink.entries, per_device, &external, settings, extra, &mut warnings)
         .map(|trace| Imported { trace, warnings, format: SourceFormat::PytorchSnapshot })
 }
 
@@ -623,9 +637,9 @@ fn estimated_block_size(requested: u64) -> u64 {
 /// Trace entries record the requested size only. A block still alive at the end of the trace is
 /// in the final segment state with its real size; every other size is estimated with the
 /// allocator's default rounding and flagged as such. Frees take the size of their alloc.
-fn settle_sizes(events: &mut [Event], final_blocks: &HashMap<u64, Block>) {
+fn settle_sizes(events: &mut [Event], final_blocks: &FxHashMap<u64, Block>) {
     const NONE: u32 = u32::MAX;
-    let mut live: HashMap<u64, u32> = HashMap::new();
+    let mut live: FxHashMap<u64, u32> = FxHashMap::default();
     let mut paired = vec![NONE; events.len()];
     for (i, event) in events.iter().enumerate() {
         match event.kind {
@@ -738,16 +752,19 @@ fn external_spans(
     spans
 }
 
+#[allow(clippy::too_many_arguments)]
 fn build_trace(
     mut interner: Interner,
     segments: Vec<Segment>,
-    per_device: Vec<Vec<Entry>>,
+    all_entries: &[Entry],
+    per_device: Vec<Vec<u32>>,
     external: &serde_json::Value,
     allocator_settings: serde_json::Value,
     extra: serde_json::Map<String, serde_json::Value>,
     warnings: &mut Vec<String>,
 ) -> Result<Trace> {
-    let has_time = per_device.iter().flatten().any(|e| e.time_us.is_some());
+    let entry_at = |index: u32| all_entries.get(index as usize);
+    let has_time = per_device.iter().flatten().filter_map(|&i| entry_at(i)).any(|e| e.time_us.is_some());
     let mut events = Vec::with_capacity(per_device.iter().map(Vec::len).sum());
     let mut ooms = Vec::new();
     let mut annotations = Vec::new();
@@ -759,7 +776,7 @@ fn build_trace(
         if !entries.is_empty() {
             devices.push(device);
         }
-        let final_blocks: HashMap<u64, Block> = segments
+        let final_blocks: FxHashMap<u64, Block> = segments
             .iter()
             .filter(|s| s.device == device)
             .flat_map(|s| s.blocks.iter())
@@ -768,7 +785,7 @@ fn build_trace(
             .collect();
         let mut device_events = Vec::with_capacity(entries.len());
         let mut last_time_ns = 0i64;
-        for (i, entry) in entries.iter().enumerate() {
+        for (i, entry) in entries.iter().filter_map(|&i| entry_at(i)).enumerate() {
             let time_ns = match entry.time_us {
                 Some(us) => us.saturating_mul(1000),
                 None if has_time => last_time_ns,
@@ -823,7 +840,11 @@ fn build_trace(
             }
         }
         settle_sizes(&mut device_events, &final_blocks);
-        events.extend(device_events);
+        if events.is_empty() {
+            events = device_events;
+        } else {
+            events.extend(device_events);
+        }
     }
     let mut unknown: Vec<_> = unknown_actions.into_iter().collect();
     unknown.sort();

@@ -1,6 +1,6 @@
 //! Interned strings, frames, stacks and event contexts, shared by every event of a trace.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use super::ids::{ContextId, FrameId, StackId, StringId};
 
@@ -37,7 +37,9 @@ pub struct Interner {
     frame_ids: HashMap<Frame, FrameId>,
     stack_ranges: Vec<(u32, u32)>,
     stack_frames: Vec<FrameId>,
-    stack_ids: HashMap<Box<[FrameId]>, StackId>,
+    /// Stacks by [`stack_hash`]: the first stack with each hash, then any others (rare).
+    stack_ids: HashMap<u64, StackId>,
+    stack_collisions: Vec<(u64, StackId)>,
     contexts: Vec<Context>,
     context_ids: HashMap<Context, ContextId>,
 }
@@ -53,14 +55,15 @@ impl Interner {
     pub fn new() -> Self {
         let mut interner = Self {
             strings: Vec::new(),
-            string_ids: HashMap::new(),
+            string_ids: HashMap::default(),
             frames: Vec::new(),
-            frame_ids: HashMap::new(),
+            frame_ids: HashMap::default(),
             stack_ranges: Vec::new(),
             stack_frames: Vec::new(),
-            stack_ids: HashMap::new(),
+            stack_ids: HashMap::default(),
+            stack_collisions: Vec::new(),
             contexts: Vec::new(),
-            context_ids: HashMap::new(),
+            context_ids: HashMap::default(),
         };
         interner.string("");
         interner.stack(&[]);
@@ -98,14 +101,24 @@ impl Interner {
 
     /// Interns a stack given innermost frame first.
     pub fn stack(&mut self, frames: &[FrameId]) -> StackId {
-        if let Some(&id) = self.stack_ids.get(frames) {
-            return id;
+        let hash = stack_hash(frames);
+        if let Some(&id) = self.stack_ids.get(&hash) {
+            if self.frames_of(id) == frames {
+                return id;
+            }
+            if let Some(&(_, id)) = self.stack_collisions.iter().find(|&&(h, id)| h == hash && self.frames_of(id) == frames) {
+                return id;
+            }
         }
         let id = StackId(self.stack_ranges.len() as u32);
         let start = self.stack_frames.len() as u32;
         self.stack_frames.extend_from_slice(frames);
         self.stack_ranges.push((start, frames.len() as u32));
-        self.stack_ids.insert(frames.into(), id);
+        if self.stack_ids.contains_key(&hash) {
+            self.stack_collisions.push((hash, id));
+        } else {
+            self.stack_ids.insert(hash, id);
+        }
         id
     }
 
@@ -143,6 +156,40 @@ impl Interner {
     /// The context behind an id (the empty context for an id this table does not hold).
     pub fn context_of(&self, id: ContextId) -> Context {
         self.contexts.get(id.index()).copied().unwrap_or_default()
+    }
+
+    /// The sizes of the tables, to undo additions with [`Interner::truncate`].
+    pub fn lens(&self) -> [usize; 4] {
+        [self.strings.len(), self.frames.len(), self.stack_ranges.len(), self.contexts.len()]
+    }
+
+    /// Drops entries added after `lens` was taken (never the built-in id-0 entries).
+    pub fn truncate(&mut self, lens: [usize; 4]) {
+        let [strings, frames, stacks, contexts] = lens;
+        for text in self.strings.drain(strings.max(1)..) {
+            self.string_ids.remove(&text);
+        }
+        for frame in self.frames.drain(frames..) {
+            self.frame_ids.remove(&frame);
+        }
+        let keep = stacks.max(1);
+        if let Some(&(start, _)) = self.stack_ranges.get(keep) {
+            let removed: Vec<u64> = self.stack_ranges[keep..]
+                .iter()
+                .map(|&(s, l)| stack_hash(&self.stack_frames[s as usize..(s + l) as usize]))
+                .collect();
+            for hash in removed {
+                if self.stack_ids.get(&hash).is_some_and(|id| id.index() >= keep) {
+                    self.stack_ids.remove(&hash);
+                }
+            }
+            self.stack_collisions.retain(|&(_, id)| id.index() < keep);
+            self.stack_ranges.truncate(keep);
+            self.stack_frames.truncate(start as usize);
+        }
+        for context in self.contexts.drain(contexts.max(1)..) {
+            self.context_ids.remove(&context);
+        }
     }
 
     /// Number of interned strings (including the empty string).
@@ -190,6 +237,21 @@ impl Interner {
     }
 }
 
+/// A fast 64-bit hash of a stack's frame ids, two ids per step.
+fn stack_hash(frames: &[FrameId]) -> u64 {
+    const K: u64 = 0xf135_7aea_2e62_a9c5;
+    let mut hash = frames.len() as u64;
+    let mut pairs = frames.chunks_exact(2);
+    for pair in &mut pairs {
+        let word = u64::from(pair[0].0) | (u64::from(pair[1].0) << 32);
+        hash = (hash.rotate_left(26) ^ word).wrapping_mul(K);
+    }
+    if let [last] = pairs.remainder() {
+        hash = (hash.rotate_left(26) ^ u64::from(last.0)).wrapping_mul(K);
+    }
+    hash ^ (hash >> 29)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,5 +274,25 @@ mod tests {
         assert_eq!(interner.frames_of(s), &[f1, f2]);
         assert_eq!(interner.frames_of(StackId(999)), &[] as &[FrameId]);
         assert_eq!(interner.context(Context::default()), ContextId(0));
+    }
+
+    #[test]
+    fn truncate_forgets_later_entries() {
+        let mut interner = Interner::new();
+        let a = interner.string("a");
+        let f = interner.frame(Frame { function: a, file: a, line: 1 });
+        let s = interner.stack(&[f]);
+        let lens = interner.lens();
+        let b = interner.string("b");
+        let g = interner.frame(Frame { function: b, file: b, line: 2 });
+        interner.stack(&[f, g]);
+        interner.context(Context { compile_context: b, user_metadata: a });
+        interner.truncate(lens);
+        assert_eq!(interner.lens(), lens);
+        assert_eq!(interner.find_string("b"), None);
+        assert_eq!(interner.stack(&[f]), s);
+        // Re-adding after truncation gives the same ids as the first time.
+        assert_eq!(interner.string("b"), b);
+        assert_eq!(interner.frame(Frame { function: b, file: b, line: 2 }), g);
     }
 }

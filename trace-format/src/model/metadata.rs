@@ -78,8 +78,10 @@ pub struct ProcessInfo {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
 pub struct Metadata {
     /// The format the trace was first read from.
+    #[serde(default)]
     pub source_format: SourceFormat,
     /// What the timestamps mean.
+    #[serde(default)]
     pub clock: Clock,
     /// Version of the tool that wrote the trace.
     #[serde(default)]

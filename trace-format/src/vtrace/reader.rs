@@ -168,7 +168,7 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
         }
         ChunkKind::Events => decode_events(&mut c, &ids, &mut trace.events).map_err(|e| e.unwrap_or_else(|| malformed(Malformed)))?,
         ChunkKind::Segments => {
-            let n = c.count(12).map_err(malformed)?;
+            let n = c.count(11).map_err(malformed)?;
             for _ in 0..n {
                 let mut s = Segment {
                     device: device(c.sv().map_err(malformed)?)?,
@@ -234,7 +234,7 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
             }
         }
         ChunkKind::Counters => {
-            let n = c.count(7).map_err(malformed)?;
+            let n = c.count(6).map_err(malformed)?;
             for _ in 0..n {
                 let kind_bytes = [c.u8().map_err(malformed)?, c.u8().map_err(malformed)?];
                 let kind = CounterKind::from_bytes(kind_bytes).ok_or("unknown counter kind")?;
@@ -344,6 +344,46 @@ fn decode_events(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Event>) -> Result<
     result
 }
 
+/// Table sizes before a chunk is decoded, to undo a chunk that turns out damaged.
+struct Lens {
+    interner: [usize; 4],
+    events: usize,
+    segments: usize,
+    annotations: usize,
+    ooms: usize,
+    counters: usize,
+    last_counter_samples: usize,
+    tags: usize,
+}
+
+impl Lens {
+    fn of(trace: &Trace) -> Self {
+        Self {
+            interner: trace.interner.lens(),
+            events: trace.events.len(),
+            segments: trace.segments.len(),
+            annotations: trace.annotations.len(),
+            ooms: trace.ooms.len(),
+            counters: trace.counters.len(),
+            last_counter_samples: trace.counters.last().map_or(0, |c| c.samples.len()),
+            tags: trace.tags.len(),
+        }
+    }
+
+    fn restore(&self, trace: &mut Trace) {
+        trace.interner.truncate(self.interner);
+        trace.events.truncate(self.events);
+        trace.segments.truncate(self.segments);
+        trace.annotations.truncate(self.annotations);
+        trace.ooms.truncate(self.ooms);
+        trace.counters.truncate(self.counters);
+        if let Some(last) = trace.counters.last_mut() {
+            last.samples.truncate(self.last_counter_samples);
+        }
+        trace.tags.truncate(self.tags);
+    }
+}
+
 /// Reads a `.vtrace` from its bytes.
 ///
 /// A damaged or truncated tail is not an error: everything before it is returned with a
@@ -410,6 +450,10 @@ pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
         }
         let payload: &[u8] = match codec {
             0 if stored.len() == raw_len as usize => stored,
+            0 => {
+                damage = Some(fail("a stored chunk's two lengths differ".to_owned()));
+                break;
+            }
             1 => {
                 raw.resize(raw_len as usize, 0);
                 match zstd::bulk::decompress_to_buffer(stored, raw.as_mut_slice()) {
@@ -429,7 +473,10 @@ pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
             // Chunks of kinds a later minor revision may add are skipped.
             None => {}
             Some(kind) => {
+                let before = Lens::of(&trace);
                 if let Err(reason) = decode_chunk(&mut trace, kind, payload) {
+                    // A damaged chunk contributes nothing, not even its first records.
+                    before.restore(&mut trace);
                     damage = Some(fail(reason));
                     break;
                 }

@@ -290,7 +290,8 @@ impl<W: Write> Writer<W> {
 /// Encodes events column by column: each column's values are alike, which zstd compresses well.
 fn encode_events(out: &mut Vec<u8>, events: &[Event]) {
     put_uv(out, events.len() as u64);
-    out.extend(events.iter().map(|e| (e.kind as u8) | (e.flags << 4)));
+    // Flags take the high nibble: four flag bits are all version 1 has room for.
+    out.extend(events.iter().map(|e| (e.kind as u8) | ((e.flags & 0x0f) << 4)));
     let mut previous = 0i64;
     for e in events {
         put_sv(out, e.time_ns.wrapping_sub(previous));
