@@ -12,7 +12,13 @@ pub fn bytes(value: u64) -> String {
         scaled /= 1024.0;
         unit += 1;
     }
-    let digits = if scaled >= 100.0 { 0 } else if scaled >= 10.0 { 1 } else { 2 };
+    let digits = if scaled >= 100.0 {
+        0
+    } else if scaled >= 10.0 {
+        1
+    } else {
+        2
+    };
     format!("{scaled:.digits$} {}", UNITS[unit])
 }
 

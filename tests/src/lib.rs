@@ -85,12 +85,7 @@ pub fn run_python(script: &Path, args: &[&std::ffi::OsStr]) -> String {
         Ok(output) => output,
         Err(e) => panic!("cannot run {}: {e}", python()),
     };
-    assert!(
-        output.status.success(),
-        "{} failed:\n{}",
-        script.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{} failed:\n{}", script.display(), String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 

@@ -24,7 +24,9 @@ fn text_summary_is_readable() {
     let output = vramscope(&["info".as_ref(), file.as_os_str()]);
     assert!(output.status.success());
     let text = String::from_utf8_lossy(&output.stdout);
-    for expected in ["PyTorch memory snapshot", "19,770 allocator events", "cuda:0", "peak allocated  51.3 GiB", "1,010 segments"] {
+    for expected in
+        ["PyTorch memory snapshot", "19,770 allocator events", "cuda:0", "peak allocated  51.3 GiB", "1,010 segments"]
+    {
         assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
     }
 }
@@ -42,7 +44,10 @@ fn bad_input_gives_clear_errors_and_exit_status_2() {
     info_fails(&write("notes.pickle", b"just some text"), "not a format vramscope reads");
     let snapshot = std::fs::read(fixtures_dir().join("pytorch-snapshots/mosaic_output.pickle")).unwrap_or_default();
     info_fails(&write("truncated.pickle", &snapshot[..snapshot.len() / 2]), "truncated");
-    info_fails(&write("evil.pickle", b"\x80\x02cos\nsystem\nq\x00X\x02\x00\x00\x00idq\x01\x85q\x02Rq\x03."), "refusing");
+    info_fails(
+        &write("evil.pickle", b"\x80\x02cos\nsystem\nq\x00X\x02\x00\x00\x00idq\x01\x85q\x02Rq\x03."),
+        "refusing",
+    );
     info_fails(&write("half.json", b"{\"traceEvents\": [{\"ph\": \"i\", "), "malformed JSON");
     info_fails(&write("future.vtrace", b"\x89VTRACE\n\x07\x00\x00\x00\x00\x00\x00\x00"), "newer than this vramscope");
 }

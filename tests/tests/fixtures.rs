@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 use vramscope_e2e::{all_fixtures, fixtures_dir, info_json, reference, run_python_code, vramscope};
 
-fn device<'a>(json: &'a Value, device: i64) -> &'a Value {
+fn device(json: &Value, device: i64) -> &Value {
     json["devices"]
         .as_array()
         .and_then(|ds| ds.iter().find(|d| d["device"].as_i64() == Some(device)))
@@ -48,7 +48,8 @@ fn check_snapshot(file: &Path, with_time: bool) {
 
 #[test]
 fn snapshots_match_segsum_and_an_independent_replay() {
-    let snapshots: Vec<_> = all_fixtures().into_iter().filter(|p| p.extension().is_some_and(|e| e == "pickle")).collect();
+    let snapshots: Vec<_> =
+        all_fixtures().into_iter().filter(|p| p.extension().is_some_and(|e| e == "pickle")).collect();
     assert!(snapshots.len() >= 5, "fixtures missing from {}", fixtures_dir().display());
     for file in snapshots {
         check_snapshot(&file, true);
@@ -150,7 +151,10 @@ fn memory_timelines_keep_their_categories() {
         // The final row: parameters, gradients and Adam state of the MLP, exactly.
         let params = 33_574_912u64;
         assert_eq!(theirs["final_categories"]["parameter"].as_u64(), Some(params));
-        assert_eq!(o["allocated_bytes"].as_u64(), theirs["final_categories"].as_object().map(|m| m.values().filter_map(Value::as_u64).sum()));
+        assert_eq!(
+            o["allocated_bytes"].as_u64(),
+            theirs["final_categories"].as_object().map(|m| m.values().filter_map(Value::as_u64).sum())
+        );
     }
 }
 
@@ -173,7 +177,10 @@ fn convert_then_info_prints_the_same_numbers() {
         assert_eq!(source, converted, "{}", file.display());
         // Snapshots shrink to far less than a third of the pickle.
         if file.extension().is_some_and(|e| e == "pickle") {
-            let (a, b) = (std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0), std::fs::metadata(&out).map(|m| m.len()).unwrap_or(u64::MAX));
+            let (a, b) = (
+                std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0),
+                std::fs::metadata(&out).map(|m| m.len()).unwrap_or(u64::MAX),
+            );
             assert!(b * 3 <= a, "{}: {b} bytes from {a}", file.display());
         }
     }

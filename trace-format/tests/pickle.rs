@@ -144,11 +144,7 @@ fn hostile_structure_gives_clear_errors() {
             P::default().proto(4).op(0x8d).raw(&(1u64 << 62).to_le_bytes()).stop(),
             "runs past the end of the file",
         ),
-        (
-            "huge memo put",
-            P::default().proto(4).op(b'N').op(b'r').raw(&u32::MAX.to_le_bytes()).stop(),
-            "far beyond",
-        ),
+        ("huge memo put", P::default().proto(4).op(b'N').op(b'r').raw(&u32::MAX.to_le_bytes()).stop(), "far beyond"),
         ("no STOP", P::default().proto(4).op(EMPTY_DICT).0, "ends before the pickle's STOP"),
         ("empty stack", P::default().proto(4).op(APPEND).stop(), "stack is empty"),
         ("APPENDS without MARK", P::default().proto(4).op(EMPTY_LIST).op(APPENDS).stop(), "needs a MARK"),
@@ -238,4 +234,3 @@ fn wrong_formats_are_named() {
     let message = load(b"\x1f\x8b\x08\x00garbage").unwrap_err().to_string();
     assert!(message.contains("gzip"), "{message}");
 }
-

@@ -103,12 +103,7 @@ fn truncation_anywhere_keeps_every_whole_chunk() {
         }
     }
     // Cutting right after the events chunks keeps all events.
-    let events_end = offsets
-        .windows(2)
-        .filter(|w| bytes[w[0]] == 6)
-        .map(|w| w[1])
-        .max()
-        .unwrap();
+    let events_end = offsets.windows(2).filter(|w| bytes[w[0]] == 6).map(|w| w[1]).max().unwrap();
     let loaded = vtrace::read(&bytes[..events_end], &NoProgress).unwrap();
     assert_eq!(loaded.trace.events, trace.events);
     assert!(loaded.damage.unwrap().to_string().contains("cut short"));

@@ -92,8 +92,8 @@ pub fn initial_state(trace: &Trace, device: i16, events: &[usize]) -> Initial {
                 live.insert(e.address, None);
             }
             EventKind::FreeRequested => {
-                if !live.contains_key(&e.address) {
-                    live.insert(e.address, Some(initial.blocks.len()));
+                if let std::collections::hash_map::Entry::Vacant(slot) = live.entry(e.address) {
+                    slot.insert(Some(initial.blocks.len()));
                     initial.blocks.push(PreexistingBlock {
                         address: e.address,
                         size_bytes: e.size_bytes,
@@ -121,10 +121,8 @@ pub fn initial_state(trace: &Trace, device: i16, events: &[usize]) -> Initial {
             k if adds_reserved(k) => {
                 segments_live.insert(e.address, e.size_bytes);
             }
-            k if removes_reserved(k) => {
-                if segments_live.remove(&e.address).is_none() {
-                    initial.reserved_bytes += e.size_bytes;
-                }
+            k if removes_reserved(k) && segments_live.remove(&e.address).is_none() => {
+                initial.reserved_bytes += e.size_bytes;
             }
             _ => {}
         }
@@ -152,12 +150,8 @@ pub fn initial_state(trace: &Trace, device: i16, events: &[usize]) -> Initial {
     }
     // Profiler traces report the running total: memory they never show being allocated.
     let known = initial.allocated_bytes();
-    if let Some(reported) = trace
-        .metadata
-        .devices
-        .iter()
-        .find(|d| d.device == device)
-        .and_then(|d| d.initial_allocated_bytes)
+    if let Some(reported) =
+        trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.initial_allocated_bytes)
     {
         // Pre-existing blocks the trace frees are part of the reported total already.
         if reported > known {
@@ -248,11 +242,8 @@ fn apply(point: &mut Point, e: &Event) {
 }
 
 fn replay_counters(trace: &Trace, device: i16, mut visit: impl FnMut(Option<usize>, Point)) -> Point {
-    let categories: Vec<_> = trace
-        .counters
-        .iter()
-        .filter(|c| c.device == device && matches!(c.kind, CounterKind::Category(_)))
-        .collect();
+    let categories: Vec<_> =
+        trace.counters.iter().filter(|c| c.device == device && matches!(c.kind, CounterKind::Category(_))).collect();
     let allocated = trace.counters.iter().find(|c| c.device == device && c.kind == CounterKind::Allocated);
     let reserved = trace.counters.iter().find(|c| c.device == device && c.kind == CounterKind::Reserved);
     let mut times: Vec<i64> = categories

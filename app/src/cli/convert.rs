@@ -36,7 +36,10 @@ pub fn run(input: &Path, output: &Path, force: bool, out: &mut dyn Write) -> Res
     trace.metadata.tool_version = env!("CARGO_PKG_VERSION").to_owned();
     let writer = vramscope_trace_format::vtrace::write(&trace, BufWriter::new(temp))
         .with_context(|| format!("cannot write {}", output.display()))?;
-    let temp = writer.into_inner().map_err(|e| e.into_error()).with_context(|| format!("cannot write {}", output.display()))?;
+    let temp = writer
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("cannot write {}", output.display()))?;
     temp.as_file().sync_all().with_context(|| format!("cannot write {}", output.display()))?;
     let written = temp.as_file().metadata()?.len();
     if force {

@@ -85,14 +85,21 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
         at(clock, start_ns, d.peak_allocated_time_us),
         bytes(d.peak_requested_bytes)
     )?;
-    writeln!(out, "  peak reserved   {}{}", bytes(d.peak_reserved_bytes), at(clock, start_ns, d.peak_reserved_time_us))?;
+    writeln!(
+        out,
+        "  peak reserved   {}{}",
+        bytes(d.peak_reserved_bytes),
+        at(clock, start_ns, d.peak_reserved_time_us)
+    )?;
     if !d.categories_at_peak.is_empty() {
         let total: u64 = d.categories_at_peak.values().sum();
         let mut categories: Vec<_> = d.categories_at_peak.iter().collect();
         categories.sort_by(|a, b| b.1.cmp(a.1));
         let parts: Vec<String> = categories
             .iter()
-            .map(|&(name, &value)| format!("{name} {} ({:.0}%)", bytes(value), 100.0 * value as f64 / total.max(1) as f64))
+            .map(|&(name, &value)| {
+                format!("{name} {} ({:.0}%)", bytes(value), 100.0 * value as f64 / total.max(1) as f64)
+            })
             .collect();
         writeln!(out, "  at the peak     {} live blocks: {}", count(d.live_blocks_at_peak), parts.join(", "))?;
     }

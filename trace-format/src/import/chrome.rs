@@ -80,7 +80,11 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
         return Err(Error::Cancelled);
     }
     let file: File<'_> = if data.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-        File { trace_events: serde_json::from_slice(data)?, base_time_ns: None, device_properties: serde_json::Value::Null }
+        File {
+            trace_events: serde_json::from_slice(data)?,
+            base_time_ns: None,
+            device_properties: serde_json::Value::Null,
+        }
     } else {
         serde_json::from_slice(data).map_err(|e| {
             if e.is_data() && e.to_string().contains("traceEvents") {
@@ -217,13 +221,25 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
         clock: if file.base_time_ns.is_some() { Clock::UnixNs } else { Clock::MonotonicNs },
         tool_version: String::new(),
         devices,
-        processes: vec![ProcessInfo { pid: pids.first().and_then(|&p| u32::try_from(p).ok()), ..ProcessInfo::default() }],
+        processes: vec![ProcessInfo {
+            pid: pids.first().and_then(|&p| u32::try_from(p).ok()),
+            ..ProcessInfo::default()
+        }],
         allocator_settings: serde_json::Value::Null,
         extra,
     };
     progress.update(data.len() as u64, data.len() as u64);
     Ok(Imported {
-        trace: Trace { metadata, interner, events, segments: Vec::new(), annotations, ooms: Vec::new(), counters, tags: Vec::new() },
+        trace: Trace {
+            metadata,
+            interner,
+            events,
+            segments: Vec::new(),
+            annotations,
+            ooms: Vec::new(),
+            counters,
+            tags: Vec::new(),
+        },
         warnings,
         format: SourceFormat::ChromeTrace,
     })

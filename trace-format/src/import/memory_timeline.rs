@@ -87,7 +87,11 @@ pub fn import_json(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
     if !progress.update(data.len() as u64, data.len() as u64) {
         return Err(Error::Cancelled);
     }
-    let shape = || Error::Structure("not a memory timeline: expected [times, sizes] or [[t, action, bytes, category], ...]".to_owned());
+    let shape = || {
+        Error::Structure(
+            "not a memory timeline: expected [times, sizes] or [[t, action, bytes, category], ...]".to_owned(),
+        )
+    };
     let outer = value.as_array().ok_or_else(shape)?;
     // The raw export, uncompressed: a list of 4-number records.
     if outer.first().and_then(|v| v.as_array()).is_some_and(|r| r.len() == 4 && r.iter().all(|x| x.is_number()))
@@ -130,7 +134,8 @@ fn import_raw_records(records: &[serde_json::Value]) -> Result<Imported> {
         let bad = || Error::Structure(format!("raw memory timeline record {i} is not [time, action, bytes, category]"));
         let fields = record.as_array().ok_or_else(bad)?;
         let [t, action, bytes, category] = fields.as_slice() else { return Err(bad()) };
-        let (Some(t), Some(action), Some(bytes), Some(category)) = (t.as_i64(), action.as_i64(), bytes.as_i64(), category.as_u64())
+        let (Some(t), Some(action), Some(bytes), Some(category)) =
+            (t.as_i64(), action.as_i64(), bytes.as_i64(), category.as_u64())
         else {
             return Err(bad());
         };

@@ -241,10 +241,8 @@ impl Store {
             return Err("a container with more than 4 billion items".to_owned());
         }
         self.pool.extend_from_slice(items);
-        let extends_last = self
-            .chunks
-            .get(container.last_chunk as usize)
-            .is_some_and(|c| (c.start + c.len) as usize == start);
+        let extends_last =
+            self.chunks.get(container.last_chunk as usize).is_some_and(|c| (c.start + c.len) as usize == start);
         if extends_last {
             if let Some(chunk) = self.chunks.get_mut(container.last_chunk as usize) {
                 chunk.len += items.len() as u32;
@@ -397,17 +395,21 @@ struct Machine<'a, S: Sink> {
 }
 
 /// Runs the pickle in `data`, letting `sink` convert dicts as they are appended to lists.
-pub(crate) fn load<S: Sink>(
-    data: &[u8],
-    interner: Interner,
-    sink: &mut S,
-    progress: &dyn Progress,
-) -> Result<Loaded> {
+pub(crate) fn load<S: Sink>(data: &[u8], interner: Interner, sink: &mut S, progress: &dyn Progress) -> Result<Loaded> {
     let mut store = Store::new(interner);
     // Real snapshots memoize about one object per 80 bytes. Reserving generously costs only
     // address space (pages are touched as they fill) and saves copying a growing memo.
     store.memo.reserve(data.len() / 48);
-    let mut machine = Machine { data, pos: 0, op_pos: 0, stack: Vec::with_capacity(1024), marks: Vec::new(), store, sink, frames: Vec::new() };
+    let mut machine = Machine {
+        data,
+        pos: 0,
+        op_pos: 0,
+        stack: Vec::with_capacity(1024),
+        marks: Vec::new(),
+        store,
+        sink,
+        frames: Vec::new(),
+    };
     let root = machine.run(progress)?;
     Ok(Loaded { root, store: machine.store })
 }
@@ -442,9 +444,9 @@ impl<S: Sink> Machine<'_, S> {
     fn take(&mut self, n: usize) -> Result<&[u8]> {
         let end = self.pos.checked_add(n).filter(|&end| end <= self.data.len());
         let Some(end) = end else {
-            return Err(self.err(format!(
-                "the file ends in the middle of an opcode that needs {n} more bytes (truncated?)"
-            )));
+            return Err(
+                self.err(format!("the file ends in the middle of an opcode that needs {n} more bytes (truncated?)"))
+            );
         };
         let bytes = &self.data[self.pos..end];
         self.pos = end;
@@ -588,9 +590,7 @@ impl<S: Sink> Machine<'_, S> {
         let len = self.store.memo.len();
         if index >= len {
             if index - len > MAX_MEMO_GAP {
-                return Err(self.err(format!(
-                    "memo index {index} is far beyond the {len} entries stored so far"
-                )));
+                return Err(self.err(format!("memo index {index} is far beyond the {len} entries stored so far")));
             }
             self.store.memo.resize(index + 1, Value::Missing);
         }
@@ -965,7 +965,8 @@ impl<S: Sink> Machine<'_, S> {
                         return Err(self.err("DICT with an odd number of keys and values"));
                     }
                     if kind == ContainerKind::Dict
-                        && let Some(record) = self.sink.convert_dict(&mut self.store, &items).map_err(|m| self.err(m))?
+                        && let Some(record) =
+                            self.sink.convert_dict(&mut self.store, &items).map_err(|m| self.err(m))?
                     {
                         self.push(record);
                         continue;
@@ -1065,8 +1066,8 @@ impl<S: Sink> Machine<'_, S> {
                     let index = parse_index(&line).ok_or_else(|| self.err("GET index is not a number"))?;
                     self.memo_get(index)?;
                 }
-                b'c' | 0x93 | b'R' | b'b' | b'i' | b'o' | 0x81 | 0x92 | 0x82 | 0x83 | 0x84 | b'P' | b'Q'
-                | 0x97 | 0x98 => {
+                b'c' | 0x93 | b'R' | b'b' | b'i' | b'o' | 0x81 | 0x92 | 0x82 | 0x83 | 0x84 | b'P' | b'Q' | 0x97
+                | 0x98 => {
                     return Err(Error::UnsafePickle { offset: self.op_pos as u64, opcode: opcode_name(op) });
                 }
                 other => {

@@ -5,7 +5,7 @@
 //! buffer that dropped the start of the run), `allocator_settings` and `external_annotations`.
 //! Older snapshots are a bare list of segments whose blocks carry a `history` instead of `frames`.
 //!
-//! The pickle is run by [`super::pickle`] with a sink that turns frame dicts, trace entries,
+//! The pickle is run by the `pickle` module with a sink that turns frame dicts, trace entries,
 //! blocks and segments into compact records the moment each is appended to its list, interning
 //! frames and stacks as it goes.
 
@@ -149,14 +149,18 @@ struct SnapshotSink {
 }
 
 fn int_field(name: &str, value: Value) -> Result<u64, String> {
-    value
-        .as_u64()
-        .ok_or_else(|| format!("'{name}' should be a non-negative integer, found {value:?}"))
+    value.as_u64().ok_or_else(|| format!("'{name}' should be a non-negative integer, found {value:?}"))
 }
 
 impl SnapshotSink {
     fn new(interner: &mut Interner) -> Self {
-        Self { keys: Keys::new(interner), entries: Vec::new(), blocks: Vec::new(), segments: Vec::new(), frames: Vec::new() }
+        Self {
+            keys: Keys::new(interner),
+            entries: Vec::new(),
+            blocks: Vec::new(),
+            segments: Vec::new(),
+            frames: Vec::new(),
+        }
     }
 
     fn frame(&self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
@@ -256,11 +260,8 @@ impl SnapshotSink {
                 let Value::Str(action) = value else {
                     return Err("a trace entry's 'action' is not a string".to_owned());
                 };
-                entry.action = k
-                    .actions
-                    .iter()
-                    .find(|(id, _)| *id == action)
-                    .map_or(Action::Unknown(action), |&(_, a)| a);
+                entry.action =
+                    k.actions.iter().find(|(id, _)| *id == action).map_or(Action::Unknown(action), |&(_, a)| a);
             } else if key == k.addr {
                 entry.addr = int_field("addr", value)?;
             } else if key == k.size {
@@ -355,7 +356,8 @@ impl SnapshotSink {
                 requested = real_size;
             }
         }
-        block.requested_bytes = requested.unwrap_or(if block.state == BlockState::Inactive { 0 } else { block.size_bytes });
+        block.requested_bytes =
+            requested.unwrap_or(if block.state == BlockState::Inactive { 0 } else { block.size_bytes });
         block.stack = self.stack(store, frames)?;
         let index = self.blocks.len() as u32;
         self.blocks.push(block);
@@ -555,11 +557,12 @@ pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported>
     match loaded.root {
         Value::Container(h) if store.kind(h).map_err(structure)? == ContainerKind::Dict => {
             let mut pairs = Vec::new();
-            store.for_each_pair(h, |k, v| {
-                pairs.push((k, v));
-                Ok(())
-            })
-            .map_err(structure)?;
+            store
+                .for_each_pair(h, |k, v| {
+                    pairs.push((k, v));
+                    Ok(())
+                })
+                .map_err(structure)?;
             for (key, value) in pairs {
                 match store.str(key) {
                     Some("segments") => segments_value = value,
@@ -571,7 +574,8 @@ pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported>
                     Some("external_annotations") => annotations_value = value,
                     Some(other) => {
                         let other = other.to_owned();
-                        let json = to_json(&store, value, 0, &mut budget).map_err(|m| structure(format!("{other}: {m}")))?;
+                        let json =
+                            to_json(&store, value, 0, &mut budget).map_err(|m| structure(format!("{other}: {m}")))?;
                         extra.insert(other, json);
                     }
                     None => {}
@@ -731,9 +735,10 @@ fn external_spans(
             _ => skipped += 1,
         }
     }
-    let mut unclosed: Vec<_> = open.into_iter().flat_map(|((name, device), starts)| {
-        starts.into_iter().map(move |s| (s, name.clone(), device))
-    }).collect();
+    let mut unclosed: Vec<_> = open
+        .into_iter()
+        .flat_map(|((name, device), starts)| starts.into_iter().map(move |s| (s, name.clone(), device)))
+        .collect();
     unclosed.sort();
     for (start_ns, name, device) in unclosed {
         spans.push(Annotation {
@@ -825,7 +830,11 @@ fn build_trace(
                         context.user_metadata
                     };
                     annotations.push(Annotation {
-                        kind: if entry.action == Action::Snapshot { AnnotationKind::Snapshot } else { AnnotationKind::Marker },
+                        kind: if entry.action == Action::Snapshot {
+                            AnnotationKind::Snapshot
+                        } else {
+                            AnnotationKind::Marker
+                        },
                         device,
                         process: ProcessId(0),
                         start_ns: time_ns,

@@ -31,9 +31,7 @@ pub enum AnnotationKind {
 impl AnnotationKind {
     /// The kind stored as `byte` in a file, if it is one.
     pub fn from_u8(byte: u8) -> Option<Self> {
-        use AnnotationKind::{
-            Backward, Forward, Iteration, Marker, Module, Op, OptimizerStep, Snapshot, UserRange,
-        };
+        use AnnotationKind::{Backward, Forward, Iteration, Marker, Module, Op, OptimizerStep, Snapshot, UserRange};
         [UserRange, Op, Iteration, Forward, Backward, OptimizerStep, Module, Snapshot, Marker]
             .get(byte as usize)
             .copied()

@@ -33,6 +33,6 @@ typed_id!(
     ContextId
 );
 typed_id!(
-    /// A process of the trace (an entry in [`crate::Trace::processes`]). Imported files have one.
+    /// A process of the trace (an entry in [`crate::Metadata::processes`]). Imported files have one.
     ProcessId
 );

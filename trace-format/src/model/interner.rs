@@ -106,7 +106,9 @@ impl Interner {
             if self.frames_of(id) == frames {
                 return id;
             }
-            if let Some(&(_, id)) = self.stack_collisions.iter().find(|&&(h, id)| h == hash && self.frames_of(id) == frames) {
+            if let Some(&(_, id)) =
+                self.stack_collisions.iter().find(|&&(h, id)| h == hash && self.frames_of(id) == frames)
+            {
                 return id;
             }
         }
@@ -114,10 +116,11 @@ impl Interner {
         let start = self.stack_frames.len() as u32;
         self.stack_frames.extend_from_slice(frames);
         self.stack_ranges.push((start, frames.len() as u32));
-        if self.stack_ids.contains_key(&hash) {
-            self.stack_collisions.push((hash, id));
-        } else {
-            self.stack_ids.insert(hash, id);
+        match self.stack_ids.entry(hash) {
+            std::collections::hash_map::Entry::Occupied(_) => self.stack_collisions.push((hash, id)),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(id);
+            }
         }
         id
     }
@@ -148,9 +151,7 @@ impl Interner {
         let Some(&(start, len)) = self.stack_ranges.get(id.index()) else {
             return &[];
         };
-        self.stack_frames
-            .get(start as usize..(start + len) as usize)
-            .unwrap_or(&[])
+        self.stack_frames.get(start as usize..(start + len) as usize).unwrap_or(&[])
     }
 
     /// The context behind an id (the empty context for an id this table does not hold).
@@ -229,11 +230,9 @@ impl Interner {
 
     /// All stacks in id order, each as its frames innermost first.
     pub fn stacks(&self) -> impl ExactSizeIterator<Item = &[FrameId]> {
-        self.stack_ranges.iter().map(|&(start, len)| {
-            self.stack_frames
-                .get(start as usize..(start + len) as usize)
-                .unwrap_or(&[])
-        })
+        self.stack_ranges
+            .iter()
+            .map(|&(start, len)| self.stack_frames.get(start as usize..(start + len) as usize).unwrap_or(&[]))
     }
 }
 

@@ -77,7 +77,9 @@ pub enum ChunkKind {
 
 impl ChunkKind {
     fn from_u8(byte: u8) -> Option<Self> {
-        use ChunkKind::{Annotations, Contexts, Counters, End, Events, Frames, Metadata, Ooms, Segments, Stacks, Strings, Tags};
+        use ChunkKind::{
+            Annotations, Contexts, Counters, End, Events, Frames, Metadata, Ooms, Segments, Stacks, Strings, Tags,
+        };
         [Metadata, Strings, Frames, Stacks, Contexts, Events, Segments, Annotations, Ooms, Counters, Tags, End]
             .get(usize::from(byte).wrapping_sub(1))
             .copied()

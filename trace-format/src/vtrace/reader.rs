@@ -31,7 +31,11 @@ pub struct Damage {
 impl fmt::Display for Damage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.bytes_lost == 0 {
-            write!(f, "the trace was cut short at byte {}: {}; everything before it was loaded", self.offset, self.reason)
+            write!(
+                f,
+                "the trace was cut short at byte {}: {}; everything before it was loaded",
+                self.offset, self.reason
+            )
         } else {
             write!(
                 f,
@@ -166,7 +170,9 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
                 }
             }
         }
-        ChunkKind::Events => decode_events(&mut c, &ids, &mut trace.events).map_err(|e| e.unwrap_or_else(|| malformed(Malformed)))?,
+        ChunkKind::Events => {
+            decode_events(&mut c, &ids, &mut trace.events).map_err(|e| e.unwrap_or_else(|| malformed(Malformed)))?
+        }
         ChunkKind::Segments => {
             let n = c.count(11).map_err(malformed)?;
             for _ in 0..n {
@@ -251,7 +257,12 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
                 }
                 // A long series is split over chunks: continue the previous part.
                 match trace.counters.last_mut() {
-                    Some(last) if last.kind == kind && last.name == name && last.device == device && last.process == process => {
+                    Some(last)
+                        if last.kind == kind
+                            && last.name == name
+                            && last.device == device
+                            && last.process == process =>
+                    {
                         last.samples.extend(samples);
                     }
                     _ => trace.counters.push(CounterSeries { kind, name, device, process, samples }),
@@ -291,7 +302,8 @@ fn decode_events(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Event>) -> Result<
     let result = (|| -> Result<(), Option<String>> {
         out.reserve(n);
         for &byte in kinds {
-            let kind = EventKind::from_u8(byte & 0x0f).ok_or_else(|| Some(format!("unknown event kind {}", byte & 0x0f)))?;
+            let kind =
+                EventKind::from_u8(byte & 0x0f).ok_or_else(|| Some(format!("unknown event kind {}", byte & 0x0f)))?;
             let mut event = Event::new(kind, 0, 0, 0, 0);
             event.flags = byte >> 4;
             out.push(event);
@@ -497,4 +509,3 @@ pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
     progress.update(total, total);
     Ok(Loaded { trace, damage })
 }
-

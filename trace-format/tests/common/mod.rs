@@ -3,9 +3,9 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use vramscope_trace_format::{
-    Annotation, AnnotationKind, Block, BlockState, Category, Clock, Context, CounterKind, CounterSample,
-    CounterSeries, DeviceInfo, Event, EventKind, Frame, Metadata, Oom, ProcessId, ProcessInfo, Segment,
-    SegmentPool, SourceFormat, StackId, Tag, Trace, event_flags,
+    Annotation, AnnotationKind, Block, BlockState, Category, Clock, Context, CounterKind, CounterSample, CounterSeries,
+    DeviceInfo, Event, EventKind, Frame, Metadata, Oom, ProcessId, ProcessInfo, Segment, SegmentPool, SourceFormat,
+    StackId, Tag, Trace, event_flags,
 };
 
 /// Builds the trace stored in `fixtures/v1/small.vtrace`. Never change it: the fixture is frozen.
@@ -59,7 +59,13 @@ pub fn small_trace() -> Trace {
         is_expandable: false,
         stack: stack_b,
         blocks: vec![
-            Block { address: base, size_bytes: 4 << 20, requested_bytes: 0, state: BlockState::Inactive, stack: StackId(0) },
+            Block {
+                address: base,
+                size_bytes: 4 << 20,
+                requested_bytes: 0,
+                state: BlockState::Inactive,
+                stack: StackId(0),
+            },
             Block {
                 address: base + (4 << 20),
                 size_bytes: 512,
@@ -150,7 +156,11 @@ pub fn small_trace() -> Trace {
             DeviceInfo { device: 1, ..DeviceInfo::default() },
         ],
         processes: vec![
-            ProcessInfo { pid: Some(4242), rank: Some(0), command_line: vec!["python".to_owned(), "train.py".to_owned()] },
+            ProcessInfo {
+                pid: Some(4242),
+                rank: Some(0),
+                command_line: vec!["python".to_owned(), "train.py".to_owned()],
+            },
             ProcessInfo { pid: Some(4243), rank: None, command_line: Vec::new() },
         ],
         allocator_settings: serde_json::json!({"expandable_segments": false, "max_split_size": -1}),

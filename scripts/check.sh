@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The whole check, as CI runs it: formatting, lints (warnings denied), every test, the docs, and a
+# short fuzz run of each importer. Run from anywhere; it works on a fresh machine and reuses the
+# build directories under /var/tmp when they are there.
+#
+#   scripts/check.sh              everything
+#   FUZZ_SECONDS=0 scripts/check.sh   skip the fuzz smoke run
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/vramscope-target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+FUZZ_SECONDS="${FUZZ_SECONDS:-15}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "rustfmt"
+cargo fmt --all -- --check
+
+step "clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "build the binaries the end-to-end tests drive"
+cargo build --workspace --bins --locked
+
+step "tests"
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --workspace --locked --no-fail-fast
+    cargo test --workspace --doc --locked
+else
+    cargo test --workspace --locked --no-fail-fast
+fi
+
+step "docs (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+
+if [ "$FUZZ_SECONDS" -gt 0 ]; then
+    step "fuzz smoke run: ${FUZZ_SECONDS}s per target"
+    scripts/fuzz.sh "$FUZZ_SECONDS"
+fi
+
+step "all checks passed"
