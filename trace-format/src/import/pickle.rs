@@ -392,6 +392,8 @@ struct Machine<'a, S: Sink> {
     store: Store,
     sink: &'a mut S,
     frames: Vec<FrameId>,
+    /// Items of the dicts being scanned by the fast path, innermost last.
+    dict_items: Vec<Value>,
 }
 
 /// Runs the pickle in `data`, letting `sink` convert dicts as they are appended to lists.
@@ -409,6 +411,7 @@ pub(crate) fn load<S: Sink>(data: &[u8], interner: Interner, sink: &mut S, progr
         store,
         sink,
         frames: Vec::new(),
+        dict_items: Vec::with_capacity(256),
     };
     let root = machine.run(progress)?;
     Ok(Loaded { root, store: machine.store })
@@ -534,34 +537,6 @@ impl<S: Sink> Machine<'_, S> {
             }
         };
         Ok(Value::Str(id))
-    }
-
-    fn long_from_le(&self, bytes: &[u8]) -> Value {
-        match bytes.len() {
-            0 => Value::Int(0),
-            1..=8 => {
-                let negative = bytes[bytes.len() - 1] & 0x80 != 0;
-                let mut a = if negative { [0xffu8; 8] } else { [0u8; 8] };
-                a[..bytes.len()].copy_from_slice(bytes);
-                Value::Int(i64::from_le_bytes(a))
-            }
-            _ => {
-                // Two's complement wider than 8 bytes: fits u64 only when the rest is zero padding.
-                let (low, high) = bytes.split_at(8);
-                if high.iter().all(|&b| b == 0) {
-                    let mut a = [0u8; 8];
-                    a.copy_from_slice(low);
-                    let v = u64::from_le_bytes(a);
-                    if v <= i64::MAX as u64 { Value::Int(v as i64) } else { Value::UInt(v) }
-                } else if high.iter().all(|&b| b == 0xff) && low[7] & 0x80 != 0 {
-                    let mut a = [0u8; 8];
-                    a.copy_from_slice(low);
-                    Value::Int(i64::from_le_bytes(a))
-                } else {
-                    Value::BigInt
-                }
-            }
-        }
     }
 
     fn parse_text_int(&self, text: &[u8]) -> Result<Value> {
@@ -706,47 +681,247 @@ impl<S: Sink> Machine<'_, S> {
             Ok(c) if c.kind == ContainerKind::List && c.len == 0 && c.resolved == Value::None => {}
             _ => return Ok(false),
         }
-        let data = self.data;
-        let mut p = self.pos;
-        self.frames.clear();
-        loop {
-            let index = match data.get(p) {
-                Some(b'h') => match data.get(p + 1) {
-                    Some(&i) => {
-                        p += 2;
-                        i as usize
-                    }
-                    None => return Ok(false),
-                },
-                Some(b'j') => match data.get(p + 1..p + 5) {
-                    Some(b) => {
-                        p += 5;
-                        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
-                    }
-                    None => return Ok(false),
-                },
-                Some(b'e') => break,
-                _ => return Ok(false),
-            };
-            match self.store.memo.get(index) {
-                Some(Value::Frame(id)) => self.frames.push(*id),
-                _ => return Ok(false),
-            }
-            if self.frames.len() >= PICKLER_BATCH {
-                return Ok(false);
-            }
-        }
-        if self.frames.is_empty() {
+        let memo_len = self.store.memo.len();
+        let Some((stack, end)) = self.scan_frames(self.pos) else {
+            // Frame dicts scanned before the scan gave up may have memoized values.
+            self.store.memo.truncate(memo_len);
             return Ok(false);
-        }
-        let stack = self.store.interner.stack(&self.frames);
+        };
         self.store.resolve(handle, Value::Stack(stack)).map_err(|m| self.err(m))?;
         if let Some(top) = self.stack.last_mut() {
             *top = Value::Stack(stack);
         }
-        // Past the APPENDS.
-        self.pos = p + 1;
+        self.pos = end;
         Ok(true)
+    }
+
+    /// The other hot path: a dict of scalars (frames, trace entries, blocks), pickled as
+    /// `EMPTY_DICT <memo> MARK (key value)* SETITEMS` where every key and value is a memo
+    /// reference, a string, a number, `None`/`True`/`False` or a fresh list of frames. The pairs
+    /// are collected in a local buffer and handed to the sink in one go, without the stack, the
+    /// pool or a container. Anything else restores the memo and leaves `pos` at the `EMPTY_DICT`
+    /// for the general machine, which reports errors precisely. Returns whether it applied.
+    fn dict_fast_path(&mut self) -> Result<bool> {
+        let memo_len = self.store.memo.len();
+        match self.scan_dict_at(self.pos, true) {
+            Some((value, end)) => {
+                self.push(value);
+                self.pos = end;
+                Ok(true)
+            }
+            None => {
+                self.store.memo.truncate(memo_len);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Reads a memo store (`MEMOIZE`, or `BINPUT`/`LONG_BINPUT` of the next index) at `p`.
+    #[inline]
+    fn memo_op_at(&self, p: usize) -> Option<usize> {
+        let next = self.store.memo.len();
+        match self.data.get(p)? {
+            0x94 => Some(p + 1),
+            b'q' => (usize::from(*self.data.get(p + 1)?) == next).then_some(p + 2),
+            b'r' => {
+                let b = self.data.get(p + 1..p + 5)?;
+                (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize == next).then_some(p + 5)
+            }
+            _ => None,
+        }
+    }
+
+    /// Scans a dict for [`Self::dict_fast_path`] from `p` (just after `EMPTY_DICT`): returns
+    /// what stands for it and the position after `SETITEMS`, or `None` to fall back (the caller
+    /// restores the memo). `top` is false for a frame dict inside a list being scanned, which
+    /// must convert to a record and may not hold lists itself.
+    fn scan_dict_at(&mut self, p: usize, top: bool) -> Option<(Value, usize)> {
+        let base = self.dict_items.len();
+        let result = self.scan_dict_items(p, top, base);
+        self.dict_items.truncate(base);
+        result
+    }
+
+    /// [`Self::scan_dict_at`] with the dict's items collected in `dict_items[base..]`.
+    fn scan_dict_items(&mut self, p: usize, top: bool, base: usize) -> Option<(Value, usize)> {
+        const MAX_ITEMS: usize = 64;
+        let data = self.data;
+        let mut p = self.memo_op_at(p)?;
+        let slot = self.store.memo.len();
+        self.store.memo.push(Value::Missing);
+        if data.get(p) != Some(&b'(') {
+            return None;
+        }
+        p += 1;
+        loop {
+            let op = *data.get(p)?;
+            p += 1;
+            let value = match op {
+                b'u' => break,
+                b'h' | b'j' => {
+                    let index = if op == b'h' {
+                        let i = usize::from(*data.get(p)?);
+                        p += 1;
+                        i
+                    } else {
+                        let b = data.get(p..p + 4)?;
+                        p += 4;
+                        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+                    };
+                    match *self.store.memo.get(index)? {
+                        Value::Missing => return None,
+                        Value::Container(h) => match self.store.container(h).ok()?.resolved {
+                            Value::None => Value::Container(h),
+                            resolved => resolved,
+                        },
+                        v => v,
+                    }
+                }
+                0x8c | b'X' => {
+                    let len = if op == 0x8c {
+                        let n = usize::from(*data.get(p)?);
+                        p += 1;
+                        n
+                    } else {
+                        let b = data.get(p..p + 4)?;
+                        p += 4;
+                        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+                    };
+                    let bytes = data.get(p..p.checked_add(len)?)?;
+                    p += len;
+                    let text = std::str::from_utf8(bytes).ok()?;
+                    Value::Str(self.store.interner.string(text))
+                }
+                b'K' => {
+                    let v = *data.get(p)?;
+                    p += 1;
+                    Value::Int(i64::from(v))
+                }
+                b'M' => {
+                    let b = data.get(p..p + 2)?;
+                    p += 2;
+                    Value::Int(i64::from(u16::from_le_bytes([b[0], b[1]])))
+                }
+                b'J' => {
+                    let b = data.get(p..p + 4)?;
+                    p += 4;
+                    Value::Int(i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                }
+                0x8a => {
+                    let n = usize::from(*data.get(p)?);
+                    let bytes = data.get(p + 1..p + 1 + n)?;
+                    p += 1 + n;
+                    long_from_le(bytes)
+                }
+                b'G' => {
+                    let b = data.get(p..p + 8)?;
+                    p += 8;
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(b);
+                    Value::Float(f64::from_be_bytes(a))
+                }
+                b'N' => Value::None,
+                0x88 => Value::Bool(true),
+                0x89 => Value::Bool(false),
+                b']' if top => {
+                    // A fresh list of frames: EMPTY_LIST <memo> MARK (GET | frame dict)* APPENDS.
+                    p = self.memo_op_at(p)?;
+                    let slot = self.store.memo.len();
+                    if data.get(p) != Some(&b'(') {
+                        // An empty list (no frames recorded): a real, empty container.
+                        let value = Value::Container(self.store.new_container(ContainerKind::List));
+                        self.store.memo.push(value);
+                        self.dict_items.push(value);
+                        continue;
+                    }
+                    self.store.memo.push(Value::Missing);
+                    let (stack, end) = self.scan_frames(p + 1)?;
+                    p = end;
+                    let value = Value::Stack(stack);
+                    if let Some(entry) = self.store.memo.get_mut(slot) {
+                        *entry = value;
+                    }
+                    value
+                }
+                _ => return None,
+            };
+            // A value may be memoized right after it is pushed.
+            if !matches!(value, Value::Stack(_))
+                && let Some(after) = self.memo_op_at(p)
+            {
+                self.store.memo.push(value);
+                p = after;
+            }
+            self.dict_items.push(value);
+            if self.dict_items.len() - base > MAX_ITEMS {
+                return None;
+            }
+        }
+        let pairs = self.dict_items.get(base..)?;
+        if pairs.len() % 2 != 0 {
+            return None;
+        }
+        let value = match self.sink.convert_dict(&mut self.store, pairs) {
+            Ok(Some(record)) => record,
+            Ok(None) if top => {
+                let h = self.store.new_container(ContainerKind::Dict);
+                self.store.append(h, pairs).ok()?;
+                if let Ok(c) = self.store.container_mut(h) {
+                    c.memo_slot = slot as u32;
+                }
+                Value::Container(h)
+            }
+            // Errors are left for the general machine to report with their position.
+            _ => return None,
+        };
+        if let Some(entry) = self.store.memo.get_mut(slot) {
+            *entry = value;
+        }
+        Some((value, p))
+    }
+
+    /// Scans `(BINGET | LONG_BINGET | frame dict)* APPENDS` from `p` (just after the `MARK`)
+    /// when every item is a frame; returns the interned stack and the position after `APPENDS`.
+    fn scan_frames(&mut self, mut p: usize) -> Option<(StackId, usize)> {
+        let data = self.data;
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        let result = loop {
+            let frame = match *data.get(p)? {
+                b'h' => {
+                    let index = usize::from(*data.get(p + 1)?);
+                    p += 2;
+                    self.store.memo.get(index).copied()
+                }
+                b'j' => {
+                    let b = data.get(p + 1..p + 5)?;
+                    p += 5;
+                    self.store.memo.get(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize).copied()
+                }
+                b'}' => match self.scan_dict_at(p + 1, false) {
+                    Some((value, end)) => {
+                        p = end;
+                        Some(value)
+                    }
+                    None => None,
+                },
+                b'e' => break Some(()),
+                _ => break None,
+            };
+            match frame {
+                Some(Value::Frame(id)) => frames.push(id),
+                _ => break None,
+            }
+            if frames.len() >= PICKLER_BATCH {
+                break None;
+            }
+        };
+        let stack = match result {
+            Some(()) if !frames.is_empty() => Some((self.store.interner.stack(&frames), p + 1)),
+            _ => None,
+        };
+        self.frames = frames;
+        stack
     }
 
     /// Whether everything built after `mark` is unreachable once `batch` holds only records.
@@ -837,7 +1012,7 @@ impl<S: Sink> Machine<'_, S> {
                     let n = self.u8()? as usize;
                     let bytes = self.take(n)?;
                     let bytes = bytes.to_vec();
-                    let v = self.long_from_le(&bytes);
+                    let v = long_from_le(&bytes);
                     self.push(v);
                 }
                 0x8b => {
@@ -845,7 +1020,7 @@ impl<S: Sink> Machine<'_, S> {
                     let n = self.len_arg(n)?;
                     let start = self.pos;
                     self.take(n)?;
-                    let v = self.long_from_le(&self.data[start..start + n]);
+                    let v = long_from_le(&self.data[start..start + n]);
                     self.push(v);
                 }
                 b'I' | b'L' => {
@@ -930,6 +1105,9 @@ impl<S: Sink> Machine<'_, S> {
                     self.push(Value::Container(h));
                 }
                 b'}' => {
+                    if self.dict_fast_path()? {
+                        continue;
+                    }
                     let h = self.store.new_container(ContainerKind::Dict);
                     self.push(Value::Container(h));
                 }
@@ -1073,6 +1251,35 @@ impl<S: Sink> Machine<'_, S> {
                 other => {
                     return Err(self.err(format!("unknown opcode 0x{other:02x} (not a pickle, or corrupt)")));
                 }
+            }
+        }
+    }
+}
+
+/// A little-endian two's-complement integer of any width, as `LONG1`/`LONG4` store it.
+fn long_from_le(bytes: &[u8]) -> Value {
+    match bytes.len() {
+        0 => Value::Int(0),
+        1..=8 => {
+            let negative = bytes[bytes.len() - 1] & 0x80 != 0;
+            let mut a = if negative { [0xffu8; 8] } else { [0u8; 8] };
+            a[..bytes.len()].copy_from_slice(bytes);
+            Value::Int(i64::from_le_bytes(a))
+        }
+        _ => {
+            // Two's complement wider than 8 bytes: fits u64 only when the rest is zero padding.
+            let (low, high) = bytes.split_at(8);
+            if high.iter().all(|&b| b == 0) {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(low);
+                let v = u64::from_le_bytes(a);
+                if v <= i64::MAX as u64 { Value::Int(v as i64) } else { Value::UInt(v) }
+            } else if high.iter().all(|&b| b == 0xff) && low[7] & 0x80 != 0 {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(low);
+                Value::Int(i64::from_le_bytes(a))
+            } else {
+                Value::BigInt
             }
         }
     }

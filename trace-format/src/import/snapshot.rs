@@ -58,8 +58,36 @@ struct Entry {
     name: StringId,
 }
 
+/// The keys the sink reads, as a small number to `match` on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Other,
+    Action,
+    Addr,
+    Size,
+    Stream,
+    TimeUs,
+    Frames,
+    CompileContext,
+    UserMetadata,
+    DeviceFree,
+    Name,
+    Filename,
+    Line,
+    TotalSize,
+    State,
+    History,
+}
+
+/// Keys are interned first, so their ids are small: a table indexed by id names the field.
+const FIELD_TABLE_LEN: usize = 64;
+
 /// Interned key and value strings the sink compares against.
 struct Keys {
+    /// Field of each string id below [`FIELD_TABLE_LEN`].
+    fields: [Field; FIELD_TABLE_LEN],
+    /// Action of each string id below [`FIELD_TABLE_LEN`].
+    action_of: [Option<Action>; FIELD_TABLE_LEN],
     action: StringId,
     addr: StringId,
     address: StringId,
@@ -93,7 +121,53 @@ struct Keys {
 
 impl Keys {
     fn new(i: &mut Interner) -> Self {
+        let mut keys = Self::intern(i);
+        let named = [
+            (keys.action, Field::Action),
+            (keys.addr, Field::Addr),
+            (keys.size, Field::Size),
+            (keys.stream, Field::Stream),
+            (keys.time_us, Field::TimeUs),
+            (keys.frames, Field::Frames),
+            (keys.compile_context, Field::CompileContext),
+            (keys.user_metadata, Field::UserMetadata),
+            (keys.device_free, Field::DeviceFree),
+            (keys.name, Field::Name),
+            (keys.filename, Field::Filename),
+            (keys.line, Field::Line),
+            (keys.total_size, Field::TotalSize),
+            (keys.state, Field::State),
+            (keys.history, Field::History),
+        ];
+        for (id, field) in named {
+            if let Some(slot) = keys.fields.get_mut(id.index()) {
+                *slot = field;
+            }
+        }
+        for (id, action) in keys.actions {
+            if let Some(slot) = keys.action_of.get_mut(id.index()) {
+                *slot = Some(action);
+            }
+        }
+        keys
+    }
+
+    #[inline]
+    fn field(&self, key: Value) -> Field {
+        match key {
+            Value::Str(id) => self.fields.get(id.index()).copied().unwrap_or(Field::Other),
+            _ => Field::Other,
+        }
+    }
+
+    fn action(&self, id: StringId) -> Action {
+        self.action_of.get(id.index()).copied().flatten().unwrap_or(Action::Unknown(id))
+    }
+
+    fn intern(i: &mut Interner) -> Self {
         Self {
+            fields: [Field::Other; FIELD_TABLE_LEN],
+            action_of: [None; FIELD_TABLE_LEN],
             action: i.string("action"),
             addr: i.string("addr"),
             address: i.string("address"),
@@ -146,6 +220,8 @@ struct SnapshotSink {
     segments: Vec<Segment>,
     /// Reused buffer for the frames of the stack being resolved.
     frames: Vec<FrameId>,
+    /// The last context interned, and its id.
+    last_context: (Context, ContextId),
 }
 
 fn int_field(name: &str, value: Value) -> Result<u64, String> {
@@ -160,27 +236,20 @@ impl SnapshotSink {
             blocks: Vec::new(),
             segments: Vec::new(),
             frames: Vec::new(),
+            last_context: (Context::default(), ContextId(0)),
         }
     }
 
     fn frame(&self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
-        let k = &self.keys;
         let (mut name, mut file, mut line) = (StringId(0), StringId(0), 0u32);
-        for_pairs(pairs, |key, value| {
-            let Value::Str(key) = key else { return Ok(()) };
-            if key == k.name {
-                if let Value::Str(s) = value {
-                    name = s;
-                }
-            } else if key == k.filename {
-                if let Value::Str(s) = value {
-                    file = s;
-                }
-            } else if key == k.line {
-                line = value.as_i64().and_then(|l| u32::try_from(l).ok()).unwrap_or(0);
+        for pair in pairs.chunks_exact(2) {
+            match (self.keys.field(pair[0]), pair[1]) {
+                (Field::Name, Value::Str(s)) => name = s,
+                (Field::Filename, Value::Str(s)) => file = s,
+                (Field::Line, value) => line = value.as_i64().and_then(|l| u32::try_from(l).ok()).unwrap_or(0),
+                _ => {}
             }
-            Ok(())
-        })?;
+        }
         let id = store.interner.frame(Frame { function: name, file, line });
         Ok(Value::Frame(id))
     }
@@ -252,50 +321,51 @@ impl SnapshotSink {
         };
         let mut frames = Value::None;
         let mut context = Context::default();
-        let k = &self.keys;
-        let mut failure = None;
-        for_pairs(pairs, |key, value| {
-            let Value::Str(key) = key else { return Ok(()) };
-            if key == k.action {
-                let Value::Str(action) = value else {
-                    return Err("a trace entry's 'action' is not a string".to_owned());
-                };
-                entry.action =
-                    k.actions.iter().find(|(id, _)| *id == action).map_or(Action::Unknown(action), |&(_, a)| a);
-            } else if key == k.addr {
-                entry.addr = int_field("addr", value)?;
-            } else if key == k.size {
-                entry.size = int_field("size", value)?;
-            } else if key == k.stream {
+        let fail = |message: String| format!("trace entry {}: {message}", self.entries.len());
+        for pair in pairs.chunks_exact(2) {
+            let value = pair[1];
+            match self.keys.field(pair[0]) {
+                Field::Action => {
+                    let Value::Str(action) = value else {
+                        return Err(fail("'action' is not a string".to_owned()));
+                    };
+                    entry.action = self.keys.action(action);
+                }
+                Field::Addr => entry.addr = int_field("addr", value).map_err(fail)?,
+                Field::Size => entry.size = int_field("size", value).map_err(fail)?,
                 // Streams are raw handles; a negative value is kept by its bit pattern.
-                entry.stream = value.as_u64().or_else(|| value.as_i64().map(|v| v as u64)).unwrap_or(0);
-            } else if key == k.time_us {
-                entry.time_us = value.as_i64();
-            } else if key == k.frames {
-                frames = value;
-            } else if key == k.compile_context {
-                if let Value::Str(s) = value {
-                    context.compile_context = s;
+                Field::Stream => entry.stream = value.as_u64().or_else(|| value.as_i64().map(|v| v as u64)).unwrap_or(0),
+                Field::TimeUs => entry.time_us = value.as_i64(),
+                Field::Frames => frames = value,
+                Field::CompileContext => {
+                    if let Value::Str(s) = value {
+                        context.compile_context = s;
+                    }
                 }
-            } else if key == k.user_metadata {
-                if let Value::Str(s) = value {
-                    context.user_metadata = s;
+                Field::UserMetadata => {
+                    if let Value::Str(s) = value {
+                        context.user_metadata = s;
+                    }
                 }
-            } else if key == k.device_free {
-                entry.device_free = value.as_u64();
-            } else if key == k.name {
-                if let Value::Str(s) = value {
-                    entry.name = s;
+                Field::DeviceFree => entry.device_free = value.as_u64(),
+                Field::Name => {
+                    if let Value::Str(s) = value {
+                        entry.name = s;
+                    }
                 }
+                _ => {}
             }
-            Ok(())
-        })
-        .unwrap_or_else(|e| failure = Some(e));
-        if let Some(message) = failure {
-            return Err(format!("trace entry {}: {message}", self.entries.len()));
         }
         entry.stack = self.stack(store, frames).map_err(|m| format!("trace entry {}: {m}", self.entries.len()))?;
-        entry.context = store.interner.context(context);
+        // Consecutive entries nearly always share their context.
+        entry.context = match self.last_context {
+            (last, id) if last == context => id,
+            _ => {
+                let id = store.interner.context(context);
+                self.last_context = (context, id);
+                id
+            }
+        };
         let index = self.entries.len() as u32;
         self.entries.push(entry);
         Ok(Value::Record(RecordKind::Entry, index))
@@ -443,24 +513,22 @@ impl SnapshotSink {
 
 impl Sink for SnapshotSink {
     fn convert_dict(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Option<Value>, String> {
-        let k = &self.keys;
-        let (mut action, mut total_size, mut state, mut history, mut name, mut filename) =
-            (false, false, false, false, false, false);
+        let (mut action, mut total_size, mut state, mut name, mut filename) = (false, false, false, false, false);
         for key in pairs.iter().step_by(2) {
-            if let Value::Str(key) = *key {
-                action |= key == k.action;
-                total_size |= key == k.total_size;
-                state |= key == k.state;
-                history |= key == k.history;
-                name |= key == k.name;
-                filename |= key == k.filename;
+            match self.keys.field(*key) {
+                Field::Action => action = true,
+                Field::TotalSize => total_size = true,
+                Field::State | Field::History => state = true,
+                Field::Name => name = true,
+                Field::Filename => filename = true,
+                _ => {}
             }
         }
         Ok(Some(if action {
             self.entry(store, pairs)?
         } else if total_size {
             self.segment(store, pairs)?
-        } else if state || history {
+        } else if state {
             self.block(store, pairs)?
         } else if name && filename {
             self.frame(store, pairs)?
