@@ -12,6 +12,8 @@
 //! records, not to the pickle's object graph. Containers that stay reachable through the memo are
 //! either resolved (the memo then holds their record) or keep the batch from being dropped.
 
+use rustc_hash::FxHashMap;
+
 use crate::error::{Error, Result};
 use crate::model::ids::{FrameId, StackId, StringId};
 use crate::model::interner::Interner;
@@ -394,6 +396,17 @@ struct Machine<'a, S: Sink> {
     frames: Vec<FrameId>,
     /// Items of the dicts being scanned by the fast path, innermost last.
     dict_items: Vec<Value>,
+    /// Frame runs already decoded, by a hash of their first bytes.
+    runs: FxHashMap<u64, Vec<FrameRun>>,
+    /// What the runs memoized, each a range of this.
+    run_memo: Vec<Value>,
+    /// Frame runs found in `runs`, and decoded.
+    run_hits: u64,
+    run_misses: u64,
+    /// Set when a memo store names its index (`BINPUT`): such a run cannot be replayed elsewhere.
+    explicit_memo_index: bool,
+    /// Whether a `PUT` ever replaced a memo entry (which makes `runs` unsafe to use).
+    memo_overwritten: bool,
 }
 
 /// Runs the pickle in `data`, letting `sink` convert dicts as they are appended to lists.
@@ -412,6 +425,12 @@ pub(crate) fn load<S: Sink>(data: &[u8], interner: Interner, sink: &mut S, progr
         sink,
         frames: Vec::new(),
         dict_items: Vec::with_capacity(256),
+        runs: FxHashMap::default(),
+        run_memo: Vec::new(),
+        run_hits: 0,
+        run_misses: 0,
+        explicit_memo_index: false,
+        memo_overwritten: false,
     };
     let root = machine.run(progress)?;
     Ok(Loaded { root, store: machine.store })
@@ -569,6 +588,9 @@ impl<S: Sink> Machine<'_, S> {
             }
             self.store.memo.resize(index + 1, Value::Missing);
         }
+        if self.store.memo[index] != Value::Missing {
+            self.memo_overwritten = true;
+        }
         self.store.memo[index] = value;
         if let Value::Container(handle) = value
             && let Ok(container) = self.store.container_mut(handle)
@@ -718,12 +740,16 @@ impl<S: Sink> Machine<'_, S> {
 
     /// Reads a memo store (`MEMOIZE`, or `BINPUT`/`LONG_BINPUT` of the next index) at `p`.
     #[inline]
-    fn memo_op_at(&self, p: usize) -> Option<usize> {
+    fn memo_op_at(&mut self, p: usize) -> Option<usize> {
         let next = self.store.memo.len();
         match self.data.get(p)? {
             0x94 => Some(p + 1),
-            b'q' => (usize::from(*self.data.get(p + 1)?) == next).then_some(p + 2),
+            b'q' => {
+                self.explicit_memo_index = true;
+                (usize::from(*self.data.get(p + 1)?) == next).then_some(p + 2)
+            }
             b'r' => {
+                self.explicit_memo_index = true;
                 let b = self.data.get(p + 1..p + 5)?;
                 (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize == next).then_some(p + 5)
             }
@@ -882,7 +908,49 @@ impl<S: Sink> Machine<'_, S> {
 
     /// Scans `(BINGET | LONG_BINGET | frame dict)* APPENDS` from `p` (just after the `MARK`)
     /// when every item is a frame; returns the interned stack and the position after `APPENDS`.
-    fn scan_frames(&mut self, mut p: usize) -> Option<(StackId, usize)> {
+    fn scan_frames(&mut self, p: usize) -> Option<(StackId, usize)> {
+        // Real snapshots repeat the same frame lists as fresh objects: the same run of opcodes,
+        // byte for byte (memo references, and fresh frame dicts that memoize their strings with
+        // `MEMOIZE`). A run seen before, found by its first bytes and compared whole, is the stack
+        // it was then and memoizes the same values, as long as no memo slot was ever overwritten.
+        // (Walking the opcodes to find the run's end is a chain of dependent loads; comparing
+        // bytes is not.)
+        let data = self.data;
+        let prefix = data.get(p..(p + RUN_PREFIX).min(data.len()))?;
+        let key = run_hash(prefix);
+        if !self.memo_overwritten
+            && let Some(candidates) = self.runs.get(&key)
+        {
+            for run in candidates {
+                let (start, len) = (run.start as usize, run.len as usize);
+                if data.get(p + len) == Some(&b'e') && data.get(p..p + len) == data.get(start..start + len) {
+                    let memoized = self.run_memo.get(run.memoized.0 as usize..run.memoized.1 as usize)?;
+                    self.store.memo.extend_from_slice(memoized);
+                    self.run_hits += 1;
+                    return Some((run.stack, p + len + 1));
+                }
+            }
+        }
+        let memo_before = self.store.memo.len();
+        self.explicit_memo_index = false;
+        let (stack, after) = self.decode_frames(p)?;
+        self.run_misses += 1;
+        // A file whose runs never repeat (synthetic ones) is not worth remembering runs for.
+        let worthwhile = self.run_misses < 256 || self.run_hits * 8 >= self.run_misses;
+        if worthwhile && !self.memo_overwritten && !self.explicit_memo_index {
+            let candidates = self.runs.entry(key).or_default();
+            if candidates.len() < MAX_RUN_CANDIDATES {
+                let first = self.run_memo.len() as u32;
+                self.run_memo.extend_from_slice(self.store.memo.get(memo_before..).unwrap_or(&[]));
+                let memoized = (first, self.run_memo.len() as u32);
+                candidates.push(FrameRun { stack, start: p as u64, len: (after - 1 - p) as u32, memoized });
+            }
+        }
+        Some((stack, after))
+    }
+
+    /// [`Self::scan_frames`] the long way: reads every frame reference (or frame dict).
+    fn decode_frames(&mut self, mut p: usize) -> Option<(StackId, usize)> {
         let data = self.data;
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
@@ -1283,6 +1351,36 @@ fn long_from_le(bytes: &[u8]) -> Value {
             }
         }
     }
+}
+
+/// Bytes of a frame run that key the run cache.
+const RUN_PREFIX: usize = 64;
+/// Runs kept per key (runs sharing their first frames).
+const MAX_RUN_CANDIDATES: usize = 64;
+
+/// A run of frame opcodes decoded once: its stack, where it is, and what it memoized.
+struct FrameRun {
+    stack: StackId,
+    start: u64,
+    len: u32,
+    /// Range of `run_memo`.
+    memoized: (u32, u32),
+}
+
+/// A fast hash of a run of opcode bytes, eight at a time.
+fn run_hash(bytes: &[u8]) -> u64 {
+    const K: u64 = 0xf135_7aea_2e62_a9c5;
+    let mut hash = bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(word);
+        hash = (hash.rotate_left(26) ^ u64::from_le_bytes(a)).wrapping_mul(K);
+    }
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    hash = (hash.rotate_left(26) ^ u64::from_le_bytes(tail)).wrapping_mul(K);
+    hash ^ (hash >> 29)
 }
 
 fn parse_index(line: &[u8]) -> Option<usize> {
