@@ -1328,11 +1328,15 @@ impl<S: Sink> Machine<'_, S> {
 fn long_from_le(bytes: &[u8]) -> Value {
     match bytes.len() {
         0 => Value::Int(0),
-        1..=8 => {
-            let negative = bytes[bytes.len() - 1] & 0x80 != 0;
-            let mut a = if negative { [0xffu8; 8] } else { [0u8; 8] };
-            a[..bytes.len()].copy_from_slice(bytes);
-            Value::Int(i64::from_le_bytes(a))
+        n @ 1..=8 => {
+            // Assembled in a register: a variable-length copy into a stack array stalls the load
+            // that reads it back.
+            let mut v = 0u64;
+            for (i, &b) in bytes.iter().enumerate() {
+                v |= u64::from(b) << (8 * i);
+            }
+            let shift = 64 - 8 * n as u32;
+            Value::Int(((v << shift) as i64) >> shift)
         }
         _ => {
             // Two's complement wider than 8 bytes: fits u64 only when the rest is zero padding.
@@ -1407,4 +1411,28 @@ fn decode_raw_unicode_escape(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long1_integers_of_every_width() {
+        let cases: [(&[u8], Value); 8] = [
+            (&[], Value::Int(0)),
+            (&[0x7f], Value::Int(127)),
+            (&[0x80], Value::Int(-128)),
+            (&[0xff, 0x00], Value::Int(255)),
+            (&[0x00, 0x80], Value::Int(-32768)),
+            (&[0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x00], Value::Int(0x8000_0000_0000)),
+            (&[0xff; 8], Value::Int(-1)),
+            (&[0, 0, 0, 0, 0, 0, 0, 0x80, 0], Value::UInt(1 << 63)),
+        ];
+        for (bytes, expected) in cases {
+            assert_eq!(long_from_le(bytes), expected, "{bytes:?}");
+        }
+        assert_eq!(long_from_le(&[1, 0, 0, 0, 0, 0, 0, 0, 1]), Value::BigInt);
+        assert_eq!(long_from_le(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff]), Value::Int(i64::MIN));
+    }
 }

@@ -334,7 +334,9 @@ impl SnapshotSink {
                 Field::Addr => entry.addr = int_field("addr", value).map_err(fail)?,
                 Field::Size => entry.size = int_field("size", value).map_err(fail)?,
                 // Streams are raw handles; a negative value is kept by its bit pattern.
-                Field::Stream => entry.stream = value.as_u64().or_else(|| value.as_i64().map(|v| v as u64)).unwrap_or(0),
+                Field::Stream => {
+                    entry.stream = value.as_u64().or_else(|| value.as_i64().map(|v| v as u64)).unwrap_or(0)
+                }
                 Field::TimeUs => entry.time_us = value.as_i64(),
                 Field::Frames => frames = value,
                 Field::CompileContext => {
