@@ -871,8 +871,9 @@ impl<S: Sink> Machine<'_, S> {
                 }
                 _ => return None,
             };
-            // A value may be memoized right after it is pushed.
-            if !matches!(value, Value::Stack(_))
+            // Python's pickler memoizes strings right after pushing them (not numbers, `None` or
+            // references); anything else followed by a memo store falls back.
+            if matches!(value, Value::Str(_))
                 && let Some(after) = self.memo_op_at(p)
             {
                 self.store.memo.push(value);
