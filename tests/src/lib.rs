@@ -22,6 +22,11 @@ pub fn all_fixtures() -> Vec<PathBuf> {
         files.extend(entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()));
     }
     files.sort();
+    assert!(
+        !files.is_empty(),
+        "no fixtures in {}: the tests read ../shared/fixtures beside the repository",
+        fixtures_dir().display()
+    );
     files
 }
 

@@ -1,42 +1,15 @@
-//! Importer of PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`).
-//!
-//! A snapshot is a pickled dict: `segments` (the allocator's state when the snapshot was taken),
-//! `device_traces` (one list of trace entries per device: the allocator's history, often a ring
-//! buffer that dropped the start of the run), `allocator_settings` and `external_annotations`.
-//! Older snapshots are a bare list of segments whose blocks carry a `history` instead of `frames`.
-//!
-//! The pickle is run by the `pickle` module with a sink that turns frame dicts, trace entries,
-//! blocks and segments into compact records the moment each is appended to its list, interning
-//! frames and stacks as it goes.
+//! The sink that turns snapshot dicts into records as the pickle streams by: frames, trace
+//! entries, blocks and segments.
 
-use std::collections::HashMap;
-
-use rustc_hash::FxHashMap;
-
-use super::pickle::{self, ContainerKind, RecordKind, Sink, Store, Value};
-use crate::error::{Error, Result};
-use crate::model::annotation::{Annotation, AnnotationKind};
-use crate::model::event::{Event, EventKind, event_flags};
+use crate::import::pickle::{ContainerKind, RecordKind, Sink, Store, Value};
+use crate::model::event::EventKind;
 use crate::model::ids::{ContextId, FrameId, ProcessId, StackId, StringId};
 use crate::model::interner::{Context, Frame, Interner};
-use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
-use crate::model::oom::Oom;
 use crate::model::segment::{Block, BlockState, Segment, SegmentPool};
-use crate::model::trace::Trace;
-use crate::progress::Progress;
-
-use super::Imported;
-
-/// The smallest block the CUDA caching allocator hands out; sizes round up to a multiple of it.
-const MIN_BLOCK_BYTES: u64 = 512;
-/// Bound on nodes converted to JSON from generic parts of the pickle (settings, unknown keys).
-const MAX_JSON_NODES: usize = 1_000_000;
-/// Bound on the nesting of generic parts of the pickle.
-const MAX_JSON_DEPTH: usize = 64;
 
 /// A trace entry's action.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Action {
+pub(super) enum Action {
     Event(EventKind),
     Snapshot,
     Oom,
@@ -46,16 +19,16 @@ enum Action {
 
 /// A trace entry as recorded, before sizes are settled and times converted.
 #[derive(Clone, Copy, Debug)]
-struct Entry {
-    action: Action,
-    addr: u64,
-    size: u64,
-    stream: u64,
-    time_us: Option<i64>,
-    stack: StackId,
-    context: ContextId,
-    device_free: Option<u64>,
-    name: StringId,
+pub(super) struct Entry {
+    pub(super) action: Action,
+    pub(super) addr: u64,
+    pub(super) size: u64,
+    pub(super) stream: u64,
+    pub(super) time_us: Option<i64>,
+    pub(super) stack: StackId,
+    pub(super) context: ContextId,
+    pub(super) device_free: Option<u64>,
+    pub(super) name: StringId,
 }
 
 /// The keys the sink reads, as a small number to `match` on.
@@ -213,11 +186,11 @@ impl Keys {
 }
 
 /// Converts snapshot dicts into records as the pickle streams by.
-struct SnapshotSink {
+pub(super) struct SnapshotSink {
     keys: Keys,
-    entries: Vec<Entry>,
+    pub(super) entries: Vec<Entry>,
     blocks: Vec<Block>,
-    segments: Vec<Segment>,
+    pub(super) segments: Vec<Segment>,
     /// Reused buffer for the frames of the stack being resolved.
     frames: Vec<FrameId>,
     /// The last context interned, and its id.
@@ -229,7 +202,7 @@ fn int_field(name: &str, value: Value) -> Result<u64, String> {
 }
 
 impl SnapshotSink {
-    fn new(interner: &mut Interner) -> Self {
+    pub(super) fn new(interner: &mut Interner) -> Self {
         Self {
             keys: Keys::new(interner),
             entries: Vec::new(),
@@ -546,408 +519,4 @@ fn for_pairs(pairs: &[Value], mut f: impl FnMut(Value, Value) -> Result<(), Stri
         f(pair[0], pair[1])?;
     }
     Ok(())
-}
-
-/// Converts a generic part of the pickle to JSON, bounded in depth and size.
-fn to_json(store: &Store, value: Value, depth: usize, budget: &mut usize) -> Result<serde_json::Value, String> {
-    use serde_json::Value as J;
-    if *budget == 0 {
-        return Err("too many values in a generic part of the snapshot".to_owned());
-    }
-    *budget -= 1;
-    if depth > MAX_JSON_DEPTH {
-        return Err(format!("values nested deeper than {MAX_JSON_DEPTH} levels"));
-    }
-    Ok(match value {
-        Value::None | Value::Missing => J::Null,
-        Value::Bool(b) => J::Bool(b),
-        Value::Int(v) => J::from(v),
-        Value::UInt(v) => J::from(v),
-        Value::BigInt => J::String("<integer wider than 64 bits>".to_owned()),
-        Value::Float(v) => serde_json::Number::from_f64(v).map_or(J::Null, J::Number),
-        Value::Str(id) => J::String(store.interner.resolve(id).to_owned()),
-        Value::Bytes(n) => J::String(format!("<{n} bytes>")),
-        Value::Frame(_) | Value::Stack(_) | Value::Record(..) => J::String("<converted>".to_owned()),
-        Value::Container(h) => match store.kind(h)? {
-            ContainerKind::Dict => {
-                let mut map = serde_json::Map::new();
-                let mut failure = None;
-                store.for_each_pair(h, |key, value| {
-                    let key = match key {
-                        Value::Str(id) => store.interner.resolve(id).to_owned(),
-                        other => match to_json(store, other, depth + 1, budget)? {
-                            J::String(s) => s,
-                            j => j.to_string(),
-                        },
-                    };
-                    match to_json(store, value, depth + 1, budget) {
-                        Ok(v) => {
-                            map.insert(key, v);
-                        }
-                        Err(e) => failure = Some(e),
-                    }
-                    Ok(())
-                })?;
-                if let Some(e) = failure {
-                    return Err(e);
-                }
-                J::Object(map)
-            }
-            _ => {
-                let mut list = Vec::new();
-                for item in store.items(h)? {
-                    list.push(to_json(store, item, depth + 1, budget)?);
-                }
-                J::Array(list)
-            }
-        },
-    })
-}
-
-fn structure(message: impl Into<String>) -> Error {
-    Error::Structure(message.into())
-}
-
-/// Reads a snapshot pickle.
-pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
-    let mut interner = Interner::new();
-    let mut sink = SnapshotSink::new(&mut interner);
-    // A trace entry takes at least ~60 bytes of pickle; see `pickle::load` on reserving.
-    sink.entries.reserve(data.len() / 64);
-    let loaded = pickle::load(data, interner, &mut sink, progress)?;
-    let store = loaded.store;
-    let mut warnings = Vec::new();
-
-    let mut segments_value = Value::None;
-    let mut traces_value = Value::None;
-    let mut settings = serde_json::Value::Null;
-    let mut annotations_value = Value::None;
-    let mut extra = serde_json::Map::new();
-    let mut budget = MAX_JSON_NODES;
-    match loaded.root {
-        Value::Container(h) if store.kind(h).map_err(structure)? == ContainerKind::Dict => {
-            let mut pairs = Vec::new();
-            store
-                .for_each_pair(h, |k, v| {
-                    pairs.push((k, v));
-                    Ok(())
-                })
-                .map_err(structure)?;
-            for (key, value) in pairs {
-                match store.str(key) {
-                    Some("segments") => segments_value = value,
-                    Some("device_traces") => traces_value = value,
-                    Some("allocator_settings") => {
-                        settings = to_json(&store, value, 0, &mut budget)
-                            .map_err(|m| structure(format!("allocator_settings: {m}")))?;
-                    }
-                    Some("external_annotations") => annotations_value = value,
-                    Some(other) => {
-                        let other = other.to_owned();
-                        let json =
-                            to_json(&store, value, 0, &mut budget).map_err(|m| structure(format!("{other}: {m}")))?;
-                        extra.insert(other, json);
-                    }
-                    None => {}
-                }
-            }
-            if segments_value == Value::None && traces_value == Value::None {
-                return Err(structure(
-                    "this pickle is a dict without 'segments' or 'device_traces': not a PyTorch memory snapshot",
-                ));
-            }
-        }
-        // Snapshots from before PyTorch 2.1 are a bare list of segments.
-        Value::Container(h) if store.kind(h).map_err(structure)? == ContainerKind::List => segments_value = loaded.root,
-        _ => return Err(structure("this pickle holds neither a dict nor a list: not a PyTorch memory snapshot")),
-    }
-
-    let mut segments = Vec::new();
-    if let Value::Container(h) = segments_value {
-        for (i, item) in store.items(h).map_err(structure)?.into_iter().enumerate() {
-            let Value::Record(RecordKind::Segment, index) = item else {
-                return Err(structure(format!("segments[{i}] is not a segment dict")));
-            };
-            if let Some(segment) = sink.segments.get(index as usize) {
-                segments.push(segment.clone());
-            }
-        }
-    }
-    segments.sort_by_key(|s| (s.device, s.address));
-
-    // Per device, indices into the sink's entries (copying the entries would double the memory).
-    let mut per_device: Vec<Vec<u32>> = Vec::new();
-    if let Value::Container(h) = traces_value {
-        for (device, list) in store.items(h).map_err(structure)?.into_iter().enumerate() {
-            let mut entries = Vec::new();
-            if let Value::Container(l) = list {
-                for (i, item) in store.items(l).map_err(structure)?.into_iter().enumerate() {
-                    let Value::Record(RecordKind::Entry, index) = item else {
-                        return Err(structure(format!("device_traces[{device}][{i}] is not a trace entry dict")));
-                    };
-                    if (index as usize) < sink.entries.len() {
-                        entries.push(index);
-                    }
-                }
-            }
-            per_device.push(entries);
-        }
-    }
-
-    let external = match annotations_value {
-        Value::None => serde_json::Value::Null,
-        v => to_json(&store, v, 0, &mut budget).map_err(|m| structure(format!("external_annotations: {m}")))?,
-    };
-    let interner = store.interner;
-    build_trace(interner, segments, &sink.entries, per_device, &external, settings, extra, &mut warnings)
-        .map(|trace| Imported { trace, warnings, format: SourceFormat::PytorchSnapshot })
-}
-
-/// Rounds a requested size the way the CUDA caching allocator rounds block sizes by default.
-fn estimated_block_size(requested: u64) -> u64 {
-    requested.max(1).div_ceil(MIN_BLOCK_BYTES).saturating_mul(MIN_BLOCK_BYTES)
-}
-
-/// Trace entries record the requested size only. A block still alive at the end of the trace is
-/// in the final segment state with its real size; every other size is estimated with the
-/// allocator's default rounding and flagged as such. Frees take the size of their alloc.
-fn settle_sizes(events: &mut [Event], final_blocks: &FxHashMap<u64, Block>) {
-    const NONE: u32 = u32::MAX;
-    let mut live: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut paired = vec![NONE; events.len()];
-    for (i, event) in events.iter().enumerate() {
-        match event.kind {
-            EventKind::Alloc => {
-                live.insert(event.address, i as u32);
-            }
-            EventKind::FreeRequested => {
-                if let Some(&alloc) = live.get(&event.address) {
-                    paired[i] = alloc;
-                }
-            }
-            EventKind::FreeCompleted => {
-                if let Some(alloc) = live.remove(&event.address) {
-                    paired[i] = alloc;
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut exact = vec![false; events.len()];
-    for (address, &i) in &live {
-        if let (Some(block), Some(event)) = (final_blocks.get(address), events.get_mut(i as usize)) {
-            event.size_bytes = block.size_bytes;
-            exact[i as usize] = true;
-        }
-    }
-    for i in 0..events.len() {
-        let event = events[i];
-        let is_free = matches!(event.kind, EventKind::FreeRequested | EventKind::FreeCompleted);
-        if event.kind == EventKind::Alloc && !exact[i] {
-            events[i].size_bytes = estimated_block_size(event.requested_bytes);
-            events[i].flags |= event_flags::SIZE_ESTIMATED;
-        } else if is_free {
-            match events.get(paired[i] as usize).copied() {
-                Some(alloc) if paired[i] != NONE => {
-                    events[i].size_bytes = alloc.size_bytes;
-                    events[i].flags |= alloc.flags & event_flags::SIZE_ESTIMATED;
-                }
-                _ => {
-                    events[i].size_bytes = estimated_block_size(event.requested_bytes);
-                    events[i].flags |= event_flags::SIZE_ESTIMATED;
-                }
-            }
-        }
-    }
-}
-
-/// Pairs `external_annotations` START and END records into spans (unmatched ends start at the
-/// trace's start, unmatched starts end at its end).
-fn external_spans(
-    external: &serde_json::Value,
-    interner: &mut Interner,
-    trace_start_ns: i64,
-    trace_end_ns: i64,
-    warnings: &mut Vec<String>,
-) -> Vec<Annotation> {
-    let mut spans = Vec::new();
-    let Some(records) = external.as_array() else { return spans };
-    let mut open: HashMap<(String, i64), Vec<i64>> = HashMap::new();
-    let mut skipped = 0usize;
-    for record in records {
-        let stage = record.get("stage").and_then(|v| v.as_str());
-        let name = record.get("name").and_then(|v| v.as_str());
-        let time_us = record.get("time_us").and_then(|v| v.as_i64());
-        let device = record.get("device").and_then(|v| v.as_i64()).unwrap_or(0);
-        let (Some(stage), Some(name), Some(time_us)) = (stage, name, time_us) else {
-            skipped += 1;
-            continue;
-        };
-        let time_ns = time_us.saturating_mul(1000);
-        let key = (name.to_owned(), device);
-        let mut push = |start_ns: i64, end_ns: i64, interner: &mut Interner| {
-            spans.push(Annotation {
-                kind: AnnotationKind::UserRange,
-                device: i16::try_from(device).unwrap_or(Annotation::ALL_DEVICES),
-                process: ProcessId(0),
-                start_ns,
-                end_ns: end_ns.max(start_ns),
-                name: interner.string(name),
-                stack: StackId(0),
-            });
-        };
-        match stage {
-            "START" => open.entry(key).or_default().push(time_ns),
-            "END" => match open.get_mut(&key).and_then(Vec::pop) {
-                Some(start_ns) => push(start_ns, time_ns, interner),
-                None => push(trace_start_ns.min(time_ns), time_ns, interner),
-            },
-            _ => skipped += 1,
-        }
-    }
-    let mut unclosed: Vec<_> = open
-        .into_iter()
-        .flat_map(|((name, device), starts)| starts.into_iter().map(move |s| (s, name.clone(), device)))
-        .collect();
-    unclosed.sort();
-    for (start_ns, name, device) in unclosed {
-        spans.push(Annotation {
-            kind: AnnotationKind::UserRange,
-            device: i16::try_from(device).unwrap_or(Annotation::ALL_DEVICES),
-            process: ProcessId(0),
-            start_ns,
-            end_ns: trace_end_ns.max(start_ns),
-            name: interner.string(&name),
-            stack: StackId(0),
-        });
-    }
-    if skipped > 0 {
-        warnings.push(format!("{skipped} external annotation records without stage, name or time were skipped"));
-    }
-    spans
-}
-
-#[allow(clippy::too_many_arguments)]
-fn build_trace(
-    mut interner: Interner,
-    segments: Vec<Segment>,
-    all_entries: &[Entry],
-    per_device: Vec<Vec<u32>>,
-    external: &serde_json::Value,
-    allocator_settings: serde_json::Value,
-    extra: serde_json::Map<String, serde_json::Value>,
-    warnings: &mut Vec<String>,
-) -> Result<Trace> {
-    let entry_at = |index: u32| all_entries.get(index as usize);
-    let has_time = per_device.iter().flatten().filter_map(|&i| entry_at(i)).any(|e| e.time_us.is_some());
-    let mut events = Vec::with_capacity(per_device.iter().map(Vec::len).sum());
-    let mut ooms = Vec::new();
-    let mut annotations = Vec::new();
-    let mut unknown_actions: HashMap<String, usize> = HashMap::new();
-    let snapshot_name = interner.string("snapshot");
-    let mut devices: Vec<i16> = segments.iter().map(|s| s.device).collect();
-    for (index, entries) in per_device.iter().enumerate() {
-        let device = i16::try_from(index).map_err(|_| structure("more than 32767 device traces"))?;
-        if !entries.is_empty() {
-            devices.push(device);
-        }
-        let final_blocks: FxHashMap<u64, Block> = segments
-            .iter()
-            .filter(|s| s.device == device)
-            .flat_map(|s| s.blocks.iter())
-            .filter(|b| b.state != BlockState::Inactive)
-            .map(|b| (b.address, *b))
-            .collect();
-        let mut device_events = Vec::with_capacity(entries.len());
-        let mut last_time_ns = 0i64;
-        for (i, entry) in entries.iter().filter_map(|&i| entry_at(i)).enumerate() {
-            let time_ns = match entry.time_us {
-                Some(us) => us.saturating_mul(1000),
-                None if has_time => last_time_ns,
-                None => i as i64,
-            };
-            last_time_ns = time_ns;
-            match entry.action {
-                Action::Event(kind) => device_events.push(Event {
-                    time_ns,
-                    address: entry.addr,
-                    size_bytes: entry.size,
-                    requested_bytes: entry.size,
-                    stream: entry.stream,
-                    stack: entry.stack,
-                    context: entry.context,
-                    process: ProcessId(0),
-                    device,
-                    kind,
-                    flags: 0,
-                }),
-                Action::Oom => ooms.push(Oom {
-                    time_ns,
-                    device,
-                    process: ProcessId(0),
-                    stream: entry.stream,
-                    requested_bytes: entry.size,
-                    device_free_bytes: entry.device_free,
-                    stack: entry.stack,
-                }),
-                Action::Snapshot | Action::Annotate => {
-                    let context = interner.context_of(entry.context);
-                    let name = if entry.action == Action::Snapshot {
-                        snapshot_name
-                    } else if entry.name != StringId(0) {
-                        entry.name
-                    } else {
-                        context.user_metadata
-                    };
-                    annotations.push(Annotation {
-                        kind: if entry.action == Action::Snapshot {
-                            AnnotationKind::Snapshot
-                        } else {
-                            AnnotationKind::Marker
-                        },
-                        device,
-                        process: ProcessId(0),
-                        start_ns: time_ns,
-                        end_ns: time_ns,
-                        name,
-                        stack: entry.stack,
-                    });
-                }
-                Action::Unknown(name) => {
-                    *unknown_actions.entry(interner.resolve(name).to_owned()).or_default() += 1;
-                }
-            }
-        }
-        settle_sizes(&mut device_events, &final_blocks);
-        if events.is_empty() {
-            events = device_events;
-        } else {
-            events.extend(device_events);
-        }
-    }
-    let mut unknown: Vec<_> = unknown_actions.into_iter().collect();
-    unknown.sort();
-    for (action, count) in unknown {
-        warnings.push(format!("{count} trace entries with the unknown action {action:?} were skipped"));
-    }
-    events.sort_by_key(|e| e.time_ns);
-    let start_ns = events.first().map_or(0, |e| e.time_ns);
-    let end_ns = events.last().map_or(0, |e| e.time_ns);
-    annotations.extend(external_spans(external, &mut interner, start_ns, end_ns, warnings));
-    annotations.sort_by_key(|a| (a.start_ns, a.end_ns));
-    if devices.is_empty() {
-        devices.push(0);
-    }
-    devices.sort_unstable();
-    devices.dedup();
-    let metadata = Metadata {
-        source_format: SourceFormat::PytorchSnapshot,
-        clock: if has_time { Clock::UnixNs } else { Clock::EventIndex },
-        tool_version: String::new(),
-        devices: devices.into_iter().map(|device| DeviceInfo { device, ..DeviceInfo::default() }).collect(),
-        processes: vec![ProcessInfo::default()],
-        allocator_settings,
-        extra,
-    };
-    Ok(Trace { metadata, interner, events, segments, annotations, ooms, counters: Vec::new(), tags: Vec::new() })
 }

@@ -1,0 +1,339 @@
+//! The machine's fast paths for the shapes that make up nearly all of a snapshot: dicts of
+//! scalars (frames, trace entries, blocks) and lists of frames. Each scans ahead in the byte
+//! stream without the machine's stack and either applies completely or changes nothing, leaving
+//! the general machine to run (and to report errors with their position).
+
+use super::{ContainerKind, Machine, PICKLER_BATCH, Sink, Value, long_from_le};
+use crate::error::Result;
+use crate::model::ids::StackId;
+
+impl<S: Sink> Machine<'_, S> {
+    /// The hot path of snapshots: a fresh list filled with memoized frames, pickled as
+    /// `MARK (BINGET | LONG_BINGET)* APPENDS`. Scanned here without going through the stack;
+    /// anything else leaves `pos` untouched for the general machine. Returns whether it applied.
+    pub(super) fn frames_list_fast_path(&mut self) -> Result<bool> {
+        let Some(&Value::Container(handle)) = self.stack.last() else { return Ok(false) };
+        match self.store.container(handle) {
+            Ok(c) if c.kind == ContainerKind::List && c.len == 0 && c.resolved == Value::None => {}
+            _ => return Ok(false),
+        }
+        let memo_len = self.store.memo.len();
+        let Some((stack, end)) = self.scan_frames(self.pos) else {
+            // Frame dicts scanned before the scan gave up may have memoized values.
+            self.store.memo.truncate(memo_len);
+            return Ok(false);
+        };
+        self.store.resolve(handle, Value::Stack(stack)).map_err(|m| self.err(m))?;
+        if let Some(top) = self.stack.last_mut() {
+            *top = Value::Stack(stack);
+        }
+        self.pos = end;
+        Ok(true)
+    }
+
+    /// The other hot path: a dict of scalars (frames, trace entries, blocks), pickled as
+    /// `EMPTY_DICT <memo> MARK (key value)* SETITEMS` where every key and value is a memo
+    /// reference, a string, a number, `None`/`True`/`False` or a fresh list of frames. The pairs
+    /// are collected in a local buffer and handed to the sink in one go, without the stack, the
+    /// pool or a container. Anything else restores the memo and leaves `pos` at the `EMPTY_DICT`
+    /// for the general machine, which reports errors precisely. Returns whether it applied.
+    pub(super) fn dict_fast_path(&mut self) -> Result<bool> {
+        let memo_len = self.store.memo.len();
+        match self.scan_dict_at(self.pos, true) {
+            Some((value, end)) => {
+                self.push(value);
+                self.pos = end;
+                Ok(true)
+            }
+            None => {
+                self.store.memo.truncate(memo_len);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Reads a memo store (`MEMOIZE`, or `BINPUT`/`LONG_BINPUT` of the next index) at `p`.
+    #[inline]
+    fn memo_op_at(&mut self, p: usize) -> Option<usize> {
+        let next = self.store.memo.len();
+        match self.data.get(p)? {
+            0x94 => Some(p + 1),
+            b'q' => {
+                self.explicit_memo_index = true;
+                (usize::from(*self.data.get(p + 1)?) == next).then_some(p + 2)
+            }
+            b'r' => {
+                self.explicit_memo_index = true;
+                let b = self.data.get(p + 1..p + 5)?;
+                (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize == next).then_some(p + 5)
+            }
+            _ => None,
+        }
+    }
+
+    /// Scans a dict for [`Self::dict_fast_path`] from `p` (just after `EMPTY_DICT`): returns
+    /// what stands for it and the position after `SETITEMS`, or `None` to fall back (the caller
+    /// restores the memo). `top` is false for a frame dict inside a list being scanned, which
+    /// must convert to a record and may not hold lists itself.
+    fn scan_dict_at(&mut self, p: usize, top: bool) -> Option<(Value, usize)> {
+        let base = self.dict_items.len();
+        let result = self.scan_dict_items(p, top, base);
+        self.dict_items.truncate(base);
+        result
+    }
+
+    /// [`Self::scan_dict_at`] with the dict's items collected in `dict_items[base..]`.
+    fn scan_dict_items(&mut self, p: usize, top: bool, base: usize) -> Option<(Value, usize)> {
+        const MAX_ITEMS: usize = 64;
+        let data = self.data;
+        let mut p = self.memo_op_at(p)?;
+        let slot = self.store.memo.len();
+        self.store.memo.push(Value::Missing);
+        if data.get(p) != Some(&b'(') {
+            return None;
+        }
+        p += 1;
+        loop {
+            let op = *data.get(p)?;
+            p += 1;
+            let value = match op {
+                b'u' => break,
+                b'h' | b'j' => {
+                    let index = if op == b'h' {
+                        let i = usize::from(*data.get(p)?);
+                        p += 1;
+                        i
+                    } else {
+                        let b = data.get(p..p + 4)?;
+                        p += 4;
+                        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+                    };
+                    match *self.store.memo.get(index)? {
+                        Value::Missing => return None,
+                        Value::Container(h) => match self.store.container(h).ok()?.resolved {
+                            Value::None => Value::Container(h),
+                            resolved => resolved,
+                        },
+                        v => v,
+                    }
+                }
+                0x8c | b'X' => {
+                    let len = if op == 0x8c {
+                        let n = usize::from(*data.get(p)?);
+                        p += 1;
+                        n
+                    } else {
+                        let b = data.get(p..p + 4)?;
+                        p += 4;
+                        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+                    };
+                    let bytes = data.get(p..p.checked_add(len)?)?;
+                    p += len;
+                    let text = std::str::from_utf8(bytes).ok()?;
+                    Value::Str(self.store.interner.string(text))
+                }
+                b'K' => {
+                    let v = *data.get(p)?;
+                    p += 1;
+                    Value::Int(i64::from(v))
+                }
+                b'M' => {
+                    let b = data.get(p..p + 2)?;
+                    p += 2;
+                    Value::Int(i64::from(u16::from_le_bytes([b[0], b[1]])))
+                }
+                b'J' => {
+                    let b = data.get(p..p + 4)?;
+                    p += 4;
+                    Value::Int(i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                }
+                0x8a => {
+                    let n = usize::from(*data.get(p)?);
+                    let bytes = data.get(p + 1..p + 1 + n)?;
+                    p += 1 + n;
+                    long_from_le(bytes)
+                }
+                b'G' => {
+                    let b = data.get(p..p + 8)?;
+                    p += 8;
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(b);
+                    Value::Float(f64::from_be_bytes(a))
+                }
+                b'N' => Value::None,
+                0x88 => Value::Bool(true),
+                0x89 => Value::Bool(false),
+                b']' if top => {
+                    // A fresh list of frames: EMPTY_LIST <memo> MARK (GET | frame dict)* APPENDS.
+                    p = self.memo_op_at(p)?;
+                    let slot = self.store.memo.len();
+                    if data.get(p) != Some(&b'(') {
+                        // An empty list (no frames recorded): a real, empty container.
+                        let value = Value::Container(self.store.new_container(ContainerKind::List));
+                        self.store.memo.push(value);
+                        self.dict_items.push(value);
+                        continue;
+                    }
+                    self.store.memo.push(Value::Missing);
+                    let (stack, end) = self.scan_frames(p + 1)?;
+                    p = end;
+                    let value = Value::Stack(stack);
+                    if let Some(entry) = self.store.memo.get_mut(slot) {
+                        *entry = value;
+                    }
+                    value
+                }
+                _ => return None,
+            };
+            // Python's pickler memoizes strings right after pushing them (not numbers, `None` or
+            // references); anything else followed by a memo store falls back.
+            if matches!(value, Value::Str(_))
+                && let Some(after) = self.memo_op_at(p)
+            {
+                self.store.memo.push(value);
+                p = after;
+            }
+            self.dict_items.push(value);
+            if self.dict_items.len() - base > MAX_ITEMS {
+                return None;
+            }
+        }
+        let pairs = self.dict_items.get(base..)?;
+        if pairs.len() % 2 != 0 {
+            return None;
+        }
+        let value = match self.sink.convert_dict(&mut self.store, pairs) {
+            Ok(Some(record)) => record,
+            Ok(None) if top => {
+                let h = self.store.new_container(ContainerKind::Dict);
+                self.store.append(h, pairs).ok()?;
+                if let Ok(c) = self.store.container_mut(h) {
+                    c.memo_slot = slot as u32;
+                }
+                Value::Container(h)
+            }
+            // Errors are left for the general machine to report with their position.
+            _ => return None,
+        };
+        if let Some(entry) = self.store.memo.get_mut(slot) {
+            *entry = value;
+        }
+        Some((value, p))
+    }
+
+    /// Scans `(BINGET | LONG_BINGET | frame dict)* APPENDS` from `p` (just after the `MARK`)
+    /// when every item is a frame; returns the interned stack and the position after `APPENDS`.
+    fn scan_frames(&mut self, p: usize) -> Option<(StackId, usize)> {
+        // Real snapshots repeat the same frame lists as fresh objects: the same run of opcodes,
+        // byte for byte (memo references, and fresh frame dicts that memoize their strings with
+        // `MEMOIZE`). A run seen before, found by its first bytes and compared whole, is the stack
+        // it was then and memoizes the same values, as long as no memo slot was ever overwritten.
+        // (Walking the opcodes to find the run's end is a chain of dependent loads; comparing
+        // bytes is not.)
+        let data = self.data;
+        let prefix = data.get(p..(p + RUN_PREFIX).min(data.len()))?;
+        let key = run_hash(prefix);
+        if !self.memo_overwritten
+            && let Some(candidates) = self.runs.get(&key)
+        {
+            for run in candidates {
+                let (start, len) = (run.start as usize, run.len as usize);
+                if data.get(p + len) == Some(&b'e') && data.get(p..p + len) == data.get(start..start + len) {
+                    let memoized = self.run_memo.get(run.memoized.0 as usize..run.memoized.1 as usize)?;
+                    self.store.memo.extend_from_slice(memoized);
+                    self.run_hits += 1;
+                    return Some((run.stack, p + len + 1));
+                }
+            }
+        }
+        let memo_before = self.store.memo.len();
+        self.explicit_memo_index = false;
+        let (stack, after) = self.decode_frames(p)?;
+        self.run_misses += 1;
+        // A file whose runs never repeat (synthetic ones) is not worth remembering runs for.
+        let worthwhile = self.run_misses < 256 || self.run_hits * 8 >= self.run_misses;
+        if worthwhile && !self.memo_overwritten && !self.explicit_memo_index {
+            let candidates = self.runs.entry(key).or_default();
+            if candidates.len() < MAX_RUN_CANDIDATES {
+                let first = self.run_memo.len() as u32;
+                self.run_memo.extend_from_slice(self.store.memo.get(memo_before..).unwrap_or(&[]));
+                let memoized = (first, self.run_memo.len() as u32);
+                candidates.push(FrameRun { stack, start: p as u64, len: (after - 1 - p) as u32, memoized });
+            }
+        }
+        Some((stack, after))
+    }
+
+    /// [`Self::scan_frames`] the long way: reads every frame reference (or frame dict).
+    fn decode_frames(&mut self, mut p: usize) -> Option<(StackId, usize)> {
+        let data = self.data;
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        let result = loop {
+            let frame = match *data.get(p)? {
+                b'h' => {
+                    let index = usize::from(*data.get(p + 1)?);
+                    p += 2;
+                    self.store.memo.get(index).copied()
+                }
+                b'j' => {
+                    let b = data.get(p + 1..p + 5)?;
+                    p += 5;
+                    self.store.memo.get(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize).copied()
+                }
+                b'}' => match self.scan_dict_at(p + 1, false) {
+                    Some((value, end)) => {
+                        p = end;
+                        Some(value)
+                    }
+                    None => None,
+                },
+                b'e' => break Some(()),
+                _ => break None,
+            };
+            match frame {
+                Some(Value::Frame(id)) => frames.push(id),
+                _ => break None,
+            }
+            if frames.len() >= PICKLER_BATCH {
+                break None;
+            }
+        };
+        let stack = match result {
+            Some(()) if !frames.is_empty() => Some((self.store.interner.stack(&frames), p + 1)),
+            _ => None,
+        };
+        self.frames = frames;
+        stack
+    }
+}
+
+/// Bytes of a frame run that key the run cache.
+const RUN_PREFIX: usize = 64;
+/// Runs kept per key (runs sharing their first frames).
+const MAX_RUN_CANDIDATES: usize = 64;
+
+/// A run of frame opcodes decoded once: its stack, where it is, and what it memoized.
+pub(super) struct FrameRun {
+    stack: StackId,
+    start: u64,
+    len: u32,
+    /// Range of `run_memo`.
+    memoized: (u32, u32),
+}
+
+/// A fast hash of a run of opcode bytes, eight at a time.
+fn run_hash(bytes: &[u8]) -> u64 {
+    const K: u64 = 0xf135_7aea_2e62_a9c5;
+    let mut hash = bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(word);
+        hash = (hash.rotate_left(26) ^ u64::from_le_bytes(a)).wrapping_mul(K);
+    }
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    hash = (hash.rotate_left(26) ^ u64::from_le_bytes(tail)).wrapping_mul(K);
+    hash ^ (hash >> 29)
+}

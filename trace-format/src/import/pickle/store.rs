@@ -1,0 +1,308 @@
+//! Values and containers of the pickle machine: one pool of items, a table of containers with
+//! generations (so a stale reference is detected), and the memo.
+
+use crate::model::ids::{FrameId, StackId, StringId};
+use crate::model::interner::Interner;
+
+/// What a record stands for; the index is into the [`Sink`]'s own tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RecordKind {
+    /// A trace entry.
+    Entry,
+    /// A block of a segment.
+    Block,
+    /// A segment.
+    Segment,
+}
+
+/// A handle to a container: an index into the pool's container table and the slot's generation,
+/// so that a stale handle to a dropped container is detected instead of reading another one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Handle {
+    pub(super) index: u32,
+    generation: u32,
+}
+
+/// One value on the machine's stack or in a container.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Value {
+    /// Python `None`.
+    None,
+    /// A memo slot that was never written.
+    Missing,
+    /// `True` / `False`.
+    Bool(bool),
+    /// An integer that fits `i64`.
+    Int(i64),
+    /// An integer in `[2^63, 2^64)` (addresses can be that large).
+    UInt(u64),
+    /// An integer too large for 64 bits.
+    BigInt,
+    /// A float.
+    Float(f64),
+    /// An interned string.
+    Str(StringId),
+    /// A bytes object of this length (its content is not kept).
+    Bytes(u64),
+    /// A list, tuple, dict or set.
+    Container(Handle),
+    /// A frame dict already interned.
+    Frame(FrameId),
+    /// A list of frames already interned.
+    Stack(StackId),
+    /// A dict already turned into a record by the sink.
+    Record(RecordKind, u32),
+}
+
+impl Value {
+    /// The value as an unsigned 64-bit integer, if it is a non-negative integer that fits.
+    pub(crate) fn as_u64(self) -> Option<u64> {
+        match self {
+            Self::Int(v) => u64::try_from(v).ok(),
+            Self::UInt(v) => Some(v),
+            Self::Bool(b) => Some(u64::from(b)),
+            _ => None,
+        }
+    }
+
+    /// The value as a signed 64-bit integer, if it is an integer that fits.
+    pub(crate) fn as_i64(self) -> Option<i64> {
+        match self {
+            Self::Int(v) => Some(v),
+            Self::Bool(b) => Some(i64::from(b)),
+            _ => None,
+        }
+    }
+}
+
+/// Which Python type a container is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ContainerKind {
+    /// `list`.
+    List,
+    /// `tuple`.
+    Tuple,
+    /// `dict`; items alternate key, value.
+    Dict,
+    /// `set` or `frozenset`.
+    Set,
+}
+
+const NO_CHUNK: u32 = u32::MAX;
+/// A container that no memo slot holds.
+pub(super) const NO_SLOT: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Container {
+    pub(super) kind: ContainerKind,
+    generation: u32,
+    pub(super) memo_slot: u32,
+    first_chunk: u32,
+    last_chunk: u32,
+    pub(super) len: u32,
+    /// What the container was turned into ([`Value::None`] while it is still plain data).
+    pub(super) resolved: Value,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Chunk {
+    start: u32,
+    len: u32,
+    next: u32,
+}
+
+/// Containers and their items, plus the memo and the string table they refer to.
+pub(crate) struct Store {
+    pub(super) containers: Vec<Container>,
+    pub(super) live_containers: usize,
+    pub(super) chunks: Vec<Chunk>,
+    pub(super) pool: Vec<Value>,
+    pub(super) memo: Vec<Value>,
+    /// Strings, frames and stacks, shared with the trace being built.
+    pub(crate) interner: Interner,
+}
+
+impl Store {
+    pub(super) fn new(interner: Interner) -> Self {
+        Self {
+            containers: Vec::new(),
+            live_containers: 0,
+            chunks: Vec::new(),
+            pool: Vec::new(),
+            memo: Vec::new(),
+            interner,
+        }
+    }
+
+    pub(super) fn new_container(&mut self, kind: ContainerKind) -> Handle {
+        let index = self.live_containers;
+        let generation = match self.containers.get(index) {
+            Some(old) => old.generation.wrapping_add(1),
+            None => 0,
+        };
+        let container = Container {
+            kind,
+            generation,
+            memo_slot: NO_SLOT,
+            first_chunk: NO_CHUNK,
+            last_chunk: NO_CHUNK,
+            len: 0,
+            resolved: Value::None,
+        };
+        if index < self.containers.len() {
+            self.containers[index] = container;
+        } else {
+            self.containers.push(container);
+        }
+        self.live_containers += 1;
+        Handle { index: index as u32, generation }
+    }
+
+    pub(super) fn container(&self, handle: Handle) -> Result<&Container, String> {
+        match self.containers.get(handle.index as usize) {
+            Some(c) if (handle.index as usize) < self.live_containers && c.generation == handle.generation => Ok(c),
+            _ => Err("reference to an object that was already consumed (the pickle reuses a \
+                      value in a way snapshots never do)"
+                .to_owned()),
+        }
+    }
+
+    pub(super) fn container_mut(&mut self, handle: Handle) -> Result<&mut Container, String> {
+        let live = self.live_containers;
+        match self.containers.get_mut(handle.index as usize) {
+            Some(c) if (handle.index as usize) < live && c.generation == handle.generation => Ok(c),
+            _ => Err("reference to an object that was already consumed".to_owned()),
+        }
+    }
+
+    /// The kind of a container.
+    pub(crate) fn kind(&self, handle: Handle) -> Result<ContainerKind, String> {
+        Ok(self.container(handle)?.kind)
+    }
+
+    /// Number of items (for dicts: keys and values counted separately).
+    pub(crate) fn len(&self, handle: Handle) -> Result<usize, String> {
+        Ok(self.container(handle)?.len as usize)
+    }
+
+    /// What the container was resolved to, if anything.
+    pub(crate) fn resolved(&self, handle: Handle) -> Result<Option<Value>, String> {
+        let c = self.container(handle)?;
+        Ok((c.resolved != Value::None).then_some(c.resolved))
+    }
+
+    /// Records what a container stands for; the memo then holds the record instead of the container.
+    pub(crate) fn resolve(&mut self, handle: Handle, value: Value) -> Result<(), String> {
+        let container = self.container_mut(handle)?;
+        container.resolved = value;
+        let slot = container.memo_slot;
+        if let Some(entry) = self.memo.get_mut(slot as usize)
+            && *entry == Value::Container(handle)
+        {
+            *entry = value;
+        }
+        Ok(())
+    }
+
+    pub(super) fn append(&mut self, handle: Handle, items: &[Value]) -> Result<(), String> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let start = self.pool.len();
+        let new_len = start + items.len();
+        if new_len > u32::MAX as usize {
+            return Err("more than 4 billion values in containers".to_owned());
+        }
+        let container = *self.container(handle)?;
+        if container.resolved != Value::None {
+            return Err("an object was changed after it was complete".to_owned());
+        }
+        let total = container.len as usize + items.len();
+        if total > u32::MAX as usize {
+            return Err("a container with more than 4 billion items".to_owned());
+        }
+        self.pool.extend_from_slice(items);
+        let extends_last =
+            self.chunks.get(container.last_chunk as usize).is_some_and(|c| (c.start + c.len) as usize == start);
+        if extends_last {
+            if let Some(chunk) = self.chunks.get_mut(container.last_chunk as usize) {
+                chunk.len += items.len() as u32;
+            }
+        } else {
+            let chunk_index = self.chunks.len() as u32;
+            self.chunks.push(Chunk { start: start as u32, len: items.len() as u32, next: NO_CHUNK });
+            if let Some(last) = self.chunks.get_mut(container.last_chunk as usize) {
+                last.next = chunk_index;
+            }
+            let c = self.container_mut(handle)?;
+            if c.first_chunk == NO_CHUNK {
+                c.first_chunk = chunk_index;
+            }
+            c.last_chunk = chunk_index;
+        }
+        self.container_mut(handle)?.len = total as u32;
+        Ok(())
+    }
+
+    /// Calls `f` with each item of a container, in order.
+    pub(crate) fn for_each_item(
+        &self,
+        handle: Handle,
+        mut f: impl FnMut(Value) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let container = self.container(handle)?;
+        let mut chunk_index = container.first_chunk;
+        while let Some(chunk) = self.chunks.get(chunk_index as usize) {
+            let items = self
+                .pool
+                .get(chunk.start as usize..(chunk.start + chunk.len) as usize)
+                .ok_or("internal: chunk out of range")?;
+            for &item in items {
+                f(item)?;
+            }
+            chunk_index = chunk.next;
+        }
+        Ok(())
+    }
+
+    /// The items of a container copied out.
+    pub(crate) fn items(&self, handle: Handle) -> Result<Vec<Value>, String> {
+        let mut out = Vec::with_capacity(self.len(handle)?);
+        self.for_each_item(handle, |v| {
+            out.push(v);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `f` with each key and value of a dict.
+    pub(crate) fn for_each_pair(
+        &self,
+        handle: Handle,
+        mut f: impl FnMut(Value, Value) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut key = None;
+        self.for_each_item(handle, |item| {
+            match key.take() {
+                None => key = Some(item),
+                Some(k) => f(k, item)?,
+            }
+            Ok(())
+        })
+    }
+
+    /// The text of a string value.
+    pub(crate) fn str(&self, value: Value) -> Option<&str> {
+        match value {
+            Value::Str(id) => Some(self.interner.resolve(id)),
+            _ => None,
+        }
+    }
+}
+
+/// Turns finished dicts into records.
+pub(crate) trait Sink {
+    /// Called with the keys and values (alternating) of a dict that is complete. Returns what
+    /// stands for it from now on, or `None` to keep it as plain data.
+    fn convert_dict(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Option<Value>, String>;
+}

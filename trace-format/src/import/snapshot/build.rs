@@ -1,0 +1,271 @@
+//! Assembling the trace from the sink's records: times, devices, sizes settled against the
+//! final segment state, OOMs, markers and `external_annotations` spans.
+
+use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
+
+use super::sink::{Action, Entry};
+use crate::error::Result;
+use crate::model::annotation::{Annotation, AnnotationKind};
+use crate::model::event::{Event, EventKind, event_flags};
+use crate::model::ids::{ProcessId, StackId, StringId};
+use crate::model::interner::Interner;
+use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
+use crate::model::oom::Oom;
+use crate::model::segment::{Block, BlockState, Segment};
+use crate::model::trace::Trace;
+
+use super::structure;
+
+/// The smallest block the CUDA caching allocator hands out; sizes round up to a multiple of it.
+const MIN_BLOCK_BYTES: u64 = 512;
+
+/// Rounds a requested size the way the CUDA caching allocator rounds block sizes by default.
+fn estimated_block_size(requested: u64) -> u64 {
+    requested.max(1).div_ceil(MIN_BLOCK_BYTES).saturating_mul(MIN_BLOCK_BYTES)
+}
+
+/// Trace entries record the requested size only. A block still alive at the end of the trace is
+/// in the final segment state with its real size; every other size is estimated with the
+/// allocator's default rounding and flagged as such. Frees take the size of their alloc.
+fn settle_sizes(events: &mut [Event], final_blocks: &FxHashMap<u64, Block>) {
+    const NONE: u32 = u32::MAX;
+    let mut live: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut paired = vec![NONE; events.len()];
+    for (i, event) in events.iter().enumerate() {
+        match event.kind {
+            EventKind::Alloc => {
+                live.insert(event.address, i as u32);
+            }
+            EventKind::FreeRequested => {
+                if let Some(&alloc) = live.get(&event.address) {
+                    paired[i] = alloc;
+                }
+            }
+            EventKind::FreeCompleted => {
+                if let Some(alloc) = live.remove(&event.address) {
+                    paired[i] = alloc;
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut exact = vec![false; events.len()];
+    for (address, &i) in &live {
+        if let (Some(block), Some(event)) = (final_blocks.get(address), events.get_mut(i as usize)) {
+            event.size_bytes = block.size_bytes;
+            exact[i as usize] = true;
+        }
+    }
+    for i in 0..events.len() {
+        let event = events[i];
+        let is_free = matches!(event.kind, EventKind::FreeRequested | EventKind::FreeCompleted);
+        if event.kind == EventKind::Alloc && !exact[i] {
+            events[i].size_bytes = estimated_block_size(event.requested_bytes);
+            events[i].flags |= event_flags::SIZE_ESTIMATED;
+        } else if is_free {
+            match events.get(paired[i] as usize).copied() {
+                Some(alloc) if paired[i] != NONE => {
+                    events[i].size_bytes = alloc.size_bytes;
+                    events[i].flags |= alloc.flags & event_flags::SIZE_ESTIMATED;
+                }
+                _ => {
+                    events[i].size_bytes = estimated_block_size(event.requested_bytes);
+                    events[i].flags |= event_flags::SIZE_ESTIMATED;
+                }
+            }
+        }
+    }
+}
+
+/// Pairs `external_annotations` START and END records into spans (unmatched ends start at the
+/// trace's start, unmatched starts end at its end).
+fn external_spans(
+    external: &serde_json::Value,
+    interner: &mut Interner,
+    trace_start_ns: i64,
+    trace_end_ns: i64,
+    warnings: &mut Vec<String>,
+) -> Vec<Annotation> {
+    let mut spans = Vec::new();
+    let Some(records) = external.as_array() else { return spans };
+    let mut open: HashMap<(String, i64), Vec<i64>> = HashMap::new();
+    let mut skipped = 0usize;
+    for record in records {
+        let stage = record.get("stage").and_then(|v| v.as_str());
+        let name = record.get("name").and_then(|v| v.as_str());
+        let time_us = record.get("time_us").and_then(|v| v.as_i64());
+        let device = record.get("device").and_then(|v| v.as_i64()).unwrap_or(0);
+        let (Some(stage), Some(name), Some(time_us)) = (stage, name, time_us) else {
+            skipped += 1;
+            continue;
+        };
+        let time_ns = time_us.saturating_mul(1000);
+        let key = (name.to_owned(), device);
+        let mut push = |start_ns: i64, end_ns: i64, interner: &mut Interner| {
+            spans.push(Annotation {
+                kind: AnnotationKind::UserRange,
+                device: i16::try_from(device).unwrap_or(Annotation::ALL_DEVICES),
+                process: ProcessId(0),
+                start_ns,
+                end_ns: end_ns.max(start_ns),
+                name: interner.string(name),
+                stack: StackId(0),
+            });
+        };
+        match stage {
+            "START" => open.entry(key).or_default().push(time_ns),
+            "END" => match open.get_mut(&key).and_then(Vec::pop) {
+                Some(start_ns) => push(start_ns, time_ns, interner),
+                None => push(trace_start_ns.min(time_ns), time_ns, interner),
+            },
+            _ => skipped += 1,
+        }
+    }
+    let mut unclosed: Vec<_> = open
+        .into_iter()
+        .flat_map(|((name, device), starts)| starts.into_iter().map(move |s| (s, name.clone(), device)))
+        .collect();
+    unclosed.sort();
+    for (start_ns, name, device) in unclosed {
+        spans.push(Annotation {
+            kind: AnnotationKind::UserRange,
+            device: i16::try_from(device).unwrap_or(Annotation::ALL_DEVICES),
+            process: ProcessId(0),
+            start_ns,
+            end_ns: trace_end_ns.max(start_ns),
+            name: interner.string(&name),
+            stack: StackId(0),
+        });
+    }
+    if skipped > 0 {
+        warnings.push(format!("{skipped} external annotation records without stage, name or time were skipped"));
+    }
+    spans
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn build_trace(
+    mut interner: Interner,
+    segments: Vec<Segment>,
+    all_entries: &[Entry],
+    per_device: Vec<Vec<u32>>,
+    external: &serde_json::Value,
+    allocator_settings: serde_json::Value,
+    extra: serde_json::Map<String, serde_json::Value>,
+    warnings: &mut Vec<String>,
+) -> Result<Trace> {
+    let entry_at = |index: u32| all_entries.get(index as usize);
+    let has_time = per_device.iter().flatten().filter_map(|&i| entry_at(i)).any(|e| e.time_us.is_some());
+    let mut events = Vec::with_capacity(per_device.iter().map(Vec::len).sum());
+    let mut ooms = Vec::new();
+    let mut annotations = Vec::new();
+    let mut unknown_actions: HashMap<String, usize> = HashMap::new();
+    let snapshot_name = interner.string("snapshot");
+    let mut devices: Vec<i16> = segments.iter().map(|s| s.device).collect();
+    for (index, entries) in per_device.iter().enumerate() {
+        let device = i16::try_from(index).map_err(|_| structure("more than 32767 device traces"))?;
+        if !entries.is_empty() {
+            devices.push(device);
+        }
+        let final_blocks: FxHashMap<u64, Block> = segments
+            .iter()
+            .filter(|s| s.device == device)
+            .flat_map(|s| s.blocks.iter())
+            .filter(|b| b.state != BlockState::Inactive)
+            .map(|b| (b.address, *b))
+            .collect();
+        let mut device_events = Vec::with_capacity(entries.len());
+        let mut last_time_ns = 0i64;
+        for (i, entry) in entries.iter().filter_map(|&i| entry_at(i)).enumerate() {
+            let time_ns = match entry.time_us {
+                Some(us) => us.saturating_mul(1000),
+                None if has_time => last_time_ns,
+                None => i as i64,
+            };
+            last_time_ns = time_ns;
+            match entry.action {
+                Action::Event(kind) => device_events.push(Event {
+                    time_ns,
+                    address: entry.addr,
+                    size_bytes: entry.size,
+                    requested_bytes: entry.size,
+                    stream: entry.stream,
+                    stack: entry.stack,
+                    context: entry.context,
+                    process: ProcessId(0),
+                    device,
+                    kind,
+                    flags: 0,
+                }),
+                Action::Oom => ooms.push(Oom {
+                    time_ns,
+                    device,
+                    process: ProcessId(0),
+                    stream: entry.stream,
+                    requested_bytes: entry.size,
+                    device_free_bytes: entry.device_free,
+                    stack: entry.stack,
+                }),
+                Action::Snapshot | Action::Annotate => {
+                    let context = interner.context_of(entry.context);
+                    let name = if entry.action == Action::Snapshot {
+                        snapshot_name
+                    } else if entry.name != StringId(0) {
+                        entry.name
+                    } else {
+                        context.user_metadata
+                    };
+                    annotations.push(Annotation {
+                        kind: if entry.action == Action::Snapshot {
+                            AnnotationKind::Snapshot
+                        } else {
+                            AnnotationKind::Marker
+                        },
+                        device,
+                        process: ProcessId(0),
+                        start_ns: time_ns,
+                        end_ns: time_ns,
+                        name,
+                        stack: entry.stack,
+                    });
+                }
+                Action::Unknown(name) => {
+                    *unknown_actions.entry(interner.resolve(name).to_owned()).or_default() += 1;
+                }
+            }
+        }
+        settle_sizes(&mut device_events, &final_blocks);
+        if events.is_empty() {
+            events = device_events;
+        } else {
+            events.extend(device_events);
+        }
+    }
+    let mut unknown: Vec<_> = unknown_actions.into_iter().collect();
+    unknown.sort();
+    for (action, count) in unknown {
+        warnings.push(format!("{count} trace entries with the unknown action {action:?} were skipped"));
+    }
+    events.sort_by_key(|e| e.time_ns);
+    let start_ns = events.first().map_or(0, |e| e.time_ns);
+    let end_ns = events.last().map_or(0, |e| e.time_ns);
+    annotations.extend(external_spans(external, &mut interner, start_ns, end_ns, warnings));
+    annotations.sort_by_key(|a| (a.start_ns, a.end_ns));
+    if devices.is_empty() {
+        devices.push(0);
+    }
+    devices.sort_unstable();
+    devices.dedup();
+    let metadata = Metadata {
+        source_format: SourceFormat::PytorchSnapshot,
+        clock: if has_time { Clock::UnixNs } else { Clock::EventIndex },
+        tool_version: String::new(),
+        devices: devices.into_iter().map(|device| DeviceInfo { device, ..DeviceInfo::default() }).collect(),
+        processes: vec![ProcessInfo::default()],
+        allocator_settings,
+        extra,
+    };
+    Ok(Trace { metadata, interner, events, segments, annotations, ooms, counters: Vec::new(), tags: Vec::new() })
+}

@@ -1,0 +1,182 @@
+//! Importer of PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`).
+//!
+//! A snapshot is a pickled dict: `segments` (the allocator's state when the snapshot was taken),
+//! `device_traces` (one list of trace entries per device: the allocator's history, often a ring
+//! buffer that dropped the start of the run), `allocator_settings` and `external_annotations`.
+//! Older snapshots are a bare list of segments whose blocks carry a `history` instead of `frames`.
+//!
+//! The pickle is run by the `pickle` module with a sink that turns frame dicts, trace entries,
+//! blocks and segments into compact records the moment each is appended to its list, interning
+//! frames and stacks as it goes.
+
+mod build;
+mod sink;
+
+use self::build::build_trace;
+use self::sink::SnapshotSink;
+use super::Imported;
+use super::pickle::{self, ContainerKind, RecordKind, Store, Value};
+use crate::error::{Error, Result};
+use crate::model::interner::Interner;
+use crate::model::metadata::SourceFormat;
+use crate::progress::Progress;
+
+/// Bound on nodes converted to JSON from generic parts of the pickle (settings, unknown keys).
+const MAX_JSON_NODES: usize = 1_000_000;
+/// Bound on the nesting of generic parts of the pickle.
+const MAX_JSON_DEPTH: usize = 64;
+
+/// Converts a generic part of the pickle to JSON, bounded in depth and size.
+fn to_json(store: &Store, value: Value, depth: usize, budget: &mut usize) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    if *budget == 0 {
+        return Err("too many values in a generic part of the snapshot".to_owned());
+    }
+    *budget -= 1;
+    if depth > MAX_JSON_DEPTH {
+        return Err(format!("values nested deeper than {MAX_JSON_DEPTH} levels"));
+    }
+    Ok(match value {
+        Value::None | Value::Missing => J::Null,
+        Value::Bool(b) => J::Bool(b),
+        Value::Int(v) => J::from(v),
+        Value::UInt(v) => J::from(v),
+        Value::BigInt => J::String("<integer wider than 64 bits>".to_owned()),
+        Value::Float(v) => serde_json::Number::from_f64(v).map_or(J::Null, J::Number),
+        Value::Str(id) => J::String(store.interner.resolve(id).to_owned()),
+        Value::Bytes(n) => J::String(format!("<{n} bytes>")),
+        Value::Frame(_) | Value::Stack(_) | Value::Record(..) => J::String("<converted>".to_owned()),
+        Value::Container(h) => match store.kind(h)? {
+            ContainerKind::Dict => {
+                let mut map = serde_json::Map::new();
+                let mut failure = None;
+                store.for_each_pair(h, |key, value| {
+                    let key = match key {
+                        Value::Str(id) => store.interner.resolve(id).to_owned(),
+                        other => match to_json(store, other, depth + 1, budget)? {
+                            J::String(s) => s,
+                            j => j.to_string(),
+                        },
+                    };
+                    match to_json(store, value, depth + 1, budget) {
+                        Ok(v) => {
+                            map.insert(key, v);
+                        }
+                        Err(e) => failure = Some(e),
+                    }
+                    Ok(())
+                })?;
+                if let Some(e) = failure {
+                    return Err(e);
+                }
+                J::Object(map)
+            }
+            _ => {
+                let mut list = Vec::new();
+                for item in store.items(h)? {
+                    list.push(to_json(store, item, depth + 1, budget)?);
+                }
+                J::Array(list)
+            }
+        },
+    })
+}
+
+fn structure(message: impl Into<String>) -> Error {
+    Error::Structure(message.into())
+}
+
+/// Reads a snapshot pickle.
+pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
+    let mut interner = Interner::new();
+    let mut sink = SnapshotSink::new(&mut interner);
+    // A trace entry takes at least ~60 bytes of pickle; see `pickle::load` on reserving.
+    sink.entries.reserve(data.len() / 64);
+    let loaded = pickle::load(data, interner, &mut sink, progress)?;
+    let store = loaded.store;
+    let mut warnings = Vec::new();
+
+    let mut segments_value = Value::None;
+    let mut traces_value = Value::None;
+    let mut settings = serde_json::Value::Null;
+    let mut annotations_value = Value::None;
+    let mut extra = serde_json::Map::new();
+    let mut budget = MAX_JSON_NODES;
+    match loaded.root {
+        Value::Container(h) if store.kind(h).map_err(structure)? == ContainerKind::Dict => {
+            let mut pairs = Vec::new();
+            store
+                .for_each_pair(h, |k, v| {
+                    pairs.push((k, v));
+                    Ok(())
+                })
+                .map_err(structure)?;
+            for (key, value) in pairs {
+                match store.str(key) {
+                    Some("segments") => segments_value = value,
+                    Some("device_traces") => traces_value = value,
+                    Some("allocator_settings") => {
+                        settings = to_json(&store, value, 0, &mut budget)
+                            .map_err(|m| structure(format!("allocator_settings: {m}")))?;
+                    }
+                    Some("external_annotations") => annotations_value = value,
+                    Some(other) => {
+                        let other = other.to_owned();
+                        let json =
+                            to_json(&store, value, 0, &mut budget).map_err(|m| structure(format!("{other}: {m}")))?;
+                        extra.insert(other, json);
+                    }
+                    None => {}
+                }
+            }
+            if segments_value == Value::None && traces_value == Value::None {
+                return Err(structure(
+                    "this pickle is a dict without 'segments' or 'device_traces': not a PyTorch memory snapshot",
+                ));
+            }
+        }
+        // Snapshots from before PyTorch 2.1 are a bare list of segments.
+        Value::Container(h) if store.kind(h).map_err(structure)? == ContainerKind::List => segments_value = loaded.root,
+        _ => return Err(structure("this pickle holds neither a dict nor a list: not a PyTorch memory snapshot")),
+    }
+
+    let mut segments = Vec::new();
+    if let Value::Container(h) = segments_value {
+        for (i, item) in store.items(h).map_err(structure)?.into_iter().enumerate() {
+            let Value::Record(RecordKind::Segment, index) = item else {
+                return Err(structure(format!("segments[{i}] is not a segment dict")));
+            };
+            if let Some(segment) = sink.segments.get(index as usize) {
+                segments.push(segment.clone());
+            }
+        }
+    }
+    segments.sort_by_key(|s| (s.device, s.address));
+
+    // Per device, indices into the sink's entries (copying the entries would double the memory).
+    let mut per_device: Vec<Vec<u32>> = Vec::new();
+    if let Value::Container(h) = traces_value {
+        for (device, list) in store.items(h).map_err(structure)?.into_iter().enumerate() {
+            let mut entries = Vec::new();
+            if let Value::Container(l) = list {
+                for (i, item) in store.items(l).map_err(structure)?.into_iter().enumerate() {
+                    let Value::Record(RecordKind::Entry, index) = item else {
+                        return Err(structure(format!("device_traces[{device}][{i}] is not a trace entry dict")));
+                    };
+                    if (index as usize) < sink.entries.len() {
+                        entries.push(index);
+                    }
+                }
+            }
+            per_device.push(entries);
+        }
+    }
+
+    let external = match annotations_value {
+        Value::None => serde_json::Value::Null,
+        v => to_json(&store, v, 0, &mut budget).map_err(|m| structure(format!("external_annotations: {m}")))?,
+    };
+    let interner = store.interner;
+    build_trace(interner, segments, &sink.entries, per_device, &external, settings, extra, &mut warnings)
+        .map(|trace| Imported { trace, warnings, format: SourceFormat::PytorchSnapshot })
+}
