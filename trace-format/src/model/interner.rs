@@ -32,7 +32,8 @@ pub struct Context {
 #[derive(Clone, Debug)]
 pub struct Interner {
     strings: Vec<Box<str>>,
-    string_ids: HashMap<Box<str>, StringId>,
+    /// Keyed by bytes, so that bytes already interned need no UTF-8 validation.
+    string_ids: HashMap<Box<[u8]>, StringId>,
     frames: Vec<Frame>,
     frame_ids: HashMap<Frame, FrameId>,
     stack_ranges: Vec<(u32, u32)>,
@@ -73,19 +74,27 @@ impl Interner {
 
     /// Interns `text`.
     pub fn string(&mut self, text: &str) -> StringId {
-        if let Some(&id) = self.string_ids.get(text) {
+        if let Some(&id) = self.string_ids.get(text.as_bytes()) {
             return id;
         }
         let id = StringId(self.strings.len() as u32);
-        let boxed: Box<str> = text.into();
-        self.strings.push(boxed.clone());
-        self.string_ids.insert(boxed, id);
+        self.strings.push(text.into());
+        self.string_ids.insert(text.as_bytes().into(), id);
         id
+    }
+
+    /// Interns UTF-8 `bytes`; `None` when they are not UTF-8. Bytes seen before are not
+    /// validated again.
+    pub fn string_from_utf8(&mut self, bytes: &[u8]) -> Option<StringId> {
+        if let Some(&id) = self.string_ids.get(bytes) {
+            return Some(id);
+        }
+        std::str::from_utf8(bytes).ok().map(|text| self.string(text))
     }
 
     /// Looks up an already interned string without adding it.
     pub fn find_string(&self, text: &str) -> Option<StringId> {
-        self.string_ids.get(text).copied()
+        self.string_ids.get(text.as_bytes()).copied()
     }
 
     /// Interns a frame.
@@ -168,7 +177,7 @@ impl Interner {
     pub fn truncate(&mut self, lens: [usize; 4]) {
         let [strings, frames, stacks, contexts] = lens;
         for text in self.strings.drain(strings.max(1)..) {
-            self.string_ids.remove(&text);
+            self.string_ids.remove(text.as_bytes());
         }
         for frame in self.frames.drain(frames..) {
             self.frame_ids.remove(&frame);

@@ -129,8 +129,7 @@ impl<S: Sink> Machine<'_, S> {
                     };
                     let bytes = data.get(p..p.checked_add(len)?)?;
                     p += len;
-                    let text = std::str::from_utf8(bytes).ok()?;
-                    Value::Str(self.store.interner.string(text))
+                    Value::Str(self.store.interner.string_from_utf8(bytes)?)
                 }
                 b'K' => {
                     let v = *data.get(p)?;

@@ -252,9 +252,9 @@ impl<S: Sink> Machine<'_, S> {
         self.take(bytes_len)?;
         let bytes = &self.data[start..start + bytes_len];
         // Python writes lone surrogates with 'surrogatepass', which is not valid UTF-8.
-        let id = match std::str::from_utf8(bytes) {
-            Ok(text) => self.store.interner.string(text),
-            Err(_) => {
+        let id = match self.store.interner.string_from_utf8(bytes) {
+            Some(id) => id,
+            None => {
                 let text = String::from_utf8_lossy(bytes).into_owned();
                 self.store.interner.string(&text)
             }

@@ -240,6 +240,10 @@ impl SnapshotSink {
                 _ => Err("'frames' should be a list of frames".to_owned()),
             };
         }
+        if store.len(handle)? == 0 {
+            // No frames recorded: the empty stack, which needs no interning.
+            return Ok(StackId(0));
+        }
         if !matches!(store.kind(handle)?, ContainerKind::List | ContainerKind::Tuple) {
             return Err("'frames' should be a list of frames".to_owned());
         }
@@ -488,6 +492,12 @@ impl SnapshotSink {
 
 impl Sink for SnapshotSink {
     fn convert_dict(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Option<Value>, String> {
+        // PyTorch writes `action` first: the common case needs no scan of the keys.
+        if let Some(&first) = pairs.first()
+            && self.keys.field(first) == Field::Action
+        {
+            return self.entry(store, pairs).map(Some);
+        }
         let (mut action, mut total_size, mut state, mut name, mut filename) = (false, false, false, false, false);
         for key in pairs.iter().step_by(2) {
             match self.keys.field(*key) {
