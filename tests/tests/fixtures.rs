@@ -87,7 +87,7 @@ for seg in d['segments']:
         frames = b.pop('frames', [])
         requested = b.pop('requested_size')
         if b['state'] != 'inactive':
-            b['history'] = [{'addr': b['address'], 'real_size': requested, 'frames': frames}]
+            b['history'] = [{'addr': b['address'], 'real_size': requested, 'frames': frames}, {'addr': b['address'], 'real_size': 1, 'frames': []}]
 for trace in d['device_traces']:
     for e in trace:
         e.pop('time_us', None)
@@ -183,5 +183,132 @@ fn convert_then_info_prints_the_same_numbers() {
             );
             assert!(b * 3 <= a, "{}: {b} bytes from {a}", file.display());
         }
+    }
+}
+
+/// A hand-made snapshot with every action, two devices, an expandable segment, memory from
+/// before the trace window, an OOM, a snapshot marker, an unknown action and every optional
+/// field, checked against the reference and against hand-computed numbers.
+#[test]
+fn a_hand_made_snapshot_with_every_action() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("every_action.pickle");
+    run_python_code(
+        r#"
+import pickle, sys
+MB = 1 << 20
+fr = [{'name': 'forward', 'filename': 'model.py', 'line': 7}, {'name': '<module>', 'filename': 'train.py', 'line': 1}]
+def block(addr, size, state, req=0):
+    return {'address': addr, 'size': size, 'requested_size': req, 'state': state, 'frames': fr if state != 'inactive' else []}
+def seg(dev, addr, size, blocks, expandable=False):
+    return {'device': dev, 'address': addr, 'total_size': size, 'allocated_size': 0, 'active_size': 0,
+            'requested_size': 0, 'stream': 0, 'segment_type': 'large', 'segment_pool_id': (0, 0),
+            'is_expandable': expandable, 'frames': fr, 'blocks': blocks}
+def e(action, addr, size, t, **kw):
+    d = {'action': action, 'addr': addr, 'size': size, 'stream': 0, 'time_us': t, 'frames': fr,
+         'compile_context': 'N/A', 'user_metadata': 'step=1'}
+    d.update(kw)
+    return d
+S0, S1, S2 = 0x10000000, 0x20000000, 0x7000000000
+segments = [
+    seg(0, S0, 2 * MB, [block(S0, 1024, 'active_allocated', 1000), block(S0 + 1024, 2048, 'inactive'),
+                        block(S0 + 3072, 2 * MB - 3072, 'inactive')]),
+    seg(0, S1, 20 * MB, [block(S1, 4 * MB, 'inactive'), block(S1 + 4 * MB, 1024, 'active_allocated', 1000),
+                         block(S1 + 4 * MB + 1024, 16 * MB - 1024, 'inactive')]),
+    seg(1, S2, 2 * MB, [block(S2, 1024, 'active_allocated', 1000), block(S2 + 1024, 2 * MB - 1024, 'inactive')], True),
+]
+dev0 = [
+    e('segment_alloc', S1, 20 * MB, 100),
+    e('alloc', S1, 4000000, 110),
+    e('alloc', S1 + 4 * MB, 1000, 120),
+    e('snapshot', 0, 0, 130),
+    e('free_requested', S1, 4000000, 140),
+    e('free_completed', S1, 4000000, 150),
+    e('oom', 0, 1 << 40, 160, device_free=123456),
+    e('free_requested', S0 + 1024, 2000, 170),
+    e('free_completed', S0 + 1024, 2000, 180),
+    e('mystery', 0, 0, 185),
+    e('segment_free', 0x30000000, 2 * MB, 190),
+]
+dev1 = [
+    e('segment_map', S2, 2 * MB, 105),
+    e('alloc', S2, 1000, 115),
+    e('segment_map', S2 + 2 * MB, 2 * MB, 125),
+    e('segment_unmap', S2 + 2 * MB, 2 * MB, 135),
+]
+snap = {'segments': segments, 'device_traces': [dev0, dev1],
+        'allocator_settings': {'expandable_segments': True, 'max_split_size': -1},
+        'external_annotations': [{'stage': 'START', 'name': 'fwd', 'device': 0, 'time_us': 105},
+                                 {'stage': 'END', 'name': 'fwd', 'device': 0, 'time_us': 145}]}
+pickle.dump(snap, open(sys.argv[1], 'wb'), protocol=4)
+"#,
+        &[file.as_os_str()],
+    );
+    check_snapshot(&file, true);
+    let ours = info_json(&file);
+    let d0 = device(&ours, 0);
+    let d1 = device(&ours, 1);
+    const MB: u64 = 1 << 20;
+    // Hand-computed: before the window, block S0 (1024) and the block freed at 180 (2048 from
+    // the trace's 2000 rounded up) were alive, and S0 plus the segment freed at 190 reserved.
+    // The peak follows the two allocs: 1024 + 2048 + 4000256 + 1024.
+    assert_eq!(d0["peak_allocated_bytes"].as_u64(), Some(1024 + 2048 + 4_000_256 + 1024));
+    assert_eq!(d0["peak_reserved_bytes"].as_u64(), Some(2 * MB + 2 * MB + 20 * MB));
+    assert_eq!(d0["reserved_bytes"].as_u64(), Some(22 * MB));
+    assert_eq!(d0["allocated_bytes"].as_u64(), Some(2048));
+    assert_eq!(d0["requested_bytes"].as_u64(), Some(2000));
+    assert_eq!(d0["oom_events"].as_u64(), Some(1));
+    // Device 1: the expandable segment's 2 MiB mapped once and a second mapping undone.
+    assert_eq!(d1["peak_reserved_bytes"].as_u64(), Some(4 * MB));
+    assert_eq!(d1["reserved_bytes"].as_u64(), Some(2 * MB));
+    assert_eq!(d1["peak_allocated_bytes"].as_u64(), Some(1024));
+    // The snapshot marker and the external range are annotations.
+    assert_eq!(ours["annotations"].as_u64(), Some(2));
+    let output = vramscope(&["info".as_ref(), file.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown action \"mystery\""), "{stderr}");
+}
+
+/// A profiler trace with CPU and CUDA memory, starting with memory already allocated (a second
+/// profiler session in the same process), checked against hand-computed numbers.
+#[test]
+fn a_chrome_trace_with_cuda_memory_and_memory_from_before() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("trace.json");
+    let memory = |ts: f64, device_type: i64, device: i64, addr: u64, bytes: i64, total: i64, reserved: i64| {
+        serde_json::json!({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+            "ts": ts, "args": {"Addr": addr, "Bytes": bytes, "Total Allocated": total, "Total Reserved": reserved,
+            "Device Type": device_type, "Device Id": device}})
+    };
+    const MB: i64 = 1 << 20;
+    let events = vec![
+        serde_json::json!({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0.5, "dur": 10.0}),
+        memory(1.0, 0, -1, 0x1000, 100, 100, 0),
+        // 1,024 bytes were allocated on the GPU before this session began.
+        memory(2.0, 1, 0, 0x7f00_0000_0000, 512, 1536, 2 * MB),
+        // One of them (512 bytes at an address this trace never saw allocated) is freed.
+        memory(3.0, 1, 0, 0x7f00_0000_1000, -512, 1024, 2 * MB),
+        memory(4.0, 1, 0, 0x7f00_0000_2000, 2048, 3072, 4 * MB),
+        memory(5.0, 1, 0, 0x7f00_0000_2000, -2048, 1024, 4 * MB),
+        memory(6.0, 0, -1, 0x1000, -100, 0, 0),
+    ];
+    let json = serde_json::json!({"traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000i64});
+    std::fs::write(&file, json.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let ours = info_json(&file);
+    assert_eq!(ours["format"], "chrome-trace");
+    let gpu = device(&ours, 0);
+    assert_eq!(gpu["peak_allocated_bytes"].as_u64(), Some(3072));
+    assert_eq!(gpu["peak_reserved_bytes"].as_u64(), Some(4 << 20));
+    assert_eq!(gpu["allocated_bytes"].as_u64(), Some(1024), "ends at the last Total Allocated");
+    assert_eq!(gpu["peak_allocated_time_us"].as_i64(), Some(1_700_000_000_000_000 + 4));
+    let cpu = device(&ours, -1);
+    assert_eq!(cpu["peak_allocated_bytes"].as_u64(), Some(100));
+    assert_eq!(cpu["allocated_bytes"].as_u64(), Some(0));
+    assert_eq!(ours["annotations"].as_u64(), Some(1));
+    let theirs = reference(&file);
+    for r in theirs["devices"].as_array().cloned().unwrap_or_default() {
+        let o = device(&ours, r["device"].as_i64().unwrap_or(-99));
+        assert_eq!(o["peak_allocated_bytes"], r["peak_allocated_bytes"]);
+        assert_eq!(o["peak_reserved_bytes"], r["peak_reserved_bytes"]);
     }
 }

@@ -275,3 +275,67 @@ fn replay_counters(trace: &Trace, device: i16, mut visit: impl FnMut(Option<usiz
     }
     point
 }
+
+/// allocated, requested and reserved bytes of a device after each event, in time order (the
+/// first point is the state before the first event).
+pub fn timeline(trace: &Trace, device: i16) -> Vec<Point> {
+    let mut points = Vec::new();
+    replay(trace, device, |_, point| points.push(point));
+    points
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_trace_format::{Block, BlockState, Event, EventKind, ProcessId, Segment, SegmentPool, StackId};
+
+    use super::*;
+
+    fn block(address: u64, size_bytes: u64, state: BlockState) -> Block {
+        Block { address, size_bytes, requested_bytes: size_bytes / 2, state, stack: StackId(0) }
+    }
+
+    /// A window that starts after some memory was allocated, computed by hand.
+    #[test]
+    fn replay_counts_memory_from_before_the_window() {
+        let mut trace = Trace::default();
+        let base = 0x1000_0000;
+        trace.segments.push(Segment {
+            device: 0,
+            process: ProcessId(0),
+            address: base,
+            size_bytes: 8192,
+            stream: 0,
+            pool: SegmentPool::Small,
+            pool_id: (0, 0),
+            is_expandable: false,
+            stack: StackId(0),
+            blocks: vec![
+                block(base, 1024, BlockState::ActiveAllocated),        // alive all along
+                block(base + 1024, 1024, BlockState::Inactive),        // freed in the window
+                block(base + 2048, 2048, BlockState::ActiveAllocated), // allocated in the window
+                block(base + 4096, 4096, BlockState::Inactive),
+            ],
+        });
+        let mut free = Event::new(EventKind::FreeCompleted, 20, 0, base + 1024, 1024);
+        free.requested_bytes = 512;
+        let mut alloc = Event::new(EventKind::Alloc, 10, 0, base + 2048, 2048);
+        alloc.requested_bytes = 1024;
+        trace.events = vec![alloc, free];
+        let points = timeline(&trace, 0);
+        let allocated: Vec<u64> = points.iter().map(|p| p.allocated_bytes).collect();
+        let requested: Vec<u64> = points.iter().map(|p| p.requested_bytes).collect();
+        // Start: 1024 (alive at the end, never allocated in the window) + 1024 (freed in it).
+        assert_eq!(allocated, [2048, 4096, 3072]);
+        assert_eq!(requested, [512 + 512, 512 + 512 + 1024, 512 + 1024]);
+        // The segment was reserved before the window and stays.
+        assert!(points.iter().all(|p| p.reserved_bytes == 8192));
+        // The end of the replay is the final segment state.
+        let end: u64 = trace.segments[0]
+            .blocks
+            .iter()
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .map(|b| b.size_bytes)
+            .sum();
+        assert_eq!(points.last().map(|p| p.allocated_bytes), Some(end));
+    }
+}

@@ -383,9 +383,10 @@ impl SnapshotSink {
             }
             Ok(())
         })?;
-        // Older snapshots keep each block's allocations in `history`, the current one last.
+        // Older snapshots keep each block's allocations in `history`, the current one first (as
+        // PyTorch's own `_memory_viz.py` reads it).
         if let Value::Container(h) = history
-            && let Some(Value::Container(last)) = store.items(h)?.last().copied()
+            && let Some(Value::Container(last)) = store.items(h)?.first().copied()
             && store.kind(last)? == ContainerKind::Dict
         {
             let mut real_size = None;
