@@ -31,8 +31,9 @@ const COLUMNS: [Category; 8] = [
     Category::Unknown,
 ];
 
-/// Largest decompressed size accepted for a `raw.json.gz` (a guard against decompression bombs).
-const MAX_RAW_BYTES: u64 = 16 << 30;
+/// Largest decompressed size accepted for a `raw.json.gz` (a guard against decompression bombs;
+/// real exports are kilobytes to megabytes).
+const MAX_RAW_BYTES: u64 = 1 << 30;
 
 /// Whether JSON data looks like a memory timeline rather than a Chrome trace.
 pub(crate) fn looks_like_timeline(data: &[u8]) -> bool {
@@ -176,9 +177,15 @@ fn import_raw_records(records: &[serde_json::Value]) -> Result<Imported> {
 pub fn import_raw_gz(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
     let mut json = Vec::new();
     flate2::read::GzDecoder::new(data)
-        .take(MAX_RAW_BYTES)
+        .take(MAX_RAW_BYTES + 1)
         .read_to_end(&mut json)
         .map_err(|e| Error::Structure(format!("gzip data cannot be decompressed: {e}")))?;
+    if json.len() as u64 > MAX_RAW_BYTES {
+        return Err(Error::Structure(format!(
+            "the gzip data decompresses to more than {} MiB, far more than a memory timeline; refusing it",
+            MAX_RAW_BYTES >> 20
+        )));
+    }
     if !progress.update(data.len() as u64 / 2, data.len() as u64) {
         return Err(Error::Cancelled);
     }

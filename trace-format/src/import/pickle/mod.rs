@@ -5,12 +5,13 @@
 //! or calls code (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`, `INST`, `OBJ`, `NEWOBJ*`, `EXT*`,
 //! `PERSID`, out-of-band buffers).
 //!
-//! It is built for big files: instead of a tree of values it keeps containers in one bump-allocated
-//! pool, and it lets a [`Sink`] turn finished dicts into compact records as soon as they are
-//! appended to a list. Once every item of an `APPENDS` batch has been turned into a record, all
-//! that the batch built is dropped from the pool again, so memory stays proportional to the
-//! records, not to the pickle's object graph. Containers that stay reachable through the memo are
-//! either resolved (the memo then holds their record) or keep the batch from being dropped.
+//! It is built for big files. Instead of a tree of Python-like objects it keeps containers in one
+//! bump-allocated pool, and a [`Sink`] turns each dict into a compact record the moment
+//! `SETITEMS` completes it (frames, trace entries, blocks, segments); the memo then holds the
+//! record. Once every item of an `APPENDS` batch is a record, everything the batch built is
+//! dropped from the pool again, so memory follows the records, not the pickle's object graph.
+//! Containers that stay reachable through the memo are either resolved or keep the batch from
+//! being dropped. The shapes that make up nearly all of a snapshot take fast paths (`fast.rs`).
 
 mod fast;
 mod store;

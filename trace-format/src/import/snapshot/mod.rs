@@ -5,9 +5,9 @@
 //! buffer that dropped the start of the run), `allocator_settings` and `external_annotations`.
 //! Older snapshots are a bare list of segments whose blocks carry a `history` instead of `frames`.
 //!
-//! The pickle is run by the `pickle` module with a sink that turns frame dicts, trace entries,
-//! blocks and segments into compact records the moment each is appended to its list, interning
-//! frames and stacks as it goes.
+//! The pickle is run by the `pickle` module with a sink (`sink.rs`) that turns frame dicts,
+//! trace entries, blocks and segments into compact records the moment each dict is complete,
+//! interning frames and stacks as it goes; `build.rs` then assembles the trace.
 
 mod build;
 mod sink;
