@@ -128,8 +128,17 @@ impl<S: Sink> Machine<'_, S> {
                         u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
                     };
                     let bytes = data.get(p..p.checked_add(len)?)?;
+                    // Snapshots re-emit the same short string (`'N/A'`) in entry after entry.
+                    let (last_start, last_len, last_id) = self.last_string;
+                    let id = if last_len == len && data.get(last_start..last_start + last_len) == Some(bytes) {
+                        last_id
+                    } else {
+                        let id = self.store.interner.string_from_utf8(bytes)?;
+                        self.last_string = (p, len, id);
+                        id
+                    };
                     p += len;
-                    Value::Str(self.store.interner.string_from_utf8(bytes)?)
+                    Value::Str(id)
                 }
                 b'K' => {
                     let v = *data.get(p)?;

@@ -22,7 +22,7 @@ use self::fast::FrameRun;
 pub(crate) use self::store::{ContainerKind, RecordKind, Sink, Store, Value};
 use self::store::{Handle, NO_SLOT};
 use crate::error::{Error, Result};
-use crate::model::ids::{FrameId, StackId};
+use crate::model::ids::{FrameId, StackId, StringId};
 use crate::model::interner::Interner;
 use crate::progress::Progress;
 
@@ -110,6 +110,8 @@ struct Machine<'a, S: Sink> {
     run_misses: u64,
     /// Set when a memo store names its index (`BINPUT`): such a run cannot be replayed elsewhere.
     explicit_memo_index: bool,
+    /// The last string the fast path interned: where its bytes are, their length, its id.
+    last_string: (usize, usize, StringId),
     /// Whether a `PUT` ever replaced a memo entry (which makes `runs` unsafe to use).
     memo_overwritten: bool,
 }
@@ -133,6 +135,7 @@ pub(crate) fn load<S: Sink>(data: &[u8], interner: Interner, sink: &mut S, progr
         runs: FxHashMap::default(),
         run_memo: Vec::new(),
         run_hits: 0,
+        last_string: (0, usize::MAX, StringId(0)),
         run_misses: 0,
         explicit_memo_index: false,
         memo_overwritten: false,
