@@ -119,9 +119,9 @@ struct Machine<'a, S: Sink> {
 /// Runs the pickle in `data`, letting `sink` convert dicts as they are appended to lists.
 pub(crate) fn load<S: Sink>(data: &[u8], interner: Interner, sink: &mut S, progress: &dyn Progress) -> Result<Loaded> {
     let mut store = Store::new(interner);
-    // Real snapshots memoize about one object per 80 bytes. Reserving generously costs only
+    // Real snapshots memoize one object per 30 to 80 bytes. Reserving generously costs only
     // address space (pages are touched as they fill) and saves copying a growing memo.
-    store.memo.reserve(data.len() / 48);
+    store.memo.reserve(data.len() / 16);
     let mut machine = Machine {
         data,
         pos: 0,

@@ -159,14 +159,18 @@ pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported>
         for (device, list) in store.items(h).map_err(structure)?.into_iter().enumerate() {
             let mut entries = Vec::new();
             if let Value::Container(l) = list {
-                for (i, item) in store.items(l).map_err(structure)?.into_iter().enumerate() {
-                    let Value::Record(RecordKind::Entry, index) = item else {
-                        return Err(structure(format!("device_traces[{device}][{i}] is not a trace entry dict")));
-                    };
-                    if (index as usize) < sink.entries.len() {
+                entries.reserve(store.len(l).map_err(structure)?);
+                let mut i = 0usize;
+                store
+                    .for_each_item(l, |item| {
+                        let Value::Record(RecordKind::Entry, index) = item else {
+                            return Err(format!("device_traces[{device}][{i}] is not a trace entry dict"));
+                        };
                         entries.push(index);
-                    }
-                }
+                        i += 1;
+                        Ok(())
+                    })
+                    .map_err(structure)?;
             }
             per_device.push(entries);
         }
