@@ -100,7 +100,7 @@ fn synthetic_trace(events: usize) -> Trace {
         state ^= state >> 7;
         state ^= state << 17;
         time_ns += (state % 5_000) as i64;
-        if live.len() > 2_000 || (!live.is_empty() && state % 3 == 0) {
+        if live.len() > 2_000 || (!live.is_empty() && state.is_multiple_of(3)) {
             let (address, size) = live.swap_remove((state >> 20) as usize % live.len());
             trace.events.push(Event::new(EventKind::FreeCompleted, time_ns, 0, address, size));
         } else {

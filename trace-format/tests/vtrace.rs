@@ -72,7 +72,7 @@ fn many_events_span_several_chunks() {
     let mut time = 1_000_000i64;
     for i in 0..(vtrace::EVENTS_PER_CHUNK as u64 * 2 + 17) {
         time += (i % 7) as i64 * 1_000;
-        let kind = if i % 2 == 0 { EventKind::Alloc } else { EventKind::FreeCompleted };
+        let kind = if i.is_multiple_of(2) { EventKind::Alloc } else { EventKind::FreeCompleted };
         trace.events.push(Event::new(kind, time, (i % 3) as i16, 0x7000_0000_0000 + (i / 2) * 512, 512 * (1 + i % 5)));
     }
     let bytes = encode(&trace);

@@ -207,7 +207,7 @@ impl<S: Sink> Machine<'_, S> {
             }
         }
         let pairs = self.dict_items.get(base..)?;
-        if pairs.len() % 2 != 0 {
+        if !pairs.len().is_multiple_of(2) {
             return None;
         }
         let value = match self.sink.convert_dict(&mut self.store, pairs) {

@@ -617,7 +617,7 @@ impl<S: Sink> Machine<'_, S> {
                         b'd' => ContainerKind::Dict,
                         _ => ContainerKind::Set,
                     };
-                    if kind == ContainerKind::Dict && items.len() % 2 != 0 {
+                    if kind == ContainerKind::Dict && !items.len().is_multiple_of(2) {
                         return Err(self.err("DICT with an odd number of keys and values"));
                     }
                     if kind == ContainerKind::Dict
@@ -671,7 +671,7 @@ impl<S: Sink> Machine<'_, S> {
                     let handle = self.container_arg(target, ContainerKind::Dict, "SETITEMS")?;
                     let start = mark.stack_len;
                     let pairs = self.stack.len() - start;
-                    if pairs % 2 != 0 {
+                    if !pairs.is_multiple_of(2) {
                         return Err(self.err("SETITEMS with an odd number of keys and values"));
                     }
                     // A dict filled by one short batch is complete: convert it right away, so its
