@@ -25,6 +25,7 @@ pub(crate) struct Handle {
 
 /// One value on the machine's stack or in a container.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(u64)]
 pub(crate) enum Value {
     /// Python `None`.
     None,
