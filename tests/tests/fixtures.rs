@@ -312,3 +312,30 @@ fn a_chrome_trace_with_cuda_memory_and_memory_from_before() {
         assert_eq!(o["peak_reserved_bytes"], r["peak_reserved_bytes"]);
     }
 }
+
+/// Objects shared through the memo across thousands of entries (one empty frame list, one
+/// frame list) stay readable after the batches that first built them are dropped.
+#[test]
+fn lists_shared_across_batches_stay_readable() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("shared.pickle");
+    run_python_code(
+        r#"
+import pickle, sys
+empty = []
+fr = [{'name': 'f', 'filename': 'a.py', 'line': 1}]
+trace = []
+for i in range(2500):
+    trace.append({'action': 'alloc', 'addr': 0x1000 + 512 * i, 'size': 100, 'stream': 0, 'time_us': 2 * i,
+                  'frames': empty if i % 2 else fr})
+for i in range(2500):
+    trace.append({'action': 'free_completed', 'addr': 0x1000 + 512 * i, 'size': 100, 'stream': 0,
+                  'time_us': 5000 + i, 'frames': empty})
+pickle.dump({'segments': [], 'device_traces': [trace]}, open(sys.argv[1], 'wb'), protocol=4)
+"#,
+        &[file.as_os_str()],
+    );
+    check_snapshot(&file, true);
+    let ours = info_json(&file);
+    assert_eq!(device(&ours, 0)["peak_allocated_bytes"].as_u64(), Some(2500 * 512));
+}

@@ -234,3 +234,10 @@ fn wrong_formats_are_named() {
     let message = load(b"\x1f\x8b\x08\x00garbage").unwrap_err().to_string();
     assert!(message.contains("gzip"), "{message}");
 }
+
+#[test]
+fn empty_lists_in_generic_values_stay_empty_lists() {
+    let settings = P::default().op(EMPTY_DICT).op(MEMOIZE).op(MARK).s("a").op(EMPTY_LIST).op(MEMOIZE).op(SETITEMS);
+    let imported = load(&snapshot_with_settings(settings)).unwrap();
+    assert_eq!(imported.trace.metadata.allocator_settings, serde_json::json!({"a": []}));
+}

@@ -176,8 +176,9 @@ impl<S: Sink> Machine<'_, S> {
                     p = self.memo_op_at(p)?;
                     let slot = self.store.memo.len();
                     if data.get(p) != Some(&b'(') {
-                        // An empty list (no frames recorded): a real, empty container.
-                        let value = Value::Container(self.store.new_container(ContainerKind::List));
+                        // An empty list: the empty stack (no frames recorded), and an empty list
+                        // wherever a generic value is read. The memo holds it like any record.
+                        let value = Value::Stack(StackId(0));
                         self.store.memo.push(value);
                         self.dict_items.push(value);
                         continue;

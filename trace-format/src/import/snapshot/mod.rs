@@ -17,6 +17,7 @@ use self::sink::SnapshotSink;
 use super::Imported;
 use super::pickle::{self, ContainerKind, RecordKind, Store, Value};
 use crate::error::{Error, Result};
+use crate::model::ids::StackId;
 use crate::model::interner::Interner;
 use crate::model::metadata::SourceFormat;
 use crate::progress::Progress;
@@ -45,6 +46,8 @@ fn to_json(store: &Store, value: Value, depth: usize, budget: &mut usize) -> Res
         Value::Float(v) => serde_json::Number::from_f64(v).map_or(J::Null, J::Number),
         Value::Str(id) => J::String(store.interner.resolve(id).to_owned()),
         Value::Bytes(n) => J::String(format!("<{n} bytes>")),
+        // The fast path reads an empty list as the empty stack.
+        Value::Stack(StackId(0)) => J::Array(Vec::new()),
         Value::Frame(_) | Value::Stack(_) | Value::Record(..) => J::String("<converted>".to_owned()),
         Value::Container(h) => match store.kind(h)? {
             ContainerKind::Dict => {
