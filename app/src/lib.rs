@@ -1,10 +1,11 @@
 //! vramscope: a GPU memory profiler and trace analyzer for deep-learning workloads.
 //!
 //! The binary is thin; this library holds the command-line commands ([`cli`]), the loading of
-//! files with progress ([`load`]) and the analysis ([`analysis`]), which is plain functions over
-//! the trace model of `vramscope-trace-format`.
+//! files with progress ([`load`]), the analysis ([`analysis`]), which is plain functions over
+//! the trace model of `vramscope-trace-format`, and the desktop app ([`gui`]).
 
 pub mod analysis;
 pub mod cli;
+pub mod gui;
 pub mod load;
 pub mod units;

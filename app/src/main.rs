@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// GPU memory profiler and trace analyzer for deep-learning workloads.
 ///
@@ -11,15 +11,60 @@ use clap::{Parser, Subcommand};
 /// (Chrome traces recorded with `profile_memory=True`, and memory timelines in `.json` or
 /// `raw.json.gz` form) and vramscope's own `.vtrace` files. The format is recognised from the
 /// file's content, whatever its name.
+///
+/// `vramscope FILE` opens FILE in the desktop app; `vramscope` alone opens its welcome screen.
 #[derive(Parser, Debug)]
-#[command(name = "vramscope", version, about, long_about, arg_required_else_help = true)]
+#[command(name = "vramscope", version, about, long_about, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    open: OpenArgs,
+}
+
+/// The first view of the app.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ViewArg {
+    /// Memory over time by category.
+    Timeline,
+    /// What was alive at the peak, by category, stack and allocation.
+    Peak,
+    /// The allocator's segments at the peak.
+    Fragmentation,
+}
+
+#[derive(Args, Debug)]
+struct OpenArgs {
+    /// The trace to open.
+    file: Option<PathBuf>,
+    /// Render the window once the trace is shown (without FILE: the welcome screen), save it to
+    /// this PNG and exit. Needs a display (Xvfb will do).
+    #[arg(long, value_name = "OUT.png")]
+    screenshot: Option<PathBuf>,
+    /// The view to show first.
+    #[arg(long, value_enum)]
+    view: Option<ViewArg>,
+    /// Window size in points, e.g. 1600x1000.
+    #[arg(long, value_name = "WxH", value_parser = parse_size)]
+    size: Option<[f32; 2]>,
+}
+
+fn parse_size(text: &str) -> Result<[f32; 2], String> {
+    let (w, h) = text.split_once(['x', 'X']).ok_or("expected WIDTHxHEIGHT, e.g. 1600x1000")?;
+    let parse = |v: &str| v.trim().parse::<f32>().ok().filter(|v| (200.0..=16384.0).contains(v));
+    match (parse(w), parse(h)) {
+        (Some(w), Some(h)) => Ok([w, h]),
+        _ => Err("width and height must be numbers from 200 to 16384".to_owned()),
+    }
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Open a trace in the desktop app (the same as `vramscope FILE`).
+    ///
+    /// Timeline of memory by category, the peak breakdown (by category, stack and allocation)
+    /// and the allocator's fragmentation map. Press F1 in the window for keyboard shortcuts.
+    Open(OpenArgs),
     /// Print what a trace holds: peaks, the final segment state, fragmentation.
     ///
     /// For each device: the peak of allocated bytes (blocks handed to tensors, from alloc until
@@ -53,12 +98,34 @@ enum Command {
 /// Exit status when a file cannot be read or a command fails.
 const EXIT_ERROR: u8 = 2;
 
+fn open(args: OpenArgs) -> anyhow::Result<()> {
+    if let Some(file) = &args.file {
+        // Say so at once rather than in a window.
+        std::fs::metadata(file).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", file.display()))?;
+    }
+    let view = args.view.map(|v| match v {
+        ViewArg::Timeline => vramscope::gui::View::Timeline,
+        ViewArg::Peak => vramscope::gui::View::Peak,
+        ViewArg::Fragmentation => vramscope::gui::View::Fragmentation,
+    });
+    vramscope::gui::run(vramscope::gui::GuiOptions {
+        file: args.file,
+        screenshot: args.screenshot,
+        view,
+        size: args.size,
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
-        Command::Info { file, json } => vramscope::cli::info::run(&file, json, &mut stdout),
-        Command::Convert { file, output, force } => vramscope::cli::convert::run(&file, &output, force, &mut stdout),
+        None => open(cli.open),
+        Some(Command::Open(args)) => open(args),
+        Some(Command::Info { file, json }) => vramscope::cli::info::run(&file, json, &mut stdout),
+        Some(Command::Convert { file, output, force }) => {
+            vramscope::cli::convert::run(&file, &output, force, &mut stdout)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

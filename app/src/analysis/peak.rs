@@ -6,6 +6,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use vramscope_trace_format::{Category, CounterKind, EventKind, StackId, Trace};
 
+use super::attribution::Attributor;
 use super::replay::{self, Point};
 
 /// The largest value of one curve and the first instant it was reached.
@@ -122,7 +123,7 @@ pub fn live_at(trace: &Trace, device: i16, upto: Option<usize>) -> Vec<LiveBlock
 }
 
 /// Bytes by category at an instant: from the source's category counters when it has them (the
-/// profiler's memory timeline), else from tags on the live blocks; the rest is `unknown`.
+/// profiler's memory timeline), else from [`attribution`](super::attribution) of the live blocks.
 pub fn categories_at(trace: &Trace, device: i16, time_ns: i64, live: &[LiveBlock]) -> BTreeMap<Category, u64> {
     let mut totals = BTreeMap::new();
     let counters: Vec<_> = trace
@@ -144,20 +145,11 @@ pub fn categories_at(trace: &Trace, device: i16, time_ns: i64, live: &[LiveBlock
         }
         return totals;
     }
-    // The latest tag of each address at or before the instant.
-    let mut tags: HashMap<u64, (i64, Category)> = HashMap::default();
-    for tag in trace.tags.iter().filter(|t| t.device == device && t.time_ns <= time_ns) {
-        let entry = tags.entry(tag.address).or_insert((tag.time_ns, tag.category));
-        if tag.time_ns >= entry.0 {
-            *entry = (tag.time_ns, tag.category);
-        }
-    }
+    // Otherwise each block's tag during its lifetime, else the stack-frame rules.
+    let mut attributor = Attributor::new(trace, device);
     for block in live {
-        let alloc_time = block.alloc_event.and_then(|i| trace.events.get(i)).map_or(i64::MIN, |e| e.time_ns);
-        let category = match tags.get(&block.address) {
-            Some(&(time, category)) if time >= alloc_time => category,
-            _ => Category::Unknown,
-        };
+        let alloc_ns = block.alloc_event.and_then(|i| trace.events.get(i)).map_or(i64::MIN, |e| e.time_ns);
+        let category = attributor.block(block.address, alloc_ns, time_ns, block.stack).category;
         *totals.entry(category).or_insert(0) += block.size_bytes;
     }
     totals.retain(|_, v| *v > 0);

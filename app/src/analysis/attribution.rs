@@ -1,0 +1,223 @@
+//! What each block is for: a category and the evidence for it.
+//!
+//! In the order of DESIGN.md: a tag recorded for the block's address during its lifetime wins;
+//! otherwise a rule over the frames of the stack that allocated it (as Mosaic does for snapshots
+//! recorded without hooks); otherwise `unknown`. Phase and lifetime rules come with recorded
+//! phases. Every answer keeps its evidence so the GUI can say why.
+
+use rustc_hash::FxHashMap as HashMap;
+
+use vramscope_trace_format::{Category, FrameId, StackId, StringId, Trace};
+
+/// Why a block has its category.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evidence {
+    /// A tag from the recorder's hooks, with its name (e.g. a parameter's qualified name).
+    Tag(StringId),
+    /// A stack-frame rule matched this frame.
+    Frame {
+        /// What the rule looks for.
+        rule: &'static str,
+        /// The frame it matched.
+        frame: FrameId,
+    },
+    /// No tag and no rule.
+    Nothing,
+}
+
+/// A block's category and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attribution {
+    /// The category.
+    pub category: Category,
+    /// The evidence for it.
+    pub evidence: Evidence,
+}
+
+impl Attribution {
+    const UNKNOWN: Self = Self { category: Category::Unknown, evidence: Evidence::Nothing };
+}
+
+/// A stack-frame rule: a frame whose file contains `file` (with `/` or `\`) and whose function
+/// contains `function` (either may be empty) gives `category`.
+struct Rule {
+    file: &'static str,
+    function: &'static str,
+    category: Category,
+    describe: &'static str,
+}
+
+/// Checked innermost frame first, each frame against every rule in order, so the frame nearest
+/// to the allocation decides.
+const RULES: &[Rule] = &[
+    Rule {
+        file: "",
+        function: "AccumulateGrad",
+        category: Category::Gradient,
+        describe: "gradient accumulated by autograd",
+    },
+    Rule {
+        file: "torch/optim/",
+        function: "",
+        category: Category::OptimizerState,
+        describe: "allocated in torch/optim",
+    },
+    // What backward allocates and keeps is mostly gradients; its short-lived temporaries are
+    // freed before the peak they would otherwise distort.
+    Rule {
+        file: "",
+        function: "torch::autograd::Engine",
+        category: Category::Gradient,
+        describe: "allocated by the autograd engine in backward",
+    },
+    Rule {
+        file: "torch/autograd/",
+        function: "backward",
+        category: Category::Gradient,
+        describe: "allocated in backward",
+    },
+    Rule {
+        file: "torch/nn/modules/module.py",
+        function: "_apply",
+        category: Category::Parameter,
+        describe: "moved to the device by Module.to / .cuda",
+    },
+    Rule { file: "", function: "forward", category: Category::Activation, describe: "allocated in a forward" },
+];
+
+fn file_matches(file: &str, pattern: &str) -> bool {
+    pattern.is_empty() || file.contains(pattern) || file.replace('\\', "/").contains(pattern)
+}
+
+/// Attributes blocks of one trace, caching the stack rules by stack.
+pub struct Attributor<'a> {
+    trace: &'a Trace,
+    by_stack: HashMap<StackId, Attribution>,
+    /// Tags by address, in time order.
+    tags: HashMap<u64, Vec<(i64, Category, StringId)>>,
+}
+
+impl<'a> Attributor<'a> {
+    /// Prepares attribution for the blocks of `device`.
+    pub fn new(trace: &'a Trace, device: i16) -> Self {
+        let mut tags: HashMap<u64, Vec<(i64, Category, StringId)>> = HashMap::default();
+        for tag in trace.tags.iter().filter(|t| t.device == device) {
+            tags.entry(tag.address).or_default().push((tag.time_ns, tag.category, tag.name));
+        }
+        for list in tags.values_mut() {
+            list.sort_by_key(|t| t.0);
+        }
+        Self { trace, by_stack: HashMap::default(), tags }
+    }
+
+    /// The category of a block at `address` alive from `alloc_ns` (`i64::MIN` when allocated
+    /// before the trace) until `until_ns`, allocated by `stack`.
+    pub fn block(&mut self, address: u64, alloc_ns: i64, until_ns: i64, stack: StackId) -> Attribution {
+        if let Some(list) = self.tags.get(&address) {
+            let start = list.partition_point(|t| t.0 < alloc_ns);
+            if let Some(&(_, category, name)) = list.get(start).filter(|t| t.0 <= until_ns) {
+                return Attribution { category, evidence: Evidence::Tag(name) };
+            }
+        }
+        self.stack(stack)
+    }
+
+    /// The category the stack-frame rules give `stack`.
+    pub fn stack(&mut self, stack: StackId) -> Attribution {
+        if let Some(found) = self.by_stack.get(&stack) {
+            return *found;
+        }
+        let found = classify_stack(self.trace, stack);
+        self.by_stack.insert(stack, found);
+        found
+    }
+}
+
+fn classify_stack(trace: &Trace, stack: StackId) -> Attribution {
+    let interner = &trace.interner;
+    for &frame_id in interner.frames_of(stack) {
+        let Some(frame) = interner.frame_of(frame_id) else { continue };
+        let file = interner.resolve(frame.file);
+        let function = interner.resolve(frame.function);
+        for rule in RULES {
+            if file_matches(file, rule.file) && (rule.function.is_empty() || function.contains(rule.function)) {
+                // `forward` only as a Python frame: C++ names containing it are not modules.
+                if rule.function == "forward" && (function != "forward" || !file.ends_with(".py")) {
+                    continue;
+                }
+                return Attribution {
+                    category: rule.category,
+                    evidence: Evidence::Frame { rule: rule.describe, frame: frame_id },
+                };
+            }
+        }
+    }
+    Attribution::UNKNOWN
+}
+
+/// Describes evidence in words.
+pub fn describe(trace: &Trace, evidence: Evidence) -> String {
+    match evidence {
+        Evidence::Tag(name) => format!("tagged by the recorder: {}", trace.interner.resolve(name)),
+        Evidence::Frame { rule, frame } => match trace.interner.frame_of(frame) {
+            Some(f) => format!(
+                "{rule}: {} at {}:{}",
+                trace.interner.resolve(f.function),
+                trace.interner.resolve(f.file),
+                f.line
+            ),
+            None => rule.to_owned(),
+        },
+        Evidence::Nothing => "no tag, and no stack-frame rule matched".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_trace_format::{Frame, Tag};
+
+    use super::*;
+
+    fn stack(trace: &mut Trace, frames: &[(&str, &str)]) -> StackId {
+        let ids: Vec<FrameId> = frames
+            .iter()
+            .map(|(file, function)| {
+                let file = trace.interner.string(file);
+                let function = trace.interner.string(function);
+                trace.interner.frame(Frame { function, file, line: 1 })
+            })
+            .collect();
+        trace.interner.stack(&ids)
+    }
+
+    #[test]
+    fn nearest_frame_decides_and_tags_win() {
+        let mut trace = Trace::default();
+        let adam = stack(
+            &mut trace,
+            &[("??", "at::empty_cuda"), ("/venv/torch/optim/adam.py", "_init_group"), ("train.py", "forward")],
+        );
+        let fwd = stack(&mut trace, &[("??", "at::native::forward_impl"), ("C:\\m\\model.py", "forward")]);
+        let none = stack(&mut trace, &[("train.py", "main")]);
+        let mut a = Attributor::new(&trace, 0);
+        assert_eq!(a.stack(adam).category, Category::OptimizerState);
+        assert_eq!(a.stack(fwd).category, Category::Activation);
+        assert_eq!(a.stack(none), Attribution::UNKNOWN);
+
+        let name = trace.interner.string("layer.weight");
+        trace.tags.push(Tag {
+            time_ns: 15,
+            device: 0,
+            process: Default::default(),
+            address: 0x100,
+            category: Category::Parameter,
+            name,
+        });
+        let mut a = Attributor::new(&trace, 0);
+        // Tagged during its lifetime.
+        assert_eq!(a.block(0x100, 10, 20, fwd).category, Category::Parameter);
+        // A later block at the same address, after the tag: the stack decides.
+        assert_eq!(a.block(0x100, 30, 40, fwd).category, Category::Activation);
+        assert!(describe(&trace, a.block(0x100, 10, 20, fwd).evidence).contains("layer.weight"));
+    }
+}

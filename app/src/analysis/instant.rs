@@ -1,0 +1,274 @@
+//! Everything alive at one instant: the live blocks with their categories, bytes by category,
+//! by name and by stack, and the allocator's segments with the blocks inside them.
+//!
+//! Segments at an instant: the final segment state, with the segment events after the instant
+//! undone (a segment allocated later did not exist yet; one freed later still did). Blocks are
+//! the live set at the instant placed by address; the gaps between them are free.
+
+use std::collections::BTreeMap;
+
+use vramscope_trace_format::{Category, EventKind, SegmentPool, StackId, StringId, Trace};
+
+use super::attribution::{Attribution, Attributor, Evidence};
+use super::peak::{self, LiveBlock};
+use super::segments::Fragmentation;
+
+/// A live block and what it is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttributedBlock {
+    /// The block.
+    pub block: LiveBlock,
+    /// Its category and the evidence.
+    pub attribution: Attribution,
+    /// When it was allocated (`None`: before the trace).
+    pub alloc_ns: Option<i64>,
+}
+
+/// A segment at an instant, with the live blocks inside it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SegmentAt {
+    /// Start address.
+    pub address: u64,
+    /// Size.
+    pub size_bytes: u64,
+    /// Small or large pool, when known.
+    pub pool: Option<SegmentPool>,
+    /// The stream it serves.
+    pub stream: u64,
+    /// Indices into [`Instant::blocks`] of the blocks inside, by address.
+    pub blocks: Vec<usize>,
+    /// Its fragmentation.
+    pub fragmentation: Fragmentation,
+}
+
+/// The state of a device right after one event.
+#[derive(Clone, Debug, Default)]
+pub struct Instant {
+    /// The event (`None`: before the first).
+    pub event: Option<usize>,
+    /// When.
+    pub time_ns: i64,
+    /// Live blocks, largest first.
+    pub blocks: Vec<AttributedBlock>,
+    /// Bytes by category.
+    pub by_category: BTreeMap<Category, u64>,
+    /// Bytes by tag name (blocks without a tag are not counted).
+    pub by_name: Vec<(StringId, u64)>,
+    /// Segments, by address (empty when the trace has no segment information).
+    pub segments: Vec<SegmentAt>,
+    /// Totals over the segments.
+    pub total: Fragmentation,
+}
+
+/// Works out the state of `device` right after event `event` (before the first when `None`), at
+/// `time_ns` (sources without events, like the memory timeline, have only the time).
+pub fn instant(trace: &Trace, device: i16, event: Option<usize>, time_ns: i64) -> Instant {
+    let live = peak::live_at(trace, device, event);
+    let mut attributor = Attributor::new(trace, device);
+    let mut blocks: Vec<AttributedBlock> = live
+        .into_iter()
+        .map(|block| {
+            let alloc_ns = block.alloc_event.and_then(|i| trace.events.get(i)).map(|e| e.time_ns);
+            let attribution = attributor.block(block.address, alloc_ns.unwrap_or(i64::MIN), time_ns, block.stack);
+            AttributedBlock { block, attribution, alloc_ns }
+        })
+        .collect();
+    // Sources that report categories as counters (the memory timeline) have no blocks to attribute.
+    let mut by_category: BTreeMap<Category, u64> = BTreeMap::new();
+    if trace
+        .counters
+        .iter()
+        .any(|c| c.device == device && matches!(c.kind, vramscope_trace_format::CounterKind::Category(_)))
+    {
+        let plain: Vec<LiveBlock> = blocks.iter().map(|b| b.block).collect();
+        by_category = peak::categories_at(trace, device, time_ns, &plain);
+    } else {
+        for b in &blocks {
+            *by_category.entry(b.attribution.category).or_insert(0) += b.block.size_bytes;
+        }
+    }
+    let mut names: BTreeMap<StringId, u64> = BTreeMap::new();
+    for b in &blocks {
+        if let Evidence::Tag(name) = b.attribution.evidence {
+            *names.entry(name).or_insert(0) += b.block.size_bytes;
+        }
+    }
+    let mut by_name: Vec<(StringId, u64)> = names.into_iter().collect();
+    by_name.sort_by_key(|b| std::cmp::Reverse(b.1));
+    blocks.sort_by(|a, b| b.block.size_bytes.cmp(&a.block.size_bytes).then(a.block.address.cmp(&b.block.address)));
+    let segments = segments_at(trace, device, event, &blocks);
+    let mut total = Fragmentation::default();
+    for s in &segments {
+        let f = &s.fragmentation;
+        total.reserved_bytes += f.reserved_bytes;
+        total.allocated_bytes += f.allocated_bytes;
+        total.requested_bytes += f.requested_bytes;
+        total.free_internal_bytes += f.free_internal_bytes;
+        total.free_external_bytes += f.free_external_bytes;
+        total.largest_free_bytes = total.largest_free_bytes.max(f.largest_free_bytes);
+    }
+    Instant { event, time_ns, blocks, by_category, by_name, segments, total }
+}
+
+fn segments_at(trace: &Trace, device: i16, event: Option<usize>, blocks: &[AttributedBlock]) -> Vec<SegmentAt> {
+    if trace.segments.is_empty() {
+        return Vec::new();
+    }
+    let mut segments: BTreeMap<u64, (u64, Option<SegmentPool>, u64)> = trace
+        .segments
+        .iter()
+        .filter(|s| s.device == device)
+        .map(|s| (s.address, (s.size_bytes, Some(s.pool), s.stream)))
+        .collect();
+    let after = event.map_or(0, |i| i + 1);
+    for e in trace.events.get(after..).unwrap_or_default().iter().rev().filter(|e| e.device == device) {
+        match e.kind {
+            EventKind::SegmentAlloc | EventKind::SegmentMap => {
+                segments.remove(&e.address);
+            }
+            EventKind::SegmentFree | EventKind::SegmentUnmap => {
+                segments.insert(e.address, (e.size_bytes, None, e.stream));
+            }
+            _ => {}
+        }
+    }
+    let mut by_address: Vec<usize> = (0..blocks.len()).collect();
+    by_address.sort_by_key(|&i| blocks.get(i).map_or(0, |b| b.block.address));
+    let mut out = Vec::with_capacity(segments.len());
+    for (address, (size_bytes, pool, stream)) in segments {
+        let end = address.saturating_add(size_bytes);
+        let first = by_address.partition_point(|&i| blocks.get(i).is_some_and(|b| b.block.address < address));
+        let inside: Vec<usize> = by_address
+            .get(first..)
+            .unwrap_or_default()
+            .iter()
+            .copied()
+            .take_while(|&i| blocks.get(i).is_some_and(|b| b.block.address < end))
+            .collect();
+        let mut f = Fragmentation { reserved_bytes: size_bytes, ..Fragmentation::default() };
+        let mut cursor = address;
+        for b in inside.iter().filter_map(|&i| blocks.get(i)) {
+            f.largest_free_bytes = f.largest_free_bytes.max(b.block.address.saturating_sub(cursor));
+            f.allocated_bytes += b.block.size_bytes;
+            f.requested_bytes += b.block.requested_bytes;
+            f.free_internal_bytes += b.block.size_bytes.saturating_sub(b.block.requested_bytes);
+            cursor = cursor.max(b.block.address.saturating_add(b.block.size_bytes));
+        }
+        f.largest_free_bytes = f.largest_free_bytes.max(end.saturating_sub(cursor));
+        f.free_external_bytes = size_bytes.saturating_sub(f.allocated_bytes);
+        out.push(SegmentAt { address, size_bytes, pool, stream, blocks: inside, fragmentation: f });
+    }
+    out
+}
+
+/// A node of the allocation-stack tree: bytes live under a frame, outermost frame first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackNode {
+    /// The frame's label (`function  file:line`); empty at the root.
+    pub label: String,
+    /// Bytes live under it.
+    pub bytes: u64,
+    /// Blocks live under it.
+    pub blocks: usize,
+    /// Callees, largest first.
+    pub children: Vec<StackNode>,
+}
+
+/// Builds the top-down tree of live bytes by allocating stack, with frames that `keep` rejects
+/// left out (and stacks with no frame left grouped under "(no stack)").
+pub fn stack_tree(trace: &Trace, blocks: &[AttributedBlock], keep: &dyn Fn(&str, &str) -> bool) -> StackNode {
+    let mut root = StackNode::default();
+    let mut by_stack: BTreeMap<StackId, (u64, usize)> = BTreeMap::new();
+    for b in blocks {
+        let entry = by_stack.entry(b.block.stack).or_insert((0, 0));
+        entry.0 += b.block.size_bytes;
+        entry.1 += 1;
+    }
+    let interner = &trace.interner;
+    for (stack, (bytes, count)) in by_stack {
+        let mut labels: Vec<String> = interner
+            .frames_of(stack)
+            .iter()
+            .rev()
+            .filter_map(|&f| interner.frame_of(f))
+            .filter(|f| keep(interner.resolve(f.file), interner.resolve(f.function)))
+            .map(|f| frame_label(interner.resolve(f.function), interner.resolve(f.file), f.line))
+            .collect();
+        if labels.is_empty() {
+            labels.push("(no stack)".to_owned());
+        }
+        root.bytes += bytes;
+        root.blocks += count;
+        let mut node = &mut root;
+        for label in labels {
+            let index = match node.children.iter().position(|c| c.label == label) {
+                Some(i) => i,
+                None => {
+                    node.children.push(StackNode { label, ..StackNode::default() });
+                    node.children.len() - 1
+                }
+            };
+            let Some(child) = node.children.get_mut(index) else { break };
+            child.bytes += bytes;
+            child.blocks += count;
+            node = child;
+        }
+    }
+    sort_tree(&mut root);
+    root
+}
+
+fn sort_tree(node: &mut StackNode) {
+    node.children.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.label.cmp(&b.label)));
+    node.children.iter_mut().for_each(sort_tree);
+}
+
+/// `function  file:line`, with the file shortened to its last three components.
+pub fn frame_label(function: &str, file: &str, line: u32) -> String {
+    if file.is_empty() || file == "??" {
+        return function.to_owned();
+    }
+    let parts: Vec<&str> = file.split(['/', '\\']).collect();
+    let short = parts.get(parts.len().saturating_sub(3)..).unwrap_or_default().join("/");
+    if line > 0 { format!("{function}  {short}:{line}") } else { format!("{function}  {short}") }
+}
+
+/// Frames that say nothing about the program: the Python interpreter's and libc's own C
+/// functions, the unwinder and the caching allocator that recorded the stack, and
+/// `torch.nn.Module`'s call plumbing.
+pub fn is_noise_frame(file: &str, function: &str) -> bool {
+    let native =
+        file.is_empty() || file == "??" || file.ends_with(".c") || file.ends_with(".cpp") || file.ends_with(".h");
+    if native && !function.contains("::") && !function.contains('(') {
+        // A C function in a native frame: CPython or libc.
+        return true;
+    }
+    const RECORDER: [&str; 5] =
+        ["torch::unwind", "CapturedTraceback", "gather_with_cpp", "CUDACachingAllocator", "memory_snapshot"];
+    if RECORDER.iter().any(|r| function.contains(r) || file.contains(r)) {
+        return true;
+    }
+    let python_plumbing =
+        file.ends_with("torch/nn/modules/module.py") || file.ends_with("torch\\nn\\modules\\module.py");
+    python_plumbing && matches!(function, "_call_impl" | "_wrapped_call_impl")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noise_frames() {
+        assert!(is_noise_frame("??", "_PyEval_EvalFrameDefault"));
+        assert!(is_noise_frame("??", "torch::unwind::unwind()"));
+        assert!(is_noise_frame("CUDACachingAllocator.cpp", "c10::cuda::CUDACachingAllocator::Native::malloc(void**)"));
+        assert!(is_noise_frame("/venv/lib/torch/nn/modules/module.py", "_call_impl"));
+        assert!(!is_noise_frame("/home/me/model.py", "forward"));
+        assert!(!is_noise_frame("??", "at::native::empty_cuda(c10::ArrayRef<long>)"));
+        assert_eq!(frame_label("forward", "/a/b/c/d/model.py", 12), "forward  c/d/model.py:12");
+        assert_eq!(
+            frame_label("einsum", "D:\\venv\\torch\\functional.py", 373),
+            "einsum  venv/torch/functional.py:373"
+        );
+    }
+}

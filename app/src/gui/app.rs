@@ -1,0 +1,774 @@
+//! The application: opening files, the menus, the views and their shared selection.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::breakdown_view::{self, BreakdownState};
+use super::document::Document;
+use super::fragmentation_view::{self, SegmentOrder};
+use super::loader::{Loader, Poll};
+use super::timeline_view::{self, TimelineAction, TimelineState};
+use super::worker::{InstantView, Request, Worker};
+use crate::units;
+
+/// The views of an open trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum View {
+    /// The timeline, large, with the selected instant's summary beside it.
+    #[default]
+    Timeline,
+    /// What was alive at the selected instant (the peak by default).
+    Peak,
+    /// The allocator's segments at the selected instant.
+    Fragmentation,
+}
+
+impl View {
+    /// Its name in menus and tabs.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Timeline => "Timeline",
+            Self::Peak => "Peak breakdown",
+            Self::Fragmentation => "Fragmentation",
+        }
+    }
+}
+
+/// Options that persist between runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// Recently opened files, newest first.
+    pub recent: Vec<PathBuf>,
+    /// Dark theme (else light).
+    pub dark_mode: bool,
+    /// Hide interpreter and recorder frames in stacks.
+    pub hide_noise: bool,
+    /// Show only Python frames in the stack tree.
+    pub python_only: bool,
+    /// The view shown.
+    pub view: View,
+    /// Order of the fragmentation map's rows.
+    pub segment_order: SegmentOrder,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            recent: Vec::new(),
+            dark_mode: true,
+            hide_noise: true,
+            python_only: false,
+            view: View::Timeline,
+            segment_order: SegmentOrder::Size,
+        }
+    }
+}
+
+const MAX_RECENT: usize = 10;
+const SETTINGS_KEY: &str = "vramscope-settings";
+
+/// Picks a file to open; the native dialog in the app, something scripted in tests.
+pub trait FilePicker {
+    /// Asks for a file; `None` when the user cancels.
+    fn pick(&mut self) -> Option<PathBuf>;
+}
+
+/// The native Open dialog.
+pub struct NativePicker;
+
+impl FilePicker for NativePicker {
+    fn pick(&mut self) -> Option<PathBuf> {
+        rfd::FileDialog::new()
+            .set_title("Open a trace")
+            .add_filter("Traces", &["vtrace", "pickle", "pkl", "json", "gz"])
+            .add_filter("All files", &["*"])
+            .pick_file()
+    }
+}
+
+/// The vramscope window.
+pub struct VramscopeApp {
+    /// Persisted options.
+    pub settings: Settings,
+    /// The open trace.
+    pub doc: Option<Document>,
+    loader: Option<Loader>,
+    /// Errors to show until dismissed.
+    pub errors: Vec<String>,
+    /// Index into the document's devices.
+    pub device_index: usize,
+    timeline: TimelineState,
+    /// The selected timeline point (`None`: none yet).
+    pub selected_point: Option<usize>,
+    worker: Option<Worker>,
+    /// The analysis of the selected instant, once ready.
+    pub instant: Option<Arc<InstantView>>,
+    breakdown: BreakdownState,
+    show_help: bool,
+    path_input: String,
+    picker: Box<dyn FilePicker>,
+}
+
+impl VramscopeApp {
+    /// A window with `settings`, opening `file` if given.
+    pub fn new(settings: Settings, picker: Box<dyn FilePicker>) -> Self {
+        Self {
+            settings,
+            doc: None,
+            loader: None,
+            errors: Vec::new(),
+            device_index: 0,
+            timeline: TimelineState::default(),
+            selected_point: None,
+            worker: None,
+            instant: None,
+            breakdown: BreakdownState::default(),
+            show_help: false,
+            path_input: String::new(),
+            picker,
+        }
+    }
+
+    /// Settings saved by an earlier run, if any.
+    pub fn load_settings(storage: Option<&dyn eframe::Storage>) -> Settings {
+        storage.and_then(|s| eframe::get_value(s, SETTINGS_KEY)).unwrap_or_default()
+    }
+
+    /// Starts loading `path` in the background.
+    pub fn open(&mut self, ctx: &egui::Context, path: &Path) {
+        if let Some(old) = self.loader.take() {
+            old.cancel();
+        }
+        let repaint_ctx = ctx.clone();
+        self.loader = Some(Loader::start(path, move || repaint_ctx.request_repaint()));
+    }
+
+    /// Whether a file is loading.
+    pub fn is_loading(&self) -> bool {
+        self.loader.is_some()
+    }
+
+    /// Whether the selected instant's analysis is still being computed.
+    pub fn is_analysing(&self) -> bool {
+        self.worker.as_ref().is_some_and(Worker::is_busy)
+    }
+
+    fn remember(&mut self, path: &Path) {
+        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+        self.settings.recent.retain(|p| p != &path);
+        self.settings.recent.insert(0, path);
+        self.settings.recent.truncate(MAX_RECENT);
+    }
+
+    fn poll_loader(&mut self, ctx: &egui::Context) {
+        let Some(loader) = &self.loader else { return };
+        match loader.poll() {
+            Poll::Loading(..) => {}
+            Poll::Done(result) => {
+                let cancelled = loader.is_cancelled();
+                let path = loader.path.clone();
+                self.loader = None;
+                match result {
+                    Ok(doc) => {
+                        self.remember(&path);
+                        self.set_document(ctx, doc);
+                    }
+                    Err(_) if cancelled => {}
+                    Err(error) => self.errors.push(format!("{error:#}")),
+                }
+            }
+        }
+    }
+
+    /// Shows a loaded document, selecting its first device's peak.
+    pub fn set_document(&mut self, ctx: &egui::Context, doc: Document) {
+        let repaint_ctx = ctx.clone();
+        self.worker = Some(Worker::start(Arc::clone(&doc.trace), move || repaint_ctx.request_repaint()));
+        let title = format!("{} — vramscope", doc.file_name());
+        ctx.send_viewport_cmd(egui::ViewportCommand::Title(title));
+        // The device with the highest peak is where the question is.
+        self.device_index =
+            doc.devices.iter().enumerate().max_by_key(|(_, d)| d.timeline.values(d.peak_point).0).map_or(0, |(i, _)| i);
+        self.doc = Some(doc);
+        self.timeline.reset();
+        self.breakdown = BreakdownState::default();
+        self.instant = None;
+        self.jump_to_peak();
+    }
+
+    /// Selects the allocated peak of the current device.
+    pub fn jump_to_peak(&mut self) {
+        let Some(point) = self.doc.as_ref().and_then(|d| d.devices.get(self.device_index)).map(|d| d.peak_point) else {
+            return;
+        };
+        self.select(point);
+    }
+
+    /// Selects a timeline point and asks for its analysis.
+    pub fn select(&mut self, point: usize) {
+        let Some(doc) = &self.doc else { return };
+        let Some(device) = doc.devices.get(self.device_index) else { return };
+        let point = point.min(device.timeline.len().saturating_sub(1));
+        self.selected_point = Some(point);
+        self.breakdown.picked = None;
+        let request = Request {
+            device_index: self.device_index,
+            device: device.device,
+            point,
+            event: device.timeline.event(point),
+            time_ns: device.timeline.time_ns(point),
+        };
+        if let Some(worker) = &mut self.worker {
+            worker.request(request);
+        }
+    }
+
+    fn close(&mut self, ctx: &egui::Context) {
+        self.doc = None;
+        self.worker = None;
+        self.instant = None;
+        self.selected_point = None;
+        ctx.send_viewport_cmd(egui::ViewportCommand::Title("vramscope".to_owned()));
+    }
+
+    fn open_dialog(&mut self, ctx: &egui::Context) {
+        if let Some(path) = self.picker.pick() {
+            self.open(ctx, &path);
+        }
+    }
+
+    fn shortcuts(&mut self, ctx: &egui::Context) {
+        use egui::{Key, KeyboardShortcut, Modifiers};
+        let typing = ctx.egui_wants_keyboard_input();
+        if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::O))) {
+            self.open_dialog(ctx);
+        }
+        if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::W))) {
+            self.close(ctx);
+        }
+        if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::Q))) {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+        }
+        if ctx.input(|i| i.key_pressed(Key::Escape)) {
+            if let Some(loader) = &self.loader {
+                loader.cancel();
+            }
+            self.show_help = false;
+        }
+        if ctx.input(|i| i.key_pressed(Key::F1)) {
+            self.show_help = !self.show_help;
+        }
+        if typing {
+            return;
+        }
+        let pressed = |key: Key| ctx.input(|i| i.key_pressed(key) && i.modifiers.is_none());
+        if pressed(Key::Questionmark) || ctx.input(|i| i.key_pressed(Key::Slash) && i.modifiers.shift) {
+            self.show_help = !self.show_help;
+        }
+        if pressed(Key::T) {
+            self.settings.dark_mode = !self.settings.dark_mode;
+        }
+        if pressed(Key::N) {
+            self.settings.hide_noise = !self.settings.hide_noise;
+        }
+        for (key, view) in [(Key::Num1, View::Timeline), (Key::Num2, View::Peak), (Key::Num3, View::Fragmentation)] {
+            if pressed(key) {
+                self.settings.view = view;
+            }
+        }
+        if self.doc.is_none() {
+            return;
+        }
+        if pressed(Key::P) {
+            self.jump_to_peak();
+        }
+        if pressed(Key::R) || pressed(Key::Home) {
+            self.timeline.reset();
+        }
+        let step = if ctx.input(|i| i.modifiers.shift) { 100 } else { 1 };
+        let arrows = ctx.input(|i| (i.key_pressed(Key::ArrowLeft), i.key_pressed(Key::ArrowRight)));
+        if let Some(point) = self.selected_point {
+            if arrows.0 {
+                self.select(point.saturating_sub(step));
+            } else if arrows.1 {
+                self.select(point.saturating_add(step));
+            }
+        }
+        let zoom = if pressed(Key::Plus) || pressed(Key::Equals) {
+            2.0
+        } else if pressed(Key::Minus) {
+            0.5
+        } else {
+            1.0
+        };
+        if zoom != 1.0
+            && let Some(device) = self.doc.as_ref().and_then(|d| d.devices.get(self.device_index))
+        {
+            let center = self.selected_point.map_or_else(
+                || {
+                    let (a, b) = timeline_view::visible_span(&self.timeline, device);
+                    (a + b) / 2.0
+                },
+                |p| device.timeline.time_ns(p) as f64,
+            );
+            timeline_view::zoom(&mut self.timeline, device, center, zoom);
+        }
+    }
+
+    /// Draws one frame (the whole window).
+    pub fn ui(&mut self, ui: &mut egui::Ui) {
+        let ctx = ui.ctx().clone();
+        ctx.set_theme(if self.settings.dark_mode { egui::Theme::Dark } else { egui::Theme::Light });
+        self.poll_loader(&ctx);
+        if let Some(view) = self.worker.as_mut().and_then(Worker::poll) {
+            self.instant = Some(view);
+        }
+        self.shortcuts(&ctx);
+        self.dropped_files(&ctx);
+        self.menu_bar(ui);
+        self.status_bar(ui);
+        self.errors_panel(ui);
+        if self.doc.is_some() {
+            self.toolbar(ui);
+        }
+        egui::CentralPanel::default().show(ui, |ui| {
+            if self.doc.is_some() {
+                self.document_ui(ui);
+            } else {
+                self.welcome_ui(ui);
+            }
+        });
+        self.loading_overlay(&ctx);
+        if self.show_help {
+            self.help_window(&ctx);
+        }
+        if ctx.input(|i| !i.raw.hovered_files.is_empty()) {
+            let screen = ctx.content_rect();
+            let painter =
+                ctx.layer_painter(egui::LayerId::new(egui::Order::Foreground, egui::Id::unique("vramscope-drop")));
+            painter.rect_filled(screen, 0.0, egui::Color32::from_black_alpha(160));
+            painter.text(
+                screen.center(),
+                egui::Align2::CENTER_CENTER,
+                "Drop to open",
+                egui::FontId::proportional(28.0),
+                egui::Color32::WHITE,
+            );
+        }
+    }
+
+    fn dropped_files(&mut self, ctx: &egui::Context) {
+        let dropped: Vec<PathBuf> = ctx.input(|i| {
+            i.raw.dropped_files.iter().map(|f| f.path().to_owned()).filter(|p| !p.as_os_str().is_empty()).collect()
+        });
+        if let Some(path) = dropped.first() {
+            self.open(ctx, path);
+        }
+    }
+
+    fn menu_bar(&mut self, ui: &mut egui::Ui) {
+        egui::Panel::top("menu").show(ui, |ui| {
+            egui::MenuBar::new().ui(ui, |ui| {
+                ui.menu_button("File", |ui| {
+                    if ui.add(egui::Button::new("Open…").shortcut_text("Ctrl+O")).clicked() {
+                        ui.close();
+                        let ctx = ui.ctx().clone();
+                        self.open_dialog(&ctx);
+                    }
+                    ui.menu_button("Open recent", |ui| {
+                        if self.settings.recent.is_empty() {
+                            ui.weak("nothing yet");
+                        }
+                        let mut chosen = None;
+                        for path in &self.settings.recent {
+                            if ui.button(path.display().to_string()).clicked() {
+                                chosen = Some(path.clone());
+                            }
+                        }
+                        if let Some(path) = chosen {
+                            ui.close();
+                            let ctx = ui.ctx().clone();
+                            self.open(&ctx, &path);
+                        }
+                    });
+                    if ui.add_enabled(self.doc.is_some(), egui::Button::new("Close").shortcut_text("Ctrl+W")).clicked()
+                    {
+                        ui.close();
+                        let ctx = ui.ctx().clone();
+                        self.close(&ctx);
+                    }
+                    ui.separator();
+                    if ui.add(egui::Button::new("Quit").shortcut_text("Ctrl+Q")).clicked() {
+                        ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
+                    }
+                });
+                ui.menu_button("View", |ui| {
+                    for (view, key) in [(View::Timeline, "1"), (View::Peak, "2"), (View::Fragmentation, "3")] {
+                        if ui
+                            .add(egui::Button::selectable(self.settings.view == view, view.label()).shortcut_text(key))
+                            .clicked()
+                        {
+                            self.settings.view = view;
+                            ui.close();
+                        }
+                    }
+                    ui.separator();
+                    ui.checkbox(&mut self.settings.hide_noise, "Hide interpreter frames (N)");
+                    ui.checkbox(&mut self.settings.dark_mode, "Dark theme (T)");
+                    if ui.add(egui::Button::new("Reset zoom").shortcut_text("R")).clicked() {
+                        self.timeline.reset();
+                        ui.close();
+                    }
+                });
+                ui.menu_button("Help", |ui| {
+                    if ui.add(egui::Button::new("Keyboard shortcuts").shortcut_text("F1")).clicked() {
+                        self.show_help = true;
+                        ui.close();
+                    }
+                    ui.label(format!("vramscope {}", env!("CARGO_PKG_VERSION")));
+                });
+            });
+        });
+    }
+
+    fn toolbar(&mut self, ui: &mut egui::Ui) {
+        let Some(doc) = &self.doc else { return };
+        let mut device_index = self.device_index;
+        let mut jump = false;
+        let mut view = self.settings.view;
+        egui::Panel::top("toolbar").show(ui, |ui| {
+            ui.horizontal(|ui| {
+                for v in [View::Timeline, View::Peak, View::Fragmentation] {
+                    ui.selectable_value(&mut view, v, v.label());
+                }
+                ui.separator();
+                if doc.devices.len() > 1 {
+                    egui::ComboBox::from_id_salt("device").selected_text(doc.device_label(device_index)).show_ui(
+                        ui,
+                        |ui| {
+                            for i in 0..doc.devices.len() {
+                                ui.selectable_value(&mut device_index, i, doc.device_label(i));
+                            }
+                        },
+                    );
+                } else {
+                    ui.label(doc.device_label(device_index));
+                }
+                let Some(device) = doc.devices.get(device_index) else { return };
+                let (peak, _, _) = device.timeline.values(device.peak_point);
+                jump = ui
+                    .button(format!("Jump to peak ({})", units::bytes(peak)))
+                    .on_hover_text("Select the instant of the highest allocated memory (P)")
+                    .clicked();
+                if let Some(point) = self.selected_point {
+                    let (allocated, _, reserved) = device.timeline.values(point);
+                    let at_peak = point == device.peak_point;
+                    let t = device.timeline.time_ns(point) - device.timeline.time_span_ns().0;
+                    let when = if doc.has_no_clock() {
+                        format!("event #{}", device.timeline.time_ns(point))
+                    } else {
+                        units::duration_ns(t)
+                    };
+                    ui.label(format!(
+                        "{}: {} allocated, {} reserved at {}",
+                        if at_peak { "peak" } else { "selected" },
+                        units::bytes(allocated),
+                        units::bytes(reserved),
+                        when
+                    ));
+                }
+                if self.is_analysing() {
+                    ui.spinner();
+                }
+            });
+        });
+        self.settings.view = view;
+        if device_index != self.device_index {
+            self.device_index = device_index;
+            self.timeline.reset();
+            self.jump_to_peak();
+        } else if jump {
+            self.jump_to_peak();
+        }
+    }
+
+    fn status_bar(&mut self, ui: &mut egui::Ui) {
+        egui::Panel::bottom("status").show(ui, |ui| {
+            ui.horizontal(|ui| match &self.doc {
+                Some(doc) => {
+                    ui.label(doc.file_name()).on_hover_text(doc.path.display().to_string());
+                    ui.separator();
+                    ui.label(doc.format.name());
+                    ui.separator();
+                    ui.label(format!("{} records", units::count(doc.trace.record_count())))
+                        .on_hover_text("Allocator events, annotations, counter samples, tags and OOMs");
+                    ui.separator();
+                    ui.label(format!(
+                        "{} ({} in {})",
+                        units::bytes(doc.file_bytes),
+                        "read and analysed",
+                        units::duration_ns(doc.load_time.as_nanos() as i64)
+                    ));
+                    if !doc.warnings.is_empty() {
+                        ui.separator();
+                        ui.colored_label(
+                            ui.visuals().warn_fg_color,
+                            match doc.warnings.len() {
+                                1 => "1 warning".to_owned(),
+                                n => format!("{n} warnings"),
+                            },
+                        )
+                        .on_hover_text(doc.warnings.join("\n"));
+                    }
+                }
+                None => {
+                    ui.weak("No trace open. Ctrl+O to open one, or drop a file on the window.");
+                }
+            });
+        });
+    }
+
+    fn errors_panel(&mut self, ui: &mut egui::Ui) {
+        if self.errors.is_empty() {
+            return;
+        }
+        let mut dismiss = None;
+        egui::Panel::bottom("errors").show(ui, |ui| {
+            for (i, error) in self.errors.iter().enumerate() {
+                ui.horizontal(|ui| {
+                    if ui.small_button("✕").on_hover_text("Dismiss").clicked() {
+                        dismiss = Some(i);
+                    }
+                    ui.colored_label(ui.visuals().error_fg_color, error);
+                });
+            }
+        });
+        if let Some(i) = dismiss {
+            self.errors.remove(i);
+        }
+    }
+
+    fn loading_overlay(&mut self, ctx: &egui::Context) {
+        let Some(loader) = &self.loader else { return };
+        let (done, total) = loader.progress();
+        let name = loader
+            .path
+            .file_name()
+            .map_or_else(|| loader.path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let mut cancel = false;
+        egui::Modal::new(egui::Id::unique("vramscope-loading")).show(ctx, |ui| {
+            ui.set_width(380.0);
+            ui.heading(format!("Opening {name}"));
+            let fraction = if total > 0 { done as f32 / total as f32 } else { 0.0 };
+            let text = if total > 0 && done >= total {
+                "analysing…".to_owned()
+            } else {
+                format!("{} of {}", units::bytes(done), units::bytes(total))
+            };
+            ui.add(egui::ProgressBar::new(fraction).text(text).animate(true));
+            ui.horizontal(|ui| {
+                ui.weak(format!("{:.1} s", loader.started.elapsed().as_secs_f32()));
+                if ui.button("Cancel").on_hover_text("Esc").clicked() {
+                    cancel = true;
+                }
+            });
+        });
+        if cancel {
+            loader.cancel();
+        }
+        ctx.request_repaint_after(std::time::Duration::from_millis(100));
+    }
+
+    fn help_window(&mut self, ctx: &egui::Context) {
+        let mut open = true;
+        egui::Window::new("Keyboard shortcuts").open(&mut open).collapsible(false).resizable(false).show(ctx, |ui| {
+            egui::Grid::new("shortcuts").num_columns(2).striped(true).show(ui, |ui| {
+                for (keys, what) in [
+                    ("Ctrl+O", "open a trace (or drop a file on the window)"),
+                    ("Ctrl+W", "close the trace"),
+                    ("1 / 2 / 3", "timeline / peak breakdown / fragmentation"),
+                    ("P", "jump to the peak"),
+                    ("click", "select an instant: it drives the other views"),
+                    ("← / →", "previous / next event (Shift: 100 events)"),
+                    ("Ctrl+wheel", "zoom around the cursor"),
+                    ("+ / -", "zoom in / out around the selection"),
+                    ("drag", "pan"),
+                    ("Shift+drag, right-drag", "zoom to a box"),
+                    ("R, double-click", "show the whole trace"),
+                    ("N", "hide / show interpreter frames in stacks"),
+                    ("T", "dark / light theme"),
+                    ("Esc", "cancel loading, close this help"),
+                    ("F1, ?", "this help"),
+                ] {
+                    ui.monospace(keys);
+                    ui.label(what);
+                    ui.end_row();
+                }
+            });
+        });
+        if !open {
+            self.show_help = false;
+        }
+    }
+
+    fn welcome_ui(&mut self, ui: &mut egui::Ui) {
+        let ctx = ui.ctx().clone();
+        ui.vertical_centered(|ui| {
+            ui.add_space(ui.available_height() * 0.12);
+            ui.heading(egui::RichText::new("vramscope").size(34.0).strong());
+            ui.label("GPU memory profiler and trace analyzer");
+            ui.add_space(18.0);
+            if ui.add(egui::Button::new(egui::RichText::new("Open a trace…").size(18.0)).min_size(egui::vec2(220.0, 36.0))).clicked() {
+                self.open_dialog(&ctx);
+            }
+            ui.add_space(6.0);
+            ui.weak("or drop a file on this window");
+            ui.add_space(6.0);
+            ui.horizontal(|ui| {
+                let width = 460.0f32.min(ui.available_width() - 80.0);
+                ui.add_space((ui.available_width() - width - 60.0).max(0.0) / 2.0);
+                let edit = ui.add(egui::TextEdit::singleline(&mut self.path_input).hint_text("or type a path and press Enter").desired_width(width));
+                let go = ui.button("Open").clicked() || (edit.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)));
+                if go && !self.path_input.trim().is_empty() {
+                    let path = PathBuf::from(self.path_input.trim());
+                    self.open(&ctx, &path);
+                }
+            });
+            ui.add_space(18.0);
+            ui.label("Reads PyTorch memory snapshots (torch.cuda.memory._dump_snapshot), profiler Chrome traces and memory timelines, and .vtrace recordings.");
+            ui.add_space(18.0);
+            if !self.settings.recent.is_empty() {
+                ui.strong("Recent files");
+                let mut chosen = None;
+                for path in &self.settings.recent {
+                    let exists = path.exists();
+                    let button = ui.add_enabled(exists, egui::Button::new(path.display().to_string()).frame(false));
+                    if button.clicked() {
+                        chosen = Some(path.clone());
+                    }
+                }
+                if let Some(path) = chosen {
+                    self.open(&ctx, &path);
+                }
+            }
+        });
+    }
+
+    fn document_ui(&mut self, ui: &mut egui::Ui) {
+        let Some(doc) = &self.doc else { return };
+        let Some(device) = doc.devices.get(self.device_index) else {
+            ui.label("This trace holds no memory events.");
+            return;
+        };
+        let view = self.settings.view;
+        let timeline_height = match view {
+            View::Timeline => (ui.available_height() * 0.62).max(220.0),
+            View::Peak | View::Fragmentation => (ui.available_height() * 0.34).max(180.0),
+        };
+        let width = ui.available_width();
+        let action = timeline_view::timeline_ui(
+            ui,
+            doc,
+            device,
+            &mut self.timeline,
+            self.selected_point,
+            egui::vec2(width, timeline_height),
+        );
+        ui.separator();
+        let instant = self
+            .instant
+            .clone()
+            .filter(|v| Some(v.request.point) == self.selected_point && v.request.device_index == self.device_index);
+        let trace = Arc::clone(&doc.trace);
+        match (view, &instant) {
+            (_, None) => {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label("Working out what is alive at the selected instant…");
+                });
+            }
+            (View::Timeline, Some(v)) => self.instant_summary_ui(ui, &trace, v),
+            (View::Peak, Some(v)) => {
+                breakdown_view::breakdown_ui(
+                    ui,
+                    &trace,
+                    v,
+                    &mut self.breakdown,
+                    &mut self.settings.hide_noise,
+                    &mut self.settings.python_only,
+                );
+            }
+            (View::Fragmentation, Some(v)) => {
+                self.scrubber_ui(ui);
+                fragmentation_view::fragmentation_ui(
+                    ui,
+                    &trace,
+                    v,
+                    &mut self.settings.segment_order,
+                    self.settings.hide_noise,
+                );
+            }
+        }
+        if let Some(TimelineAction::Select(point)) = action {
+            self.select(point);
+        }
+    }
+
+    /// Under the large timeline: the selected instant's categories and its largest allocations.
+    fn instant_summary_ui(&mut self, ui: &mut egui::Ui, trace: &vramscope_trace_format::Trace, v: &InstantView) {
+        ui.columns(2, |columns| {
+            let [left, right] = columns else { return };
+            left.heading("By category");
+            breakdown_view::categories_ui(left, v);
+            right.heading("Largest live allocations");
+            egui::ScrollArea::vertical().id_salt("summary-largest").show(right, |ui| {
+                egui::Grid::new("largest").num_columns(3).striped(true).show(ui, |ui| {
+                    for b in v.instant.blocks.iter().take(12) {
+                        ui.monospace(units::bytes(b.block.size_bytes));
+                        ui.horizontal(|ui| {
+                            timeline_view::swatch(ui, super::palette::category_color(b.attribution.category));
+                            ui.label(super::palette::category_label(b.attribution.category));
+                        });
+                        ui.label(breakdown_view::allocation_site(trace, b, self.settings.hide_noise));
+                        ui.end_row();
+                    }
+                });
+            });
+        });
+    }
+
+    /// A slider over the trace's events that moves the selected instant.
+    fn scrubber_ui(&mut self, ui: &mut egui::Ui) {
+        let Some(device) = self.doc.as_ref().and_then(|d| d.devices.get(self.device_index)) else { return };
+        let last = device.timeline.len().saturating_sub(1);
+        let mut point = self.selected_point.unwrap_or(0);
+        let before = point;
+        ui.horizontal(|ui| {
+            if ui.button("‹ prev").on_hover_text("Previous event (←)").clicked() {
+                point = point.saturating_sub(1);
+            }
+            if ui.button("next ›").on_hover_text("Next event (→)").clicked() {
+                point = (point + 1).min(last);
+            }
+            ui.spacing_mut().slider_width = (ui.available_width() - 140.0).max(100.0);
+            ui.add(egui::Slider::new(&mut point, 0..=last).text("event").clamping(egui::SliderClamping::Always))
+                .on_hover_text("Replay the allocator's state through the trace");
+        });
+        if point != before {
+            self.select(point);
+        }
+    }
+}
+
+impl eframe::App for VramscopeApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        VramscopeApp::ui(self, ui);
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, SETTINGS_KEY, &self.settings);
+    }
+}

@@ -1,0 +1,294 @@
+//! The breakdown of what was alive at the selected instant (the peak by default): bytes by
+//! category, by name, by allocating stack, and the largest allocations with their evidence.
+
+use egui::{RichText, Sense};
+use egui_extras::{Column, TableBuilder};
+use vramscope_trace_format::{Category, Trace};
+
+use super::palette;
+use super::timeline_view::swatch;
+use super::worker::InstantView;
+use crate::analysis::attribution;
+use crate::analysis::instant::{self, AttributedBlock, StackNode};
+use crate::units;
+
+/// The breakdown's own state.
+#[derive(Clone, Debug, Default)]
+pub struct BreakdownState {
+    /// Text to look for in frames.
+    pub search: String,
+    /// The allocation picked in the table (index into the instant's blocks).
+    pub picked: Option<usize>,
+}
+
+/// Bytes by category as bars, largest first.
+pub fn categories_ui(ui: &mut egui::Ui, view: &InstantView) {
+    let total: u64 = view.instant.by_category.values().sum();
+    let mut rows: Vec<(Category, u64)> = view.instant.by_category.iter().map(|(c, v)| (*c, *v)).collect();
+    rows.sort_by_key(|b| std::cmp::Reverse(b.1));
+    let width = ui.available_width();
+    egui::Grid::new("by-category").num_columns(3).spacing([8.0, 4.0]).show(ui, |ui| {
+        for (category, bytes) in rows {
+            ui.horizontal(|ui| {
+                swatch(ui, palette::category_color(category));
+                ui.label(palette::category_label(category));
+            });
+            ui.monospace(units::bytes(bytes)).on_hover_text(format!("{} bytes", units::count(bytes as usize)));
+            let fraction = if total > 0 { bytes as f32 / total as f32 } else { 0.0 };
+            let (rect, _) = ui.allocate_exact_size(egui::vec2((width - 230.0).max(40.0), 12.0), Sense::hover());
+            ui.painter().rect_filled(rect, 2.0, ui.visuals().faint_bg_color);
+            let mut filled = rect;
+            filled.set_width(rect.width() * fraction);
+            ui.painter().rect_filled(filled, 2.0, palette::category_color(category));
+            ui.painter().text(
+                rect.right_center() - egui::vec2(4.0, 0.0),
+                egui::Align2::RIGHT_CENTER,
+                format!("{:.1}%", fraction * 100.0),
+                egui::FontId::proportional(10.0),
+                ui.visuals().text_color(),
+            );
+            ui.end_row();
+        }
+    });
+}
+
+/// Bytes by tag name (parameters by qualified name, modules), the 30 largest.
+fn names_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView) {
+    if view.instant.by_name.is_empty() {
+        ui.weak("No tags in this trace: record with `vramscope record` to get names of parameters and modules.");
+        return;
+    }
+    egui::Grid::new("by-name").num_columns(2).striped(true).show(ui, |ui| {
+        for &(name, bytes) in view.instant.by_name.iter().take(30) {
+            ui.label(trace.interner.resolve(name));
+            ui.monospace(units::bytes(bytes));
+            ui.end_row();
+        }
+    });
+}
+
+/// The full breakdown.
+pub fn breakdown_ui(
+    ui: &mut egui::Ui,
+    trace: &Trace,
+    view: &InstantView,
+    state: &mut BreakdownState,
+    hide_noise: &mut bool,
+    python_only: &mut bool,
+) {
+    egui::Panel::left("breakdown-left").resizable(true).default_size(360.0).show(ui, |ui| {
+        egui::ScrollArea::vertical().id_salt("breakdown-left-scroll").show(ui, |ui| {
+            ui.heading("By category");
+            categories_ui(ui, view);
+            ui.add_space(8.0);
+            ui.heading("By name");
+            names_ui(ui, trace, view);
+        });
+    });
+    egui::Panel::bottom("breakdown-table").resizable(true).default_size(260.0).show(ui, |ui| {
+        ui.horizontal(|ui| {
+            ui.heading("Largest live allocations");
+            ui.weak(format!("{} blocks", units::count(view.instant.blocks.len())));
+        });
+        allocations_table_ui(ui, trace, view, state, *hide_noise);
+    });
+    egui::CentralPanel::default().show(ui, |ui| {
+        ui.horizontal(|ui| {
+            ui.heading("By allocation stack");
+            ui.add(
+                egui::TextEdit::singleline(&mut state.search).hint_text("search function or file").desired_width(200.0),
+            );
+            ui.checkbox(hide_noise, "hide interpreter frames").on_hover_text(
+                "Hide CPython's and libc's C functions, the stack unwinder and the caching allocator (N)",
+            );
+            ui.checkbox(python_only, "Python frames only")
+                .on_hover_text("Show only frames of Python source files in the tree");
+        });
+        if let Some(block) = state.picked.and_then(|i| view.instant.blocks.get(i)) {
+            block_details_ui(ui, trace, block, view.instant.time_ns, *hide_noise);
+            ui.separator();
+        }
+        let tree = if *python_only {
+            &view.tree_python
+        } else if *hide_noise {
+            &view.tree
+        } else {
+            &view.tree_all_frames
+        };
+        egui::ScrollArea::both().id_salt("stack-tree").auto_shrink([false, false]).show(ui, |ui| {
+            let query = state.search.to_lowercase();
+            for (i, child) in tree.children.iter().enumerate() {
+                tree_node_ui(ui, child, tree.bytes, &query, i == 0, &format!("{i}"));
+            }
+        });
+    });
+}
+
+fn matches(node: &StackNode, query: &str) -> bool {
+    query.is_empty() || node.label.to_lowercase().contains(query) || node.children.iter().any(|c| matches(c, query))
+}
+
+fn tree_node_ui(ui: &mut egui::Ui, node: &StackNode, total: u64, query: &str, heaviest: bool, path: &str) {
+    if !matches(node, query) {
+        return;
+    }
+    let percent = if total > 0 { node.bytes as f64 * 100.0 / total as f64 } else { 0.0 };
+    let hit = !query.is_empty() && node.label.to_lowercase().contains(query);
+    let mut text =
+        RichText::new(format!("{:>10}  {:>5.1}%  {}", units::bytes(node.bytes), percent, node.label)).monospace();
+    if hit {
+        text = text.strong().color(palette::SELECTION);
+    }
+    if node.children.is_empty() {
+        ui.horizontal(|ui| {
+            ui.add_space(18.0);
+            ui.label(text).on_hover_text(format!("{} blocks", node.blocks));
+        });
+        return;
+    }
+    let header = egui::CollapsingHeader::new(text).id_salt(path).default_open(heaviest);
+    let header = if query.is_empty() { header } else { header.open(Some(true)) };
+    header.show(ui, |ui| {
+        for (i, child) in node.children.iter().enumerate() {
+            tree_node_ui(ui, child, total, query, heaviest && i == 0, &format!("{path}/{i}"));
+        }
+    });
+}
+
+/// Where a block was allocated, as `function  file:line`: the innermost Python frame if the
+/// stack has one (what the user wrote or called), else the innermost frame worth showing.
+pub fn allocation_site(trace: &Trace, block: &AttributedBlock, hide_noise: bool) -> String {
+    let interner = &trace.interner;
+    let frames: Vec<_> = interner.frames_of(block.block.stack).iter().filter_map(|&f| interner.frame_of(f)).collect();
+    let python = frames.iter().find(|f| {
+        let file = interner.resolve(f.file);
+        file.ends_with(".py") && !instant::is_noise_frame(file, interner.resolve(f.function))
+    });
+    let shown = python.or_else(|| {
+        frames
+            .iter()
+            .find(|f| !hide_noise || !instant::is_noise_frame(interner.resolve(f.file), interner.resolve(f.function)))
+    });
+    shown.map_or_else(
+        || "(no stack)".to_owned(),
+        |f| instant::frame_label(interner.resolve(f.function), interner.resolve(f.file), f.line),
+    )
+}
+
+fn allocations_table_ui(
+    ui: &mut egui::Ui,
+    trace: &Trace,
+    view: &InstantView,
+    state: &mut BreakdownState,
+    hide_noise: bool,
+) {
+    let blocks = &view.instant.blocks;
+    let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + 4.0;
+    TableBuilder::new(ui)
+        .id_salt("allocations")
+        .striped(true)
+        .sense(Sense::click())
+        .resizable(true)
+        .column(Column::auto().at_least(80.0))
+        .column(Column::auto().at_least(80.0))
+        .column(Column::auto().at_least(110.0))
+        .column(Column::auto().at_least(80.0))
+        .column(Column::auto().at_least(120.0))
+        .column(Column::remainder())
+        .header(20.0, |mut header| {
+            for title in ["size", "requested", "category", "age", "address", "allocated at"] {
+                header.col(|ui| {
+                    ui.strong(title);
+                });
+            }
+        })
+        .body(|body| {
+            body.rows(row_height, blocks.len(), |mut row| {
+                let index = row.index();
+                let Some(b) = blocks.get(index) else { return };
+                row.set_selected(state.picked == Some(index));
+                row.col(|ui| {
+                    ui.monospace(units::bytes(b.block.size_bytes));
+                });
+                row.col(|ui| {
+                    ui.monospace(units::bytes(b.block.requested_bytes));
+                });
+                row.col(|ui| {
+                    ui.horizontal(|ui| {
+                        swatch(ui, palette::category_color(b.attribution.category));
+                        ui.label(palette::category_label(b.attribution.category))
+                            .on_hover_text(attribution::describe(trace, b.attribution.evidence));
+                    });
+                });
+                row.col(|ui| {
+                    match b.alloc_ns {
+                        Some(t) => ui.monospace(units::duration_ns(view.instant.time_ns - t)),
+                        None => ui.weak("before trace"),
+                    };
+                });
+                row.col(|ui| {
+                    ui.monospace(format!("{:#x}", b.block.address));
+                });
+                row.col(|ui| {
+                    ui.label(allocation_site(trace, b, hide_noise));
+                });
+                if row.response().clicked() {
+                    state.picked = if state.picked == Some(index) { None } else { Some(index) };
+                }
+            });
+        });
+}
+
+/// A block's numbers, the evidence for its category and its stack.
+pub fn block_details_ui(ui: &mut egui::Ui, trace: &Trace, b: &AttributedBlock, now_ns: i64, hide_noise: bool) {
+    ui.horizontal(|ui| {
+        swatch(ui, palette::category_color(b.attribution.category));
+        ui.strong(format!(
+            "{} at {:#x} ({} requested), {}",
+            units::bytes(b.block.size_bytes),
+            b.block.address,
+            units::bytes(b.block.requested_bytes),
+            palette::category_label(b.attribution.category)
+        ));
+    });
+    ui.label(format!("why: {}", attribution::describe(trace, b.attribution.evidence)));
+    match b.alloc_ns {
+        Some(t) => ui.label(format!("allocated {} before this instant", units::duration_ns(now_ns - t))),
+        None => ui.label("allocated before the trace began"),
+    };
+    egui::CollapsingHeader::new("stack").id_salt("picked-stack").default_open(true).show(ui, |ui| {
+        stack_ui(ui, trace, b.block.stack, hide_noise, 40);
+    });
+}
+
+/// The frames of a stack, innermost first, `path:line` shown.
+pub fn stack_ui(
+    ui: &mut egui::Ui,
+    trace: &Trace,
+    stack: vramscope_trace_format::StackId,
+    hide_noise: bool,
+    limit: usize,
+) {
+    let interner = &trace.interner;
+    let frames: Vec<_> = interner
+        .frames_of(stack)
+        .iter()
+        .filter_map(|&f| interner.frame_of(f))
+        .filter(|f| !hide_noise || !instant::is_noise_frame(interner.resolve(f.file), interner.resolve(f.function)))
+        .collect();
+    if frames.is_empty() {
+        ui.weak("(no stack recorded)");
+    }
+    for f in frames.iter().take(limit) {
+        let file = interner.resolve(f.file);
+        let function = interner.resolve(f.function);
+        if file.is_empty() || file == "??" {
+            ui.monospace(function);
+        } else {
+            ui.monospace(format!("{function}  {file}:{}", f.line));
+        }
+    }
+    if frames.len() > limit {
+        ui.weak(format!("… {} more frames", frames.len() - limit));
+    }
+}

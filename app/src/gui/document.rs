@@ -1,0 +1,108 @@
+//! A loaded trace with what every view needs precomputed: built once, on the loading thread.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use vramscope_trace_format::{Clock, SourceFormat, Trace};
+
+use crate::analysis::timeline::Timeline;
+use crate::load::LoadedTrace;
+
+/// One device's precomputed data.
+#[derive(Debug)]
+pub struct DeviceData {
+    /// The device (-1: host memory).
+    pub device: i16,
+    /// Memory over time with its level-of-detail index.
+    pub timeline: Timeline,
+    /// The point of the allocated peak.
+    pub peak_point: usize,
+    /// Annotations of this device (or of all devices), by index into `Trace::annotations`,
+    /// sorted by start.
+    pub annotations: Vec<usize>,
+    /// Total memory of the device, when the trace says.
+    pub total_memory_bytes: Option<u64>,
+    /// The device's name, when the trace says.
+    pub name: Option<String>,
+}
+
+/// A loaded trace, ready to show.
+#[derive(Debug)]
+pub struct Document {
+    /// The file.
+    pub path: PathBuf,
+    /// Its format.
+    pub format: SourceFormat,
+    /// Its size.
+    pub file_bytes: u64,
+    /// What was odd about it but not fatal.
+    pub warnings: Vec<String>,
+    /// The trace.
+    pub trace: Arc<Trace>,
+    /// Per device, in device order.
+    pub devices: Vec<DeviceData>,
+    /// How long reading and analysing took.
+    pub load_time: Duration,
+}
+
+impl Document {
+    /// Precomputes every device's data for a loaded trace.
+    pub fn build(loaded: LoadedTrace, load_time: Duration) -> Self {
+        let trace = loaded.trace;
+        let devices = trace
+            .devices()
+            .into_iter()
+            .map(|device| {
+                let timeline = Timeline::build(&trace, device);
+                let peak_point = timeline.peak_allocated_point();
+                let mut annotations: Vec<usize> = trace
+                    .annotations
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| a.device == device || a.device == vramscope_trace_format::Annotation::ALL_DEVICES)
+                    .map(|(i, _)| i)
+                    .collect();
+                annotations.sort_by_key(|&i| trace.annotations.get(i).map_or(0, |a| a.start_ns));
+                let info = trace.metadata.devices.iter().find(|d| d.device == device);
+                DeviceData {
+                    device,
+                    timeline,
+                    peak_point,
+                    annotations,
+                    total_memory_bytes: info.and_then(|d| d.total_memory_bytes),
+                    name: info.and_then(|d| d.name.clone()),
+                }
+            })
+            .collect();
+        Self {
+            path: loaded.path,
+            format: loaded.format,
+            file_bytes: loaded.file_bytes,
+            warnings: loaded.warnings,
+            trace: Arc::new(trace),
+            devices,
+            load_time,
+        }
+    }
+
+    /// Whether times are event indices rather than real time.
+    pub fn has_no_clock(&self) -> bool {
+        self.trace.metadata.clock == Clock::EventIndex
+    }
+
+    /// The file's name.
+    pub fn file_name(&self) -> String {
+        self.path.file_name().map_or_else(|| self.path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    }
+
+    /// The name of a device for menus: `cuda:0 (NVIDIA H100)`, `host`.
+    pub fn device_label(&self, index: usize) -> String {
+        let Some(d) = self.devices.get(index) else { return String::new() };
+        let base = if d.device < 0 { "host".to_owned() } else { format!("cuda:{}", d.device) };
+        match &d.name {
+            Some(name) => format!("{base} ({name})"),
+            None => base,
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The desktop app (egui/eframe): timeline, peak breakdown and fragmentation map of a trace.
+//!
+//! The analysis it shows comes from [`crate::analysis`]; this module only lays out and paints.
+//! Loading and the analysis of a selected instant run on background threads.
+
+pub mod app;
+pub mod breakdown_view;
+pub mod document;
+pub mod fragmentation_view;
+pub mod loader;
+pub mod palette;
+pub mod screenshot;
+pub mod timeline_view;
+pub mod worker;
+
+use std::path::PathBuf;
+
+use anyhow::{Result, anyhow};
+
+pub use app::{FilePicker, NativePicker, Settings, View, VramscopeApp};
+
+/// How to start the window.
+#[derive(Clone, Debug, Default)]
+pub struct GuiOptions {
+    /// A file to open at once.
+    pub file: Option<PathBuf>,
+    /// Render the window once the file is shown, save it here as PNG, and exit.
+    pub screenshot: Option<PathBuf>,
+    /// The view to show first.
+    pub view: Option<View>,
+    /// Window size in points.
+    pub size: Option<[f32; 2]>,
+}
+
+/// Runs the window until it is closed.
+pub fn run(options: GuiOptions) -> Result<()> {
+    let size = options.size.unwrap_or([1400.0, 900.0]);
+    let viewport = egui::ViewportBuilder::default()
+        .with_title("vramscope")
+        .with_app_id("vramscope")
+        .with_inner_size(size)
+        .with_min_inner_size([640.0, 420.0])
+        .with_drag_and_drop(true);
+    let screenshot = options.screenshot.clone();
+    let native = eframe::NativeOptions {
+        viewport,
+        renderer: eframe::Renderer::Glow,
+        // A screenshot run neither reads nor writes the user's saved window state.
+        persist_window: screenshot.is_none(),
+        ..eframe::NativeOptions::default()
+    };
+    let outcome = screenshot::Outcome::default();
+    let outcome_for_app = outcome.clone();
+    eframe::run_native(
+        "vramscope",
+        native,
+        Box::new(move |cc| {
+            let mut settings =
+                if screenshot.is_some() { Settings::default() } else { VramscopeApp::load_settings(cc.storage) };
+            if let Some(view) = options.view {
+                settings.view = view;
+            }
+            let mut app = VramscopeApp::new(settings, Box::new(NativePicker));
+            if let Some(file) = &options.file {
+                app.open(&cc.egui_ctx, file);
+            }
+            Ok(match screenshot {
+                Some(path) => Box::new(screenshot::ScreenshotApp::new(app, path, outcome_for_app)),
+                None => Box::new(app),
+            })
+        }),
+    )
+    .map_err(|e| anyhow!("cannot open a window: {e}"))?;
+    outcome.result()
+}

@@ -1,0 +1,128 @@
+//! `--screenshot`: render the real window once the trace is shown, save a PNG, exit.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+
+use super::app::VramscopeApp;
+
+/// How a screenshot run ended, shared between the window and the caller.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome(Arc<Mutex<Option<Result<(), String>>>>);
+
+impl Outcome {
+    fn set(&self, result: Result<(), String>) {
+        if let Ok(mut slot) = self.0.lock() {
+            slot.get_or_insert(result);
+        }
+    }
+
+    /// Ok when the screenshot was saved (or when this was not a screenshot run and the window closed).
+    pub fn result(&self) -> Result<()> {
+        match self.0.lock().map(|slot| slot.clone()) {
+            Ok(Some(Err(error))) => Err(anyhow!(error)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Frames to draw after everything is ready, so layout has settled.
+const SETTLE_FRAMES: u32 = 3;
+/// Give up after this long.
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The app, driven to a screenshot.
+pub struct ScreenshotApp {
+    app: VramscopeApp,
+    path: PathBuf,
+    outcome: Outcome,
+    started: Instant,
+    ready_frames: u32,
+    image: Arc<Mutex<Option<Arc<egui::ColorImage>>>>,
+    requested: bool,
+}
+
+impl ScreenshotApp {
+    /// Wraps `app`, to save its window to `path`.
+    pub fn new(app: VramscopeApp, path: PathBuf, outcome: Outcome) -> Self {
+        Self { app, path, outcome, started: Instant::now(), ready_frames: 0, image: Arc::default(), requested: false }
+    }
+
+    fn finish(&self, ctx: &egui::Context, result: Result<(), String>) {
+        self.outcome.set(result);
+        ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+    }
+}
+
+/// Saves a screenshot as PNG, through a temporary file so a failed write leaves nothing behind.
+pub fn save_png(image: &egui::ColorImage, path: &std::path::Path) -> Result<()> {
+    let [width, height] = image.size;
+    let bytes: Vec<u8> = image.pixels.iter().flat_map(|c| c.to_array()).collect();
+    let buffer = image::RgbaImage::from_raw(width as u32, height as u32, bytes)
+        .ok_or_else(|| anyhow!("the screenshot has an inconsistent size"))?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let temp = tempfile::Builder::new()
+        .prefix(".vramscope-")
+        .suffix(".png")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    buffer
+        .write_to(&mut std::io::BufWriter::new(temp.as_file()), image::ImageFormat::Png)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    // A screenshot is an ordinary file, not a private one like the temporary it was written as.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = temp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    temp.persist(path).map_err(|e| anyhow!("cannot write {}: {}", path.display(), e.error))?;
+    Ok(())
+}
+
+impl eframe::App for ScreenshotApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        self.app.ui(ui);
+        let ctx = ui.ctx().clone();
+        ctx.request_repaint();
+        if self.started.elapsed() > TIMEOUT {
+            self.finish(&ctx, Err(format!("gave up after {} s without a finished render", TIMEOUT.as_secs())));
+            return;
+        }
+        if self.app.doc.is_none()
+            && !self.app.is_loading()
+            && let Some(error) = self.app.errors.first()
+        {
+            let error = error.clone();
+            self.finish(&ctx, Err(error));
+            return;
+        }
+        let taken = self.image.lock().ok().and_then(|mut slot| slot.take());
+        if let Some(image) = taken {
+            let result = save_png(&image, &self.path).map_err(|e| format!("{e:#}"));
+            self.finish(&ctx, result);
+            return;
+        }
+        let ready =
+            self.app.doc.is_some() && !self.app.is_loading() && self.app.instant.is_some() && !self.app.is_analysing();
+        // Without a file, the welcome screen is what there is to show.
+        let nothing_to_wait_for = self.app.doc.is_none() && !self.app.is_loading() && self.app.errors.is_empty();
+        if (ready || nothing_to_wait_for) && !self.requested {
+            self.ready_frames += 1;
+            if self.ready_frames > SETTLE_FRAMES {
+                let slot = Arc::clone(&self.image);
+                ctx.request_screenshot(move |image| {
+                    if let Ok(mut slot) = slot.lock() {
+                        *slot = Some(image);
+                    }
+                });
+                self.requested = true;
+            }
+        }
+    }
+
+    fn persist_egui_memory(&self) -> bool {
+        false
+    }
+}
