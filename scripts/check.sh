@@ -14,6 +14,9 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-15}"
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "system packages the GUI tests need (Xvfb, Mesa)"
+scripts/install-gui-deps.sh
+
 step "rustfmt"
 cargo fmt --all -- --check
 

@@ -539,7 +539,7 @@ impl VramscopeApp {
         egui::Panel::bottom("errors").show(ui, |ui| {
             for (i, error) in self.errors.iter().enumerate() {
                 ui.horizontal(|ui| {
-                    if ui.small_button("✕").on_hover_text("Dismiss").clicked() {
+                    if ui.small_button("Dismiss").clicked() {
                         dismiss = Some(i);
                     }
                     ui.colored_label(ui.visuals().error_fg_color, error);

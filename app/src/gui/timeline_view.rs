@@ -85,6 +85,7 @@ pub fn timeline_ui(
     let band =
         Rect::from_min_max(pos2(plot.left(), plot.bottom() + 2.0), pos2(plot.right(), plot.bottom() + 2.0 + band_px));
     let response = ui.interact(plot.union(band), ui.scope_id().with("timeline"), Sense::click_and_drag());
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Canvas, true, "Memory timeline"));
     let mut action = None;
     let (mut v0, mut v1) = visible_span(state, device);
     let ns_per_px = (v1 - v0) / f64::from(plot.width());

@@ -1,0 +1,179 @@
+//! Interaction tests of the desktop app through AccessKit (egui_kittest): open a real fixture,
+//! jump to the peak, select an instant, switch views; what the window shows must equal what
+//! the analysis computes on its own.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use vramscope::analysis::{peak, replay, segments, summary};
+use vramscope::gui::{FilePicker, Settings, VramscopeApp};
+use vramscope::units;
+use vramscope_trace_format::{NoProgress, SourceFormat};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pytorch-snapshots").join(name)
+}
+
+/// Answers the Open dialog with a fixed path, as a user would pick it.
+struct Picks(Option<PathBuf>);
+
+impl FilePicker for Picks {
+    fn pick(&mut self) -> Option<PathBuf> {
+        self.0.take()
+    }
+}
+
+fn harness(pick: Option<PathBuf>) -> Harness<'static, VramscopeApp> {
+    let app = VramscopeApp::new(Settings::default(), Box::new(Picks(pick)));
+    Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut VramscopeApp| app.ui(ui), app)
+}
+
+/// Steps the UI until loading and the instant's analysis are done.
+fn settle(harness: &mut Harness<'_, VramscopeApp>) {
+    let started = Instant::now();
+    loop {
+        harness.step();
+        let app = harness.state();
+        if !app.is_loading() && !app.is_analysing() && (app.doc.is_none() || app.instant.is_some()) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the app did not settle within a minute");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    harness.run_steps(3);
+}
+
+fn open(name: &str) -> Harness<'static, VramscopeApp> {
+    let mut harness = harness(Some(fixture(name)));
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    assert!(harness.state().doc.is_some(), "not opened: {:?}", harness.state().errors);
+    harness
+}
+
+fn reference(name: &str) -> vramscope_trace_format::Trace {
+    let data = std::fs::read(fixture(name)).expect("fixture");
+    vramscope_trace_format::import(&data, &NoProgress).expect("import").trace
+}
+
+#[test]
+fn opening_a_snapshot_shows_its_peak_and_categories() {
+    let name = "gpt_ctx128_fullstep_fp32.pickle";
+    let harness = open(name);
+    let trace = reference(name);
+    let expected = summary::device_summary(&trace, 0);
+    // The toolbar's readout and the button name the peak that `info` computes.
+    let peak = units::bytes(expected.peak_allocated_bytes);
+    harness.get_by_label(&format!("Jump to peak ({peak})"));
+    harness.get_by_label_contains(&format!("peak: {peak} allocated"));
+    // The breakdown at the peak is what `info --json` reports, category by category.
+    let app = harness.state();
+    let view = app.instant.as_ref().expect("analysed");
+    let shown: std::collections::BTreeMap<&str, u64> =
+        view.instant.by_category.iter().map(|(c, v)| (c.name(), *v)).collect();
+    assert_eq!(shown, expected.categories_at_peak);
+    assert_eq!(view.instant.blocks.len(), expected.live_blocks_at_peak);
+    for bytes in expected.categories_at_peak.values() {
+        assert!(!harness.query_all_by_label(&units::bytes(*bytes)).collect::<Vec<_>>().is_empty(), "{bytes} not shown");
+    }
+}
+
+#[test]
+fn clicking_the_timeline_selects_an_instant_that_drives_the_views() {
+    let name = "gpt_ctx128_forward_mixed.pickle";
+    let mut harness = open(name);
+    let trace = reference(name);
+    let points = replay::timeline(&trace, 0);
+    let peak_point = harness.state().selected_point.expect("the peak is selected on open");
+    let rect = harness.get_by_label("Memory timeline").rect();
+    // A third of the way in: somewhere other than the peak.
+    harness.hover_at(egui::pos2(rect.left() + rect.width() / 3.0, rect.center().y));
+    harness.run_steps(1);
+    harness.get_by_label("Memory timeline").click();
+    settle(&mut harness);
+    let point = harness.state().selected_point.expect("selected");
+    assert_ne!(point, peak_point);
+    let allocated = points[point].allocated_bytes;
+    harness.get_by_label_contains(&format!("selected: {} allocated", units::bytes(allocated)));
+    // The breakdown is of that instant: its blocks add up to the replay's allocated bytes.
+    let view = harness.state().instant.clone().expect("analysed");
+    assert_eq!(view.request.point, point);
+    assert_eq!(view.instant.blocks.iter().map(|b| b.block.size_bytes).sum::<u64>(), allocated);
+    assert_eq!(view.instant.by_category.values().sum::<u64>(), allocated);
+    let live = peak::live_at(&trace, 0, view.request.event);
+    assert_eq!(live.len(), view.instant.blocks.len());
+
+    // P goes back to the peak.
+    harness.key_press(egui::Key::P);
+    settle(&mut harness);
+    assert_eq!(harness.state().selected_point, Some(peak_point));
+}
+
+#[test]
+fn the_fragmentation_map_at_the_end_equals_the_snapshot_segments() {
+    let name = "gpt_ctx128_forward_fp32.pickle";
+    let mut harness = open(name);
+    harness.get_by_label("Fragmentation").click();
+    harness.run_steps(2);
+    // Scrub to the last event.
+    let last = harness.state().doc.as_ref().map(|d| d.devices[0].timeline.len() - 1).expect("doc");
+    harness.state_mut().select(last);
+    settle(&mut harness);
+    let trace = reference(name);
+    let expected = segments::final_state(&trace, 0).expect("segments");
+    let view = harness.state().instant.clone().expect("analysed");
+    assert_eq!(view.instant.segments.len(), expected.segments);
+    assert_eq!(view.instant.total.reserved_bytes, expected.total.reserved_bytes);
+    assert_eq!(view.instant.total.allocated_bytes, expected.total.allocated_bytes);
+    assert_eq!(view.instant.total.requested_bytes, expected.total.requested_bytes);
+    harness.get_by_label(&units::count(expected.segments));
+    harness.get_by_label(&units::bytes(expected.total.reserved_bytes));
+}
+
+#[test]
+fn a_bad_file_shows_an_error_naming_it_and_the_app_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("broken.pickle");
+    std::fs::write(&bad, b"\x80\x04\x95garbage that is not a snapshot").expect("write");
+    let mut harness = harness(Some(bad.clone()));
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    assert!(harness.state().doc.is_none());
+    let error = harness.state().errors.first().cloned().expect("an error is shown");
+    assert!(error.contains("broken.pickle"), "{error}");
+    harness.get_by_label_contains("broken.pickle");
+    // Dismissed with its button; the welcome screen is still there.
+    harness.get_by_label("Dismiss").click();
+    harness.run_steps(2);
+    assert!(harness.state().errors.is_empty());
+    harness.get_by_label("Open a trace…");
+}
+
+#[test]
+fn help_overlay_lists_the_shortcuts() {
+    let mut harness = harness(None);
+    harness.key_press(egui::Key::F1);
+    harness.run_steps(2);
+    harness.get_by_label("Keyboard shortcuts");
+    harness.get_by_label("jump to the peak");
+}
+
+#[test]
+fn the_memory_timeline_keeps_its_categories_in_the_breakdown() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/torch-profiler/mlp_adam_cpu.memory_timeline.json");
+    let mut harness = harness(Some(path.clone()));
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let loaded = vramscope::load::load_with(&path, &NoProgress).expect("load");
+    assert_eq!(loaded.format, SourceFormat::MemoryTimeline);
+    let expected = summary::device_summary(&loaded.trace, 0);
+    let view = harness.state().instant.clone().expect("analysed");
+    let shown: std::collections::BTreeMap<&str, u64> =
+        view.instant.by_category.iter().map(|(c, v)| (c.name(), *v)).collect();
+    assert_eq!(shown, expected.categories_at_peak);
+}

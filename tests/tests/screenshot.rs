@@ -1,0 +1,69 @@
+//! The real window under Xvfb: `vramscope open FILE --screenshot OUT.png --view V` renders each
+//! view of a real snapshot, and the PNG is a real render of it (its size, the timeline's
+//! category colours, text), not a blank or a placeholder.
+
+use std::path::Path;
+use std::process::Command;
+
+use vramscope_e2e::{fixtures_dir, vramscope_bin};
+
+/// Runs the binary under `xvfb-run` (installed by `scripts/install-gui-deps.sh`).
+fn screenshot(file: &Path, view: &str, out: &Path) {
+    let output = Command::new("xvfb-run")
+        .args(["-a", "-s", "-screen 0 1600x1000x24"])
+        .arg(vramscope_bin())
+        .arg("open")
+        .arg(file)
+        .args(["--view", view, "--size", "1200x800", "--screenshot"])
+        .arg(out)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run xvfb-run ({e}): run scripts/install-gui-deps.sh"));
+    assert!(output.status.success(), "{view}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// Pixels within a few levels of `rgb`.
+fn count_near(image: &image::RgbaImage, rgb: [u8; 3]) -> usize {
+    image.pixels().filter(|p| p.0[..3].iter().zip(rgb).all(|(a, b)| a.abs_diff(b) <= 6)).count()
+}
+
+#[test]
+fn each_view_renders_to_a_real_png() {
+    let file = fixtures_dir().join("pytorch-snapshots/gpt_ctx128_fullstep_fp32.pickle");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for view in ["timeline", "peak", "fragmentation"] {
+        let out = dir.path().join(format!("{view}.png"));
+        screenshot(&file, view, &out);
+        let image = image::open(&out).unwrap_or_else(|e| panic!("{view}: not a PNG: {e}")).to_rgba8();
+        assert_eq!(image.dimensions(), (1200, 800), "{view}");
+        // The stacked timeline paints optimizer state (purple) and gradients (orange) at this
+        // snapshot's peak, in every view.
+        let optimizer = count_near(&image, [0xb0, 0x7a, 0xa1]);
+        let gradient = count_near(&image, [0xf2, 0x8e, 0x2b]);
+        assert!(optimizer > 2000 && gradient > 2000, "{view}: optimizer {optimizer} px, gradient {gradient} px");
+        // Text and lines: many distinct colours, not a flat fill.
+        let mut colours: Vec<[u8; 4]> = image.pixels().map(|p| p.0).collect();
+        colours.sort_unstable();
+        colours.dedup();
+        assert!(colours.len() > 200, "{view}: only {} colours", colours.len());
+    }
+}
+
+#[test]
+fn a_bad_file_fails_the_screenshot_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("not-a-trace.json");
+    std::fs::write(&bad, b"{\"hello\": 1}").expect("write");
+    let out = dir.path().join("out.png");
+    let output = Command::new("xvfb-run")
+        .args(["-a"])
+        .arg(vramscope_bin())
+        .arg(&bad)
+        .arg("--screenshot")
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run xvfb-run ({e}): run scripts/install-gui-deps.sh"));
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not-a-trace.json"), "{stderr}");
+    assert!(!out.exists(), "no PNG is left behind");
+}
