@@ -8,4 +8,5 @@ pub mod analysis;
 pub mod cli;
 pub mod gui;
 pub mod load;
+pub mod mapped;
 pub mod units;

@@ -4,7 +4,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use vramscope_trace_format::{Progress, SourceFormat, Trace, import};
+use vramscope_trace_format::{Progress, SourceFormat, Trace, import, import_owned};
+
+use crate::mapped::MappedFile;
+
+/// Files at least this large are mapped rather than read.
+const MAP_AT_BYTES: u64 = 64 << 20;
+/// How far behind the parser's position pages stay resident (it may look back a little).
+const KEEP_BEHIND_BYTES: u64 = 16 << 20;
 
 /// A trace loaded from a file.
 #[derive(Debug)]
@@ -33,16 +40,36 @@ pub fn progress_bar(total: u64, message: &str) -> ProgressBar {
 
 /// Reads a file of any supported format with a caller-provided progress sink.
 pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
-    let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if data.is_empty() {
+    let cannot_read = || format!("cannot read {}", path.display());
+    let file = std::fs::File::open(path).with_context(cannot_read)?;
+    let file_bytes = file.metadata().with_context(cannot_read)?.len();
+    if file_bytes == 0 {
         bail!("{}: the file is empty", path.display());
     }
-    let imported = import(&data, progress).with_context(|| format!("cannot load {}", path.display()))?;
+    let cannot_load = || format!("cannot load {}", path.display());
+    let imported = if file_bytes >= MAP_AT_BYTES {
+        let mapped = MappedFile::map(&file).with_context(cannot_read)?;
+        let progress = |done: u64, total: u64| {
+            mapped.release_before(done.saturating_sub(KEEP_BEHIND_BYTES) as usize);
+            progress.update(done, total)
+        };
+        import(mapped.bytes(), &progress).with_context(cannot_load)?
+    } else {
+        let mut data = Vec::with_capacity(file_bytes as usize);
+        std::io::Read::read_to_end(&mut &file, &mut data).with_context(cannot_read)?;
+        // The bytes are dropped as soon as they are parsed: less memory at the peak.
+        import_owned(data, progress).with_context(cannot_load)?
+    };
+    if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let memory: Vec<&str> = status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")).collect();
+        eprintln!("vramscope: imported {}: {}", path.display(), memory.join(", "));
+    }
     Ok(LoadedTrace {
         trace: imported.trace,
         warnings: imported.warnings,
         path: path.to_owned(),
-        file_bytes: data.len() as u64,
+        file_bytes,
         format: imported.format,
     })
 }

@@ -98,7 +98,7 @@ enum Command {
 /// Exit status when a file cannot be read or a command fails.
 const EXIT_ERROR: u8 = 2;
 
-fn open(args: OpenArgs) -> anyhow::Result<()> {
+fn open(args: OpenArgs, started: std::time::Instant) -> anyhow::Result<()> {
     if let Some(file) = &args.file {
         // Say so at once rather than in a window.
         std::fs::metadata(file).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", file.display()))?;
@@ -113,15 +113,17 @@ fn open(args: OpenArgs) -> anyhow::Result<()> {
         screenshot: args.screenshot,
         view,
         size: args.size,
+        started: Some(started),
     })
 }
 
 fn main() -> ExitCode {
+    let started = std::time::Instant::now();
     let cli = Cli::parse();
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
-        None => open(cli.open),
-        Some(Command::Open(args)) => open(args),
+        None => open(cli.open, started),
+        Some(Command::Open(args)) => open(args, started),
         Some(Command::Info { file, json }) => vramscope::cli::info::run(&file, json, &mut stdout),
         Some(Command::Convert { file, output, force }) => {
             vramscope::cli::convert::run(&file, &output, force, &mut stdout)

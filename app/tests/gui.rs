@@ -2,6 +2,8 @@
 //! jump to the peak, select an instant, switch views; what the window shows must equal what
 //! the analysis computes on its own.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -164,7 +166,8 @@ fn help_overlay_lists_the_shortcuts() {
 
 #[test]
 fn the_memory_timeline_keeps_its_categories_in_the_breakdown() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/torch-profiler/mlp_adam_cpu.memory_timeline.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/torch-profiler/mlp_adam_cpu.memory_timeline.json");
     let mut harness = harness(Some(path.clone()));
     harness.get_by_label("Open a trace…").click();
     harness.run_steps(2);

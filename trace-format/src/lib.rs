@@ -26,7 +26,7 @@ pub mod progress;
 pub mod vtrace;
 
 pub use error::{Error, Result};
-pub use import::{Imported, import};
+pub use import::{Imported, import, import_owned};
 pub use model::annotation::{Annotation, AnnotationKind};
 pub use model::category::Category;
 pub use model::counter::{CounterKind, CounterSample, CounterSeries};

@@ -189,12 +189,24 @@ impl StepReader<'_> {
 ///
 /// Devices without events but with category counters (the profiler's memory timeline) replay
 /// their counters' totals instead.
-pub fn replay(trace: &Trace, device: i16, mut visit: impl FnMut(Option<usize>, Point)) -> Point {
+pub fn replay(trace: &Trace, device: i16, visit: impl FnMut(Option<usize>, Point)) -> Point {
     let events = device_events(trace, device);
     if events.is_empty() {
         return replay_counters(trace, device, visit);
     }
     let initial = initial_state(trace, device, &events);
+    replay_from(trace, device, &events, &initial, visit)
+}
+
+/// [`replay`] of a device whose events (non-empty) and initial state the caller has already
+/// worked out.
+pub fn replay_from(
+    trace: &Trace,
+    device: i16,
+    events: &[usize],
+    initial: &Initial,
+    mut visit: impl FnMut(Option<usize>, Point),
+) -> Point {
     let reserved_counter = trace
         .counters
         .iter()
@@ -212,7 +224,7 @@ pub fn replay(trace: &Trace, device: i16, mut visit: impl FnMut(Option<usize>, P
         point.reserved_bytes = reader.at(first_time).max(0) as u64;
     }
     visit(None, point);
-    for &i in &events {
+    for &i in events {
         let Some(e) = trace.events.get(i) else { continue };
         apply(&mut point, e);
         if let Some(reader) = reserved_reader.as_mut() {

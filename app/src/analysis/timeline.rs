@@ -81,8 +81,11 @@ pub struct Timeline {
     time_ns: Vec<i64>,
     allocated: Vec<u64>,
     requested: Vec<u64>,
-    reserved: Vec<u64>,
-    /// Index in `Trace::events` of the event after which each point holds (`u32::MAX`: none).
+    /// Reserved bytes where they change: (point, value), the first at point 0. Reserved moves
+    /// only on segment events, a few per thousand.
+    reserved_changes: Vec<(u32, u64)>,
+    /// Index in `Trace::events` of the event after which each point holds (`u32::MAX`: none);
+    /// empty while point `i` follows event `i - 1` (one device, the usual case).
     event: Vec<u32>,
     /// The category whose bytes change at each point (allocator sources).
     category: Vec<u8>,
@@ -108,11 +111,26 @@ impl Timeline {
     }
 
     fn push(&mut self, event: Option<usize>, point: replay::Point) {
+        let index = self.time_ns.len();
         self.time_ns.push(point.time_ns);
         self.allocated.push(point.allocated_bytes);
         self.requested.push(point.requested_bytes);
-        self.reserved.push(point.reserved_bytes);
+        if self.reserved_changes.last().map(|c| c.1) != Some(point.reserved_bytes) {
+            self.reserved_changes.push((index as u32, point.reserved_bytes));
+        }
+        let identity = if index == 0 { event.is_none() } else { event == Some(index - 1) };
+        if self.event.is_empty() && identity {
+            return;
+        }
+        if self.event.is_empty() {
+            self.event = (0..index).map(|j| if j == 0 { u32::MAX } else { (j - 1) as u32 }).collect();
+        }
         self.event.push(event.and_then(|e| u32::try_from(e).ok()).unwrap_or(u32::MAX));
+    }
+
+    fn reserved_at(&self, i: usize) -> u64 {
+        let k = self.reserved_changes.partition_point(|c| c.0 as usize <= i);
+        k.checked_sub(1).and_then(|k| self.reserved_changes.get(k)).map_or(0, |c| c.1)
     }
 
     fn build_from_events(&mut self, trace: &Trace, device: i16, device_events: &[usize]) {
@@ -153,7 +171,7 @@ impl Timeline {
         }
         self.checkpoints.push(totals);
         let mut point_index = 0usize;
-        replay::replay(trace, device, |event, point| {
+        replay::replay_from(trace, device, device_events, &initial, |event, point| {
             let category = match event.and_then(|i| trace.events.get(i)) {
                 Some(e) if e.kind == EventKind::Alloc => {
                     let until = event.and_then(|i| until_ns.get(&i)).copied().unwrap_or(end_ns);
@@ -228,9 +246,13 @@ impl Timeline {
 
     fn scan(&self, start: usize, end: usize) -> Range {
         let mut r = Range::EMPTY;
+        let mut k = self.reserved_changes.partition_point(|c| c.0 as usize <= start).saturating_sub(1);
         for i in start..end {
-            let (Some(&a), Some(&q), Some(&s)) = (self.allocated.get(i), self.requested.get(i), self.reserved.get(i))
-            else {
+            while self.reserved_changes.get(k + 1).is_some_and(|c| c.0 as usize <= i) {
+                k += 1;
+            }
+            let s = self.reserved_changes.get(k).map_or(0, |c| c.1);
+            let (Some(&a), Some(&q)) = (self.allocated.get(i), self.requested.get(i)) else {
                 break;
             };
             r.merge(&Range {
@@ -267,15 +289,17 @@ impl Timeline {
 
     /// Allocated, requested and reserved bytes at point `i`.
     pub fn values(&self, i: usize) -> (u64, u64, u64) {
-        (
-            self.allocated.get(i).copied().unwrap_or(0),
-            self.requested.get(i).copied().unwrap_or(0),
-            self.reserved.get(i).copied().unwrap_or(0),
-        )
+        (self.allocated.get(i).copied().unwrap_or(0), self.requested.get(i).copied().unwrap_or(0), self.reserved_at(i))
     }
 
     /// The trace event after which point `i` holds, if any.
     pub fn event(&self, i: usize) -> Option<usize> {
+        if i >= self.len() {
+            return None;
+        }
+        if self.event.is_empty() {
+            return i.checked_sub(1);
+        }
         self.event.get(i).filter(|&&e| e != u32::MAX).map(|&e| e as usize)
     }
 
@@ -387,6 +411,9 @@ mod tests {
         for i in 0..5000u64 {
             let f = if i % 3 == 0 { "forward" } else { "main" };
             events.push((EventKind::Alloc, (2 * i) as i64, 0x1000 + i * 0x100, 64 + (i % 7) * 512, f));
+            if i % 700 == 0 {
+                events.push((EventKind::SegmentAlloc, (2 * i) as i64, 0x9000_0000 + i, 2 << 20, "main"));
+            }
             if i >= 10 {
                 let j = i - 10;
                 events.push((EventKind::FreeCompleted, (2 * i + 1) as i64, 0x1000 + j * 0x100, 64 + (j % 7) * 512, f));
@@ -402,9 +429,17 @@ mod tests {
             let max = slice.iter().map(|p| p.allocated_bytes).max().unwrap();
             assert_eq!(r.allocated_max, max);
             assert_eq!(r.allocated_min, slice.iter().map(|p| p.allocated_bytes).min().unwrap());
+            assert_eq!(r.reserved_max, slice.iter().map(|p| p.reserved_bytes).max().unwrap());
+            assert_eq!(r.reserved_min, slice.iter().map(|p| p.reserved_bytes).min().unwrap());
+            assert_eq!(r.requested_max, slice.iter().map(|p| p.requested_bytes).max().unwrap());
             assert_eq!(points[r.allocated_max_point].allocated_bytes, max);
             assert!((start..end).contains(&r.allocated_max_point));
         }
+        for (i, p) in points.iter().enumerate() {
+            assert_eq!(t.values(i), (p.allocated_bytes, p.requested_bytes, p.reserved_bytes));
+        }
+        assert_eq!(t.event(0), None);
+        assert_eq!(t.event(5), Some(4));
         // Categories add up to allocated everywhere, and activation is what `forward` holds.
         for i in [0, 1, 63, 64, 65, 777, t.len() - 1] {
             let c = t.categories(i);

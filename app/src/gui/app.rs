@@ -110,6 +110,9 @@ pub struct VramscopeApp {
     show_help: bool,
     path_input: String,
     picker: Box<dyn FilePicker>,
+    /// When set, the time from this instant to the first frame that shows a trace is printed
+    /// to stderr (for benchmarks).
+    pub report_first_frame_since: Option<std::time::Instant>,
 }
 
 impl VramscopeApp {
@@ -129,6 +132,7 @@ impl VramscopeApp {
             show_help: false,
             path_input: String::new(),
             picker,
+            report_first_frame_since: None,
         }
     }
 
@@ -144,6 +148,13 @@ impl VramscopeApp {
         }
         let repaint_ctx = ctx.clone();
         self.loader = Some(Loader::start(path, move || repaint_ctx.request_repaint()));
+    }
+
+    /// Shows a load started elsewhere (before the window existed).
+    pub fn adopt_loader(&mut self, loader: Loader) {
+        if let Some(old) = self.loader.replace(loader) {
+            old.cancel();
+        }
     }
 
     /// Whether a file is loading.
@@ -337,6 +348,12 @@ impl VramscopeApp {
         egui::CentralPanel::default().show(ui, |ui| {
             if self.doc.is_some() {
                 self.document_ui(ui);
+                if let Some(since) = self.report_first_frame_since.take() {
+                    eprintln!(
+                        "vramscope: first frame with the trace after {:.0} ms",
+                        since.elapsed().as_secs_f64() * 1e3
+                    );
+                }
             } else {
                 self.welcome_ui(ui);
             }

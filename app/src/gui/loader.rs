@@ -55,7 +55,16 @@ impl Loader {
                 !thread_shared.cancel.load(Ordering::Relaxed)
             };
             let loaded = crate::load::load_with(&thread_path, &progress);
+            let read = started.elapsed();
             let document = loaded.map(|loaded| Document::build(loaded, started.elapsed()));
+            if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
+                let total = started.elapsed();
+                eprintln!(
+                    "vramscope: read and imported in {:.0} ms, analysed in {:.0} ms",
+                    read.as_secs_f64() * 1e3,
+                    (total - read).as_secs_f64() * 1e3
+                );
+            }
             // The receiver may be gone (cancelled, or the window closed): nothing to do then.
             let _ = send.send(document);
             repaint();

@@ -14,6 +14,7 @@ pub mod timeline_view;
 pub mod worker;
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Result, anyhow};
 
@@ -30,6 +31,9 @@ pub struct GuiOptions {
     pub view: Option<View>,
     /// Window size in points.
     pub size: Option<[f32; 2]>,
+    /// When the process started: with `VRAMSCOPE_TIMINGS=1`, the time from it to the first frame
+    /// showing the trace is printed.
+    pub started: Option<std::time::Instant>,
 }
 
 /// Runs the window until it is closed.
@@ -49,6 +53,17 @@ pub fn run(options: GuiOptions) -> Result<()> {
         persist_window: screenshot.is_none(),
         ..eframe::NativeOptions::default()
     };
+    // Reading starts before the window exists: creating a window and its GL context takes a
+    // while, and the two overlap. The loader asks for repaints once the window is there.
+    let window_ctx: Arc<OnceLock<egui::Context>> = Arc::default();
+    let repaint_ctx = Arc::clone(&window_ctx);
+    let early_loader = options.file.as_deref().map(|file| {
+        loader::Loader::start(file, move || {
+            if let Some(ctx) = repaint_ctx.get() {
+                ctx.request_repaint();
+            }
+        })
+    });
     let outcome = screenshot::Outcome::default();
     let outcome_for_app = outcome.clone();
     eframe::run_native(
@@ -60,9 +75,14 @@ pub fn run(options: GuiOptions) -> Result<()> {
             if let Some(view) = options.view {
                 settings.view = view;
             }
+            let _ = window_ctx.set(cc.egui_ctx.clone());
             let mut app = VramscopeApp::new(settings, Box::new(NativePicker));
-            if let Some(file) = &options.file {
-                app.open(&cc.egui_ctx, file);
+            if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
+                app.report_first_frame_since = options.started;
+            }
+            if let Some(loader) = early_loader {
+                app.adopt_loader(loader);
+                cc.egui_ctx.request_repaint();
             }
             Ok(match screenshot {
                 Some(path) => Box::new(screenshot::ScreenshotApp::new(app, path, outcome_for_app)),

@@ -417,7 +417,9 @@ fn x_axis(
 
 fn short_duration(ns: f64) -> String {
     let a = ns.abs();
-    if a >= 1e9 {
+    if a == 0.0 {
+        "0".to_owned()
+    } else if a >= 1e9 {
         format!("{} s", trim(ns / 1e9))
     } else if a >= 1e6 {
         format!("{} ms", trim(ns / 1e6))

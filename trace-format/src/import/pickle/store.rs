@@ -105,11 +105,15 @@ pub(super) struct Container {
     pub(super) resolved: Value,
 }
 
+/// A run of a container's items: `len` values of the pool from `start`, or, for a run of
+/// records, the records `start..start + len` of one kind, which need no pool at all (a
+/// snapshot's list of millions of trace entries is one such run).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Chunk {
     start: u32,
     len: u32,
     next: u32,
+    records: Option<RecordKind>,
 }
 
 /// Containers and their items, plus the memo and the string table they refer to.
@@ -209,11 +213,6 @@ impl Store {
         if items.is_empty() {
             return Ok(());
         }
-        let start = self.pool.len();
-        let new_len = start + items.len();
-        if new_len > u32::MAX as usize {
-            return Err("more than 4 billion values in containers".to_owned());
-        }
         let container = *self.container(handle)?;
         if container.resolved != Value::None {
             return Err("an object was changed after it was complete".to_owned());
@@ -222,26 +221,69 @@ impl Store {
         if total > u32::MAX as usize {
             return Err("a container with more than 4 billion items".to_owned());
         }
-        self.pool.extend_from_slice(items);
-        let extends_last =
-            self.chunks.get(container.last_chunk as usize).is_some_and(|c| (c.start + c.len) as usize == start);
-        if extends_last {
-            if let Some(chunk) = self.chunks.get_mut(container.last_chunk as usize) {
-                chunk.len += items.len() as u32;
-            }
-        } else {
-            let chunk_index = self.chunks.len() as u32;
-            self.chunks.push(Chunk { start: start as u32, len: items.len() as u32, next: NO_CHUNK });
-            if let Some(last) = self.chunks.get_mut(container.last_chunk as usize) {
-                last.next = chunk_index;
-            }
-            let c = self.container_mut(handle)?;
-            if c.first_chunk == NO_CHUNK {
-                c.first_chunk = chunk_index;
-            }
-            c.last_chunk = chunk_index;
+        let mut rest = items;
+        while let Some(&first) = rest.first() {
+            let n = match first {
+                Value::Record(kind, index) => {
+                    let n = rest
+                        .iter()
+                        .enumerate()
+                        .take_while(|&(k, v)| index.checked_add(k as u32).is_some_and(|i| *v == Value::Record(kind, i)))
+                        .count();
+                    self.append_records(handle, kind, index, n as u32)?;
+                    n
+                }
+                _ => {
+                    let n = rest.iter().take_while(|v| !matches!(v, Value::Record(..))).count();
+                    self.append_values(handle, rest.get(..n).unwrap_or_default())?;
+                    n
+                }
+            };
+            rest = rest.get(n..).unwrap_or_default();
         }
         self.container_mut(handle)?.len = total as u32;
+        Ok(())
+    }
+
+    /// Appends a new chunk to a container's list of chunks.
+    fn push_chunk(&mut self, handle: Handle, chunk: Chunk) -> Result<(), String> {
+        let last_chunk = self.container(handle)?.last_chunk;
+        let chunk_index = self.chunks.len() as u32;
+        self.chunks.push(chunk);
+        if let Some(last) = self.chunks.get_mut(last_chunk as usize) {
+            last.next = chunk_index;
+        }
+        let c = self.container_mut(handle)?;
+        if c.first_chunk == NO_CHUNK {
+            c.first_chunk = chunk_index;
+        }
+        c.last_chunk = chunk_index;
+        Ok(())
+    }
+
+    fn append_values(&mut self, handle: Handle, items: &[Value]) -> Result<(), String> {
+        let start = self.pool.len();
+        if start + items.len() > u32::MAX as usize {
+            return Err("more than 4 billion values in containers".to_owned());
+        }
+        self.pool.extend_from_slice(items);
+        let last_chunk = self.container(handle)?.last_chunk;
+        match self.chunks.get_mut(last_chunk as usize) {
+            Some(c) if c.records.is_none() && (c.start + c.len) as usize == start => c.len += items.len() as u32,
+            _ => self.push_chunk(
+                handle,
+                Chunk { start: start as u32, len: items.len() as u32, next: NO_CHUNK, records: None },
+            )?,
+        }
+        Ok(())
+    }
+
+    fn append_records(&mut self, handle: Handle, kind: RecordKind, first: u32, n: u32) -> Result<(), String> {
+        let last_chunk = self.container(handle)?.last_chunk;
+        match self.chunks.get_mut(last_chunk as usize) {
+            Some(c) if c.records == Some(kind) && c.start.checked_add(c.len) == Some(first) => c.len += n,
+            _ => self.push_chunk(handle, Chunk { start: first, len: n, next: NO_CHUNK, records: Some(kind) })?,
+        }
         Ok(())
     }
 
@@ -254,6 +296,13 @@ impl Store {
         let container = self.container(handle)?;
         let mut chunk_index = container.first_chunk;
         while let Some(chunk) = self.chunks.get(chunk_index as usize) {
+            if let Some(kind) = chunk.records {
+                for index in chunk.start..chunk.start.saturating_add(chunk.len) {
+                    f(Value::Record(kind, index))?;
+                }
+                chunk_index = chunk.next;
+                continue;
+            }
             let items = self
                 .pool
                 .get(chunk.start as usize..(chunk.start + chunk.len) as usize)
@@ -306,4 +355,34 @@ pub(crate) trait Sink {
     /// Called with the keys and values (alternating) of a dict that is complete. Returns what
     /// stands for it from now on, or `None` to keep it as plain data.
     fn convert_dict(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Option<Value>, String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_of_records_need_no_pool_and_keep_their_order() {
+        let mut store = Store::new(Interner::new());
+        let list = store.new_container(ContainerKind::List);
+        let other = store.new_container(ContainerKind::List);
+        let e = |i| Value::Record(RecordKind::Entry, i);
+        let appended: Vec<Vec<Value>> = vec![
+            vec![e(0), e(1), e(2)],
+            vec![e(3), Value::Int(7), e(4)],
+            vec![e(5), e(9), Value::Record(RecordKind::Block, 10), Value::Record(RecordKind::Block, 11)],
+        ];
+        let mut expected = Vec::new();
+        for (i, batch) in appended.iter().enumerate() {
+            store.append(list, batch).expect("append");
+            // Interleaved appends to another container must not join its runs.
+            store.append(other, &[e(100 + i as u32)]).expect("append");
+            expected.extend_from_slice(batch);
+        }
+        assert_eq!(store.items(list).expect("items"), expected);
+        assert_eq!(store.len(list).expect("len"), expected.len());
+        assert_eq!(store.items(other).expect("items"), vec![e(100), e(101), e(102)]);
+        // Only the one plain value went to the pool.
+        assert_eq!(store.pool.len(), 1);
+    }
 }

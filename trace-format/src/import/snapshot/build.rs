@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use super::sink::{Action, Entry};
+use super::entries::Entries;
+use super::sink::Action;
 use crate::error::Result;
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::event::{Event, EventKind, event_flags};
@@ -149,15 +150,17 @@ fn external_spans(
 pub(super) fn build_trace(
     mut interner: Interner,
     segments: Vec<Segment>,
-    all_entries: &[Entry],
+    mut all_entries: Entries,
     per_device: Vec<Vec<u32>>,
     external: &serde_json::Value,
     allocator_settings: serde_json::Value,
     extra: serde_json::Map<String, serde_json::Value>,
     warnings: &mut Vec<String>,
 ) -> Result<Trace> {
-    let entry_at = |index: u32| all_entries.get(index as usize);
-    let has_time = per_device.iter().flatten().filter_map(|&i| entry_at(i)).any(|e| e.time_us.is_some());
+    let has_time = per_device.iter().flatten().filter_map(|&i| all_entries.get(i)).any(|e| e.time_us.is_some());
+    // Entries are nearly always read in the order they were pushed: then each chunk is freed
+    // once read, and the entries and the events are never whole in memory together.
+    let in_order = per_device.iter().flatten().is_sorted();
     let mut events = Vec::with_capacity(per_device.iter().map(Vec::len).sum());
     let mut ooms = Vec::new();
     let mut annotations = Vec::new();
@@ -178,7 +181,11 @@ pub(super) fn build_trace(
             .collect();
         let mut device_events = Vec::with_capacity(entries.len());
         let mut last_time_ns = 0i64;
-        for (i, entry) in entries.iter().filter_map(|&i| entry_at(i)).enumerate() {
+        for (i, &index) in entries.iter().enumerate() {
+            let Some(entry) = all_entries.get(index) else { continue };
+            if in_order && i % 4096 == 0 {
+                all_entries.free_below(index);
+            }
             let time_ns = match entry.time_us {
                 Some(us) => us.saturating_mul(1000),
                 None if has_time => last_time_ns,

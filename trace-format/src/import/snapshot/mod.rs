@@ -10,9 +10,11 @@
 //! interning frames and stacks as it goes; `build.rs` then assembles the trace.
 
 mod build;
+mod entries;
 mod sink;
 
 use self::build::build_trace;
+use self::entries::Entries;
 use self::sink::SnapshotSink;
 use super::Imported;
 use super::pickle::{self, ContainerKind, RecordKind, Store, Value};
@@ -20,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::model::ids::StackId;
 use crate::model::interner::Interner;
 use crate::model::metadata::SourceFormat;
+use crate::model::segment::Segment;
 use crate::progress::Progress;
 
 /// Bound on nodes converted to JSON from generic parts of the pickle (settings, unknown keys).
@@ -91,13 +94,45 @@ fn structure(message: impl Into<String>) -> Error {
 
 /// Reads a snapshot pickle.
 pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
+    parse(data, progress)?.build()
+}
+
+/// A snapshot read from its pickle, not yet turned into a trace: it no longer needs the bytes.
+pub(crate) struct Parsed {
+    interner: Interner,
+    segments: Vec<Segment>,
+    entries: Entries,
+    per_device: Vec<Vec<u32>>,
+    external: serde_json::Value,
+    settings: serde_json::Value,
+    extra: serde_json::Map<String, serde_json::Value>,
+    warnings: Vec<String>,
+}
+
+impl Parsed {
+    /// Builds the trace.
+    pub(crate) fn build(mut self) -> Result<Imported> {
+        let trace = build_trace(
+            self.interner,
+            self.segments,
+            self.entries,
+            self.per_device,
+            &self.external,
+            self.settings,
+            self.extra,
+            &mut self.warnings,
+        )?;
+        Ok(Imported { trace, warnings: self.warnings, format: SourceFormat::PytorchSnapshot })
+    }
+}
+
+/// Reads a snapshot pickle's contents, leaving the trace to [`Parsed::build`].
+pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
     let mut interner = Interner::new();
     let mut sink = SnapshotSink::new(&mut interner);
-    // A trace entry takes at least ~60 bytes of pickle; see `pickle::load` on reserving.
-    sink.entries.reserve(data.len() / 64);
     let loaded = pickle::load(data, interner, &mut sink, progress)?;
     let store = loaded.store;
-    let mut warnings = Vec::new();
+    let warnings = Vec::new();
 
     let mut segments_value = Value::None;
     let mut traces_value = Value::None;
@@ -184,6 +219,6 @@ pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported>
         v => to_json(&store, v, 0, &mut budget).map_err(|m| structure(format!("external_annotations: {m}")))?,
     };
     let interner = store.interner;
-    build_trace(interner, segments, &sink.entries, per_device, &external, settings, extra, &mut warnings)
-        .map(|trace| Imported { trace, warnings, format: SourceFormat::PytorchSnapshot })
+    let entries = std::mem::take(&mut sink.entries);
+    Ok(Parsed { interner, segments, entries, per_device, external, settings, extra, warnings })
 }

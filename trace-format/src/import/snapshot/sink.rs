@@ -1,6 +1,7 @@
 //! The sink that turns snapshot dicts into records as the pickle streams by: frames, trace
 //! entries, blocks and segments.
 
+use super::entries::Entries;
 use crate::import::pickle::{ContainerKind, RecordKind, Sink, Store, Value};
 use crate::model::event::EventKind;
 use crate::model::ids::{ContextId, FrameId, ProcessId, StackId, StringId};
@@ -188,7 +189,7 @@ impl Keys {
 /// Converts snapshot dicts into records as the pickle streams by.
 pub(super) struct SnapshotSink {
     keys: Keys,
-    pub(super) entries: Vec<Entry>,
+    pub(super) entries: Entries,
     blocks: Vec<Block>,
     pub(super) segments: Vec<Segment>,
     /// Reused buffer for the frames of the stack being resolved.
@@ -205,7 +206,7 @@ impl SnapshotSink {
     pub(super) fn new(interner: &mut Interner) -> Self {
         Self {
             keys: Keys::new(interner),
-            entries: Vec::new(),
+            entries: Entries::default(),
             blocks: Vec::new(),
             segments: Vec::new(),
             frames: Vec::new(),
@@ -345,8 +346,7 @@ impl SnapshotSink {
                 id
             }
         };
-        let index = self.entries.len() as u32;
-        self.entries.push(entry);
+        let index = self.entries.push(entry);
         Ok(Value::Record(RecordKind::Entry, index))
     }
 

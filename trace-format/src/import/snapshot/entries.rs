@@ -1,0 +1,170 @@
+//! Trace entries as the sink collects them: compact, in chunks that the trace builder frees as
+//! it goes, so a snapshot of millions of entries never holds its entries and its events whole
+//! at the same time.
+
+use super::sink::{Action, Entry};
+use crate::model::event::EventKind;
+use crate::model::ids::{ContextId, StackId, StringId};
+
+/// Entries per chunk.
+const CHUNK: usize = 1 << 16;
+/// `time_us` of an entry without one.
+const NO_TIME: i64 = i64::MIN;
+/// `rare` of an entry without rare fields.
+const NO_RARE: u32 = u32::MAX;
+
+/// An entry as stored: 48 bytes, where [`Entry`] takes 80.
+#[derive(Clone, Copy, Debug)]
+struct Compact {
+    addr: u64,
+    size: u64,
+    stream: u64,
+    time_us: i64,
+    stack: StackId,
+    context: ContextId,
+    /// Index into [`Entries::rare`], or [`NO_RARE`].
+    rare: u32,
+    /// The action: an [`EventKind`] (0..=6), or 7 snapshot, 8 OOM, 9 annotate, 10 unknown.
+    code: u8,
+}
+
+/// Fields only OOMs, annotations and unknown actions have.
+#[derive(Clone, Copy, Debug)]
+struct Rare {
+    device_free: Option<u64>,
+    name: StringId,
+    unknown_action: StringId,
+}
+
+/// The entries of a snapshot, in the order the pickle holds them.
+#[derive(Debug, Default)]
+pub(super) struct Entries {
+    chunks: Vec<Vec<Compact>>,
+    rare: Vec<Rare>,
+    len: usize,
+    /// Chunks below this one have been freed.
+    freed_below: usize,
+}
+
+impl Entries {
+    /// Number of entries pushed.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Appends an entry; returns its index.
+    pub(super) fn push(&mut self, entry: Entry) -> u32 {
+        let (code, unknown_action) = match entry.action {
+            Action::Event(kind) => (kind as u8, StringId(0)),
+            Action::Snapshot => (7, StringId(0)),
+            Action::Oom => (8, StringId(0)),
+            Action::Annotate => (9, StringId(0)),
+            Action::Unknown(name) => (10, name),
+        };
+        let rare = if entry.device_free.is_some() || entry.name != StringId(0) || code == 10 {
+            self.rare.push(Rare { device_free: entry.device_free, name: entry.name, unknown_action });
+            (self.rare.len() - 1) as u32
+        } else {
+            NO_RARE
+        };
+        let compact = Compact {
+            addr: entry.addr,
+            size: entry.size,
+            stream: entry.stream,
+            time_us: entry.time_us.unwrap_or(NO_TIME),
+            stack: entry.stack,
+            context: entry.context,
+            rare,
+            code,
+        };
+        match self.chunks.last_mut().filter(|c| c.len() < CHUNK) {
+            Some(chunk) => chunk.push(compact),
+            None => {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                chunk.push(compact);
+                self.chunks.push(chunk);
+            }
+        }
+        let index = self.len as u32;
+        self.len += 1;
+        index
+    }
+
+    /// The entry at `index`, unless it was never pushed or its chunk was freed.
+    pub(super) fn get(&self, index: u32) -> Option<Entry> {
+        let index = index as usize;
+        let c = self.chunks.get(index / CHUNK)?.get(index % CHUNK)?;
+        let rare = self.rare.get(c.rare as usize);
+        let action = match c.code {
+            7 => Action::Snapshot,
+            8 => Action::Oom,
+            9 => Action::Annotate,
+            10 => Action::Unknown(rare.map_or(StringId(0), |r| r.unknown_action)),
+            code => Action::Event(EventKind::from_u8(code)?),
+        };
+        Some(Entry {
+            action,
+            addr: c.addr,
+            size: c.size,
+            stream: c.stream,
+            time_us: (c.time_us != NO_TIME).then_some(c.time_us),
+            stack: c.stack,
+            context: c.context,
+            device_free: rare.and_then(|r| r.device_free),
+            name: rare.map_or(StringId(0), |r| r.name),
+        })
+    }
+
+    /// Frees the chunks holding only entries below `index`: the caller reads entries in
+    /// increasing order and will not ask for those again.
+    pub(super) fn free_below(&mut self, index: u32) {
+        let below = index as usize / CHUNK;
+        while self.freed_below < below {
+            if let Some(chunk) = self.chunks.get_mut(self.freed_below) {
+                *chunk = Vec::new();
+            }
+            self.freed_below += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_every_action_and_frees_chunks() {
+        let mut entries = Entries::default();
+        let base = Entry {
+            action: Action::Event(EventKind::Alloc),
+            addr: 0x7f00_0000_0000,
+            size: 512,
+            stream: u64::MAX,
+            time_us: Some(-5),
+            stack: StackId(3),
+            context: ContextId(2),
+            device_free: None,
+            name: StringId(0),
+        };
+        let samples = [
+            base,
+            Entry { action: Action::Oom, device_free: Some(1 << 40), time_us: None, ..base },
+            Entry { action: Action::Annotate, name: StringId(9), ..base },
+            Entry { action: Action::Unknown(StringId(4)), ..base },
+            Entry { action: Action::Event(EventKind::SegmentUnmap), ..base },
+        ];
+        for i in 0..3 * CHUNK {
+            let pushed = entries.push(samples[i % samples.len()]);
+            assert_eq!(pushed as usize, i);
+        }
+        for i in [0, 1, 2, 3, 4, CHUNK + 7, 3 * CHUNK - 1] {
+            let got = entries.get(i as u32).expect("entry");
+            let want = samples[i % samples.len()];
+            assert_eq!(format!("{got:?}"), format!("{want:?}"));
+        }
+        entries.free_below((CHUNK + 3) as u32);
+        assert!(entries.get(5).is_none());
+        assert!(entries.get((CHUNK + 3) as u32).is_some());
+        assert_eq!(entries.len(), 3 * CHUNK);
+    }
+}
