@@ -94,6 +94,9 @@ pub struct Timeline {
     checkpoint_every: usize,
     blocks: Vec<Range>,
     supers: Vec<Range>,
+    /// Time of the first point of each block: a search by time looks here first, in 1/64 of
+    /// the memory, before looking inside one block.
+    block_start_ns: Vec<i64>,
 }
 
 impl Timeline {
@@ -231,6 +234,7 @@ impl Timeline {
     }
 
     fn index(&mut self) {
+        self.block_start_ns = self.time_ns.iter().step_by(BLOCK).copied().collect();
         self.blocks =
             (0..self.len().div_ceil(BLOCK)).map(|b| self.scan(b * BLOCK, ((b + 1) * BLOCK).min(self.len()))).collect();
         self.supers = self
@@ -357,6 +361,15 @@ impl Timeline {
         totals
     }
 
+    /// The first point at or after `time_ns` (`len()` if none).
+    fn first_not_before(&self, time_ns: f64) -> usize {
+        let block = self.block_start_ns.partition_point(|&t| (t as f64) < time_ns);
+        // The answer is in the block before the first block that starts at or after the time.
+        let start = block.saturating_sub(1) * BLOCK;
+        let end = (block * BLOCK).min(self.len());
+        start + self.time_ns.get(start..end).unwrap_or_default().partition_point(|&t| (t as f64) < time_ns)
+    }
+
     /// `columns` columns over `[start_ns, end_ns)`: each covers the points in force during its
     /// time (including the one in force at its start). `None` for columns before the first point.
     pub fn columns(&self, start_ns: f64, end_ns: f64, columns: usize) -> Vec<Option<Column>> {
@@ -364,16 +377,16 @@ impl Timeline {
         let first_ns = self.time_ns.first().copied().unwrap_or(0) as f64;
         let last_ns = self.time_ns.last().copied().unwrap_or(0) as f64;
         let mut out = Vec::with_capacity(columns);
-        let mut lo = self.time_ns.partition_point(|&t| (t as f64) < start_ns);
+        let mut lo = self.first_not_before(start_ns);
         for c in 0..columns {
             let col_end = start_ns + width * (c + 1) as f64;
             let col_start = col_end - width;
             if col_end <= first_ns || self.is_empty() || col_start > last_ns {
                 out.push(None);
-                lo = self.time_ns.partition_point(|&t| (t as f64) < col_end);
+                lo = self.first_not_before(col_end);
                 continue;
             }
-            let hi = lo + self.time_ns[lo..].partition_point(|&t| (t as f64) < col_end);
+            let hi = self.first_not_before(col_end).max(lo);
             let start = lo.saturating_sub(1).min(hi.saturating_sub(1));
             let range = self.range(start, hi.max(start + 1));
             let categories = self.categories(range.allocated_max_point.min(self.len().saturating_sub(1)));
@@ -447,6 +460,11 @@ mod tests {
         }
         let peak = t.peak_allocated_point();
         assert_eq!(points[peak].allocated_bytes, points.iter().map(|p| p.allocated_bytes).max().unwrap());
+        // Searches by time agree with a plain search over every point.
+        let times: Vec<i64> = points.iter().map(|p| p.time_ns).collect();
+        for probe in [-5.0, 0.0, 0.5, 1.0, 127.0, 128.0, 129.5, 9_000.0, 1e9] {
+            assert_eq!(t.first_not_before(probe), times.partition_point(|&x| (x as f64) < probe), "{probe}");
+        }
         // Columns cover the whole span and keep the peak.
         let (a, b) = t.time_span_ns();
         let cols = t.columns(a as f64, b as f64 + 1.0, 97);

@@ -210,6 +210,11 @@ impl VramscopeApp {
         self.jump_to_peak();
     }
 
+    /// Shows `start_ns..end_ns` in the timeline (`None`: the whole trace).
+    pub fn set_visible_time(&mut self, range_ns: Option<(f64, f64)>) {
+        self.timeline.view_ns = range_ns;
+    }
+
     /// Selects the allocated peak of the current device.
     pub fn jump_to_peak(&mut self) {
         let Some(point) = self.doc.as_ref().and_then(|d| d.devices.get(self.device_index)).map(|d| d.peak_point) else {
