@@ -53,7 +53,7 @@ fn synthetic_trace(events: usize) -> Trace {
         state ^= state >> 7;
         state ^= state << 17;
         time_ns += (state % 5_000) as i64;
-        if state % 997 == 0 {
+        if state.is_multiple_of(997) {
             trace.events.push(Event::new(EventKind::SegmentAlloc, time_ns, 0, next_address, 20 << 20));
             next_address += 20 << 20;
         } else if live.len() > 2_000 || (!live.is_empty() && state.is_multiple_of(3)) {

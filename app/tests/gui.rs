@@ -78,6 +78,11 @@ fn opening_a_snapshot_shows_its_peak_and_categories() {
         view.instant.by_category.iter().map(|(c, v)| (c.name(), *v)).collect();
     assert_eq!(shown, expected.categories_at_peak);
     assert_eq!(view.instant.blocks.len(), expected.live_blocks_at_peak);
+    // Every live byte is under some source line; the lines of the model's optimizer hold
+    // exactly its optimizer state.
+    assert_eq!(view.by_site.iter().map(|s| s.1).sum::<u64>(), expected.peak_allocated_bytes);
+    let in_optimizer: u64 = view.by_site.iter().filter(|s| s.0.contains("optimizers.py")).map(|s| s.1).sum();
+    assert_eq!(Some(&in_optimizer), expected.categories_at_peak.get("optimizer_state"));
     for bytes in expected.categories_at_peak.values() {
         assert!(!harness.query_all_by_label(&units::bytes(*bytes)).collect::<Vec<_>>().is_empty(), "{bytes} not shown");
     }
@@ -179,4 +184,74 @@ fn the_memory_timeline_keeps_its_categories_in_the_breakdown() {
     let shown: std::collections::BTreeMap<&str, u64> =
         view.instant.by_category.iter().map(|(c, v)| (c.name(), *v)).collect();
     assert_eq!(shown, expected.categories_at_peak);
+}
+
+/// A file dropped on the window, as the windowing integration hands it over.
+#[derive(Debug)]
+struct Dropped(PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+#[test]
+fn a_dropped_file_opens_and_becomes_a_recent_file() {
+    let mut harness = harness(None);
+    let path = fixture("stanford_cs336_a2_memory_snapshot.pickle");
+    harness.input_mut().dropped_files.push(std::sync::Arc::new(Dropped(path.clone())));
+    harness.step();
+    settle(&mut harness);
+    let doc = harness.state().doc.as_ref().expect("opened by dropping it");
+    assert_eq!(doc.file_name(), "stanford_cs336_a2_memory_snapshot.pickle");
+    let canonical = std::fs::canonicalize(&path).expect("canonical");
+    assert_eq!(harness.state().settings.recent.first(), Some(&canonical));
+    // Closed with Ctrl+W: the welcome screen lists it, and a click opens it again.
+    harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::W);
+    harness.run_steps(2);
+    assert!(harness.state().doc.is_none());
+    harness.get_by_label(&canonical.display().to_string()).click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    assert!(harness.state().doc.is_some());
+}
+
+#[test]
+fn escape_cancels_a_load_without_an_error() {
+    let mut harness = harness(Some(fixture("gpt_ctx128_fullstep_fp32.pickle")));
+    harness.get_by_label("Open a trace…").click();
+    harness.step();
+    assert!(harness.state().is_loading());
+    harness.key_press(egui::Key::Escape);
+    settle(&mut harness);
+    assert!(harness.state().doc.is_none(), "a cancelled load is not shown");
+    assert!(harness.state().errors.is_empty(), "{:?}", harness.state().errors);
+}
+
+#[test]
+fn zoom_keys_and_reset_change_the_visible_time() {
+    let mut harness = open("gpt_ctx128_forward_mixed.pickle");
+    // A click in the middle of the timeline selects what is shown there: + zooms in around
+    // the selection (the peak), R shows everything again.
+    harness.key_press(egui::Key::Plus);
+    harness.run_steps(2);
+    harness.get_by_label("Memory timeline").click();
+    settle(&mut harness);
+    let zoomed = harness.state().selected_point;
+    harness.key_press(egui::Key::R);
+    harness.run_steps(2);
+    harness.get_by_label("Memory timeline").click();
+    settle(&mut harness);
+    let reset = harness.state().selected_point;
+    assert_ne!(zoomed, reset, "zooming in changes what a click at the same place selects");
+    // Reset really shows everything: the same click selects what it did before any zoom.
+    let mut fresh = open("gpt_ctx128_forward_mixed.pickle");
+    fresh.get_by_label("Memory timeline").click();
+    settle(&mut fresh);
+    assert_eq!(fresh.state().selected_point, reset);
 }

@@ -223,14 +223,125 @@ fn sort_tree(node: &mut StackNode) {
     node.children.iter_mut().for_each(sort_tree);
 }
 
-/// `function  file:line`, with the file shortened to its last three components.
+/// Where a stack allocated, as `function  file:line`: its innermost Python frame if it has one
+/// (what the user wrote or called), else its innermost frame worth showing (all frames count
+/// when `hide_noise` is off).
+pub fn allocation_site(trace: &Trace, stack: StackId, hide_noise: bool) -> String {
+    let interner = &trace.interner;
+    let frames: Vec<_> = interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).collect();
+    let python = frames.iter().find(|f| {
+        let file = interner.resolve(f.file);
+        file.ends_with(".py") && !is_noise_frame(file, interner.resolve(f.function))
+    });
+    let worth = |f: &&&vramscope_trace_format::Frame| {
+        !hide_noise || !is_noise_frame(interner.resolve(f.file), interner.resolve(f.function))
+    };
+    // Without Python frames (autograd's threads), the first frame past the allocation plumbing
+    // says which operator it was.
+    let operator = || frames.iter().filter(worth).find(|f| !is_plumbing_frame(interner.resolve(f.function)));
+    let shown = python.or_else(operator).or_else(|| frames.iter().find(worth));
+    shown.map_or_else(
+        || "(no stack)".to_owned(),
+        |f| frame_label(interner.resolve(f.function), interner.resolve(f.file), f.line),
+    )
+}
+
+/// Live bytes and blocks by allocation site, largest first.
+pub fn by_site(trace: &Trace, blocks: &[AttributedBlock]) -> Vec<(String, u64, usize)> {
+    let mut by_stack: BTreeMap<StackId, (u64, usize)> = BTreeMap::new();
+    for b in blocks {
+        let entry = by_stack.entry(b.block.stack).or_insert((0, 0));
+        entry.0 += b.block.size_bytes;
+        entry.1 += 1;
+    }
+    let mut sites: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    for (stack, (bytes, count)) in by_stack {
+        let entry = sites.entry(allocation_site(trace, stack, true)).or_insert((0, 0));
+        entry.0 += bytes;
+        entry.1 += count;
+    }
+    let mut out: Vec<(String, u64, usize)> = sites.into_iter().map(|(site, (b, n))| (site, b, n)).collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+/// A C++ function's name without its return type, argument list and template arguments:
+/// `void at::meta::check<T>(at::Tensor const&)` -> `at::meta::check`.
+pub fn short_native_name(function: &str) -> std::borrow::Cow<'_, str> {
+    // `(anonymous namespace)::` would read as an argument list.
+    if function.contains("(anonymous namespace)::") {
+        let plain = function.replace("(anonymous namespace)::", "");
+        return std::borrow::Cow::Owned(short_native_name(&plain).into_owned());
+    }
+    std::borrow::Cow::Borrowed(short_name(function))
+}
+
+fn short_name(function: &str) -> &str {
+    let mut depth = 0i32;
+    let mut start = 0;
+    let mut end = function.len();
+    for (i, c) in function.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            ' ' if depth == 0 => start = i + 1,
+            '(' if depth == 0 && i > start => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let name = function.get(start..end).unwrap_or(function);
+    // Template arguments at the end: cut at the `<` that opens them.
+    let mut depth = 0i32;
+    for (i, c) in name.char_indices().rev() {
+        match c {
+            '>' => depth += 1,
+            '<' => {
+                depth -= 1;
+                if depth == 0 {
+                    return name.get(..i).filter(|n| !n.is_empty()).unwrap_or(name);
+                }
+            }
+            _ if depth == 0 => break,
+            _ => {}
+        }
+    }
+    if name.is_empty() { function } else { name }
+}
+
+/// `function  file:line`, with the file shortened to its last three components and C++ names
+/// to their qualified name.
 pub fn frame_label(function: &str, file: &str, line: u32) -> String {
+    let function = if file.ends_with(".py") || file.starts_with('<') {
+        std::borrow::Cow::Borrowed(function)
+    } else {
+        short_native_name(function)
+    };
     if file.is_empty() || file == "??" {
-        return function.to_owned();
+        return function.into_owned();
     }
     let parts: Vec<&str> = file.split(['/', '\\']).collect();
     let short = parts.get(parts.len().saturating_sub(3)..).unwrap_or_default().join("/");
     if line > 0 { format!("{function}  {short}:{line}") } else { format!("{function}  {short}") }
+}
+
+/// Native frames that only pass an allocation along: ATen's `empty*` factories, output
+/// allocation, the dispatcher's wrappers.
+pub fn is_plumbing_frame(function: &str) -> bool {
+    const PLUMBING: [&str; 9] = [
+        "at::detail::",
+        "at::empty",
+        "at::native::empty",
+        "_ops::empty",
+        "create_out",
+        "set_output",
+        "wrap_kernel_functor",
+        "TensorIterator",
+        "c10::impl::",
+    ];
+    PLUMBING.iter().any(|p| function.contains(p)) || function.starts_with("c10::")
 }
 
 /// Frames that say nothing about the program: the Python interpreter's and libc's own C
@@ -266,6 +377,29 @@ mod tests {
         assert!(!is_noise_frame("/home/me/model.py", "forward"));
         assert!(!is_noise_frame("??", "at::native::empty_cuda(c10::ArrayRef<long>)"));
         assert_eq!(frame_label("forward", "/a/b/c/d/model.py", 12), "forward  c/d/model.py:12");
+        assert_eq!(
+            short_native_name("void at::meta::common_checks<at::meta::bmm>(at::meta::bmm&, at::Tensor const&)"),
+            "at::meta::common_checks"
+        );
+        assert_eq!(
+            short_native_name("at::TensorBase at::detail::_empty_generic<long>(c10::ArrayRef<long>, c10::Allocator*)"),
+            "at::detail::_empty_generic"
+        );
+        assert_eq!(
+            short_native_name(
+                "c10::impl::wrap_kernel_functor_unboxed_<c10::F<at::Tensor (at::Tensor const&)>, at::Tensor>::call(c10::OperatorKernel*)"
+            ),
+            "c10::impl::wrap_kernel_functor_unboxed_<c10::F<at::Tensor (at::Tensor const&)>, at::Tensor>::call"
+        );
+        assert_eq!(short_native_name("_PyEval_EvalFrameDefault"), "_PyEval_EvalFrameDefault");
+        assert_eq!(short_native_name("torch::unwind::unwind()"), "torch::unwind::unwind");
+        assert_eq!(short_native_name("operator()"), "operator");
+        assert_eq!(
+            short_native_name(
+                "at::(anonymous namespace)::(anonymous namespace)::wrapper_CUDA_empty(c10::ArrayRef<long>)"
+            ),
+            "at::wrapper_CUDA_empty"
+        );
         assert_eq!(
             frame_label("einsum", "D:\\venv\\torch\\functional.py", 373),
             "einsum  venv/torch/functional.py:373"

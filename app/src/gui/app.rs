@@ -183,11 +183,12 @@ impl VramscopeApp {
                 let path = loader.path.clone();
                 self.loader = None;
                 match result {
+                    // Cancelled: whatever came back is not wanted any more.
+                    _ if cancelled => {}
                     Ok(doc) => {
                         self.remember(&path);
                         self.set_document(ctx, doc);
                     }
-                    Err(_) if cancelled => {}
                     Err(error) => self.errors.push(format!("{error:#}")),
                 }
             }

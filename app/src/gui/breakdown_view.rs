@@ -52,19 +52,27 @@ pub fn categories_ui(ui: &mut egui::Ui, view: &InstantView) {
     });
 }
 
-/// Bytes by tag name (parameters by qualified name, modules), the 30 largest.
+/// Bytes by tag name (parameters by qualified name, modules), the 30 largest; for traces
+/// without tags, by the source line that allocated.
 fn names_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView) {
+    let row = |ui: &mut egui::Ui, bytes: u64, label: &str, tip: String| {
+        ui.horizontal(|ui| {
+            ui.add_sized([72.0, 16.0], egui::Label::new(RichText::new(units::bytes(bytes)).monospace()));
+            ui.add(egui::Label::new(label).truncate()).on_hover_text(tip);
+        });
+    };
     if view.instant.by_name.is_empty() {
-        ui.weak("No tags in this trace: record with `vramscope record` to get names of parameters and modules.");
+        ui.heading("By source line");
+        for (site, bytes, count) in view.by_site.iter().take(30) {
+            row(ui, *bytes, site, format!("{site}\n{count} blocks"));
+        }
         return;
     }
-    egui::Grid::new("by-name").num_columns(2).striped(true).show(ui, |ui| {
-        for &(name, bytes) in view.instant.by_name.iter().take(30) {
-            ui.label(trace.interner.resolve(name));
-            ui.monospace(units::bytes(bytes));
-            ui.end_row();
-        }
-    });
+    ui.heading("By name");
+    for &(name, bytes) in view.instant.by_name.iter().take(30) {
+        let name = trace.interner.resolve(name);
+        row(ui, bytes, name, name.to_owned());
+    }
 }
 
 /// The full breakdown.
@@ -76,16 +84,16 @@ pub fn breakdown_ui(
     hide_noise: &mut bool,
     python_only: &mut bool,
 ) {
-    egui::Panel::left("breakdown-left").resizable(true).default_size(360.0).show(ui, |ui| {
+    egui::Panel::left("breakdown-left").resizable(true).default_size(380.0).max_size(700.0).show(ui, |ui| {
         egui::ScrollArea::vertical().id_salt("breakdown-left-scroll").show(ui, |ui| {
+            ui.set_min_width(340.0);
             ui.heading("By category");
             categories_ui(ui, view);
             ui.add_space(8.0);
-            ui.heading("By name");
             names_ui(ui, trace, view);
         });
     });
-    egui::Panel::bottom("breakdown-table").resizable(true).default_size(260.0).show(ui, |ui| {
+    egui::Panel::bottom("breakdown-table").resizable(true).default_size(200.0).show(ui, |ui| {
         ui.horizontal(|ui| {
             ui.heading("Largest live allocations");
             ui.weak(format!("{} blocks", units::count(view.instant.blocks.len())));
@@ -155,24 +163,9 @@ fn tree_node_ui(ui: &mut egui::Ui, node: &StackNode, total: u64, query: &str, he
     });
 }
 
-/// Where a block was allocated, as `function  file:line`: the innermost Python frame if the
-/// stack has one (what the user wrote or called), else the innermost frame worth showing.
+/// Where a block was allocated, as `function  file:line`.
 pub fn allocation_site(trace: &Trace, block: &AttributedBlock, hide_noise: bool) -> String {
-    let interner = &trace.interner;
-    let frames: Vec<_> = interner.frames_of(block.block.stack).iter().filter_map(|&f| interner.frame_of(f)).collect();
-    let python = frames.iter().find(|f| {
-        let file = interner.resolve(f.file);
-        file.ends_with(".py") && !instant::is_noise_frame(file, interner.resolve(f.function))
-    });
-    let shown = python.or_else(|| {
-        frames
-            .iter()
-            .find(|f| !hide_noise || !instant::is_noise_frame(interner.resolve(f.file), interner.resolve(f.function)))
-    });
-    shown.map_or_else(
-        || "(no stack)".to_owned(),
-        |f| instant::frame_label(interner.resolve(f.function), interner.resolve(f.file), f.line),
-    )
+    instant::allocation_site(trace, block.block.stack, hide_noise)
 }
 
 fn allocations_table_ui(

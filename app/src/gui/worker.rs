@@ -38,6 +38,8 @@ pub struct InstantView {
     pub tree_all_frames: StackNode,
     /// The same with Python frames only.
     pub tree_python: StackNode,
+    /// Live bytes and blocks by allocation site (`function  file:line`), largest first.
+    pub by_site: Vec<(String, u64, usize)>,
 }
 
 /// The worker thread and its mailboxes.
@@ -118,5 +120,6 @@ pub fn analyse(trace: &Trace, request: Request) -> InstantView {
     let tree_python = instant::stack_tree(trace, &instant.blocks, &|file, function| {
         (file.ends_with(".py") || file.starts_with('<')) && !instant::is_noise_frame(file, function)
     });
-    InstantView { request, instant, tree, tree_all_frames, tree_python }
+    let by_site = instant::by_site(trace, &instant.blocks);
+    InstantView { request, instant, tree, tree_all_frames, tree_python, by_site }
 }

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Renders the README's screenshots with the real window under Xvfb:
+#   scripts/screenshots.sh [SNAPSHOT]   (default: the GPT full-step fixture)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/vramscope-target}"
+scripts/install-gui-deps.sh
+cargo build --release --locked --bin vramscope
+file="${1:-../shared/fixtures/pytorch-snapshots/gpt_ctx128_fullstep_fp32.pickle}"
+mkdir -p docs/screenshots
+for view in timeline peak fragmentation; do
+    xvfb-run -a -s "-screen 0 1920x1200x24" "$CARGO_TARGET_DIR/release/vramscope" open "$file" \
+        --view "$view" --size 1400x900 --screenshot "docs/screenshots/$view.png"
+    echo "docs/screenshots/$view.png"
+done
