@@ -33,6 +33,15 @@ enum ViewArg {
     Fragmentation,
 }
 
+/// The app's colours.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ThemeArg {
+    /// Light text on dark.
+    Dark,
+    /// Dark text on light.
+    Light,
+}
+
 #[derive(Args, Debug)]
 struct OpenArgs {
     /// The trace to open.
@@ -44,6 +53,9 @@ struct OpenArgs {
     /// The view to show first.
     #[arg(long, value_enum)]
     view: Option<ViewArg>,
+    /// Colour theme (default: the one last chosen in the app, else dark).
+    #[arg(long, value_enum)]
+    theme: Option<ThemeArg>,
     /// Window size in points, e.g. 1600x1000.
     #[arg(long, value_name = "WxH", value_parser = parse_size)]
     size: Option<[f32; 2]>,
@@ -113,6 +125,7 @@ fn open(args: OpenArgs, started: std::time::Instant) -> anyhow::Result<()> {
         screenshot: args.screenshot,
         view,
         size: args.size,
+        dark_mode: args.theme.map(|t| matches!(t, ThemeArg::Dark)),
         started: Some(started),
     })
 }

@@ -175,7 +175,7 @@ pub struct StackNode {
 }
 
 /// Builds the top-down tree of live bytes by allocating stack, with frames that `keep` rejects
-/// left out (and stacks with no frame left grouped under "(no stack)").
+/// left out (and stacks with no frame left grouped under "(no stack recorded)").
 pub fn stack_tree(trace: &Trace, blocks: &[AttributedBlock], keep: &dyn Fn(&str, &str) -> bool) -> StackNode {
     let mut root = StackNode::default();
     let mut by_stack: BTreeMap<StackId, (u64, usize)> = BTreeMap::new();
@@ -195,7 +195,7 @@ pub fn stack_tree(trace: &Trace, blocks: &[AttributedBlock], keep: &dyn Fn(&str,
             .map(|f| frame_label(interner.resolve(f.function), interner.resolve(f.file), f.line))
             .collect();
         if labels.is_empty() {
-            labels.push("(no stack)".to_owned());
+            labels.push("(no stack recorded)".to_owned());
         }
         root.bytes += bytes;
         root.blocks += count;
@@ -241,7 +241,7 @@ pub fn allocation_site(trace: &Trace, stack: StackId, hide_noise: bool) -> Strin
     let operator = || frames.iter().filter(worth).find(|f| !is_plumbing_frame(interner.resolve(f.function)));
     let shown = python.or_else(operator).or_else(|| frames.iter().find(worth));
     shown.map_or_else(
-        || "(no stack)".to_owned(),
+        || "(no stack recorded)".to_owned(),
         |f| frame_label(interner.resolve(f.function), interner.resolve(f.file), f.line),
     )
 }

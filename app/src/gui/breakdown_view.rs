@@ -125,8 +125,10 @@ pub fn breakdown_ui(
         };
         egui::ScrollArea::both().id_salt("stack-tree").auto_shrink([false, false]).show(ui, |ui| {
             let query = state.search.to_lowercase();
+            // The heaviest stack that has frames below it opens by default.
+            let open = tree.children.iter().position(|c| !c.children.is_empty());
             for (i, child) in tree.children.iter().enumerate() {
-                tree_node_ui(ui, child, tree.bytes, &query, i == 0, &format!("{i}"));
+                tree_node_ui(ui, child, tree.bytes, &query, Some(i) == open, &format!("{i}"));
             }
         });
     });
@@ -157,8 +159,9 @@ fn tree_node_ui(ui: &mut egui::Ui, node: &StackNode, total: u64, query: &str, he
     let header = egui::CollapsingHeader::new(text).id_salt(path).default_open(heaviest);
     let header = if query.is_empty() { header } else { header.open(Some(true)) };
     header.show(ui, |ui| {
+        let open = node.children.iter().position(|c| !c.children.is_empty());
         for (i, child) in node.children.iter().enumerate() {
-            tree_node_ui(ui, child, total, query, heaviest && i == 0, &format!("{path}/{i}"));
+            tree_node_ui(ui, child, total, query, heaviest && Some(i) == open, &format!("{path}/{i}"));
         }
     });
 }

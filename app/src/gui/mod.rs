@@ -31,6 +31,8 @@ pub struct GuiOptions {
     pub view: Option<View>,
     /// Window size in points.
     pub size: Option<[f32; 2]>,
+    /// Dark (or light) theme instead of the saved choice.
+    pub dark_mode: Option<bool>,
     /// When the process started: with `VRAMSCOPE_TIMINGS=1`, the time from it to the first frame
     /// showing the trace is printed.
     pub started: Option<std::time::Instant>,
@@ -74,6 +76,9 @@ pub fn run(options: GuiOptions) -> Result<()> {
                 if screenshot.is_some() { Settings::default() } else { VramscopeApp::load_settings(cc.storage) };
             if let Some(view) = options.view {
                 settings.view = view;
+            }
+            if let Some(dark_mode) = options.dark_mode {
+                settings.dark_mode = dark_mode;
             }
             let _ = window_ctx.set(cc.egui_ctx.clone());
             let mut app = VramscopeApp::new(settings, Box::new(NativePicker));

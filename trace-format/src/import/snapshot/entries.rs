@@ -80,7 +80,9 @@ impl Entries {
         match self.chunks.last_mut().filter(|c| c.len() < CHUNK) {
             Some(chunk) => chunk.push(compact),
             None => {
-                let mut chunk = Vec::with_capacity(CHUNK);
+                // The first chunk grows as needed (most snapshots are small); later ones are
+                // allocated whole.
+                let mut chunk = if self.chunks.is_empty() { Vec::new() } else { Vec::with_capacity(CHUNK) };
                 chunk.push(compact);
                 self.chunks.push(chunk);
             }
