@@ -91,6 +91,33 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compare two runs at their peaks; with gates, fail (exit 1) when memory grew too much.
+    ///
+    /// Prints both peaks (allocated and reserved), bytes by category at each peak with B - A,
+    /// and the allocation sites (innermost Python frame, else the operator) that grew, shrank,
+    /// or exist in one run only. Exit status: 0 when every gate holds, 1 when one fails, 2 when
+    /// a file cannot be read. For CI: `vramscope diff main.pickle pr.pickle
+    /// --fail-if-peak-grows 5 --fail-if-category-grows activation=10`.
+    Diff {
+        /// The baseline run.
+        a: PathBuf,
+        /// The run compared with it.
+        b: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Fail when B's allocated peak is more than PCT percent above A's.
+        #[arg(long, value_name = "PCT")]
+        fail_if_peak_grows: Option<f64>,
+        /// Fail when a category's bytes at B's peak are more than PCT percent above A's
+        /// (repeatable; categories: parameter, gradient, optimizer_state, activation, temporary,
+        /// input, allocator_cache, non_framework, autograd_detail, unknown).
+        #[arg(long, value_name = "CAT=PCT", value_parser = vramscope::cli::diff::parse_category_gate)]
+        fail_if_category_grows: Vec<(vramscope_trace_format::Category, f64)>,
+        /// Compare this device (default: each file's device with the highest peak).
+        #[arg(long)]
+        device: Option<i16>,
+    },
     /// Convert any supported file to a compact `.vtrace`.
     ///
     /// The output is written to a temporary file beside it and renamed into place when complete,
@@ -109,6 +136,8 @@ enum Command {
 
 /// Exit status when a file cannot be read or a command fails.
 const EXIT_ERROR: u8 = 2;
+/// Exit status of `diff` when a gate fails.
+const EXIT_GATE_FAILED: u8 = 1;
 
 fn open(args: OpenArgs, started: std::time::Instant) -> anyhow::Result<()> {
     if let Some(file) = &args.file {
@@ -138,6 +167,19 @@ fn main() -> ExitCode {
         None => open(cli.open, started),
         Some(Command::Open(args)) => open(args, started),
         Some(Command::Info { file, json }) => vramscope::cli::info::run(&file, json, &mut stdout),
+        Some(Command::Diff { a, b, json, fail_if_peak_grows, fail_if_category_grows, device }) => {
+            use vramscope::cli::diff::Gate;
+            let gates: Vec<Gate> = fail_if_peak_grows
+                .map(Gate::PeakGrows)
+                .into_iter()
+                .chain(fail_if_category_grows.into_iter().map(|(c, p)| Gate::CategoryGrows(c, p)))
+                .collect();
+            match vramscope::cli::diff::run(&a, &b, json, &gates, device, &mut stdout) {
+                Ok(true) => Ok(()),
+                Ok(false) => return ExitCode::from(EXIT_GATE_FAILED),
+                Err(e) => Err(e),
+            }
+        }
         Some(Command::Convert { file, output, force }) => {
             vramscope::cli::convert::run(&file, &output, force, &mut stdout)
         }

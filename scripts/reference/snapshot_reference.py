@@ -267,6 +267,93 @@ def replay(trace, segments):
     }
 
 
+# Stack-frame rules for blocks without tags, as DESIGN.md and vramscope's attribution state
+# them: frames innermost first, each frame against the rules in order; the first match wins.
+def _rule_category(filename, function):
+    path = filename.replace("\\", "/")
+    if "AccumulateGrad" in function:
+        return "gradient"
+    if "torch/optim/" in path:
+        return "optimizer_state"
+    if "torch::autograd::Engine" in function:
+        return "gradient"
+    if "torch/autograd/" in path and "backward" in function:
+        return "gradient"
+    if "torch/nn/modules/module.py" in path and "_apply" in function:
+        return "parameter"
+    if function == "forward" and path.endswith(".py"):
+        return "activation"
+    return None
+
+
+def category_of(frames):
+    for f in frames or []:
+        c = _rule_category(f.get("filename", ""), f.get("name", ""))
+        if c is not None:
+            return c
+    return "unknown"
+
+
+def categories_at_peak(trace, segments):
+    """Bytes by category of the blocks alive when allocated memory first reaches its peak.
+
+    The live set follows the same rules as replay(): blocks freed in the window without
+    their alloc were alive from the start (no stack), final active blocks without an open
+    alloc were too (with the block's own frames), and each alloc is live until its
+    free_completed.
+    """
+    final_held = {}
+    for seg in segments:
+        for addr, block in iter_blocks(seg):
+            if block["state"] in ("active_allocated", "active_pending_free"):
+                final_held[addr] = block
+    open_alloc = {}
+    seen = set()
+    pre = {}
+    for i, e in enumerate(trace):
+        if e["action"] == "alloc":
+            open_alloc[e["addr"]] = i
+            seen.add(e["addr"])
+        elif e["action"] in FREE_ACTIONS:
+            if e["addr"] not in seen and e["addr"] not in pre:
+                pre[e["addr"]] = (round_block(e["size"]), [])
+            open_alloc.pop(e["addr"], None)
+        elif e["action"] == "free_requested" and e["addr"] not in seen and e["addr"] not in pre:
+            pre[e["addr"]] = (round_block(e["size"]), [])
+    open_at_end = set(open_alloc.values())
+    live = dict(pre)
+    for seg in segments:
+        for addr, block in iter_blocks(seg):
+            if block["state"] != "inactive" and addr not in open_alloc and addr not in live:
+                # Older snapshots keep the current allocation's frames first in `history`.
+                frames = block.get("frames")
+                if frames is None and block.get("history"):
+                    frames = block["history"][0].get("frames")
+                live[addr] = (block["size"], frames or [])
+    total = sum(size for size, _ in live.values())
+    best, best_live = total, dict(live)
+    for i, e in enumerate(trace):
+        action = e["action"]
+        if action == "alloc":
+            held = final_held.get(e["addr"]) if i in open_at_end else None
+            size = held["size"] if held is not None else round_block(e["size"])
+            live[e["addr"]] = (size, e.get("frames") or [])
+            total += size
+        elif action in FREE_ACTIONS:
+            entry = live.pop(e["addr"], None)
+            if entry is not None:
+                total -= entry[0]
+        else:
+            continue
+        if total > best:
+            best, best_live = total, dict(live)
+    out = {}
+    for size, frames in best_live.values():
+        c = category_of(frames)
+        out[c] = out.get(c, 0) + size
+    return {k: v for k, v in sorted(out.items()) if v > 0}
+
+
 def analyze_snapshot(snap):
     # _memory_viz.py accepts a bare list of segments (the oldest format).
     if isinstance(snap, list):
@@ -286,6 +373,7 @@ def analyze_snapshot(snap):
         entry = {"device": device}
         entry.update(final_state(segs))
         entry.update(replay(trace, segs))
+        entry["categories_at_peak"] = categories_at_peak(trace, segs)
         result.append(entry)
     return {"format": "pytorch-snapshot", "devices": result}
 

@@ -4,12 +4,14 @@
 //!   that was allocated before a snapshot's trace window began.
 //! - [`peak`]: the peak and what was alive at it.
 //! - [`segments`]: the allocator's segment state and its fragmentation.
+//! - [`diff`]: two runs compared at their peaks.
 //! - [`attribution`]: what each block is for, and the evidence.
 //! - [`timeline`]: memory over time by category, with a level-of-detail index for drawing.
 //! - [`instant`]: everything alive at one instant, and the segments it sits in.
 //! - [`summary`]: the per-device numbers `vramscope info` prints.
 
 pub mod attribution;
+pub mod diff;
 pub mod instant;
 pub mod peak;
 pub mod replay;

@@ -66,7 +66,8 @@ pub struct Summary {
     pub devices: Vec<DeviceSummary>,
 }
 
-fn time_us(trace: &Trace, peak: &Peak) -> Option<i64> {
+/// When a peak was reached in µs on the trace's clock, `None` for traces without one.
+pub fn time_us(trace: &Trace, peak: &Peak) -> Option<i64> {
     (trace.metadata.clock != Clock::EventIndex).then_some(peak.time_ns.div_euclid(1000))
 }
 

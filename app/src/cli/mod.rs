@@ -1,4 +1,5 @@
 //! The command-line commands. `main.rs` parses arguments and calls these.
 
 pub mod convert;
+pub mod diff;
 pub mod info;
