@@ -6,7 +6,9 @@
 
 pub mod analysis;
 pub mod cli;
+pub mod colors;
 pub mod gui;
 pub mod load;
 pub mod mapped;
+pub mod report;
 pub mod units;

@@ -118,6 +118,22 @@ enum Command {
         #[arg(long)]
         device: Option<i16>,
     },
+    /// Draw a report image: the timeline by category and the breakdown at the peak; with two
+    /// files, both timelines on one time axis and byte scale, and what changed.
+    ///
+    /// PNG or SVG, chosen by OUT's extension. An existing OUT is kept unless --force is given.
+    Report {
+        /// The run (or the baseline run of a comparison).
+        file: PathBuf,
+        /// A second run to compare with the first.
+        file2: Option<PathBuf>,
+        /// Where to write the image (`.png` or `.svg`).
+        #[arg(short, long, value_name = "OUT.png|OUT.svg")]
+        output: PathBuf,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
     /// Convert any supported file to a compact `.vtrace`.
     ///
     /// The output is written to a temporary file beside it and renamed into place when complete,
@@ -179,6 +195,10 @@ fn main() -> ExitCode {
                 Ok(false) => return ExitCode::from(EXIT_GATE_FAILED),
                 Err(e) => Err(e),
             }
+        }
+        Some(Command::Report { file, file2, output, force }) => {
+            let files: Vec<PathBuf> = std::iter::once(file).chain(file2).collect();
+            vramscope::cli::report::run(&files, &output, force, &mut stdout)
         }
         Some(Command::Convert { file, output, force }) => {
             vramscope::cli::convert::run(&file, &output, force, &mut stdout)

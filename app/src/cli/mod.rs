@@ -3,3 +3,4 @@
 pub mod convert;
 pub mod diff;
 pub mod info;
+pub mod report;
