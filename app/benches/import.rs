@@ -169,7 +169,9 @@ fn main() {
     }
     let args: Vec<PathBuf> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).map(PathBuf::from).collect();
     let files = if args.is_empty() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pytorch-snapshots");
+        let dir = (std::env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from))
+        .join("../../shared/fixtures/pytorch-snapshots");
         let mut files: Vec<PathBuf> =
             std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect()).unwrap_or_default();
         files.sort();

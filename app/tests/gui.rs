@@ -14,8 +14,14 @@ use vramscope::gui::{FilePicker, Settings, VramscopeApp};
 use vramscope::units;
 use vramscope_trace_format::{NoProgress, SourceFormat};
 
+/// This package's directory, at run time: a target directory shared between clones can hold a
+/// test binary built in another clone, whose compile-time path would point there.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pytorch-snapshots").join(name)
+    manifest_dir().join("../../shared/fixtures/pytorch-snapshots").join(name)
 }
 
 /// Answers the Open dialog with a fixed path, as a user would pick it.
@@ -171,8 +177,7 @@ fn help_overlay_lists_the_shortcuts() {
 
 #[test]
 fn the_memory_timeline_keeps_its_categories_in_the_breakdown() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures/torch-profiler/mlp_adam_cpu.memory_timeline.json");
+    let path = manifest_dir().join("../../shared/fixtures/torch-profiler/mlp_adam_cpu.memory_timeline.json");
     let mut harness = harness(Some(path.clone()));
     harness.get_by_label("Open a trace…").click();
     harness.run_steps(2);

@@ -4,9 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The repository root.
+/// The repository root, found at run time (cargo sets `CARGO_MANIFEST_DIR` for tests): a target
+/// directory shared between clones can hold a test binary built in another clone, whose
+/// compile-time path would point there.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    (std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// `../shared/fixtures` beside the repository root.

@@ -10,7 +10,8 @@ use vramscope_trace_format::vtrace::{self, CHUNK_HEADER_BYTES, HEADER_BYTES, MAG
 use vramscope_trace_format::{Error, Event, EventKind, NoProgress, Trace};
 
 fn fixture_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1/small.vtrace")
+    (std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from))
+        .join("tests/fixtures/v1/small.vtrace")
 }
 
 fn encode(trace: &Trace) -> Vec<u8> {
