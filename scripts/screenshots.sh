@@ -13,3 +13,9 @@ for view in timeline peak fragmentation; do
         --view "$view" --size 1400x900 --screenshot "docs/screenshots/$view.png"
     echo "docs/screenshots/$view.png"
 done
+pair=(../shared/fixtures/pytorch-snapshots/gpt_ctx128_forward_fp32.pickle ../shared/fixtures/pytorch-snapshots/gpt_ctx128_forward_mixed.pickle)
+xvfb-run -a -s "-screen 0 1920x1200x24" "$CARGO_TARGET_DIR/release/vramscope" compare "${pair[@]}" \
+    --size 1400x900 --screenshot docs/screenshots/compare.png
+echo docs/screenshots/compare.png
+"$CARGO_TARGET_DIR/release/vramscope" report "${pair[@]}" -o docs/screenshots/report-compare.png --force
+"$CARGO_TARGET_DIR/release/vramscope" report "$file" -o docs/screenshots/report.png --force

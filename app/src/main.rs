@@ -31,6 +31,8 @@ enum ViewArg {
     Peak,
     /// The allocator's segments at the peak.
     Fragmentation,
+    /// Two runs side by side (with `compare`).
+    Compare,
 }
 
 /// The app's colours.
@@ -46,6 +48,12 @@ enum ThemeArg {
 struct OpenArgs {
     /// The trace to open.
     file: Option<PathBuf>,
+    #[command(flatten)]
+    window: WindowArgs,
+}
+
+#[derive(Args, Debug)]
+struct WindowArgs {
     /// Render the window once the trace is shown (without FILE: the welcome screen), save it to
     /// this PNG and exit. Needs a display (Xvfb will do).
     #[arg(long, value_name = "OUT.png")]
@@ -77,6 +85,16 @@ enum Command {
     /// Timeline of memory by category, the peak breakdown (by category, stack and allocation)
     /// and the allocator's fragmentation map. Press F1 in the window for keyboard shortcuts.
     Open(OpenArgs),
+    /// Compare two runs in the desktop app: timelines on one time axis and byte scale, deltas
+    /// by category and allocation site at each peak, and what changed in one sentence.
+    Compare {
+        /// The baseline run.
+        a: PathBuf,
+        /// The run compared with it.
+        b: PathBuf,
+        #[command(flatten)]
+        window: WindowArgs,
+    },
     /// Print what a trace holds: peaks, the final segment state, fragmentation.
     ///
     /// For each device: the peak of allocated bytes (blocks handed to tensors, from alloc until
@@ -155,22 +173,29 @@ const EXIT_ERROR: u8 = 2;
 /// Exit status of `diff` when a gate fails.
 const EXIT_GATE_FAILED: u8 = 1;
 
-fn open(args: OpenArgs, started: std::time::Instant) -> anyhow::Result<()> {
-    if let Some(file) = &args.file {
+fn open(
+    file: Option<PathBuf>,
+    compare: Option<PathBuf>,
+    window: WindowArgs,
+    started: std::time::Instant,
+) -> anyhow::Result<()> {
+    for path in file.iter().chain(compare.iter()) {
         // Say so at once rather than in a window.
-        std::fs::metadata(file).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", file.display()))?;
+        std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
     }
-    let view = args.view.map(|v| match v {
+    let view = window.view.map(|v| match v {
         ViewArg::Timeline => vramscope::gui::View::Timeline,
         ViewArg::Peak => vramscope::gui::View::Peak,
         ViewArg::Fragmentation => vramscope::gui::View::Fragmentation,
+        ViewArg::Compare => vramscope::gui::View::Compare,
     });
     vramscope::gui::run(vramscope::gui::GuiOptions {
-        file: args.file,
-        screenshot: args.screenshot,
+        file,
+        compare,
+        screenshot: window.screenshot,
         view,
-        size: args.size,
-        dark_mode: args.theme.map(|t| matches!(t, ThemeArg::Dark)),
+        size: window.size,
+        dark_mode: window.theme.map(|t| matches!(t, ThemeArg::Dark)),
         started: Some(started),
     })
 }
@@ -180,8 +205,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
-        None => open(cli.open, started),
-        Some(Command::Open(args)) => open(args, started),
+        None => open(cli.open.file, None, cli.open.window, started),
+        Some(Command::Open(args)) => open(args.file, None, args.window, started),
+        Some(Command::Compare { a, b, window }) => open(Some(a), Some(b), window, started),
         Some(Command::Info { file, json }) => vramscope::cli::info::run(&file, json, &mut stdout),
         Some(Command::Diff { a, b, json, fail_if_peak_grows, fail_if_category_grows, device }) => {
             use vramscope::cli::diff::Gate;

@@ -24,17 +24,21 @@ fn fixture(name: &str) -> PathBuf {
     manifest_dir().join("../../shared/fixtures/pytorch-snapshots").join(name)
 }
 
-/// Answers the Open dialog with a fixed path, as a user would pick it.
-struct Picks(Option<PathBuf>);
+/// Answers the Open dialog with fixed paths, in order, as a user would pick them.
+struct Picks(Vec<PathBuf>);
 
 impl FilePicker for Picks {
     fn pick(&mut self) -> Option<PathBuf> {
-        self.0.take()
+        (!self.0.is_empty()).then(|| self.0.remove(0))
     }
 }
 
 fn harness(pick: Option<PathBuf>) -> Harness<'static, VramscopeApp> {
-    let app = VramscopeApp::new(Settings::default(), Box::new(Picks(pick)));
+    harness_picking(pick.into_iter().collect())
+}
+
+fn harness_picking(picks: Vec<PathBuf>) -> Harness<'static, VramscopeApp> {
+    let app = VramscopeApp::new(Settings::default(), Box::new(Picks(picks)));
     Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut VramscopeApp| app.ui(ui), app)
 }
 
@@ -259,4 +263,53 @@ fn zoom_keys_and_reset_change_the_visible_time() {
     fresh.get_by_label("Memory timeline").click();
     settle(&mut fresh);
     assert_eq!(fresh.state().selected_point, reset);
+}
+
+/// The independent reference (`scripts/reference/snapshot_reference.py`) for a snapshot's device 0.
+fn python_reference(file: &Path) -> serde_json::Value {
+    let script = manifest_dir().join("../scripts/reference/snapshot_reference.py");
+    let python = std::env::var("VRAMSCOPE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let output = std::process::Command::new(python).arg(script).arg(file).output().expect("python3");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    json["devices"][0].clone()
+}
+
+#[test]
+fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
+    let (a, b) = (fixture("gpt_ctx128_forward_fp32.pickle"), fixture("gpt_ctx128_forward_mixed.pickle"));
+    let mut harness = harness_picking(vec![a.clone(), b.clone()]);
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    // Ctrl+Shift+O: a second run to compare with.
+    harness.key_press_modifiers(egui::Modifiers::COMMAND | egui::Modifiers::SHIFT, egui::Key::O);
+    harness.run_steps(2);
+    settle(&mut harness);
+    let diff = harness.state().compare.as_ref().and_then(|c| c.diff.clone()).expect("compared");
+    assert_eq!(harness.state().settings.view, vramscope::gui::View::Compare);
+    harness.get_by_label(&diff.summary);
+    let (ra, rb) = (python_reference(&a), python_reference(&b));
+    let bytes = |r: &serde_json::Value, key: &str| r[key].as_u64().expect(key);
+    // The table shows each run's peaks and categories as the reference computes them.
+    for key in ["peak_allocated_bytes", "peak_reserved_bytes"] {
+        let (va, vb) = (bytes(&ra, key), bytes(&rb, key));
+        assert!(harness.query_all_by_label(&units::bytes(va)).count() > 0, "A {key}");
+        assert!(harness.query_all_by_label(&units::bytes(vb)).count() > 0, "B {key}");
+        assert!(harness.query_all_by_label(&units::signed_bytes(vb as i64 - va as i64)).count() > 0, "B - A {key}");
+    }
+    for (name, value) in ra["categories_at_peak"].as_object().expect("categories") {
+        assert_eq!(diff.a.categories_at_peak.get(name.as_str()).copied(), value.as_u64(), "A {name}");
+    }
+    for (name, value) in rb["categories_at_peak"].as_object().expect("categories") {
+        assert_eq!(diff.b.categories_at_peak.get(name.as_str()).copied(), value.as_u64(), "B {name}");
+    }
+    // Both timelines are drawn, and aligning at the peaks moves them.
+    assert_eq!(harness.query_all_by_label("Memory timeline").count(), 2);
+    harness.get_by_label("peak").click();
+    harness.run_steps(2);
+    assert_eq!(
+        harness.state().compare.as_ref().map(|c| c.align.clone()),
+        Some(vramscope::gui::compare_view::Align::Peak)
+    );
 }

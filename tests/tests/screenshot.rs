@@ -67,3 +67,28 @@ fn a_bad_file_fails_the_screenshot_with_a_clear_error() {
     assert!(stderr.contains("not-a-trace.json"), "{stderr}");
     assert!(!out.exists(), "no PNG is left behind");
 }
+
+#[test]
+fn the_compare_view_renders_both_runs() {
+    let dir_fixtures = fixtures_dir().join("pytorch-snapshots");
+    let (a, b) =
+        (dir_fixtures.join("gpt_ctx128_forward_fp32.pickle"), dir_fixtures.join("gpt_ctx128_forward_mixed.pickle"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("compare.png");
+    let output = Command::new("xvfb-run")
+        .args(["-a", "-s", "-screen 0 1600x1000x24"])
+        .arg(vramscope_bin())
+        .arg("compare")
+        .args([&a, &b])
+        .args(["--size", "1200x800", "--screenshot"])
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run xvfb-run ({e}): run scripts/install-gui-deps.sh"));
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let image = image::open(&out).expect("PNG").to_rgba8();
+    assert_eq!(image.dimensions(), (1200, 800));
+    // Two stacked timelines: the activation green of both runs, well above what one would paint.
+    let green = count_near(&image, [0x59, 0xa1, 0x4f]);
+    let grey = count_near(&image, [0x8c, 0x8f, 0x99]);
+    assert!(green > 4000 && grey > 100_000, "green {green} px, grey {grey} px");
+}

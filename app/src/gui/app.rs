@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::breakdown_view::{self, BreakdownState};
+use super::compare_view::{self, Compare};
 use super::document::Document;
 use super::fragmentation_view::{self, SegmentOrder};
 use super::loader::{Loader, Poll};
@@ -23,6 +24,8 @@ pub enum View {
     Peak,
     /// The allocator's segments at the selected instant.
     Fragmentation,
+    /// Two runs side by side (once a second trace is open).
+    Compare,
 }
 
 impl View {
@@ -32,6 +35,7 @@ impl View {
             Self::Timeline => "Timeline",
             Self::Peak => "Peak breakdown",
             Self::Fragmentation => "Fragmentation",
+            Self::Compare => "Compare",
         }
     }
 }
@@ -96,6 +100,12 @@ pub struct VramscopeApp {
     /// The open trace.
     pub doc: Option<Document>,
     loader: Option<Loader>,
+    /// A second trace loading, to compare with the first.
+    second_loader: Option<Loader>,
+    /// A second trace loaded before the first was: compared once the first is there.
+    pending_second: Option<Document>,
+    /// The second run, when comparing.
+    pub compare: Option<Compare>,
     /// Errors to show until dismissed.
     pub errors: Vec<String>,
     /// Index into the document's devices.
@@ -107,6 +117,7 @@ pub struct VramscopeApp {
     /// The analysis of the selected instant, once ready.
     pub instant: Option<Arc<InstantView>>,
     breakdown: BreakdownState,
+    compare_timeline: TimelineState,
     show_help: bool,
     path_input: String,
     picker: Box<dyn FilePicker>,
@@ -122,6 +133,9 @@ impl VramscopeApp {
             settings,
             doc: None,
             loader: None,
+            second_loader: None,
+            pending_second: None,
+            compare: None,
             errors: Vec::new(),
             device_index: 0,
             timeline: TimelineState::default(),
@@ -129,6 +143,7 @@ impl VramscopeApp {
             worker: None,
             instant: None,
             breakdown: BreakdownState::default(),
+            compare_timeline: TimelineState::default(),
             show_help: false,
             path_input: String::new(),
             picker,
@@ -157,14 +172,23 @@ impl VramscopeApp {
         }
     }
 
-    /// Whether a file is loading.
-    pub fn is_loading(&self) -> bool {
-        self.loader.is_some()
+    /// Starts loading `path` as the run to compare the open one with.
+    pub fn open_second(&mut self, ctx: &egui::Context, path: &Path) {
+        if let Some(old) = self.second_loader.take() {
+            old.cancel();
+        }
+        let repaint_ctx = ctx.clone();
+        self.second_loader = Some(Loader::start(path, move || repaint_ctx.request_repaint()));
     }
 
-    /// Whether the selected instant's analysis is still being computed.
+    /// Whether a file is loading.
+    pub fn is_loading(&self) -> bool {
+        self.loader.is_some() || self.second_loader.is_some() || self.pending_second.is_some()
+    }
+
+    /// Whether the selected instant's analysis (or a comparison) is still being computed.
     pub fn is_analysing(&self) -> bool {
-        self.worker.as_ref().is_some_and(Worker::is_busy)
+        self.worker.as_ref().is_some_and(Worker::is_busy) || self.compare.as_ref().is_some_and(Compare::is_busy)
     }
 
     fn remember(&mut self, path: &Path) {
@@ -172,6 +196,37 @@ impl VramscopeApp {
         self.settings.recent.retain(|p| p != &path);
         self.settings.recent.insert(0, path);
         self.settings.recent.truncate(MAX_RECENT);
+    }
+
+    fn poll_second_loader(&mut self, ctx: &egui::Context) {
+        if let Some(loader) = &self.second_loader
+            && let Poll::Done(result) = loader.poll()
+        {
+            let cancelled = loader.is_cancelled();
+            let path = loader.path.clone();
+            self.second_loader = None;
+            match result {
+                _ if cancelled => {}
+                Ok(doc) => {
+                    self.remember(&path);
+                    self.pending_second = Some(doc);
+                }
+                Err(error) => self.errors.push(format!("{error:#}")),
+            }
+        }
+        if self.doc.is_some()
+            && self.loader.is_none()
+            && let Some(b) = self.pending_second.take()
+            && let Some(a) = &self.doc
+        {
+            let repaint_ctx = ctx.clone();
+            self.compare = Some(Compare::new(a, self.device_index, b, move || repaint_ctx.request_repaint()));
+            self.compare_timeline = TimelineState::default();
+            self.settings.view = View::Compare;
+        }
+        if let Some(compare) = &mut self.compare {
+            compare.poll();
+        }
     }
 
     fn poll_loader(&mut self, ctx: &egui::Context) {
@@ -205,6 +260,10 @@ impl VramscopeApp {
         self.device_index =
             doc.devices.iter().enumerate().max_by_key(|(_, d)| d.timeline.values(d.peak_point).0).map_or(0, |(i, _)| i);
         self.doc = Some(doc);
+        self.compare = None;
+        if self.settings.view == View::Compare {
+            self.settings.view = View::Timeline;
+        }
         self.timeline.reset();
         self.breakdown = BreakdownState::default();
         self.instant = None;
@@ -245,10 +304,19 @@ impl VramscopeApp {
 
     fn close(&mut self, ctx: &egui::Context) {
         self.doc = None;
+        self.compare = None;
         self.worker = None;
         self.instant = None;
         self.selected_point = None;
         ctx.send_viewport_cmd(egui::ViewportCommand::Title("vramscope".to_owned()));
+    }
+
+    fn compare_dialog(&mut self, ctx: &egui::Context) {
+        if self.doc.is_some()
+            && let Some(path) = self.picker.pick()
+        {
+            self.open_second(ctx, &path);
+        }
     }
 
     fn open_dialog(&mut self, ctx: &egui::Context) {
@@ -260,6 +328,10 @@ impl VramscopeApp {
     fn shortcuts(&mut self, ctx: &egui::Context) {
         use egui::{Key, KeyboardShortcut, Modifiers};
         let typing = ctx.egui_wants_keyboard_input();
+        if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND | Modifiers::SHIFT, Key::O)))
+        {
+            self.compare_dialog(ctx);
+        }
         if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::O))) {
             self.open_dialog(ctx);
         }
@@ -295,6 +367,9 @@ impl VramscopeApp {
             if pressed(key) {
                 self.settings.view = view;
             }
+        }
+        if pressed(Key::Num4) && self.compare.is_some() {
+            self.settings.view = View::Compare;
         }
         if self.doc.is_none() {
             return;
@@ -340,6 +415,7 @@ impl VramscopeApp {
         let ctx = ui.ctx().clone();
         ctx.set_theme(if self.settings.dark_mode { egui::Theme::Dark } else { egui::Theme::Light });
         self.poll_loader(&ctx);
+        self.poll_second_loader(&ctx);
         if let Some(view) = self.worker.as_mut().and_then(Worker::poll) {
             self.instant = Some(view);
         }
@@ -466,6 +542,9 @@ impl VramscopeApp {
             ui.horizontal(|ui| {
                 for v in [View::Timeline, View::Peak, View::Fragmentation] {
                     ui.selectable_value(&mut view, v, v.label());
+                }
+                if self.compare.is_some() {
+                    ui.selectable_value(&mut view, View::Compare, View::Compare.label());
                 }
                 ui.separator();
                 if doc.devices.len() > 1 {
@@ -612,7 +691,8 @@ impl VramscopeApp {
                 for (keys, what) in [
                     ("Ctrl+O", "open a trace (or drop a file on the window)"),
                     ("Ctrl+W", "close the trace"),
-                    ("1 / 2 / 3", "timeline / peak breakdown / fragmentation"),
+                    ("1 / 2 / 3 / 4", "timeline / peak breakdown / fragmentation / compare"),
+                    ("Ctrl+Shift+O", "open a second run to compare with"),
                     ("P", "jump to the peak"),
                     ("click", "select an instant: it drives the other views"),
                     ("← / →", "previous / next event (Shift: 100 events)"),
@@ -687,9 +767,26 @@ impl VramscopeApp {
             return;
         };
         let view = self.settings.view;
+        if view == View::Compare {
+            if let Some(compare) = &mut self.compare {
+                let action = compare_view::compare_ui(
+                    ui,
+                    doc,
+                    self.device_index,
+                    compare,
+                    &mut self.compare_timeline,
+                    self.selected_point,
+                );
+                if let Some(compare_view::CompareAction::SelectA(point)) = action {
+                    self.select(point);
+                }
+                return;
+            }
+            self.settings.view = View::Timeline;
+        }
         let timeline_height = match view {
             View::Timeline => (ui.available_height() * 0.62).max(220.0),
-            View::Peak | View::Fragmentation => (ui.available_height() * 0.34).max(180.0),
+            View::Peak | View::Fragmentation | View::Compare => (ui.available_height() * 0.34).max(180.0),
         };
         let width = ui.available_width();
         let action = timeline_view::timeline_ui(
@@ -724,6 +821,7 @@ impl VramscopeApp {
                     &mut self.settings.python_only,
                 );
             }
+            (View::Compare, Some(_)) => {}
             (View::Fragmentation, Some(v)) => {
                 self.scrubber_ui(ui);
                 fragmentation_view::fragmentation_ui(

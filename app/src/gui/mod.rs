@@ -5,6 +5,7 @@
 
 pub mod app;
 pub mod breakdown_view;
+pub mod compare_view;
 pub mod document;
 pub mod fragmentation_view;
 pub mod loader;
@@ -25,6 +26,8 @@ pub use app::{FilePicker, NativePicker, Settings, View, VramscopeApp};
 pub struct GuiOptions {
     /// A file to open at once.
     pub file: Option<PathBuf>,
+    /// A second file to compare with the first.
+    pub compare: Option<PathBuf>,
     /// Render the window once the file is shown, save it here as PNG, and exit.
     pub screenshot: Option<PathBuf>,
     /// The view to show first.
@@ -88,6 +91,9 @@ pub fn run(options: GuiOptions) -> Result<()> {
             if let Some(loader) = early_loader {
                 app.adopt_loader(loader);
                 cc.egui_ctx.request_repaint();
+            }
+            if let Some(path) = &options.compare {
+                app.open_second(&cc.egui_ctx, path);
             }
             Ok(match screenshot {
                 Some(path) => Box::new(screenshot::ScreenshotApp::new(app, path, outcome_for_app)),

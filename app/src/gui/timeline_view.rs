@@ -20,6 +20,8 @@ pub struct TimelineState {
     pub view_ns: Option<(f64, f64)>,
     /// Where a box zoom started (screen x).
     box_start_x: Option<f32>,
+    /// The top of the byte scale, when it is shared with another timeline (else this one's own).
+    pub y_top_bytes: Option<f64>,
 }
 
 impl TimelineState {
@@ -41,7 +43,14 @@ const AXIS_BOTTOM_PX: f32 = 18.0;
 const BAND_ROW_PX: f32 = 14.0;
 const BAND_ROWS: usize = 3;
 
-fn full_span(device: &DeviceData) -> (f64, f64) {
+/// The largest value of any curve of a device.
+pub fn y_extent_bytes(device: &DeviceData) -> f64 {
+    let whole = device.timeline.range(0, device.timeline.len());
+    whole.allocated_max.max(whole.reserved_max).max(whole.requested_max).max(1) as f64
+}
+
+/// The device's whole time range, with a little room after the last event.
+pub fn full_span(device: &DeviceData) -> (f64, f64) {
     let (a, b) = device.timeline.time_span_ns();
     let (a, b) = (a as f64, b as f64);
     // A little room after the last event, and a non-empty span for one-event traces.
@@ -135,8 +144,7 @@ pub fn timeline_ui(
 
     let columns_n = plot.width().max(1.0) as usize;
     let columns = device.timeline.columns(v0, v1, columns_n);
-    let whole = device.timeline.range(0, device.timeline.len());
-    let y_top_bytes = (whole.allocated_max.max(whole.reserved_max).max(whole.requested_max).max(1) as f64) * 1.08;
+    let y_top_bytes = state.y_top_bytes.unwrap_or_else(|| y_extent_bytes(device) * 1.08);
     let y_of = |bytes: u64| plot.bottom() - (bytes as f64 / y_top_bytes * f64::from(plot.height())) as f32;
 
     y_axis(&painter, plot, y_top_bytes, visuals);

@@ -1,0 +1,288 @@
+//! Two runs side by side: timelines one above the other on one time axis and one byte scale,
+//! aligned where the user chooses, the deltas at each run's peak, and one sentence on top.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, channel};
+
+use egui::RichText;
+use vramscope_trace_format::{AnnotationKind, Category};
+
+use super::document::{DeviceData, Document};
+use super::palette;
+use super::timeline_view::{self, TimelineAction, TimelineState};
+use crate::analysis::diff::{self, Diff, SiteDelta};
+use crate::units;
+
+/// Where the two timelines are lined up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Align {
+    /// Each run's first event.
+    #[default]
+    Start,
+    /// Each run's first iteration (its start when it has none).
+    FirstIteration,
+    /// Each run's allocated peak.
+    Peak,
+    /// The first annotation of this name in each run.
+    Annotation(String),
+}
+
+/// The second run and what comparing it takes.
+pub struct Compare {
+    /// Run B.
+    pub doc: Document,
+    /// Its device compared.
+    pub device_index: usize,
+    /// The alignment chosen.
+    pub align: Align,
+    /// The comparison at the peaks, once worked out.
+    pub diff: Option<Arc<Diff>>,
+    pending: Option<Receiver<Diff>>,
+    /// B's timeline (its view follows A's, shifted by the alignment).
+    b_state: TimelineState,
+}
+
+impl Compare {
+    /// Starts comparing `b` with `a` (the open document) on a background thread.
+    pub fn new(a: &Document, a_device: usize, b: Document, repaint: impl Fn() + Send + 'static) -> Self {
+        let device_index = best_device(&b);
+        let (send, pending) = channel();
+        let (trace_a, trace_b) = (Arc::clone(&a.trace), Arc::clone(&b.trace));
+        let (name_a, name_b) = (a.file_name(), b.file_name());
+        let (device_a, device_b) =
+            (a.devices.get(a_device).map(|d| d.device), b.devices.get(device_index).map(|d| d.device));
+        let spawned = std::thread::Builder::new().name("vramscope-compare".to_owned()).spawn(move || {
+            let run_a = diff::run_peak(&trace_a, &name_a, device_a);
+            let run_b = diff::run_peak(&trace_b, &name_b, device_b);
+            let _ = send.send(diff::diff(run_a, run_b));
+            repaint();
+        });
+        Self {
+            doc: b,
+            device_index,
+            align: Align::Start,
+            diff: None,
+            pending: spawned.ok().map(|_| pending),
+            b_state: TimelineState::default(),
+        }
+    }
+
+    /// Picks up the comparison when it is ready.
+    pub fn poll(&mut self) {
+        if let Some(rx) = &self.pending
+            && let Ok(d) = rx.try_recv()
+        {
+            self.diff = Some(Arc::new(d));
+            self.pending = None;
+        }
+    }
+
+    /// Whether the comparison is still being worked out.
+    pub fn is_busy(&self) -> bool {
+        self.pending.is_some()
+    }
+}
+
+fn best_device(doc: &Document) -> usize {
+    doc.devices.iter().enumerate().max_by_key(|(_, d)| d.timeline.values(d.peak_point).0).map_or(0, |(i, _)| i)
+}
+
+/// The time in `device` that `align` lines up.
+fn anchor_ns(doc: &Document, device: &DeviceData, align: &Align) -> f64 {
+    let start = device.timeline.time_span_ns().0 as f64;
+    let first = |pred: &dyn Fn(&vramscope_trace_format::Annotation) -> bool| {
+        device
+            .annotations
+            .iter()
+            .filter_map(|&i| doc.trace.annotations.get(i))
+            .find(|a| pred(a))
+            .map(|a| a.start_ns as f64)
+    };
+    match align {
+        Align::Start => start,
+        Align::Peak => device.timeline.time_ns(device.peak_point) as f64,
+        Align::FirstIteration => first(&|a| a.kind == AnnotationKind::Iteration).unwrap_or(start),
+        Align::Annotation(name) => first(&|a| doc.trace.interner.resolve(a.name) == name).unwrap_or(start),
+    }
+}
+
+/// Names of annotations both runs have, for the alignment menu.
+fn common_annotations(a: &Document, b: &Document) -> Vec<String> {
+    let names = |doc: &Document| -> std::collections::BTreeSet<String> {
+        doc.trace
+            .annotations
+            .iter()
+            .map(|x| doc.trace.interner.resolve(x.name).to_owned())
+            .filter(|n| !n.is_empty())
+            .collect()
+    };
+    names(a).intersection(&names(b)).take(200).cloned().collect()
+}
+
+/// What the compare view asks the app to do.
+pub enum CompareAction {
+    /// Select this point of run A.
+    SelectA(usize),
+}
+
+/// The compare view.
+pub fn compare_ui(
+    ui: &mut egui::Ui,
+    a: &Document,
+    a_device: usize,
+    compare: &mut Compare,
+    state: &mut TimelineState,
+    selected_a: Option<usize>,
+) -> Option<CompareAction> {
+    let (Some(da), Some(db)) = (a.devices.get(a_device), compare.doc.devices.get(compare.device_index)) else {
+        ui.label("One of the runs holds no memory events.");
+        return None;
+    };
+    match &compare.diff {
+        Some(d) => ui.label(RichText::new(&d.summary).size(17.0).strong()),
+        None => {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("Comparing the runs at their peaks…");
+            })
+            .response
+        }
+    };
+    let mut align = compare.align.clone();
+    ui.horizontal(|ui| {
+        ui.label("align at:");
+        ui.selectable_value(&mut align, Align::Start, "start");
+        ui.selectable_value(&mut align, Align::FirstIteration, "first iteration");
+        ui.selectable_value(&mut align, Align::Peak, "peak");
+        let names = common_annotations(a, &compare.doc);
+        let current = match &align {
+            Align::Annotation(name) => name.clone(),
+            _ => "annotation…".to_owned(),
+        };
+        ui.add_enabled_ui(!names.is_empty(), |ui| {
+            egui::ComboBox::from_id_salt("align-annotation").selected_text(current).show_ui(ui, |ui| {
+                for name in names {
+                    let chosen = Align::Annotation(name.clone());
+                    ui.selectable_value(&mut align, chosen, name);
+                }
+            });
+        })
+        .response
+        .on_disabled_hover_text("The runs share no annotation names");
+    });
+    if align != compare.align {
+        compare.align = align;
+        state.view_ns = None;
+    }
+    // B's times are A's shifted so that the two anchors meet; one byte scale for both.
+    let shift = anchor_ns(&compare.doc, db, &compare.align) - anchor_ns(a, da, &compare.align);
+    let y_top = timeline_view::y_extent_bytes(da).max(timeline_view::y_extent_bytes(db)) * 1.08;
+    if state.view_ns.is_none() {
+        let (a0, a1) = timeline_view::full_span(da);
+        let (b0, b1) = timeline_view::full_span(db);
+        state.view_ns = Some((a0.min(b0 - shift), a1.max(b1 - shift)));
+    }
+    state.y_top_bytes = Some(y_top);
+    let height = (ui.available_height() * 0.30).max(150.0);
+    let width = ui.available_width();
+    ui.strong(format!("A: {}", a.file_name()));
+    let action = ui
+        .push_id("timeline-a", |ui| timeline_view::timeline_ui(ui, a, da, state, selected_a, egui::vec2(width, height)))
+        .inner;
+    ui.strong(format!("B: {}", compare.doc.file_name()));
+    let (v0, v1) = state.view_ns.unwrap_or_default();
+    let b_state = &mut compare.b_state;
+    b_state.view_ns = Some((v0 + shift, v1 + shift));
+    b_state.y_top_bytes = Some(y_top);
+    let before = b_state.view_ns;
+    ui.push_id("timeline-b", |ui| {
+        timeline_view::timeline_ui(ui, &compare.doc, db, b_state, None, egui::vec2(width, height))
+    });
+    // Zooming or panning B moves both.
+    if b_state.view_ns != before {
+        state.view_ns = b_state.view_ns.map(|(x0, x1)| (x0 - shift, x1 - shift));
+    }
+    ui.separator();
+    if let Some(d) = compare.diff.clone() {
+        ui.columns(2, |columns| {
+            let [left, right] = columns else { return };
+            delta_table_ui(left, &d);
+            sites_ui(right, &d);
+        });
+    }
+    action.map(|TimelineAction::Select(point)| CompareAction::SelectA(point))
+}
+
+fn pct(p: Option<f64>) -> String {
+    p.map_or_else(|| "new".to_owned(), |p| format!("{p:+.1}%"))
+}
+
+fn delta_color(ui: &egui::Ui, delta: i64) -> egui::Color32 {
+    match delta {
+        d if d > 0 => ui.visuals().error_fg_color,
+        d if d < 0 => egui::Color32::from_rgb(0x4c, 0xaf, 0x50),
+        _ => ui.visuals().weak_text_color(),
+    }
+}
+
+fn delta_table_ui(ui: &mut egui::Ui, d: &Diff) {
+    ui.heading("At each run's peak");
+    egui::Grid::new("compare-deltas").num_columns(5).striped(true).spacing([16.0, 4.0]).show(ui, |ui| {
+        for title in ["", "A", "B", "B - A", "%"] {
+            ui.strong(title);
+        }
+        ui.end_row();
+        let row = |ui: &mut egui::Ui, label: &str, category: Option<Category>, a: u64, b: u64| {
+            ui.horizontal(|ui| {
+                if let Some(c) = category {
+                    timeline_view::swatch(ui, palette::category_color(c));
+                }
+                ui.label(label);
+            });
+            ui.monospace(units::bytes(a));
+            ui.monospace(units::bytes(b));
+            let delta = b as i64 - a as i64;
+            ui.colored_label(delta_color(ui, delta), RichText::new(units::signed_bytes(delta)).monospace());
+            ui.colored_label(delta_color(ui, delta), pct(diff::percent(a, b)));
+            ui.end_row();
+        };
+        row(ui, "peak allocated", None, d.a.peak_allocated_bytes, d.b.peak_allocated_bytes);
+        row(ui, "peak reserved", None, d.a.peak_reserved_bytes, d.b.peak_reserved_bytes);
+        for c in &d.categories {
+            let category = Category::ALL.iter().copied().find(|x| x.name() == c.category);
+            row(ui, category.map_or(c.category, palette::category_label), category, c.a, c.b);
+        }
+    });
+}
+
+fn sites_ui(ui: &mut egui::Ui, d: &Diff) {
+    ui.heading("Allocation sites at each peak");
+    egui::ScrollArea::vertical().id_salt("compare-sites").show(ui, |ui| {
+        for (title, list) in
+            [("grew", &d.grown), ("only in B", &d.only_in_b), ("shrank", &d.shrunk), ("only in A", &d.only_in_a)]
+        {
+            if list.is_empty() {
+                continue;
+            }
+            ui.strong(format!("{title} ({})", list.len()));
+            for s in list.iter().take(12) {
+                site_row(ui, s);
+            }
+        }
+    });
+}
+
+fn site_row(ui: &mut egui::Ui, s: &SiteDelta) {
+    ui.horizontal(|ui| {
+        ui.add_sized(
+            [90.0, 16.0],
+            egui::Label::new(RichText::new(units::signed_bytes(s.delta)).monospace().color(delta_color(ui, s.delta))),
+        );
+        ui.add(egui::Label::new(&s.site).truncate()).on_hover_text(format!(
+            "{}\nA: {}   B: {}",
+            s.site,
+            units::bytes(s.a),
+            units::bytes(s.b)
+        ));
+    });
+}
