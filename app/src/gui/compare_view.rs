@@ -256,33 +256,35 @@ fn delta_table_ui(ui: &mut egui::Ui, d: &Diff) {
 }
 
 fn sites_ui(ui: &mut egui::Ui, d: &Diff) {
-    ui.heading("Allocation sites at each peak");
+    ui.heading("By allocation site, at each peak");
     egui::ScrollArea::vertical().id_salt("compare-sites").show(ui, |ui| {
-        for (title, list) in
-            [("grew", &d.grown), ("only in B", &d.only_in_b), ("shrank", &d.shrunk), ("only in A", &d.only_in_a)]
-        {
-            if list.is_empty() {
-                continue;
+        egui::Grid::new("compare-site-grid").num_columns(5).striped(true).spacing([12.0, 3.0]).show(ui, |ui| {
+            for title in ["A", "B", "B - A", "%", "site"] {
+                ui.strong(title);
             }
-            ui.strong(format!("{title} ({})", list.len()));
-            for s in list.iter().take(12) {
-                site_row(ui, s);
+            ui.end_row();
+            for (title, list) in
+                [("grew", &d.grown), ("only in B", &d.only_in_b), ("shrank", &d.shrunk), ("only in A", &d.only_in_a)]
+            {
+                if list.is_empty() {
+                    continue;
+                }
+                ui.label(RichText::new(format!("{title} ({})", list.len())).italics());
+                ui.end_row();
+                for s in list.iter().take(12) {
+                    site_row(ui, s);
+                }
             }
-        }
+        });
     });
 }
 
 fn site_row(ui: &mut egui::Ui, s: &SiteDelta) {
-    ui.horizontal(|ui| {
-        ui.add_sized(
-            [90.0, 16.0],
-            egui::Label::new(RichText::new(units::signed_bytes(s.delta)).monospace().color(delta_color(ui, s.delta))),
-        );
-        ui.add(egui::Label::new(&s.site).truncate()).on_hover_text(format!(
-            "{}\nA: {}   B: {}",
-            s.site,
-            units::bytes(s.a),
-            units::bytes(s.b)
-        ));
-    });
+    let color = delta_color(ui, s.delta);
+    ui.monospace(units::bytes(s.a));
+    ui.monospace(units::bytes(s.b));
+    ui.colored_label(color, RichText::new(units::signed_bytes(s.delta)).monospace());
+    ui.colored_label(color, pct(diff::percent(s.a, s.b)));
+    ui.add(egui::Label::new(&s.site).truncate()).on_hover_text(&s.site);
+    ui.end_row();
 }
