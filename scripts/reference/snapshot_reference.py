@@ -136,6 +136,17 @@ class Curve:
         return self.baseline + self.delta
 
 
+def held_blocks(segments):
+    """Final blocks by address that are still held at the end of the window: allocated,
+    or 'active_pending_free' (free_requested seen, free_completed not)."""
+    held = {}
+    for seg in segments:
+        for addr, block in iter_blocks(seg):
+            if block["state"] in ("active_allocated", "active_pending_free"):
+                held[addr] = block
+    return held
+
+
 def replay(trace, segments):
     """Peaks over the trace window, using MemoryViz.js's pre-window rule.
 
@@ -151,13 +162,7 @@ def replay(trace, segments):
     times = [e.get("time_us", i) for i, e in enumerate(trace)]
     start_time = times[0] if trace else None
 
-    # Final blocks by address; a block still held at the end of the window may
-    # also be 'active_pending_free' (free_requested seen, free_completed not).
-    final_held = {}
-    for seg in segments:
-        for addr, block in iter_blocks(seg):
-            if block["state"] in ("active_allocated", "active_pending_free"):
-                final_held[addr] = block
+    final_held = held_blocks(segments)
 
     # Pass 1: which allocs of the window are still open at the end. Their
     # allocated size can be taken from the final block at that address, which
@@ -302,11 +307,7 @@ def categories_at_peak(trace, segments):
     alloc were too (with the block's own frames), and each alloc is live until its
     free_completed.
     """
-    final_held = {}
-    for seg in segments:
-        for addr, block in iter_blocks(seg):
-            if block["state"] in ("active_allocated", "active_pending_free"):
-                final_held[addr] = block
+    final_held = held_blocks(segments)
     open_alloc = {}
     seen = set()
     pre = {}

@@ -99,13 +99,7 @@ pub fn instant(trace: &Trace, device: i16, event: Option<usize>, time_ns: i64) -
     let segments = segments_at(trace, device, event, &blocks);
     let mut total = Fragmentation::default();
     for s in &segments {
-        let f = &s.fragmentation;
-        total.reserved_bytes += f.reserved_bytes;
-        total.allocated_bytes += f.allocated_bytes;
-        total.requested_bytes += f.requested_bytes;
-        total.free_internal_bytes += f.free_internal_bytes;
-        total.free_external_bytes += f.free_external_bytes;
-        total.largest_free_bytes = total.largest_free_bytes.max(f.largest_free_bytes);
+        total.add(&s.fragmentation);
     }
     Instant { event, time_ns, blocks, by_category, by_name, segments, total }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use vramscope_trace_format::{Category, CounterKind, EventKind, StackId, Trace};
+use vramscope_trace_format::{Category, CounterKind, CounterSeries, EventKind, StackId, Trace};
 
 use super::attribution::Attributor;
 use super::replay::{self, Point};
@@ -122,11 +122,9 @@ pub fn live_at(trace: &Trace, device: i16, upto: Option<usize>) -> Vec<LiveBlock
     blocks
 }
 
-/// Bytes by category at an instant: from the source's category counters when it has them (the
-/// profiler's memory timeline), else from [`attribution`](super::attribution) of the live blocks.
-pub fn categories_at(trace: &Trace, device: i16, time_ns: i64, live: &[LiveBlock]) -> BTreeMap<Category, u64> {
-    let mut totals = BTreeMap::new();
-    let counters: Vec<_> = trace
+/// A device's counters of bytes by category (the profiler's memory timeline has them).
+pub fn category_counters(trace: &Trace, device: i16) -> Vec<(Category, &CounterSeries)> {
+    trace
         .counters
         .iter()
         .filter(|c| c.device == device)
@@ -134,7 +132,14 @@ pub fn categories_at(trace: &Trace, device: i16, time_ns: i64, live: &[LiveBlock
             CounterKind::Category(category) => Some((category, c)),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// Bytes by category at an instant: from the source's category counters when it has them (the
+/// profiler's memory timeline), else from [`attribution`](super::attribution) of the live blocks.
+pub fn categories_at(trace: &Trace, device: i16, time_ns: i64, live: &[LiveBlock]) -> BTreeMap<Category, u64> {
+    let mut totals = BTreeMap::new();
+    let counters = category_counters(trace, device);
     if !counters.is_empty() {
         for (category, series) in counters {
             let index = series.samples.partition_point(|s| s.time_ns <= time_ns);

@@ -25,6 +25,16 @@ pub struct Fragmentation {
 }
 
 impl Fragmentation {
+    /// Adds another segment's numbers to these totals (the largest free range is the larger).
+    pub fn add(&mut self, other: &Self) {
+        self.reserved_bytes += other.reserved_bytes;
+        self.allocated_bytes += other.allocated_bytes;
+        self.requested_bytes += other.requested_bytes;
+        self.free_internal_bytes += other.free_internal_bytes;
+        self.free_external_bytes += other.free_external_bytes;
+        self.largest_free_bytes = self.largest_free_bytes.max(other.largest_free_bytes);
+    }
+
     /// `1 - largest free / total free`: 0 when all free space is one range, near 1 when it is
     /// scattered. 0 when nothing is free.
     pub fn external_fragmentation(&self) -> f64 {
@@ -75,15 +85,8 @@ pub fn final_state(trace: &Trace, device: i16) -> Option<FinalState> {
     }
     let mut state = FinalState::default();
     for segment in trace.segments.iter().filter(|s| s.device == device) {
-        let f = segment_fragmentation(segment);
         state.segments += 1;
-        let t = &mut state.total;
-        t.reserved_bytes += f.reserved_bytes;
-        t.allocated_bytes += f.allocated_bytes;
-        t.requested_bytes += f.requested_bytes;
-        t.free_internal_bytes += f.free_internal_bytes;
-        t.free_external_bytes += f.free_external_bytes;
-        t.largest_free_bytes = t.largest_free_bytes.max(f.largest_free_bytes);
+        state.total.add(&segment_fragmentation(segment));
     }
     Some(state)
 }

@@ -11,7 +11,7 @@
 //! the rest replayed from there. Sources whose categories come as counters (the profiler's memory
 //! timeline) keep full totals at every point.
 
-use vramscope_trace_format::{Category, CounterKind, EventKind, Trace};
+use vramscope_trace_format::{Category, EventKind, Trace};
 
 use super::attribution::Attributor;
 use super::replay;
@@ -206,15 +206,7 @@ impl Timeline {
 
     fn build_from_counters(&mut self, trace: &Trace, device: i16) {
         self.checkpoint_every = 1;
-        let series: Vec<_> = trace
-            .counters
-            .iter()
-            .filter(|c| c.device == device)
-            .filter_map(|c| match c.kind {
-                CounterKind::Category(category) => Some((category, c)),
-                _ => None,
-            })
-            .collect();
+        let series = super::peak::category_counters(trace, device);
         let mut next = vec![0usize; series.len()];
         let mut totals: ByCategory = [0; CATEGORIES];
         replay::replay(trace, device, |event, point| {
