@@ -66,6 +66,21 @@ fn a_bad_file_fails_the_screenshot_with_a_clear_error() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("not-a-trace.json"), "{stderr}");
     assert!(!out.exists(), "no PNG is left behind");
+
+    // Comparing with a run that cannot be read ends the same way, without waiting for it.
+    let good = fixtures_dir().join("pytorch-snapshots/mosaic_output.pickle");
+    let output = Command::new("xvfb-run")
+        .args(["-a"])
+        .arg(vramscope_bin())
+        .arg("compare")
+        .args([&bad, &good])
+        .arg("--screenshot")
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run xvfb-run ({e}): run scripts/install-gui-deps.sh"));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not-a-trace.json"));
+    assert!(!out.exists());
 }
 
 #[test]

@@ -214,6 +214,10 @@ impl VramscopeApp {
                 Err(error) => self.errors.push(format!("{error:#}")),
             }
         }
+        // Nothing to compare with: the first run failed to load (its error is shown).
+        if self.doc.is_none() && self.loader.is_none() {
+            self.pending_second = None;
+        }
         if self.doc.is_some()
             && self.loader.is_none()
             && let Some(b) = self.pending_second.take()
@@ -342,7 +346,7 @@ impl VramscopeApp {
             ctx.send_viewport_cmd(egui::ViewportCommand::Close);
         }
         if ctx.input(|i| i.key_pressed(Key::Escape)) {
-            if let Some(loader) = &self.loader {
+            for loader in self.loader.iter().chain(self.second_loader.iter()) {
                 loader.cancel();
             }
             self.show_help = false;
@@ -654,7 +658,7 @@ impl VramscopeApp {
     }
 
     fn loading_overlay(&mut self, ctx: &egui::Context) {
-        let Some(loader) = &self.loader else { return };
+        let Some(loader) = self.loader.as_ref().or(self.second_loader.as_ref()) else { return };
         let (done, total) = loader.progress();
         let name = loader
             .path

@@ -3,8 +3,8 @@
 //! Working out what was alive at an instant replays the trace up to it, which takes a while on
 //! millions of events; the UI thread only sends requests and picks up results.
 
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex};
 
 use vramscope_trace_format::Trace;
 
@@ -57,9 +57,7 @@ impl Worker {
         let (requests, inbox) = channel::<Request>();
         let (outbox, results) = channel::<Arc<InstantView>>();
         let inline = Some((Arc::clone(&trace), outbox.clone()));
-        let inbox = Mutex::new(inbox);
         let spawned = std::thread::Builder::new().name("vramscope-instant".to_owned()).spawn(move || {
-            let Ok(inbox) = inbox.lock() else { return };
             while let Ok(mut request) = inbox.recv() {
                 // Skip to the newest request: a scrubber sends many.
                 while let Ok(newer) = inbox.try_recv() {
