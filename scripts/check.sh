@@ -23,8 +23,8 @@ cargo fmt --all -- --check
 step "clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "build the binaries the end-to-end tests drive"
-cargo build --workspace --bins --locked
+step "build the binaries and the hook library the end-to-end tests drive"
+cargo build --workspace --locked
 
 step "tests"
 if cargo nextest --version >/dev/null 2>&1; then

@@ -152,6 +152,22 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Run a workload with its CUDA driver calls recorded, and write them as one trace.
+    ///
+    /// The hook library is loaded with LD_PRELOAD; stdin, stdout and stderr pass through and
+    /// vramscope exits with the workload's exit status. So far the hook sees cuMemAlloc_v2 and
+    /// cuMemFree_v2, linked directly or resolved through cuGetProcAddress(_v2).
+    Record {
+        /// Where to write the trace (default: PROGRAM-PID.vtrace here).
+        #[arg(short, long, value_name = "OUT.vtrace")]
+        output: Option<PathBuf>,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+        /// The command to run, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Convert any supported file to a compact `.vtrace`.
     ///
     /// The output is written to a temporary file beside it and renamed into place when complete,
@@ -225,6 +241,12 @@ fn main() -> ExitCode {
         Some(Command::Report { file, file2, output, force }) => {
             let files: Vec<PathBuf> = std::iter::once(file).chain(file2).collect();
             vramscope::cli::report::run(&files, &output, force, &mut stdout)
+        }
+        Some(Command::Record { output, force, command }) => {
+            match vramscope::cli::record::run(output.as_deref(), force, &command) {
+                Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
+                Err(e) => Err(e),
+            }
         }
         Some(Command::Convert { file, output, force }) => {
             vramscope::cli::convert::run(&file, &output, force, &mut stdout)

@@ -1,8 +1,10 @@
-//! Recording GPU memory events: the driver-level hook library, the PyTorch shim and the process
-//! that merges what they report into one `.vtrace`.
-//!
-//! Nothing is recorded yet; this crate holds the place the workspace layout gives it, so that
-//! the dependency direction (`trace-format` <- `collector`) is fixed from the start.
+//! Recording GPU memory events: the format the driver-level hook library writes ([`wire`]) and
+//! the merging of what it wrote into one trace ([`merge`]). The hook itself is the
+//! `vramscope-hook` crate (`collector/hook`), a cdylib loaded with `LD_PRELOAD`; the test-only
+//! fake CUDA driver is `collector/fake-cuda`.
+
+pub mod merge;
+pub mod wire;
 
 /// The version of the trace format the collector writes.
 pub fn trace_format_version() -> u16 {

@@ -23,6 +23,24 @@ pub fn run(input: &Path, output: &Path, force: bool, out: &mut dyn Write) -> Res
     for warning in &loaded.warnings {
         eprintln!("warning: {}: {warning}", input.display());
     }
+    let mut trace = loaded.trace;
+    trace.metadata.tool_version = env!("CARGO_PKG_VERSION").to_owned();
+    let written = write_vtrace(&trace, output, force)?;
+    writeln!(
+        out,
+        "wrote {}: {} records in {} ({:.1}% of the {} source)",
+        output.display(),
+        count(trace.record_count()),
+        bytes(written),
+        100.0 * written as f64 / loaded.file_bytes.max(1) as f64,
+        bytes(loaded.file_bytes)
+    )?;
+    Ok(())
+}
+
+/// Writes `trace` as a `.vtrace` at `output` through a temporary file beside it, renamed into
+/// place when complete (replacing an existing file only with `force`). Returns the bytes written.
+pub fn write_vtrace(trace: &vramscope_trace_format::Trace, output: &Path, force: bool) -> Result<u64> {
     let dir = match output.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -32,9 +50,7 @@ pub fn run(input: &Path, output: &Path, force: bool, out: &mut dyn Write) -> Res
         .suffix(".vtrace.part")
         .tempfile_in(dir)
         .with_context(|| format!("cannot create a file in {}", dir.display()))?;
-    let mut trace = loaded.trace;
-    trace.metadata.tool_version = env!("CARGO_PKG_VERSION").to_owned();
-    let writer = vramscope_trace_format::vtrace::write(&trace, BufWriter::new(temp))
+    let writer = vramscope_trace_format::vtrace::write(trace, BufWriter::new(temp))
         .with_context(|| format!("cannot write {}", output.display()))?;
     let temp = writer
         .into_inner()
@@ -47,18 +63,9 @@ pub fn run(input: &Path, output: &Path, force: bool, out: &mut dyn Write) -> Res
     } else {
         temp.persist_noclobber(output)
             .map_err(|e| e.error)
-            .with_context(|| format!("cannot write {} (it appeared while converting?)", output.display()))?;
+            .with_context(|| format!("cannot write {} (it appeared in the meantime?)", output.display()))?;
     }
-    writeln!(
-        out,
-        "wrote {}: {} records in {} ({:.1}% of the {} source)",
-        output.display(),
-        count(trace.record_count()),
-        bytes(written),
-        100.0 * written as f64 / loaded.file_bytes.max(1) as f64,
-        bytes(loaded.file_bytes)
-    )?;
-    Ok(())
+    Ok(written)
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

@@ -3,4 +3,5 @@
 pub mod convert;
 pub mod diff;
 pub mod info;
+pub mod record;
 pub mod report;

@@ -1,0 +1,95 @@
+//! `vramscope record -- CMD ARGS...`: runs a workload with the driver-level hook library loaded
+//! and writes what it allocated as one trace.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use vramscope_collector::merge;
+
+use crate::analysis::peak;
+use crate::units::{bytes, count};
+
+/// The hook library's file name.
+const HOOK_FILE: &str = "libvramscope_hook.so";
+
+/// Where the hook library is: `VRAMSCOPE_HOOK`, else beside this executable.
+pub fn hook_path() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("VRAMSCOPE_HOOK") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().context("cannot tell where vramscope is installed")?;
+    let path = exe.parent().map(|d| d.join(HOOK_FILE)).unwrap_or_else(|| PathBuf::from(HOOK_FILE));
+    if !path.exists() {
+        bail!(
+            "the hook library {} is missing: build it with `cargo build --workspace` (it is the \
+             vramscope-hook crate), or point VRAMSCOPE_HOOK at it",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// How the workload ended, as the shell reports it: its exit code, or 128 + the signal.
+#[cfg(unix)]
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Runs `command` recorded into `output`; returns the workload's exit code.
+pub fn run(output: Option<&Path>, force: bool, command: &[OsString]) -> Result<i32> {
+    let Some((program, args)) = command.split_first() else {
+        bail!("nothing to record: give the command after --, e.g. vramscope record -- python train.py");
+    };
+    let output = match output {
+        Some(path) => path.to_owned(),
+        None => {
+            let name =
+                Path::new(program).file_name().map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
+            PathBuf::from(format!("{name}-{}.vtrace", std::process::id()))
+        }
+    };
+    // Refuse before running anything, not after the workload has spent an hour.
+    if output.exists() && !force {
+        bail!("{} already exists; pass --force to replace it", output.display());
+    }
+    let hook = hook_path()?;
+    let dir = tempfile::Builder::new()
+        .prefix("vramscope-record-")
+        .tempdir()
+        .context("cannot create a directory for the recording")?;
+    let mut preload = hook.into_os_string();
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
+        preload.push(":");
+        preload.push(existing);
+    }
+    let status = Command::new(program)
+        .args(args)
+        .env("LD_PRELOAD", preload)
+        .env("VRAMSCOPE_RECORD_DIR", dir.path())
+        .status()
+        .with_context(|| format!("cannot run {}", Path::new(program).display()))?;
+    let recorded = merge::read_dir(dir.path()).context("cannot read what the hook recorded")?;
+    for file in &recorded.cut_short {
+        eprintln!("vramscope: {} ends in a partial record (the process was killed while writing)", file.display());
+    }
+    let command_line: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let trace = merge::to_trace(&recorded.records, &command_line);
+    super::convert::write_vtrace(&trace, &output, force)?;
+    let processes = trace.metadata.processes.len();
+    let peaks = trace.devices().into_iter().map(|d| peak::peaks(&trace, d)).max_by_key(|p| p.reserved.bytes);
+    let peak = peaks.map_or(0, |p| p.reserved.bytes);
+    eprintln!(
+        "vramscope: {} driver events from {} process{}, peak reserved {}, {} OOM{}; trace: {}",
+        count(trace.events.len()),
+        processes,
+        if processes == 1 { "" } else { "es" },
+        bytes(peak),
+        trace.ooms.len(),
+        if trace.ooms.len() == 1 { "" } else { "s" },
+        output.display()
+    );
+    Ok(exit_code(status))
+}

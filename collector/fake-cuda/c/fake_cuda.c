@@ -1,0 +1,100 @@
+/* A fake CUDA driver (libcuda.so.1) over host memory, for testing vramscope's hooks on machines
+ * without a GPU. Test-only: it implements just enough of the driver API for the hooks and the
+ * test clients, with the driver's own symbol names, ABI and return codes. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long cuuint64_t;
+typedef int CUdriverProcAddressQueryResult;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NOT_FOUND 500
+
+/* Capacity of the fake device: allocations past it fail with CUDA_ERROR_OUT_OF_MEMORY. */
+static const size_t FAKE_TOTAL_BYTES = (size_t)1 << 30;
+static size_t fake_used_bytes = 0;
+
+CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
+CUresult cuDriverGetVersion(int *version) { *version = 12040; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *count) { *count = 1; return CUDA_SUCCESS; }
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    if (ordinal != 0) return CUDA_ERROR_INVALID_VALUE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetName(char *name, int len, CUdevice device) {
+    (void)device;
+    snprintf(name, (size_t)len, "vramscope fake GPU");
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice device) {
+    (void)device;
+    *bytes = FAKE_TOTAL_BYTES;
+    return CUDA_SUCCESS;
+}
+
+/* Each allocation keeps its size just before the pointer handed out, 256-byte aligned. */
+#define HEADER 256
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    if (bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (bytesize > FAKE_TOTAL_BYTES - fake_used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+    unsigned char *base = NULL;
+    if (posix_memalign((void **)&base, HEADER, bytesize + HEADER) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(base, &bytesize, sizeof bytesize);
+    __atomic_add_fetch(&fake_used_bytes, bytesize, __ATOMIC_RELAXED);
+    *dptr = (CUdeviceptr)(base + HEADER);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
+    unsigned char *base = (unsigned char *)dptr - HEADER;
+    size_t size;
+    memcpy(&size, base, sizeof size);
+    __atomic_sub_fetch(&fake_used_bytes, size, __ATOMIC_RELAXED);
+    free(base);
+    return CUDA_SUCCESS;
+}
+/* The legacy (v1) entry points the resolver hands out for old versions: same behaviour here. */
+CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) { return cuMemAlloc_v2(dptr, bytesize); }
+CUresult cuMemFree(CUdeviceptr dptr) { return cuMemFree_v2(dptr); }
+
+struct entry { const char *name; int min_version; void *fn; };
+/* As the real driver does, a base name resolves to the newest variant the caller's version
+ * allows: cuMemAlloc -> cuMemAlloc_v2 from CUDA 3.2 on. */
+static const struct entry TABLE[] = {
+    {"cuInit", 0, (void *)cuInit},
+    {"cuDriverGetVersion", 0, (void *)cuDriverGetVersion},
+    {"cuDeviceGetCount", 0, (void *)cuDeviceGetCount},
+    {"cuDeviceGet", 0, (void *)cuDeviceGet},
+    {"cuDeviceGetName", 0, (void *)cuDeviceGetName},
+    {"cuDeviceTotalMem", 3020, (void *)cuDeviceTotalMem_v2},
+    {"cuMemAlloc", 3020, (void *)cuMemAlloc_v2},
+    {"cuMemAlloc", 0, (void *)cuMemAlloc},
+    {"cuMemFree", 3020, (void *)cuMemFree_v2},
+    {"cuMemFree", 0, (void *)cuMemFree},
+};
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status) {
+    (void)flags;
+    for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++) {
+        if (strcmp(TABLE[i].name, symbol) == 0 && cudaVersion >= TABLE[i].min_version) {
+            *pfn = TABLE[i].fn;
+            if (status) *status = 0;
+            return CUDA_SUCCESS;
+        }
+    }
+    *pfn = NULL;
+    if (status) *status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
+    return CUDA_ERROR_NOT_FOUND;
+}
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
+    return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+}

@@ -1,0 +1,264 @@
+//! The driver-level hook: a library loaded into the workload with `LD_PRELOAD` that sees its CUDA
+//! driver calls and appends one record per call to `events.<pid>.bin` in the directory named by
+//! `VRAMSCOPE_RECORD_DIR` (see `vramscope_collector::wire`).
+//!
+//! So far it covers `cuMemAlloc_v2` and `cuMemFree_v2` reached by direct linking and through
+//! `cuGetProcAddress` / `cuGetProcAddress_v2` (how libcudart and PyTorch get them). Rules it keeps:
+//! nothing happens until the first intercepted call (no constructor); a process whose
+//! environment has no recording directory records nothing; a thread never re-enters the hook;
+//! no panic crosses into the caller; a forked child writes its own file; each record is one
+//! `write(2)`, so a kill loses nothing that returned.
+#![allow(unsafe_code)]
+// The exported functions carry the CUDA driver's own names.
+#![allow(non_snake_case)]
+
+use std::cell::Cell;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use vramscope_collector::wire::{Api, Record};
+
+type CuResult = c_int;
+type CuDevicePtr = u64;
+type AllocFn = unsafe extern "C" fn(*mut CuDevicePtr, usize) -> CuResult;
+type FreeFn = unsafe extern "C" fn(CuDevicePtr) -> CuResult;
+type GetProcAddressFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CuResult;
+type GetProcAddressV2Fn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
+
+/// `CUDA_ERROR_NOT_INITIALIZED`: what a call returns when the real driver cannot be found.
+const CUDA_ERROR_NOT_INITIALIZED: CuResult = 3;
+/// CUDA 3.2: from this version on the driver hands out the `_v2` memory functions.
+const V2_FROM_VERSION: c_int = 3020;
+
+thread_local! {
+    /// Set while this thread is inside the hook: calls the hook itself causes are not recorded.
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The next definition of `name` after this library (the real driver's).
+fn next_symbol(name: &CStr) -> *mut c_void {
+    // SAFETY: `name` is NUL-terminated; RTLD_NEXT lookups have no other precondition.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) }
+}
+
+macro_rules! real {
+    ($slot:ident, $name:literal, $ty:ty) => {{
+        static $slot: OnceLock<usize> = OnceLock::new();
+        let address = *$slot.get_or_init(|| next_symbol($name) as usize);
+        // SAFETY: a non-null address from dlsym for this exported driver symbol is a function
+        // with the driver API's signature for it, which `$ty` spells out.
+        (address != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(address) })
+    }};
+}
+
+/// The recording file of this process: `pid << 32 | fd`, or 0 before it is opened. After a
+/// fork the pid no longer matches and the child opens its own.
+static FILE: AtomicU64 = AtomicU64::new(0);
+
+fn recording_dir() -> Option<&'static std::path::Path> {
+    static DIR: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| std::env::var_os("VRAMSCOPE_RECORD_DIR").map(std::path::PathBuf::from)).as_deref()
+}
+
+fn file_for(pid: u32) -> Option<c_int> {
+    let current = FILE.load(Ordering::Acquire);
+    if current != 0 && (current >> 32) as u32 == pid {
+        return Some(current as u32 as c_int);
+    }
+    let dir = recording_dir()?;
+    let path =
+        std::ffi::CString::new(dir.join(format!("events.{pid}.bin")).into_os_string().into_encoded_bytes()).ok()?;
+    // SAFETY: a NUL-terminated path; the flags and mode are plain integers.
+    let fd =
+        unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC, 0o644) };
+    if fd < 0 {
+        return None;
+    }
+    let packed = (u64::from(pid) << 32) | u64::from(fd as u32);
+    match FILE.compare_exchange(current, packed, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(fd),
+        Err(winner) => {
+            // Another thread opened it first: use theirs.
+            // SAFETY: `fd` was opened above and is not shared.
+            unsafe { libc::close(fd) };
+            ((winner >> 32) as u32 == pid).then_some(winner as u32 as c_int)
+        }
+    }
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// Appends a record for a call that returned `result`; never panics, never fails the caller.
+fn emit(api: Api, result: CuResult, address: u64, size_bytes: u64) {
+    let _ = std::panic::catch_unwind(|| {
+        if recording_dir().is_none() {
+            return;
+        }
+        // SAFETY: getpid and gettid have no preconditions.
+        let (pid, tid) = unsafe { (libc::getpid() as u32, libc::gettid() as u32) };
+        let Some(fd) = file_for(pid) else { return };
+        let record = Record { api, time_ns: now_ns(), pid, tid, device: 0, result, address, size_bytes, stream: 0 };
+        let bytes = record.encode();
+        // SAFETY: `bytes` is valid for its length; one write keeps each record whole.
+        unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    });
+}
+
+/// Runs `f` unless this thread is already inside the hook (then `inner` runs bare).
+fn guarded<R>(inner: impl FnOnce() -> R, f: impl FnOnce() -> R) -> R {
+    if IN_HOOK.with(Cell::get) {
+        return inner();
+    }
+    IN_HOOK.with(|h| h.set(true));
+    let result = f();
+    IN_HOOK.with(|h| h.set(false));
+    result
+}
+
+fn record_alloc(real: AllocFn, dptr: *mut CuDevicePtr, bytesize: usize) -> CuResult {
+    // SAFETY: the caller's arguments are passed through unchanged to the real function.
+    let call = || unsafe { real(dptr, bytesize) };
+    guarded(call, || {
+        let result = call();
+        // SAFETY: on success the driver wrote the address to `dptr`, which the caller provided.
+        let address = if result == 0 && !dptr.is_null() { unsafe { *dptr } } else { 0 };
+        emit(Api::MemAlloc, result, address, bytesize as u64);
+        result
+    })
+}
+
+fn record_free(real: FreeFn, dptr: CuDevicePtr) -> CuResult {
+    // SAFETY: the caller's argument is passed through unchanged to the real function.
+    let call = || unsafe { real(dptr) };
+    guarded(call, || {
+        let result = call();
+        emit(Api::MemFree, result, dptr, 0);
+        result
+    })
+}
+
+/// `cuMemAlloc_v2`, reached by direct linking.
+///
+/// # Safety
+/// As the driver's: `dptr` must be valid to write a device pointer to.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, bytesize: usize) -> CuResult {
+    match real!(REAL_ALLOC, c"cuMemAlloc_v2", AllocFn) {
+        Some(real) => record_alloc(real, dptr, bytesize),
+        None => CUDA_ERROR_NOT_INITIALIZED,
+    }
+}
+
+/// `cuMemFree_v2`, reached by direct linking.
+///
+/// # Safety
+/// As the driver's.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: CuDevicePtr) -> CuResult {
+    match real!(REAL_FREE, c"cuMemFree_v2", FreeFn) {
+        Some(real) => record_free(real, dptr),
+        None => CUDA_ERROR_NOT_INITIALIZED,
+    }
+}
+
+/// What the resolver handed out for the `_v2` memory functions, called by the wrappers below.
+static RESOLVED_ALLOC: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+static RESOLVED_FREE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+unsafe extern "C" fn resolved_alloc(dptr: *mut CuDevicePtr, bytesize: usize) -> CuResult {
+    let address = RESOLVED_ALLOC.load(Ordering::Acquire);
+    if address.is_null() {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    // SAFETY: only the driver's resolver's answer for the `_v2` allocation function is stored.
+    let real = unsafe { std::mem::transmute::<*mut c_void, AllocFn>(address) };
+    record_alloc(real, dptr, bytesize)
+}
+
+unsafe extern "C" fn resolved_free(dptr: CuDevicePtr) -> CuResult {
+    let address = RESOLVED_FREE.load(Ordering::Acquire);
+    if address.is_null() {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    // SAFETY: only the driver's resolver's answer for the `_v2` free function is stored.
+    let real = unsafe { std::mem::transmute::<*mut c_void, FreeFn>(address) };
+    record_free(real, dptr)
+}
+
+/// After the real resolver answered, hands out a recording wrapper with the same ABI instead
+/// of the memory functions (the `_v2` ABI only: older versions resolve to the 32-bit `v1`).
+fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
+    if symbol.is_null() || pfn.is_null() {
+        return;
+    }
+    // SAFETY: the resolver was just called with this NUL-terminated symbol and pointer.
+    let (name, found) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn) };
+    if found.is_null() {
+        return;
+    }
+    let v2 = |base: &[u8]| name == base && version >= V2_FROM_VERSION || name.strip_suffix(b"_v2") == Some(base);
+    let (slot, wrapper): (&AtomicPtr<c_void>, *mut c_void) = if v2(b"cuMemAlloc") {
+        (&RESOLVED_ALLOC, resolved_alloc as AllocFn as *mut c_void)
+    } else if v2(b"cuMemFree") {
+        (&RESOLVED_FREE, resolved_free as FreeFn as *mut c_void)
+    } else {
+        return;
+    };
+    // The wrapper itself may come back if the program resolves through us twice.
+    if found != wrapper {
+        slot.store(found, Ordering::Release);
+    }
+    // SAFETY: `pfn` is the caller's out-pointer, just written by the resolver.
+    unsafe { *pfn = wrapper };
+}
+
+/// `cuGetProcAddress` (CUDA 11.3+): the resolver libcudart uses.
+///
+/// # Safety
+/// As the driver's.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+) -> CuResult {
+    let Some(real) = real!(REAL_GET_PROC, c"cuGetProcAddress", GetProcAddressFn) else {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: arguments passed through unchanged.
+    let result = unsafe { real(symbol, pfn, cuda_version, flags) };
+    if result == 0 {
+        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, cuda_version));
+    }
+    result
+}
+
+/// `cuGetProcAddress_v2` (CUDA 12+).
+///
+/// # Safety
+/// As the driver's.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CuResult {
+    let Some(real) = real!(REAL_GET_PROC_V2, c"cuGetProcAddress_v2", GetProcAddressV2Fn) else {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: arguments passed through unchanged.
+    let result = unsafe { real(symbol, pfn, cuda_version, flags, status) };
+    if result == 0 {
+        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, cuda_version));
+    }
+    result
+}

@@ -1,0 +1,116 @@
+//! Turning what the hook wrote into one trace.
+//!
+//! Driver-level memory is reserved memory: each successful `cuMemAlloc` becomes a segment. No
+//! framework allocator's records sit on top of it yet, so each is also one allocated block of
+//! the same size. A failed allocation becomes an OOM event with the size asked for.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use vramscope_trace_format::{Clock, DeviceInfo, Event, EventKind, Oom, ProcessId, ProcessInfo, SourceFormat, Trace};
+
+use crate::wire::{Api, RECORD_BYTES, Record};
+
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
+
+/// What reading a recording directory found.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    /// The records, in time order.
+    pub records: Vec<Record>,
+    /// Files whose last record was cut short (the process was killed mid-write).
+    pub cut_short: Vec<PathBuf>,
+}
+
+/// Reads every `events.*.bin` in `dir`.
+pub fn read_dir(dir: &Path) -> std::io::Result<Recorded> {
+    let mut recorded = Recorded::default();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("events.") && n.ends_with(".bin"))
+        })
+        .collect();
+    files.sort();
+    for file in files {
+        let bytes = std::fs::read(&file)?;
+        let chunks = bytes.chunks_exact(RECORD_BYTES);
+        if !chunks.remainder().is_empty() {
+            recorded.cut_short.push(file.clone());
+        }
+        recorded.records.extend(chunks.filter_map(Record::decode));
+    }
+    recorded.records.sort_by_key(|r| (r.time_ns, r.pid, r.tid));
+    Ok(recorded)
+}
+
+/// Builds the trace of a recording.
+pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
+    let mut trace = Trace::default();
+    trace.metadata.source_format = SourceFormat::Vtrace;
+    trace.metadata.clock = Clock::MonotonicNs;
+    trace.metadata.tool_version = env!("CARGO_PKG_VERSION").to_owned();
+    let mut processes: BTreeMap<u32, ProcessId> = BTreeMap::new();
+    for r in records {
+        let next = ProcessId(processes.len() as u32);
+        let process = *processes.entry(r.pid).or_insert(next);
+        let device = i16::try_from(r.device.max(0)).unwrap_or(0);
+        let time_ns = i64::try_from(r.time_ns).unwrap_or(i64::MAX);
+        let event = |kind: EventKind| {
+            let mut e = Event::new(kind, time_ns, device, r.address, r.size_bytes);
+            e.process = process;
+            e.stream = r.stream;
+            e
+        };
+        match (r.api, r.result) {
+            (Api::MemAlloc, 0) => {
+                trace.events.push(event(EventKind::SegmentAlloc));
+                trace.events.push(event(EventKind::Alloc));
+            }
+            (Api::MemAlloc, CUDA_ERROR_OUT_OF_MEMORY) => trace.ooms.push(Oom {
+                time_ns,
+                device,
+                process,
+                stream: r.stream,
+                requested_bytes: r.size_bytes,
+                device_free_bytes: None,
+                stack: Default::default(),
+            }),
+            (Api::MemFree, 0) => {
+                trace.events.push(event(EventKind::FreeCompleted));
+                trace.events.push(event(EventKind::SegmentFree));
+            }
+            // Failed calls change nothing.
+            _ => {}
+        }
+    }
+    // Frees carry the address only: their sizes come from the allocation they release.
+    let mut sizes: HashMap<(ProcessId, u64), u64> = HashMap::new();
+    for e in &mut trace.events {
+        match e.kind {
+            EventKind::Alloc => {
+                sizes.insert((e.process, e.address), e.size_bytes);
+            }
+            EventKind::FreeCompleted | EventKind::SegmentFree => {
+                if let Some(&size) = sizes.get(&(e.process, e.address)) {
+                    e.size_bytes = size;
+                    e.requested_bytes = size;
+                }
+                if e.kind == EventKind::SegmentFree {
+                    sizes.remove(&(e.process, e.address));
+                }
+            }
+            _ => {}
+        }
+    }
+    trace.metadata.processes = processes
+        .keys()
+        .map(|&pid| ProcessInfo { pid: Some(pid), rank: None, command_line: command_line.to_vec() })
+        .collect();
+    if !trace.events.is_empty() {
+        trace.metadata.devices.push(DeviceInfo { device: 0, ..DeviceInfo::default() });
+    }
+    trace
+}

@@ -1,0 +1,110 @@
+//! `vramscope record` on the fake CUDA driver: the client program reaches the driver by direct
+//! linking, through `cuGetProcAddress` and through `cuGetProcAddress_v2`; the trace holds exactly
+//! the calls the client reports making (addresses, sizes, order), the OOM with its size, and the
+//! workload's exit status passes through.
+
+#![allow(clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use vramscope_e2e::vramscope_bin;
+use vramscope_trace_format::{EventKind, NoProgress, Trace};
+
+/// What the client printed: ("alloc", address, size), ("free", address, 0), ("oom", 0, size).
+fn client_calls(stdout: &str) -> Vec<(String, u64, u64)> {
+    stdout
+        .lines()
+        .map(|line| {
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            let n = |i: usize| parts.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or_else(|| panic!("{line}"));
+            match parts.first().copied() {
+                Some("alloc") => ("alloc".to_owned(), n(1), n(2)),
+                Some("free") => ("free".to_owned(), n(1), 0),
+                Some("oom") => ("oom".to_owned(), 0, n(1)),
+                _ => panic!("unexpected client output: {line}"),
+            }
+        })
+        .collect()
+}
+
+fn read_trace(path: &Path) -> Trace {
+    let data = std::fs::read(path).expect("trace written");
+    vramscope_trace_format::import(&data, &NoProgress).expect("trace reads").trace
+}
+
+fn record(mode: &str, out: &Path) -> (std::process::Output, Trace) {
+    let output = Command::new(vramscope_bin())
+        .args(["record", "-o"])
+        .arg(out)
+        .arg("--")
+        .arg(vramscope_fake_cuda::client("client"))
+        .arg(mode)
+        .output()
+        .expect("vramscope record runs");
+    let trace = read_trace(out);
+    (output, trace)
+}
+
+#[test]
+fn every_way_of_reaching_the_driver_is_recorded_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for mode in ["direct", "proc", "proc_v2"] {
+        let out = dir.path().join(format!("{mode}.vtrace"));
+        let (output, trace) = record(mode, &out);
+        assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));
+        let calls = client_calls(&String::from_utf8_lossy(&output.stdout));
+        assert_eq!(calls.len(), 9, "{mode}: the client's own output passes through");
+        // Each alloc: a segment and a block of its size; each free: both released, in order.
+        let mut expected = Vec::new();
+        let mut sizes = std::collections::HashMap::new();
+        for (what, address, size) in &calls {
+            match what.as_str() {
+                "alloc" => {
+                    sizes.insert(*address, *size);
+                    expected.push((EventKind::SegmentAlloc, *address, *size));
+                    expected.push((EventKind::Alloc, *address, *size));
+                }
+                "free" => {
+                    let size = sizes[address];
+                    expected.push((EventKind::FreeCompleted, *address, size));
+                    expected.push((EventKind::SegmentFree, *address, size));
+                }
+                _ => {}
+            }
+        }
+        let got: Vec<(EventKind, u64, u64)> = trace.events.iter().map(|e| (e.kind, e.address, e.size_bytes)).collect();
+        assert_eq!(got, expected, "{mode}");
+        assert_eq!(trace.ooms.iter().map(|o| o.requested_bytes).collect::<Vec<_>>(), vec![2u64 << 30], "{mode}");
+        assert!(trace.events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns), "{mode}: time order");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("16 driver events from 1 process"), "{mode}: {stderr}");
+    }
+}
+
+#[test]
+fn exit_status_passes_through_and_outputs_are_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("t.vtrace");
+    let status = Command::new(vramscope_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "exit 7"])
+        .status()
+        .expect("runs");
+    assert_eq!(status.code(), Some(7));
+    let before = std::fs::read(&out).expect("written even when nothing was recorded");
+    // An existing trace is kept unless --force, and the workload is not even started.
+    let marker = dir.path().join("ran");
+    let output = Command::new(vramscope_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--force"));
+    assert!(!marker.exists(), "the workload must not run when the output would be refused");
+    assert_eq!(std::fs::read(&out).expect("kept"), before);
+}
