@@ -108,3 +108,52 @@ fn exit_status_passes_through_and_outputs_are_kept() {
     assert!(!marker.exists(), "the workload must not run when the output would be refused");
     assert_eq!(std::fs::read(&out).expect("kept"), before);
 }
+
+/// A call as (kind, address, size).
+type Call = (String, u64, u64);
+
+/// The client's calls and the trace's block events as sorted multisets.
+fn same_calls(calls: &[Call], trace: &Trace) -> (Vec<Call>, Vec<Call>) {
+    let mut sizes = std::collections::HashMap::new();
+    let mut expected: Vec<Call> = Vec::new();
+    for (what, address, size) in calls {
+        match what.as_str() {
+            "alloc" => {
+                sizes.insert(*address, *size);
+                expected.push(("alloc".to_owned(), *address, *size));
+            }
+            "free" => expected.push(("free".to_owned(), *address, sizes.get(address).copied().unwrap_or(0))),
+            _ => {}
+        }
+    }
+    let mut got: Vec<Call> = trace
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Alloc => Some(("alloc".to_owned(), e.address, e.size_bytes)),
+            EventKind::FreeCompleted => Some(("free".to_owned(), e.address, e.size_bytes)),
+            _ => None,
+        })
+        .collect();
+    expected.sort();
+    got.sort();
+    (expected, got)
+}
+
+#[test]
+fn threads_forks_exit_and_sigkill_lose_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (mode, exit_code, processes) in [("threads", 0, 1), ("fork", 0, 2), ("exit", 0, 1), ("kill", 137, 1)] {
+        let out = dir.path().join(format!("{mode}.vtrace"));
+        let (output, trace) = record(mode, &out);
+        assert_eq!(output.status.code(), Some(exit_code), "{mode}: {}", String::from_utf8_lossy(&output.stderr));
+        let calls = client_calls(&String::from_utf8_lossy(&output.stdout));
+        let (expected, got) = same_calls(&calls, &trace);
+        assert!(!expected.is_empty(), "{mode}: the client made calls");
+        assert_eq!(got, expected, "{mode}");
+        assert_eq!(trace.metadata.processes.len(), processes, "{mode}");
+        if mode == "threads" {
+            assert_eq!(calls.len(), 8 * 2 * 200, "8 threads, 200 allocs and 200 frees each");
+        }
+    }
+}

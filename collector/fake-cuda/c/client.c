@@ -1,9 +1,14 @@
 /* A test client of the fake driver: allocates and frees, reaching the driver the way argv[1]
- * says ("direct": linked symbols; "proc": cuGetProcAddress; "proc_v2": cuGetProcAddress_v2),
- * and prints each result as "alloc ADDR SIZE" / "free ADDR" / "oom SIZE" so tests can compare
- * the recorded trace with what happened. */
+ * says ("direct": linked symbols; "proc": cuGetProcAddress; "proc_v2": cuGetProcAddress_v2), or
+ * exercising the hook's hard cases ("threads", "fork", "exit", "kill"), and prints each call as
+ * "alloc ADDR SIZE" / "free ADDR" / "oom SIZE" so tests can compare the recorded trace with what
+ * happened. */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -17,8 +22,86 @@ CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, int *);
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);
 
+static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void say_alloc(CUdeviceptr p, size_t size) {
+    pthread_mutex_lock(&print_lock);
+    printf("alloc %llu %zu\n", p, size);
+    fflush(stdout);
+    pthread_mutex_unlock(&print_lock);
+}
+
+static void say_free(CUdeviceptr p) {
+    pthread_mutex_lock(&print_lock);
+    printf("free %llu\n", p);
+    fflush(stdout);
+    pthread_mutex_unlock(&print_lock);
+}
+
+/* Each thread allocates and frees 200 blocks, keeping a few alive at a time. */
+static void *worker(void *arg) {
+    size_t base = (size_t)arg;
+    CUdeviceptr live[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 200; i++) {
+        size_t size = 512 * (base + (size_t)i % 7 + 1);
+        int slot = i % 4;
+        if (live[slot]) {
+            cuMemFree_v2(live[slot]);
+            say_free(live[slot]);
+        }
+        if (cuMemAlloc_v2(&live[slot], size) != 0) return (void *)1;
+        say_alloc(live[slot], size);
+    }
+    for (int slot = 0; slot < 4; slot++) {
+        cuMemFree_v2(live[slot]);
+        say_free(live[slot]);
+    }
+    return NULL;
+}
+
+static int hard_case(const char *how) {
+    CUdeviceptr p;
+    if (strcmp(how, "threads") == 0) {
+        pthread_t threads[8];
+        for (size_t t = 0; t < 8; t++) pthread_create(&threads[t], NULL, worker, (void *)t);
+        for (int t = 0; t < 8; t++) pthread_join(threads[t], NULL);
+        return 0;
+    }
+    if (strcmp(how, "fork") == 0) {
+        if (cuMemAlloc_v2(&p, 8192) != 0) return 3;
+        say_alloc(p, 8192);
+        pid_t child = fork();
+        if (child == 0) {
+            CUdeviceptr q;
+            if (cuMemAlloc_v2(&q, 65536) != 0) _exit(3);
+            say_alloc(q, 65536);
+            cuMemFree_v2(q);
+            say_free(q);
+            _exit(0);
+        }
+        int status = 0;
+        waitpid(child, &status, 0);
+        cuMemFree_v2(p);
+        say_free(p);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 5;
+    }
+    if (strcmp(how, "exit") == 0 || strcmp(how, "kill") == 0) {
+        for (int i = 0; i < 3; i++) {
+            if (cuMemAlloc_v2(&p, 4096 << i) != 0) return 3;
+            say_alloc(p, (size_t)4096 << i);
+        }
+        /* Gone without freeing, without atexit handlers or a chance to flush anything. */
+        if (strcmp(how, "kill") == 0) raise(SIGKILL);
+        _exit(0);
+    }
+    return 2;
+}
+
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "direct";
+    if (strcmp(how, "threads") == 0 || strcmp(how, "fork") == 0 || strcmp(how, "exit") == 0 ||
+        strcmp(how, "kill") == 0)
+        return hard_case(how);
     alloc_fn do_alloc = cuMemAlloc_v2;
     free_fn do_free = cuMemFree_v2;
     if (strcmp(how, "proc") == 0) {
