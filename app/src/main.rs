@@ -156,7 +156,8 @@ enum Command {
     ///
     /// The hook library is loaded with LD_PRELOAD; stdin, stdout and stderr pass through and
     /// vramscope exits with the workload's exit status. So far the hook sees cuMemAlloc_v2 and
-    /// cuMemFree_v2, linked directly or resolved through cuGetProcAddress(_v2).
+    /// cuMemFree_v2, linked directly, looked up with dlopen + dlsym, or resolved through
+    /// cuGetProcAddress(_v2).
     Record {
         /// Where to write the trace (default: PROGRAM-PID.vtrace here).
         #[arg(short, long, value_name = "OUT.vtrace")]

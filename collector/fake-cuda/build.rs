@@ -32,7 +32,7 @@ fn main() {
 
     let mut cmd = compiler();
     cmd.arg("-o").arg(bin_dir.join("client")).arg(src.join("client.c")).arg("-L").arg(&lib_dir).arg("-l:libcuda.so.1");
-    cmd.arg(format!("-Wl,-rpath,{}", lib_dir.display())).arg("-pthread");
+    cmd.arg(format!("-Wl,-rpath,{}", lib_dir.display())).arg("-pthread").arg("-ldl");
     run(cmd, "client.c");
 
     println!("cargo:rustc-env=VRAMSCOPE_FAKE_CUDA_LIB_DIR={}", lib_dir.display());

@@ -1,5 +1,6 @@
 //! `vramscope record` on the fake CUDA driver: the client program reaches the driver by direct
-//! linking, through `cuGetProcAddress` and through `cuGetProcAddress_v2`; the trace holds exactly
+//! linking, through `cuGetProcAddress(_v2)`, through `dlopen` + `dlsym(handle, ...)` and through
+//! the resolver found that way; the trace holds exactly
 //! the calls the client reports making (addresses, sizes, order), the OOM with its size, and the
 //! workload's exit status passes through.
 
@@ -49,7 +50,7 @@ fn record(mode: &str, out: &Path) -> (std::process::Output, Trace) {
 #[test]
 fn every_way_of_reaching_the_driver_is_recorded_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");
-    for mode in ["direct", "proc", "proc_v2"] {
+    for mode in ["direct", "proc", "proc_v2", "dlsym", "dlsym_proc"] {
         let out = dir.path().join(format!("{mode}.vtrace"));
         let (output, trace) = record(mode, &out);
         assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));

@@ -1,8 +1,10 @@
 /* A test client of the fake driver: allocates and frees, reaching the driver the way argv[1]
- * says ("direct": linked symbols; "proc": cuGetProcAddress; "proc_v2": cuGetProcAddress_v2), or
+ * says ("direct": linked symbols; "proc": cuGetProcAddress; "proc_v2": cuGetProcAddress_v2;
+ * "dlsym": dlopen + dlsym(handle); "dlsym_proc": the resolver found with dlsym(handle)), or
  * exercising the hook's hard cases ("threads", "fork", "exit", "kill"), and prints each call as
  * "alloc ADDR SIZE" / "free ADDR" / "oom SIZE" so tests can compare the recorded trace with what
  * happened. */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -107,6 +109,21 @@ int main(int argc, char **argv) {
     if (strcmp(how, "proc") == 0) {
         cuGetProcAddress("cuMemAlloc", (void **)&do_alloc, 12000, 0);
         cuGetProcAddress("cuMemFree", (void **)&do_free, 12000, 0);
+    } else if (strcmp(how, "dlsym") == 0 || strcmp(how, "dlsym_proc") == 0) {
+        /* As programs that load the driver at run time do: by name, then by handle. */
+        void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (!driver) return 6;
+        if (strcmp(how, "dlsym") == 0) {
+            do_alloc = (alloc_fn)dlsym(driver, "cuMemAlloc_v2");
+            do_free = (free_fn)dlsym(driver, "cuMemFree_v2");
+        } else {
+            typedef CUresult (*proc_fn)(const char *, void **, int, cuuint64_t);
+            proc_fn resolve = (proc_fn)dlsym(driver, "cuGetProcAddress");
+            if (!resolve) return 7;
+            resolve("cuMemAlloc", (void **)&do_alloc, 12000, 0);
+            resolve("cuMemFree", (void **)&do_free, 12000, 0);
+        }
+        if (!do_alloc || !do_free) return 8;
     } else if (strcmp(how, "proc_v2") == 0) {
         int status = 0;
         cuGetProcAddress_v2("cuMemAlloc", (void **)&do_alloc, 12000, 0, &status);

@@ -2,8 +2,9 @@
 //! driver calls and appends one record per call to `events.<pid>.bin` in the directory named by
 //! `VRAMSCOPE_RECORD_DIR` (see `vramscope_collector::wire`).
 //!
-//! So far it covers `cuMemAlloc_v2` and `cuMemFree_v2` reached by direct linking and through
-//! `cuGetProcAddress` / `cuGetProcAddress_v2` (how libcudart and PyTorch get them). Rules it keeps:
+//! So far it covers `cuMemAlloc_v2` and `cuMemFree_v2` reached by direct linking, through
+//! `dlopen` + `dlsym(handle, ...)`, and through `cuGetProcAddress` / `cuGetProcAddress_v2` (how
+//! libcudart and PyTorch get them). Rules it keeps:
 //! nothing happens until the first intercepted call (no constructor); a process whose
 //! environment has no recording directory records nothing; a thread never re-enters the hook;
 //! no panic crosses into the caller; a forked child writes its own file; each record is one
@@ -36,10 +37,33 @@ thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
 }
 
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// The C library's `dlsym`. This library exports its own `dlsym`, which a plain call from here
+/// would reach again, so the real one is found by version.
+fn real_dlsym() -> Option<DlsymFn> {
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let address = *REAL.get_or_init(|| {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+            // SAFETY: NUL-terminated names; dlvsym has no other precondition.
+            let found = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !found.is_null() {
+                return found as usize;
+            }
+        }
+        0
+    });
+    // SAFETY: the C library's `dlsym`, whose signature `DlsymFn` spells out.
+    (address != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(address) })
+}
+
 /// The next definition of `name` after this library (the real driver's).
 fn next_symbol(name: &CStr) -> *mut c_void {
-    // SAFETY: `name` is NUL-terminated; RTLD_NEXT lookups have no other precondition.
-    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) }
+    match real_dlsym() {
+        // SAFETY: `name` is NUL-terminated; RTLD_NEXT lookups have no other precondition.
+        Some(dlsym) => unsafe { dlsym(libc::RTLD_NEXT, name.as_ptr()) },
+        None => std::ptr::null_mut(),
+    }
 }
 
 macro_rules! real {
@@ -216,6 +240,43 @@ fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
     }
     // SAFETY: `pfn` is the caller's out-pointer, just written by the resolver.
     unsafe { *pfn = wrapper };
+}
+
+/// `dlsym`: a program that opens the driver with `dlopen` and looks its functions up by handle
+/// gets the recording wrappers for the functions the hook covers (and for the resolvers).
+///
+/// `RTLD_NEXT` lookups are answered relative to this library rather than to their caller (the
+/// C library finds "next" from the return address); for the program itself that differs only
+/// in whether its own definitions come first.
+///
+/// # Safety
+/// As the C library's.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    let Some(real) = real_dlsym() else { return std::ptr::null_mut() };
+    // SAFETY: arguments passed through unchanged.
+    let found = unsafe { real(handle, symbol) };
+    if found.is_null() || symbol.is_null() || IN_HOOK.with(Cell::get) {
+        return found;
+    }
+    std::panic::catch_unwind(|| wrap_looked_up(symbol, found)).unwrap_or(found)
+}
+
+/// What `dlsym` hands out for `symbol` found at `found`.
+fn wrap_looked_up(symbol: *const c_char, found: *mut c_void) -> *mut c_void {
+    // SAFETY: the C library just looked this NUL-terminated name up.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+    let (slot, wrapper): (&AtomicPtr<c_void>, *mut c_void) = match name {
+        b"cuMemAlloc_v2" => (&RESOLVED_ALLOC, resolved_alloc as AllocFn as *mut c_void),
+        b"cuMemFree_v2" => (&RESOLVED_FREE, resolved_free as FreeFn as *mut c_void),
+        b"cuGetProcAddress" => return cuGetProcAddress as GetProcAddressFn as *mut c_void,
+        b"cuGetProcAddress_v2" => return cuGetProcAddress_v2 as GetProcAddressV2Fn as *mut c_void,
+        _ => return found,
+    };
+    if found != wrapper {
+        slot.store(found, Ordering::Release);
+    }
+    wrapper
 }
 
 /// `cuGetProcAddress` (CUDA 11.3+): the resolver libcudart uses.
