@@ -1,9 +1,11 @@
 //! Recording GPU memory events: the format the driver-level hook library writes ([`wire`]) and
-//! the merging of what it wrote into one trace ([`merge`]). The hook itself is the
+//! the merging of what it wrote into one trace ([`merge`]), and how the recorder treats signals
+//! while its workload runs ([`signals`]). The hook itself is the
 //! `vramscope-hook` crate (`collector/hook`), a cdylib loaded with `LD_PRELOAD`; the test-only
 //! fake CUDA driver is `collector/fake-cuda`.
 
 pub mod merge;
+pub mod signals;
 pub mod wire;
 
 /// The version of the trace format the collector writes.

@@ -158,3 +158,29 @@ fn threads_forks_exit_and_sigkill_lose_nothing() {
         }
     }
 }
+
+#[test]
+fn the_recorder_outlives_ctrl_c_and_passes_sigterm_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Ctrl+C reaches the whole process group; the recorder ignores it and still writes the trace.
+    let out = dir.path().join("int.vtrace");
+    let output = Command::new(vramscope_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "kill -INT $PPID; sleep 0.2; echo alive"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "alive");
+    assert!(out.exists());
+    // SIGTERM to the recorder goes to the workload, whose own handling decides the exit status.
+    let out = dir.path().join("term.vtrace");
+    let output = Command::new(vramscope_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "trap 'exit 42' TERM; kill -TERM $PPID; sleep 5 & wait"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(42), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(out.exists());
+}

@@ -65,12 +65,16 @@ pub fn run(output: Option<&Path>, force: bool, command: &[OsString]) -> Result<i
         preload.push(":");
         preload.push(existing);
     }
-    let status = Command::new(program)
+    let mut child = Command::new(program)
         .args(args)
         .env("LD_PRELOAD", preload)
         .env("VRAMSCOPE_RECORD_DIR", dir.path())
-        .status()
+        .spawn()
         .with_context(|| format!("cannot run {}", Path::new(program).display()))?;
+    let status = {
+        let _signals = vramscope_collector::signals::forward_to(child.id());
+        child.wait().context("cannot wait for the workload")?
+    };
     let recorded = merge::read_dir(dir.path()).context("cannot read what the hook recorded")?;
     for file in &recorded.cut_short {
         eprintln!("vramscope: {} ends in a partial record (the process was killed while writing)", file.display());
