@@ -14,6 +14,10 @@ static CHILD: AtomicI32 = AtomicI32::new(0);
 const FORWARDED: [c_int; 4] = [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
 const IGNORED: [c_int; 2] = [libc::SIGINT, libc::SIGQUIT];
 
+/// Catches a signal and does nothing: unlike SIG_IGN, a caught signal is reset to its default
+/// in a program started by `exec`, so the workload still reacts to Ctrl+C.
+extern "C" fn ignore(_signal: c_int) {}
+
 extern "C" fn forward(signal: c_int) {
     let pid = CHILD.load(Ordering::Relaxed);
     if pid > 0 {
@@ -27,20 +31,27 @@ pub struct Forwarding {
     previous: Vec<(c_int, libc::sighandler_t)>,
 }
 
-/// Starts forwarding signals to `pid` (call right after spawning it, so that it does not
-/// inherit the ignored ones).
-pub fn forward_to(pid: u32) -> Forwarding {
-    CHILD.store(i32::try_from(pid).unwrap_or(0), Ordering::Relaxed);
-    let handler = forward as extern "C" fn(c_int) as libc::sighandler_t;
+/// Installs the handlers; call before starting the workload (a Ctrl+C that reaches both at
+/// once must not end the recorder), then tell it the workload's pid with [`Forwarding::child`].
+pub fn install() -> Forwarding {
+    let forward = forward as extern "C" fn(c_int) as libc::sighandler_t;
+    let ignore = ignore as extern "C" fn(c_int) as libc::sighandler_t;
     let mut previous = Vec::new();
-    for (signal, action) in FORWARDED.iter().map(|&s| (s, handler)).chain(IGNORED.iter().map(|&s| (s, libc::SIG_IGN))) {
-        // SAFETY: `action` is SIG_IGN or a handler that only calls kill.
+    for (signal, action) in FORWARDED.iter().map(|&s| (s, forward)).chain(IGNORED.iter().map(|&s| (s, ignore))) {
+        // SAFETY: both handlers are async-signal-safe (one does nothing, one calls kill).
         let old = unsafe { libc::signal(signal, action) };
         if old != libc::SIG_ERR {
             previous.push((signal, old));
         }
     }
     Forwarding { previous }
+}
+
+impl Forwarding {
+    /// Where forwarded signals go from now on.
+    pub fn child(&self, pid: u32) {
+        CHILD.store(i32::try_from(pid).unwrap_or(0), Ordering::Relaxed);
+    }
 }
 
 impl Drop for Forwarding {

@@ -183,4 +183,14 @@ fn the_recorder_outlives_ctrl_c_and_passes_sigterm_on() {
         .expect("runs");
     assert_eq!(output.status.code(), Some(42), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(out.exists());
+    // The workload itself still dies of Ctrl+C: it does not inherit the recorder's handling.
+    let out = dir.path().join("own.vtrace");
+    let output = Command::new(vramscope_bin())
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "kill -INT $$; echo survived"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(128 + 2));
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("survived"));
 }

@@ -65,16 +65,16 @@ pub fn run(output: Option<&Path>, force: bool, command: &[OsString]) -> Result<i
         preload.push(":");
         preload.push(existing);
     }
+    let signals = vramscope_collector::signals::install();
     let mut child = Command::new(program)
         .args(args)
         .env("LD_PRELOAD", preload)
         .env("VRAMSCOPE_RECORD_DIR", dir.path())
         .spawn()
         .with_context(|| format!("cannot run {}", Path::new(program).display()))?;
-    let status = {
-        let _signals = vramscope_collector::signals::forward_to(child.id());
-        child.wait().context("cannot wait for the workload")?
-    };
+    signals.child(child.id());
+    let status = child.wait().context("cannot wait for the workload")?;
+    drop(signals);
     let recorded = merge::read_dir(dir.path()).context("cannot read what the hook recorded")?;
     for file in &recorded.cut_short {
         eprintln!("vramscope: {} ends in a partial record (the process was killed while writing)", file.display());
