@@ -26,9 +26,10 @@ fn ns_per_call(preload: Option<&PathBuf>, record_dir: Option<&std::path::Path>) 
 }
 
 fn main() {
-    // target/<profile>/deps/overhead-* -> target/<profile>/libvramscope_hook.so
+    // cargo bench builds the hook beside this binary (target/<profile>/deps); only `cargo build`
+    // copies it up to target/<profile>, which may be older.
     let exe = std::env::current_exe().unwrap_or_default();
-    let hook = exe.parent().and_then(|d| d.parent()).map(|d| d.join("libvramscope_hook.so")).unwrap_or_default();
+    let hook = exe.parent().map(|d| d.join("libvramscope_hook.so")).unwrap_or_default();
     assert!(hook.exists(), "{} is missing: build the hook crate in this profile first", hook.display());
     let dir = std::env::temp_dir().join(format!("vramscope-overhead-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);

@@ -7,8 +7,9 @@
 //! libcudart and PyTorch get them). Rules it keeps:
 //! nothing happens until the first intercepted call (no constructor); a process whose
 //! environment has no recording directory records nothing; a thread never re-enters the hook;
-//! no panic crosses into the caller; a forked child writes its own file; each record is one
-//! `write(2)`, so a kill loses nothing that returned.
+//! no panic crosses into the caller; a forked child writes its own file; records are buffered
+//! and written every 20 ms, at 64 KiB, at `exit` and at `_exit` (see [`buffer`]), so a SIGKILL
+//! loses at most the last 20 ms.
 #![allow(unsafe_code)]
 // The exported functions carry the CUDA driver's own names.
 #![allow(non_snake_case)]
@@ -16,9 +17,11 @@
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use vramscope_collector::wire::{Api, Record};
+
+mod buffer;
 
 type CuResult = c_int;
 type CuDevicePtr = u64;
@@ -76,39 +79,20 @@ macro_rules! real {
     }};
 }
 
-/// The recording file of this process: `pid << 32 | fd`, or 0 before it is opened. After a
-/// fork the pid no longer matches and the child opens its own.
-static FILE: AtomicU64 = AtomicU64::new(0);
-
 fn recording_dir() -> Option<&'static std::path::Path> {
     static DIR: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| std::env::var_os("VRAMSCOPE_RECORD_DIR").map(std::path::PathBuf::from)).as_deref()
 }
 
-fn file_for(pid: u32) -> Option<c_int> {
-    let current = FILE.load(Ordering::Acquire);
-    if current != 0 && (current >> 32) as u32 == pid {
-        return Some(current as u32 as c_int);
-    }
+/// Opens this process's recording file.
+fn open_file(pid: u32) -> Option<c_int> {
     let dir = recording_dir()?;
     let path =
         std::ffi::CString::new(dir.join(format!("events.{pid}.bin")).into_os_string().into_encoded_bytes()).ok()?;
     // SAFETY: a NUL-terminated path; the flags and mode are plain integers.
     let fd =
         unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC, 0o644) };
-    if fd < 0 {
-        return None;
-    }
-    let packed = (u64::from(pid) << 32) | u64::from(fd as u32);
-    match FILE.compare_exchange(current, packed, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(fd),
-        Err(winner) => {
-            // Another thread opened it first: use theirs.
-            // SAFETY: `fd` was opened above and is not shared.
-            unsafe { libc::close(fd) };
-            ((winner >> 32) as u32 == pid).then_some(winner as u32 as c_int)
-        }
-    }
+    (fd >= 0).then_some(fd)
 }
 
 fn now_ns() -> u64 {
@@ -124,13 +108,9 @@ fn emit(api: Api, result: CuResult, address: u64, size_bytes: u64) {
         if recording_dir().is_none() {
             return;
         }
-        // SAFETY: getpid and gettid have no preconditions.
-        let (pid, tid) = unsafe { (libc::getpid() as u32, libc::gettid() as u32) };
-        let Some(fd) = file_for(pid) else { return };
+        let (pid, tid) = buffer::ids();
         let record = Record { api, time_ns: now_ns(), pid, tid, device: 0, result, address, size_bytes, stream: 0 };
-        let bytes = record.encode();
-        // SAFETY: `bytes` is valid for its length; one write keeps each record whole.
-        unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        buffer::push(&record.encode(), pid, || open_file(pid));
     });
 }
 
@@ -277,6 +257,25 @@ fn wrap_looked_up(symbol: *const c_char, found: *mut c_void) -> *mut c_void {
         slot.store(found, Ordering::Release);
     }
     wrapper
+}
+
+/// `_exit` (Python's `os._exit`): what the buffer holds is written first, since no `atexit`
+/// handler runs.
+///
+/// # Safety
+/// As the C library's.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    let _ = std::panic::catch_unwind(buffer::flush);
+    type ExitFn = unsafe extern "C" fn(c_int) -> !;
+    let real = next_symbol(c"_exit");
+    if !real.is_null() {
+        // SAFETY: the C library's `_exit`.
+        unsafe { std::mem::transmute::<*mut c_void, ExitFn>(real)(status) }
+    }
+    // SAFETY: exit_group ends the process; it has no preconditions.
+    unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    std::process::abort()
 }
 
 /// `cuGetProcAddress` (CUDA 11.3+): the resolver libcudart uses.
