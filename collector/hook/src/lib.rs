@@ -8,7 +8,7 @@
 //! nothing happens until the first intercepted call (no constructor); a process whose
 //! environment has no recording directory records nothing; a thread never re-enters the hook;
 //! no panic crosses into the caller; a forked child writes its own file; records are buffered
-//! and written every 20 ms, at 64 KiB, at `exit` and at `_exit` (see [`buffer`]), so a SIGKILL
+//! and written every 20 ms, at 64 KiB, at `exit` and at `_exit` (see `buffer.rs`), so a SIGKILL
 //! loses at most the last 20 ms.
 #![allow(unsafe_code)]
 // The exported functions carry the CUDA driver's own names.
