@@ -155,9 +155,9 @@ enum Command {
     /// Run a workload with its CUDA driver calls recorded, and write them as one trace.
     ///
     /// The hook library is loaded with LD_PRELOAD; stdin, stdout and stderr pass through and
-    /// vramscope exits with the workload's exit status. So far the hook sees cuMemAlloc_v2 and
-    /// cuMemFree_v2, linked directly, looked up with dlopen + dlsym, or resolved through
-    /// cuGetProcAddress(_v2).
+    /// vramscope exits with the workload's exit status. So far the hook sees the plain, pitched,
+    /// managed, stream-ordered and pinned-host allocation functions and their frees, linked
+    /// directly, looked up with dlopen + dlsym, or resolved through cuGetProcAddress(_v2).
     Record {
         /// Where to write the trace (default: PROGRAM-PID.vtrace here).
         #[arg(short, long, value_name = "OUT.vtrace")]

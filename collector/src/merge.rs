@@ -1,8 +1,10 @@
 //! Turning what the hook wrote into one trace.
 //!
-//! Driver-level memory is reserved memory: each successful `cuMemAlloc` becomes a segment. No
-//! framework allocator's records sit on top of it yet, so each is also one allocated block of
-//! the same size. A failed allocation becomes an OOM event with the size asked for.
+//! Driver-level memory is reserved memory: each successful allocation (`cuMemAlloc`, pitched,
+//! managed, stream-ordered, pinned host memory on device -1) becomes a segment. No framework
+//! allocator's records sit on top of it yet, so each is also one allocated block of the same
+//! size. A failed allocation becomes an OOM event with the size asked for. A stream-ordered free
+//! is taken as freeing at once (the pool's cached memory is not modelled yet).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -56,7 +58,7 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
     for r in records {
         let next = ProcessId(processes.len() as u32);
         let process = *processes.entry(r.pid).or_insert(next);
-        let device = i16::try_from(r.device.max(0)).unwrap_or(0);
+        let device = i16::try_from(r.device.max(-1)).unwrap_or(0);
         let time_ns = i64::try_from(r.time_ns).unwrap_or(i64::MAX);
         let event = |kind: EventKind| {
             let mut e = Event::new(kind, time_ns, device, r.address, r.size_bytes);
@@ -65,11 +67,11 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
             e
         };
         match (r.api, r.result) {
-            (Api::MemAlloc, 0) => {
+            (api, 0) if api.allocates() => {
                 trace.events.push(event(EventKind::SegmentAlloc));
                 trace.events.push(event(EventKind::Alloc));
             }
-            (Api::MemAlloc, CUDA_ERROR_OUT_OF_MEMORY) => trace.ooms.push(Oom {
+            (api, CUDA_ERROR_OUT_OF_MEMORY) if api.allocates() => trace.ooms.push(Oom {
                 time_ns,
                 device,
                 process,
@@ -78,7 +80,7 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
                 device_free_bytes: None,
                 stack: Default::default(),
             }),
-            (Api::MemFree, 0) => {
+            (Api::MemFree | Api::MemFreeAsync | Api::MemFreeHost, 0) => {
                 trace.events.push(event(EventKind::FreeCompleted));
                 trace.events.push(event(EventKind::SegmentFree));
             }
@@ -109,8 +111,9 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
         .keys()
         .map(|&pid| ProcessInfo { pid: Some(pid), rank: None, command_line: command_line.to_vec() })
         .collect();
-    if !trace.events.is_empty() {
-        trace.metadata.devices.push(DeviceInfo { device: 0, ..DeviceInfo::default() });
-    }
+    let mut devices: Vec<i16> = trace.events.iter().map(|e| e.device).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    trace.metadata.devices = devices.into_iter().map(|device| DeviceInfo { device, ..DeviceInfo::default() }).collect();
     trace
 }

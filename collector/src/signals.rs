@@ -10,6 +10,8 @@ use libc::c_int;
 
 /// The workload's pid while it runs (0: none).
 static CHILD: AtomicI32 = AtomicI32::new(0);
+/// A signal that came before the workload's pid was known (0: none), delivered once it is.
+static PENDING: AtomicI32 = AtomicI32::new(0);
 
 const FORWARDED: [c_int; 4] = [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
 const IGNORED: [c_int; 2] = [libc::SIGINT, libc::SIGQUIT];
@@ -19,10 +21,12 @@ const IGNORED: [c_int; 2] = [libc::SIGINT, libc::SIGQUIT];
 extern "C" fn ignore(_signal: c_int) {}
 
 extern "C" fn forward(signal: c_int) {
-    let pid = CHILD.load(Ordering::Relaxed);
+    let pid = CHILD.load(Ordering::SeqCst);
     if pid > 0 {
         // SAFETY: kill is async-signal-safe and takes plain integers.
         unsafe { libc::kill(pid, signal) };
+    } else {
+        PENDING.store(signal, Ordering::SeqCst);
     }
 }
 
@@ -50,7 +54,13 @@ pub fn install() -> Forwarding {
 impl Forwarding {
     /// Where forwarded signals go from now on.
     pub fn child(&self, pid: u32) {
-        CHILD.store(i32::try_from(pid).unwrap_or(0), Ordering::Relaxed);
+        let pid = i32::try_from(pid).unwrap_or(0);
+        CHILD.store(pid, Ordering::SeqCst);
+        let pending = PENDING.swap(0, Ordering::SeqCst);
+        if pending != 0 && pid > 0 {
+            // SAFETY: kill takes plain integers.
+            unsafe { libc::kill(pid, pending) };
+        }
     }
 }
 
@@ -60,6 +70,7 @@ impl Drop for Forwarding {
             // SAFETY: restores a disposition `signal` returned before.
             unsafe { libc::signal(signal, old) };
         }
-        CHILD.store(0, Ordering::Relaxed);
+        CHILD.store(0, Ordering::SeqCst);
+        PENDING.store(0, Ordering::SeqCst);
     }
 }

@@ -30,16 +30,44 @@ pub enum Api {
     MemAlloc = 1,
     /// `cuMemFree_v2`: address in.
     MemFree = 2,
+    /// `cuMemAllocAsync(_ptsz)` and `cuMemAllocFromPoolAsync(_ptsz)`: size and stream in,
+    /// address out.
+    MemAllocAsync = 3,
+    /// `cuMemFreeAsync(_ptsz)`: address and stream in.
+    MemFreeAsync = 4,
+    /// `cuMemAllocPitch_v2`: the size is pitch x height.
+    MemAllocPitch = 5,
+    /// `cuMemAllocManaged`.
+    MemAllocManaged = 6,
+    /// `cuMemHostAlloc` and `cuMemAllocHost_v2`: pinned host memory (device -1).
+    MemHostAlloc = 7,
+    /// `cuMemFreeHost`.
+    MemFreeHost = 8,
 }
 
 impl Api {
     /// The API stored as `value`, if it is one.
     pub fn from_u16(value: u16) -> Option<Self> {
-        match value {
-            1 => Some(Self::MemAlloc),
-            2 => Some(Self::MemFree),
-            _ => None,
-        }
+        [
+            Self::MemAlloc,
+            Self::MemFree,
+            Self::MemAllocAsync,
+            Self::MemFreeAsync,
+            Self::MemAllocPitch,
+            Self::MemAllocManaged,
+            Self::MemHostAlloc,
+            Self::MemFreeHost,
+        ]
+        .into_iter()
+        .find(|api| *api as u16 == value)
+    }
+
+    /// Whether the call hands out memory.
+    pub fn allocates(self) -> bool {
+        matches!(
+            self,
+            Self::MemAlloc | Self::MemAllocAsync | Self::MemAllocPitch | Self::MemAllocManaged | Self::MemHostAlloc
+        )
     }
 }
 

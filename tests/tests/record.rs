@@ -23,6 +23,8 @@ fn client_calls(stdout: &str) -> Vec<(String, u64, u64)> {
                 Some("alloc") => ("alloc".to_owned(), n(1), n(2)),
                 Some("free") => ("free".to_owned(), n(1), 0),
                 Some("oom") => ("oom".to_owned(), 0, n(1)),
+                Some("host_alloc") => ("host_alloc".to_owned(), n(1), n(2)),
+                Some("host_free") => ("host_free".to_owned(), n(1), 0),
                 _ => panic!("unexpected client output: {line}"),
             }
         })
@@ -178,7 +180,7 @@ fn the_recorder_outlives_ctrl_c_and_passes_sigterm_on() {
     let output = Command::new(vramscope_bin())
         .args(["record", "-o"])
         .arg(&out)
-        .args(["--", "sh", "-c", "trap 'exit 42' TERM; kill -TERM $PPID; sleep 5 & wait"])
+        .args(["--", "sh", "-c", "trap 'exit 42' TERM; kill -TERM $PPID; sleep 5 >/dev/null 2>&1 & wait"])
         .output()
         .expect("runs");
     assert_eq!(output.status.code(), Some(42), "{}", String::from_utf8_lossy(&output.stderr));
@@ -193,4 +195,38 @@ fn the_recorder_outlives_ctrl_c_and_passes_sigterm_on() {
         .expect("runs");
     assert_eq!(output.status.code(), Some(128 + 2));
     assert!(!String::from_utf8_lossy(&output.stdout).contains("survived"));
+}
+
+#[test]
+fn stream_ordered_pitched_managed_and_pinned_host_memory_are_recorded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for mode in ["others_proc", "others_dlsym"] {
+        let out = dir.path().join(format!("{mode}.vtrace"));
+        let (output, trace) = record(mode, &out);
+        assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));
+        let calls = client_calls(&String::from_utf8_lossy(&output.stdout));
+        let device: Vec<Call> = calls.iter().filter(|c| c.0 == "alloc" || c.0 == "free").cloned().collect();
+        let (expected, got) = same_calls(
+            &device,
+            &Trace { events: trace.events.iter().filter(|e| e.device == 0).copied().collect(), ..Trace::default() },
+        );
+        assert_eq!(got, expected, "{mode}: device memory");
+        assert_eq!(expected.len(), 8, "{mode}");
+        // Pinned host memory is on device -1.
+        let host: Vec<Call> = calls
+            .iter()
+            .filter(|c| c.0.starts_with("host_"))
+            .map(|c| (c.0.trim_start_matches("host_").to_owned(), c.1, c.2))
+            .collect();
+        let (expected, got) = same_calls(
+            &host,
+            &Trace { events: trace.events.iter().filter(|e| e.device == -1).copied().collect(), ..Trace::default() },
+        );
+        assert_eq!(got, expected, "{mode}: host memory");
+        assert_eq!(expected.len(), 4, "{mode}");
+        // Stream-ordered calls keep their stream.
+        let streams: Vec<u64> =
+            trace.events.iter().filter(|e| e.device == 0 && e.stream != 0).map(|e| e.stream).collect();
+        assert!(streams.iter().all(|&s| s == 0x51) && streams.len() >= 2 * 2, "{mode}: {streams:?}");
+    }
 }

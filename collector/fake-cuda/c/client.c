@@ -68,8 +68,64 @@ static long long now_ns(void) {
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, void *);
+typedef CUresult (*free_async_fn)(CUdeviceptr, void *);
+typedef CUresult (*alloc_pool_fn)(CUdeviceptr *, size_t, void *, void *);
+typedef CUresult (*alloc_pitch_fn)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+typedef CUresult (*alloc_managed_fn)(CUdeviceptr *, size_t, unsigned int);
+typedef CUresult (*host_alloc_fn)(void **, size_t, unsigned int);
+typedef CUresult (*alloc_host_fn)(void **, size_t);
+typedef CUresult (*free_host_fn)(void *);
+
+/* Every other memory function, resolved with cuGetProcAddress (flags 2: per-thread default
+ * stream, so the stream-ordered ones are the _ptsz variants) or linked directly. Host memory is
+ * printed as "host_alloc ADDR SIZE" / "host_free ADDR". */
+static int other_apis(int resolve, unsigned long long flags) {
+    void *f[8] = {0};
+    const char *names[8] = {"cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocFromPoolAsync", "cuMemAllocPitch",
+                            "cuMemAllocManaged", "cuMemHostAlloc", "cuMemAllocHost", "cuMemFreeHost"};
+    if (resolve) {
+        for (int i = 0; i < 8; i++)
+            if (cuGetProcAddress(names[i], &f[i], 12000, flags) != 0) return 9;
+    } else {
+        void *handle = dlopen(NULL, RTLD_NOW);
+        for (int i = 0; i < 8; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s%s", names[i], i == 3 || i == 6 ? "_v2" : "");
+            f[i] = dlsym(handle, name);
+            if (!f[i]) return 10;
+        }
+    }
+    CUdeviceptr a, b, c, d;
+    size_t pitch = 0;
+    if (((alloc_async_fn)f[0])(&a, 1 << 16, (void *)0x51) != 0) return 11;
+    say_alloc(a, 1 << 16);
+    if (((alloc_pool_fn)f[2])(&b, 1 << 17, (void *)0x77, (void *)0x51) != 0) return 12;
+    say_alloc(b, 1 << 17);
+    if (((alloc_pitch_fn)f[3])(&c, &pitch, 1000, 64, 4) != 0) return 13;
+    say_alloc(c, pitch * 64);
+    if (((alloc_managed_fn)f[4])(&d, 1 << 18, 1) != 0) return 14;
+    say_alloc(d, 1 << 18);
+    CUdeviceptr order[4] = {c, a, d, b};
+    for (int i = 0; i < 4; i++) {
+        if (((free_async_fn)f[1])(order[i], (void *)0x51) != 0) return 15;
+        say_free(order[i]);
+    }
+    void *h1 = NULL, *h2 = NULL;
+    if (((host_alloc_fn)f[5])(&h1, 8192, 0) != 0) return 16;
+    if (((alloc_host_fn)f[6])(&h2, 4096) != 0) return 17;
+    printf("host_alloc %llu 8192\nhost_alloc %llu 4096\n", (unsigned long long)h1, (unsigned long long)h2);
+    ((free_host_fn)f[7])(h2);
+    ((free_host_fn)f[7])(h1);
+    printf("host_free %llu\nhost_free %llu\n", (unsigned long long)h2, (unsigned long long)h1);
+    fflush(stdout);
+    return 0;
+}
+
 static int hard_case(const char *how) {
     CUdeviceptr p;
+    if (strcmp(how, "others_proc") == 0) return other_apis(1, 2);
+    if (strcmp(how, "others_dlsym") == 0) return other_apis(0, 0);
     if (strcmp(how, "bench") == 0) {
         /* The cost of a driver call as the program sees it: best of 5 runs of 100,000
          * alloc/free pairs, in ns per call. */
@@ -129,7 +185,7 @@ static int hard_case(const char *how) {
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "direct";
     if (strcmp(how, "threads") == 0 || strcmp(how, "fork") == 0 || strcmp(how, "exit") == 0 ||
-        strcmp(how, "kill") == 0 || strcmp(how, "bench") == 0)
+        strcmp(how, "kill") == 0 || strcmp(how, "bench") == 0 || strncmp(how, "others", 6) == 0)
         return hard_case(how);
     alloc_fn do_alloc = cuMemAlloc_v2;
     free_fn do_free = cuMemFree_v2;

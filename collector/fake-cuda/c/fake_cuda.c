@@ -61,6 +61,39 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
     free(base);
     return CUDA_SUCCESS;
 }
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem) {
+    (void)elem;
+    size_t p = (width + 511) / 512 * 512;
+    CUresult r = cuMemAlloc_v2(dptr, p * height);
+    if (r == CUDA_SUCCESS) *pitch = p;
+    return r;
+}
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    (void)flags;
+    return cuMemAlloc_v2(dptr, bytesize);
+}
+/* Stream-ordered allocation: done at once here (there is no stream to order against). */
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, void *stream) { (void)stream; return cuMemAlloc_v2(dptr, bytesize); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, void *stream) { (void)stream; return cuMemAlloc_v2(dptr, bytesize); }
+CUresult cuMemFreeAsync(CUdeviceptr dptr, void *stream) { (void)stream; return cuMemFree_v2(dptr); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, void *stream) { (void)stream; return cuMemFree_v2(dptr); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, void *pool, void *stream) {
+    (void)pool; (void)stream;
+    return cuMemAlloc_v2(dptr, bytesize);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, void *pool, void *stream) {
+    (void)pool; (void)stream;
+    return cuMemAlloc_v2(dptr, bytesize);
+}
+/* Pinned host memory: plain host memory here. */
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
+    (void)flags;
+    *pp = malloc(bytesize);
+    return *pp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
+CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
+
 /* The legacy (v1) entry points the resolver hands out for old versions: same behaviour here. */
 CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) { return cuMemAlloc_v2(dptr, bytesize); }
 CUresult cuMemFree(CUdeviceptr dptr) { return cuMemFree_v2(dptr); }
@@ -79,11 +112,35 @@ static const struct entry TABLE[] = {
     {"cuMemAlloc", 0, (void *)cuMemAlloc},
     {"cuMemFree", 3020, (void *)cuMemFree_v2},
     {"cuMemFree", 0, (void *)cuMemFree},
+    {"cuMemAllocPitch", 3020, (void *)cuMemAllocPitch_v2},
+    {"cuMemAllocManaged", 0, (void *)cuMemAllocManaged},
+    {"cuMemAllocAsync", 0, (void *)cuMemAllocAsync},
+    {"cuMemFreeAsync", 0, (void *)cuMemFreeAsync},
+    {"cuMemAllocFromPoolAsync", 0, (void *)cuMemAllocFromPoolAsync},
+    {"cuMemHostAlloc", 0, (void *)cuMemHostAlloc},
+    {"cuMemAllocHost", 3020, (void *)cuMemAllocHost_v2},
+    {"cuMemFreeHost", 0, (void *)cuMemFreeHost},
+};
+
+/* With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM the stream-ordered functions resolve to
+ * their _ptsz variants, as in the real driver. */
+static const struct entry PTSZ_TABLE[] = {
+    {"cuMemAllocAsync", 0, (void *)cuMemAllocAsync_ptsz},
+    {"cuMemFreeAsync", 0, (void *)cuMemFreeAsync_ptsz},
+    {"cuMemAllocFromPoolAsync", 0, (void *)cuMemAllocFromPoolAsync_ptsz},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status) {
-    (void)flags;
+    if (flags & 2) {
+        for (size_t i = 0; i < sizeof PTSZ_TABLE / sizeof PTSZ_TABLE[0]; i++) {
+            if (strcmp(PTSZ_TABLE[i].name, symbol) == 0) {
+                *pfn = PTSZ_TABLE[i].fn;
+                if (status) *status = 0;
+                return CUDA_SUCCESS;
+            }
+        }
+    }
     for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++) {
         if (strcmp(TABLE[i].name, symbol) == 0 && cudaVersion >= TABLE[i].min_version) {
             *pfn = TABLE[i].fn;

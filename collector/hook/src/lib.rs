@@ -17,23 +17,20 @@
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::Ordering;
 
 use vramscope_collector::wire::{Api, Record};
 
 mod buffer;
+mod memory;
 
-type CuResult = c_int;
-type CuDevicePtr = u64;
-type AllocFn = unsafe extern "C" fn(*mut CuDevicePtr, usize) -> CuResult;
-type FreeFn = unsafe extern "C" fn(CuDevicePtr) -> CuResult;
+pub(crate) type CuResult = c_int;
+pub(crate) type CuDevicePtr = u64;
 type GetProcAddressFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CuResult;
 type GetProcAddressV2Fn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
 
 /// `CUDA_ERROR_NOT_INITIALIZED`: what a call returns when the real driver cannot be found.
-const CUDA_ERROR_NOT_INITIALIZED: CuResult = 3;
-/// CUDA 3.2: from this version on the driver hands out the `_v2` memory functions.
-const V2_FROM_VERSION: c_int = 3020;
+pub(crate) const CUDA_ERROR_NOT_INITIALIZED: CuResult = 3;
 
 thread_local! {
     /// Set while this thread is inside the hook: calls the hook itself causes are not recorded.
@@ -61,7 +58,7 @@ fn real_dlsym() -> Option<DlsymFn> {
 }
 
 /// The next definition of `name` after this library (the real driver's).
-fn next_symbol(name: &CStr) -> *mut c_void {
+pub(crate) fn next_symbol(name: &CStr) -> *mut c_void {
     match real_dlsym() {
         // SAFETY: `name` is NUL-terminated; RTLD_NEXT lookups have no other precondition.
         Some(dlsym) => unsafe { dlsym(libc::RTLD_NEXT, name.as_ptr()) },
@@ -103,19 +100,19 @@ fn now_ns() -> u64 {
 }
 
 /// Appends a record for a call that returned `result`; never panics, never fails the caller.
-fn emit(api: Api, result: CuResult, address: u64, size_bytes: u64) {
+pub(crate) fn emit(api: Api, result: CuResult, device: i32, address: u64, size_bytes: u64, stream: u64) {
     let _ = std::panic::catch_unwind(|| {
         if recording_dir().is_none() {
             return;
         }
         let (pid, tid) = buffer::ids();
-        let record = Record { api, time_ns: now_ns(), pid, tid, device: 0, result, address, size_bytes, stream: 0 };
+        let record = Record { api, time_ns: now_ns(), pid, tid, device, result, address, size_bytes, stream };
         buffer::push(&record.encode(), pid, || open_file(pid));
     });
 }
 
 /// Runs `f` unless this thread is already inside the hook (then `inner` runs bare).
-fn guarded<R>(inner: impl FnOnce() -> R, f: impl FnOnce() -> R) -> R {
+pub(crate) fn guarded<R>(inner: impl FnOnce() -> R, f: impl FnOnce() -> R) -> R {
     if IN_HOOK.with(Cell::get) {
         return inner();
     }
@@ -125,79 +122,9 @@ fn guarded<R>(inner: impl FnOnce() -> R, f: impl FnOnce() -> R) -> R {
     result
 }
 
-fn record_alloc(real: AllocFn, dptr: *mut CuDevicePtr, bytesize: usize) -> CuResult {
-    // SAFETY: the caller's arguments are passed through unchanged to the real function.
-    let call = || unsafe { real(dptr, bytesize) };
-    guarded(call, || {
-        let result = call();
-        // SAFETY: on success the driver wrote the address to `dptr`, which the caller provided.
-        let address = if result == 0 && !dptr.is_null() { unsafe { *dptr } } else { 0 };
-        emit(Api::MemAlloc, result, address, bytesize as u64);
-        result
-    })
-}
-
-fn record_free(real: FreeFn, dptr: CuDevicePtr) -> CuResult {
-    // SAFETY: the caller's argument is passed through unchanged to the real function.
-    let call = || unsafe { real(dptr) };
-    guarded(call, || {
-        let result = call();
-        emit(Api::MemFree, result, dptr, 0);
-        result
-    })
-}
-
-/// `cuMemAlloc_v2`, reached by direct linking.
-///
-/// # Safety
-/// As the driver's: `dptr` must be valid to write a device pointer to.
-#[cfg_attr(not(test), unsafe(no_mangle))]
-pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, bytesize: usize) -> CuResult {
-    match real!(REAL_ALLOC, c"cuMemAlloc_v2", AllocFn) {
-        Some(real) => record_alloc(real, dptr, bytesize),
-        None => CUDA_ERROR_NOT_INITIALIZED,
-    }
-}
-
-/// `cuMemFree_v2`, reached by direct linking.
-///
-/// # Safety
-/// As the driver's.
-#[cfg_attr(not(test), unsafe(no_mangle))]
-pub unsafe extern "C" fn cuMemFree_v2(dptr: CuDevicePtr) -> CuResult {
-    match real!(REAL_FREE, c"cuMemFree_v2", FreeFn) {
-        Some(real) => record_free(real, dptr),
-        None => CUDA_ERROR_NOT_INITIALIZED,
-    }
-}
-
-/// What the resolver handed out for the `_v2` memory functions, called by the wrappers below.
-static RESOLVED_ALLOC: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-static RESOLVED_FREE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-
-unsafe extern "C" fn resolved_alloc(dptr: *mut CuDevicePtr, bytesize: usize) -> CuResult {
-    let address = RESOLVED_ALLOC.load(Ordering::Acquire);
-    if address.is_null() {
-        return CUDA_ERROR_NOT_INITIALIZED;
-    }
-    // SAFETY: only the driver's resolver's answer for the `_v2` allocation function is stored.
-    let real = unsafe { std::mem::transmute::<*mut c_void, AllocFn>(address) };
-    record_alloc(real, dptr, bytesize)
-}
-
-unsafe extern "C" fn resolved_free(dptr: CuDevicePtr) -> CuResult {
-    let address = RESOLVED_FREE.load(Ordering::Acquire);
-    if address.is_null() {
-        return CUDA_ERROR_NOT_INITIALIZED;
-    }
-    // SAFETY: only the driver's resolver's answer for the `_v2` free function is stored.
-    let real = unsafe { std::mem::transmute::<*mut c_void, FreeFn>(address) };
-    record_free(real, dptr)
-}
-
 /// After the real resolver answered, hands out a recording wrapper with the same ABI instead
-/// of the memory functions (the `_v2` ABI only: older versions resolve to the 32-bit `v1`).
-fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
+/// of a memory function, remembering what the resolver returned for the wrapper to call.
+fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
     if symbol.is_null() || pfn.is_null() {
         return;
     }
@@ -206,14 +133,7 @@ fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
     if found.is_null() {
         return;
     }
-    let v2 = |base: &[u8]| name == base && version >= V2_FROM_VERSION || name.strip_suffix(b"_v2") == Some(base);
-    let (slot, wrapper): (&AtomicPtr<c_void>, *mut c_void) = if v2(b"cuMemAlloc") {
-        (&RESOLVED_ALLOC, resolved_alloc as AllocFn as *mut c_void)
-    } else if v2(b"cuMemFree") {
-        (&RESOLVED_FREE, resolved_free as FreeFn as *mut c_void)
-    } else {
-        return;
-    };
+    let Some((slot, wrapper)) = memory::by_base_name(name, version, flags) else { return };
     // The wrapper itself may come back if the program resolves through us twice.
     if found != wrapper {
         slot.store(found, Ordering::Release);
@@ -246,12 +166,13 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 fn wrap_looked_up(symbol: *const c_char, found: *mut c_void) -> *mut c_void {
     // SAFETY: the C library just looked this NUL-terminated name up.
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    let (slot, wrapper): (&AtomicPtr<c_void>, *mut c_void) = match name {
-        b"cuMemAlloc_v2" => (&RESOLVED_ALLOC, resolved_alloc as AllocFn as *mut c_void),
-        b"cuMemFree_v2" => (&RESOLVED_FREE, resolved_free as FreeFn as *mut c_void),
+    let (slot, wrapper) = match name {
         b"cuGetProcAddress" => return cuGetProcAddress as GetProcAddressFn as *mut c_void,
         b"cuGetProcAddress_v2" => return cuGetProcAddress_v2 as GetProcAddressV2Fn as *mut c_void,
-        _ => return found,
+        _ => match memory::by_symbol(name) {
+            Some(wrapped) => wrapped,
+            None => return found,
+        },
     };
     if found != wrapper {
         slot.store(found, Ordering::Release);
@@ -295,7 +216,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
     // SAFETY: arguments passed through unchanged.
     let result = unsafe { real(symbol, pfn, cuda_version, flags) };
     if result == 0 {
-        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, cuda_version));
+        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, cuda_version, flags));
     }
     result
 }
@@ -318,7 +239,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     // SAFETY: arguments passed through unchanged.
     let result = unsafe { real(symbol, pfn, cuda_version, flags, status) };
     if result == 0 {
-        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, cuda_version));
+        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, cuda_version, flags));
     }
     result
 }

@@ -1,0 +1,181 @@
+//! The recording wrappers of the driver's memory functions, each twice: exported under the
+//! driver's name (for programs linked to it) and as a private function that calls what the
+//! resolver or `dlsym` handed out (stored in a slot), for programs that look functions up.
+
+use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use vramscope_collector::wire::Api;
+
+use crate::{CUDA_ERROR_NOT_INITIALIZED, CuDevicePtr, CuResult, emit, guarded};
+
+/// Device -1: host memory.
+const HOST: i32 = -1;
+
+/// Runs the real call and records it unless this thread is already inside the hook.
+fn recorded(call: impl Fn() -> CuResult, record: impl FnOnce(CuResult)) -> CuResult {
+    guarded(&call, || {
+        let result = call();
+        record(result);
+        result
+    })
+}
+
+/// Reads what the driver wrote through an out-pointer on success.
+fn out<T: Copy + Default>(result: CuResult, pointer: *const T) -> T {
+    if result == 0 && !pointer.is_null() {
+        // SAFETY: on success the driver wrote a `T` there; the caller provided the pointer.
+        unsafe { *pointer }
+    } else {
+        T::default()
+    }
+}
+
+macro_rules! wrapper {
+    ($name:ident, $resolved:ident, $slot:ident, ($($arg:ident : $ty:ty),*), |$result:ident| $record:expr) => {
+        /// What the resolver or `dlsym` handed out for this function.
+        pub(crate) static $slot: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+        /// The driver function of the same name, recorded.
+        ///
+        /// # Safety
+        /// As the driver's.
+        #[cfg_attr(not(test), unsafe(no_mangle))]
+        #[cfg_attr(test, allow(dead_code))]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> CuResult {
+            type F = unsafe extern "C" fn($($ty),*) -> CuResult;
+            static REAL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+            let address = *REAL.get_or_init(|| {
+                let name = concat!(stringify!($name), "\0");
+                CStr::from_bytes_with_nul(name.as_bytes()).map_or(0, |n| crate::next_symbol(n) as usize)
+            });
+            if address == 0 {
+                return CUDA_ERROR_NOT_INITIALIZED;
+            }
+            // SAFETY: the driver's export of this name has the signature `F` spells out.
+            let real = unsafe { std::mem::transmute::<usize, F>(address) };
+            // SAFETY: the caller's arguments are passed through unchanged.
+            recorded(|| unsafe { real($($arg),*) }, |$result| $record)
+        }
+
+        /// The same, calling what the resolver handed out.
+        #[cfg_attr(test, allow(dead_code))]
+        pub(crate) unsafe extern "C" fn $resolved($($arg: $ty),*) -> CuResult {
+            type F = unsafe extern "C" fn($($ty),*) -> CuResult;
+            let address = $slot.load(Ordering::Acquire);
+            if address.is_null() {
+                return CUDA_ERROR_NOT_INITIALIZED;
+            }
+            // SAFETY: only the resolver's answer for this function (same ABI) is stored here.
+            let real = unsafe { std::mem::transmute::<*mut c_void, F>(address) };
+            // SAFETY: the caller's arguments are passed through unchanged.
+            recorded(|| unsafe { real($($arg),*) }, |$result| $record)
+        }
+    };
+}
+
+wrapper!(cuMemAlloc_v2, resolved_alloc, ALLOC, (dptr: *mut CuDevicePtr, size: usize), |r| {
+    emit(Api::MemAlloc, r, 0, out(r, dptr), size as u64, 0)
+});
+wrapper!(cuMemFree_v2, resolved_free, FREE, (dptr: CuDevicePtr), |r| emit(Api::MemFree, r, 0, dptr, 0, 0));
+wrapper!(
+    cuMemAllocPitch_v2,
+    resolved_alloc_pitch,
+    ALLOC_PITCH,
+    (dptr: *mut CuDevicePtr, pitch: *mut usize, width: usize, height: usize, element: c_uint),
+    |r| emit(Api::MemAllocPitch, r, 0, out(r, dptr), (out(r, pitch) as u64).saturating_mul(height as u64), 0)
+);
+wrapper!(cuMemAllocManaged, resolved_alloc_managed, ALLOC_MANAGED, (dptr: *mut CuDevicePtr, size: usize, flags: c_uint), |r| {
+    emit(Api::MemAllocManaged, r, 0, out(r, dptr), size as u64, 0)
+});
+wrapper!(cuMemAllocAsync, resolved_alloc_async, ALLOC_ASYNC, (dptr: *mut CuDevicePtr, size: usize, stream: *mut c_void), |r| {
+    emit(Api::MemAllocAsync, r, 0, out(r, dptr), size as u64, stream as u64)
+});
+wrapper!(
+    cuMemAllocAsync_ptsz,
+    resolved_alloc_async_ptsz,
+    ALLOC_ASYNC_PTSZ,
+    (dptr: *mut CuDevicePtr, size: usize, stream: *mut c_void),
+    |r| emit(Api::MemAllocAsync, r, 0, out(r, dptr), size as u64, stream as u64)
+);
+wrapper!(cuMemFreeAsync, resolved_free_async, FREE_ASYNC, (dptr: CuDevicePtr, stream: *mut c_void), |r| {
+    emit(Api::MemFreeAsync, r, 0, dptr, 0, stream as u64)
+});
+wrapper!(cuMemFreeAsync_ptsz, resolved_free_async_ptsz, FREE_ASYNC_PTSZ, (dptr: CuDevicePtr, stream: *mut c_void), |r| {
+    emit(Api::MemFreeAsync, r, 0, dptr, 0, stream as u64)
+});
+wrapper!(
+    cuMemAllocFromPoolAsync,
+    resolved_alloc_pool,
+    ALLOC_POOL,
+    (dptr: *mut CuDevicePtr, size: usize, pool: *mut c_void, stream: *mut c_void),
+    |r| emit(Api::MemAllocAsync, r, 0, out(r, dptr), size as u64, stream as u64)
+);
+wrapper!(
+    cuMemAllocFromPoolAsync_ptsz,
+    resolved_alloc_pool_ptsz,
+    ALLOC_POOL_PTSZ,
+    (dptr: *mut CuDevicePtr, size: usize, pool: *mut c_void, stream: *mut c_void),
+    |r| emit(Api::MemAllocAsync, r, 0, out(r, dptr), size as u64, stream as u64)
+);
+wrapper!(cuMemHostAlloc, resolved_host_alloc, HOST_ALLOC, (pp: *mut *mut c_void, size: usize, flags: c_uint), |r| {
+    emit(Api::MemHostAlloc, r, HOST, out(r, pp.cast::<u64>()), size as u64, 0)
+});
+wrapper!(cuMemAllocHost_v2, resolved_alloc_host, ALLOC_HOST, (pp: *mut *mut c_void, size: usize), |r| {
+    emit(Api::MemHostAlloc, r, HOST, out(r, pp.cast::<u64>()), size as u64, 0)
+});
+wrapper!(cuMemFreeHost, resolved_free_host, FREE_HOST, (p: *mut c_void), |r| {
+    emit(Api::MemFreeHost, r, HOST, p as u64, 0, 0)
+});
+
+/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: the caller wants the `_ptsz` variants.
+const PER_THREAD_STREAM: u64 = 2;
+/// CUDA 3.2: from this version on the driver hands out the `_v2` functions.
+const V2_FROM_VERSION: c_int = 3020;
+
+type Wrapped = (&'static AtomicPtr<c_void>, *mut c_void);
+
+macro_rules! entry {
+    ($slot:ident, $resolved:ident) => {
+        Some((&$slot, $resolved as *mut c_void))
+    };
+}
+
+/// The wrapper for an exact driver symbol name (what `dlsym` is asked for).
+pub(crate) fn by_symbol(name: &[u8]) -> Option<Wrapped> {
+    match name {
+        b"cuMemAlloc_v2" => entry!(ALLOC, resolved_alloc),
+        b"cuMemFree_v2" => entry!(FREE, resolved_free),
+        b"cuMemAllocPitch_v2" => entry!(ALLOC_PITCH, resolved_alloc_pitch),
+        b"cuMemAllocManaged" => entry!(ALLOC_MANAGED, resolved_alloc_managed),
+        b"cuMemAllocAsync" => entry!(ALLOC_ASYNC, resolved_alloc_async),
+        b"cuMemAllocAsync_ptsz" => entry!(ALLOC_ASYNC_PTSZ, resolved_alloc_async_ptsz),
+        b"cuMemFreeAsync" => entry!(FREE_ASYNC, resolved_free_async),
+        b"cuMemFreeAsync_ptsz" => entry!(FREE_ASYNC_PTSZ, resolved_free_async_ptsz),
+        b"cuMemAllocFromPoolAsync" => entry!(ALLOC_POOL, resolved_alloc_pool),
+        b"cuMemAllocFromPoolAsync_ptsz" => entry!(ALLOC_POOL_PTSZ, resolved_alloc_pool_ptsz),
+        b"cuMemHostAlloc" => entry!(HOST_ALLOC, resolved_host_alloc),
+        b"cuMemAllocHost_v2" => entry!(ALLOC_HOST, resolved_alloc_host),
+        b"cuMemFreeHost" => entry!(FREE_HOST, resolved_free_host),
+        _ => None,
+    }
+}
+
+/// The wrapper for what `cuGetProcAddress` resolves a base name to, given the caller's CUDA
+/// version and flags: the `_v2` ABI from CUDA 3.2 (older versions get the 32-bit `v1`, not
+/// wrapped), and the `_ptsz` variant when the per-thread default stream is asked for.
+pub(crate) fn by_base_name(name: &[u8], version: c_int, flags: u64) -> Option<Wrapped> {
+    let v2 = version >= V2_FROM_VERSION;
+    let ptsz = flags & PER_THREAD_STREAM != 0;
+    match name {
+        b"cuMemAlloc" if v2 => by_symbol(b"cuMemAlloc_v2"),
+        b"cuMemFree" if v2 => by_symbol(b"cuMemFree_v2"),
+        b"cuMemAllocPitch" if v2 => by_symbol(b"cuMemAllocPitch_v2"),
+        b"cuMemAllocHost" if v2 => by_symbol(b"cuMemAllocHost_v2"),
+        b"cuMemAllocAsync" if ptsz => by_symbol(b"cuMemAllocAsync_ptsz"),
+        b"cuMemFreeAsync" if ptsz => by_symbol(b"cuMemFreeAsync_ptsz"),
+        b"cuMemAllocFromPoolAsync" if ptsz => by_symbol(b"cuMemAllocFromPoolAsync_ptsz"),
+        b"cuMemAlloc" | b"cuMemFree" | b"cuMemAllocPitch" | b"cuMemAllocHost" => None,
+        other => by_symbol(other),
+    }
+}
