@@ -4,7 +4,10 @@
 //! managed, stream-ordered, pinned host memory on device -1) becomes a segment. No framework
 //! allocator's records sit on top of it yet, so each is also one allocated block of the same
 //! size. A failed allocation becomes an OOM event with the size asked for. A stream-ordered free
-//! is taken as freeing at once (the pool's cached memory is not modelled yet).
+//! is taken as freeing at once (the pool's cached memory is not modelled yet). With the virtual
+//! memory API, what is mapped counts (`cuMemMap` / `cuMemUnmap`); creating a handle or reserving
+//! addresses alone does not. Destroying or resetting a context frees what the process held on
+//! devices.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -55,6 +58,8 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
     trace.metadata.clock = Clock::MonotonicNs;
     trace.metadata.tool_version = env!("CARGO_PKG_VERSION").to_owned();
     let mut processes: BTreeMap<u32, ProcessId> = BTreeMap::new();
+    // Live allocations by (process, address): size, mapped (virtual memory API), device.
+    let mut live: HashMap<(ProcessId, u64), (u64, bool, i16)> = HashMap::new();
     for r in records {
         let next = ProcessId(processes.len() as u32);
         let process = *processes.entry(r.pid).or_insert(next);
@@ -67,7 +72,38 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
             e
         };
         match (r.api, r.result) {
+            (Api::MemMap, 0) => {
+                trace.events.push(event(EventKind::SegmentMap));
+                trace.events.push(event(EventKind::Alloc));
+                live.insert((process, r.address), (r.size_bytes, true, device));
+            }
+            (Api::MemUnmap, 0) => {
+                trace.events.push(event(EventKind::FreeCompleted));
+                trace.events.push(event(EventKind::SegmentUnmap));
+                live.remove(&(process, r.address));
+            }
+            // Destroying or resetting a context frees everything it held.
+            (Api::ContextDestroy, 0) => {
+                let mut held: Vec<(u64, u64, bool, i16)> = live
+                    .iter()
+                    .filter(|((p, _), (_, _, d))| *p == process && *d >= 0)
+                    .map(|((_, address), (size, mapped, d))| (*address, *size, *mapped, *d))
+                    .collect();
+                held.sort_unstable();
+                for (address, size, mapped, d) in held {
+                    live.remove(&(process, address));
+                    for kind in [
+                        EventKind::FreeCompleted,
+                        if mapped { EventKind::SegmentUnmap } else { EventKind::SegmentFree },
+                    ] {
+                        let mut e = Event::new(kind, time_ns, d, address, size);
+                        e.process = process;
+                        trace.events.push(e);
+                    }
+                }
+            }
             (api, 0) if api.allocates() => {
+                live.insert((process, r.address), (r.size_bytes, false, device));
                 trace.events.push(event(EventKind::SegmentAlloc));
                 trace.events.push(event(EventKind::Alloc));
             }
@@ -81,6 +117,10 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
                 stack: Default::default(),
             }),
             (Api::MemFree | Api::MemFreeAsync | Api::MemFreeHost, 0) => {
+                // Freed memory the context's destruction already released is not freed twice.
+                if live.remove(&(process, r.address)).is_none() {
+                    continue;
+                }
                 trace.events.push(event(EventKind::FreeCompleted));
                 trace.events.push(event(EventKind::SegmentFree));
             }
@@ -103,6 +143,9 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
                 if e.kind == EventKind::SegmentFree {
                     sizes.remove(&(e.process, e.address));
                 }
+            }
+            EventKind::SegmentUnmap => {
+                sizes.remove(&(e.process, e.address));
             }
             _ => {}
         }

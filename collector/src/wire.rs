@@ -43,6 +43,20 @@ pub enum Api {
     MemHostAlloc = 7,
     /// `cuMemFreeHost`.
     MemFreeHost = 8,
+    /// `cuMemCreate`: physical memory; the address field holds the handle.
+    MemCreate = 9,
+    /// `cuMemRelease`: the address field holds the handle.
+    MemRelease = 10,
+    /// `cuMemMap`: physical memory mapped at an address.
+    MemMap = 11,
+    /// `cuMemUnmap`.
+    MemUnmap = 12,
+    /// `cuMemAddressReserve`: a virtual address range, no memory yet.
+    AddressReserve = 13,
+    /// `cuMemAddressFree`.
+    AddressFree = 14,
+    /// `cuCtxDestroy_v2` and `cuDevicePrimaryCtxReset_v2`: everything the context held is freed.
+    ContextDestroy = 15,
 }
 
 impl Api {
@@ -57,6 +71,13 @@ impl Api {
             Self::MemAllocManaged,
             Self::MemHostAlloc,
             Self::MemFreeHost,
+            Self::MemCreate,
+            Self::MemRelease,
+            Self::MemMap,
+            Self::MemUnmap,
+            Self::AddressReserve,
+            Self::AddressFree,
+            Self::ContextDestroy,
         ]
         .into_iter()
         .find(|api| *api as u16 == value)

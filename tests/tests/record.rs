@@ -230,3 +230,45 @@ fn stream_ordered_pitched_managed_and_pinned_host_memory_are_recorded() {
         assert!(streams.iter().all(|&s| s == 0x51) && streams.len() >= 2 * 2, "{mode}: {streams:?}");
     }
 }
+
+#[test]
+fn mapped_memory_counts_and_a_context_reset_frees_what_was_held() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("vmm.vtrace");
+    let (output, trace) = record("vmm", &out);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut expected = Vec::new();
+    let mut held: Vec<(u64, u64, bool)> = Vec::new();
+    for line in stdout.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let n = |i: usize| parts.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or_default();
+        match parts.first().copied() {
+            Some("map") => {
+                expected.extend([(EventKind::SegmentMap, n(1), n(2)), (EventKind::Alloc, n(1), n(2))]);
+                held.push((n(1), n(2), true));
+            }
+            Some("unmap") => {
+                expected.extend([(EventKind::FreeCompleted, n(1), n(2)), (EventKind::SegmentUnmap, n(1), n(2))]);
+                held.retain(|h| h.0 != n(1));
+            }
+            Some("alloc") => {
+                expected.extend([(EventKind::SegmentAlloc, n(1), n(2)), (EventKind::Alloc, n(1), n(2))]);
+                held.push((n(1), n(2), false));
+            }
+            Some("reset") => {
+                held.sort_unstable();
+                for (address, size, mapped) in held.drain(..) {
+                    let release = if mapped { EventKind::SegmentUnmap } else { EventKind::SegmentFree };
+                    expected.extend([(EventKind::FreeCompleted, address, size), (release, address, size)]);
+                }
+            }
+            _ => panic!("unexpected client output: {line}"),
+        }
+    }
+    let got: Vec<(EventKind, u64, u64)> = trace.events.iter().map(|e| (e.kind, e.address, e.size_bytes)).collect();
+    assert_eq!(got, expected);
+    // Creating handles and reserving addresses alone add nothing: 3 pages mapped at the peak.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("peak reserved 6.00 MiB"), "{stderr}");
+}

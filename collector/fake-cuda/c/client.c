@@ -122,8 +122,42 @@ static int other_apis(int resolve, unsigned long long flags) {
     return 0;
 }
 
+CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+CUresult cuMemAddressFree(CUdeviceptr, size_t);
+CUresult cuMemCreate(unsigned long long *, size_t, const void *, unsigned long long);
+CUresult cuMemRelease(unsigned long long);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuDevicePrimaryCtxReset_v2(int);
+
+/* An expandable segment as PyTorch builds one: reserve addresses, then create and map 2 MiB
+ * pages, unmap one; then allocate two plain blocks and reset the primary context, which frees
+ * what is still held. Prints "map ADDR SIZE", "unmap ADDR SIZE", "alloc ADDR SIZE", "reset". */
+static int virtual_memory(void) {
+    CUdeviceptr base;
+    const size_t page = 2 << 20;
+    if (cuMemAddressReserve(&base, 8 * page, page, 0, 0) != 0) return 20;
+    unsigned long long handles[3];
+    for (int i = 0; i < 3; i++) {
+        if (cuMemCreate(&handles[i], page, NULL, 0) != 0) return 21;
+        if (cuMemMap(base + (CUdeviceptr)i * page, page, 0, handles[i], 0) != 0) return 22;
+        printf("map %llu %zu\n", base + (CUdeviceptr)i * page, page);
+    }
+    cuMemUnmap(base + 2 * page, page);
+    cuMemRelease(handles[2]);
+    printf("unmap %llu %zu\n", base + 2 * page, page);
+    CUdeviceptr a, b;
+    if (cuMemAlloc_v2(&a, 4096) != 0 || cuMemAlloc_v2(&b, 8192) != 0) return 23;
+    printf("alloc %llu 4096\nalloc %llu 8192\n", a, b);
+    if (cuDevicePrimaryCtxReset_v2(0) != 0) return 24;
+    printf("reset\n");
+    fflush(stdout);
+    return 0;
+}
+
 static int hard_case(const char *how) {
     CUdeviceptr p;
+    if (strcmp(how, "vmm") == 0) return virtual_memory();
     if (strcmp(how, "others_proc") == 0) return other_apis(1, 2);
     if (strcmp(how, "others_dlsym") == 0) return other_apis(0, 0);
     if (strcmp(how, "bench") == 0) {
@@ -185,7 +219,8 @@ static int hard_case(const char *how) {
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "direct";
     if (strcmp(how, "threads") == 0 || strcmp(how, "fork") == 0 || strcmp(how, "exit") == 0 ||
-        strcmp(how, "kill") == 0 || strcmp(how, "bench") == 0 || strncmp(how, "others", 6) == 0)
+        strcmp(how, "kill") == 0 || strcmp(how, "bench") == 0 || strncmp(how, "others", 6) == 0 ||
+        strcmp(how, "vmm") == 0)
         return hard_case(how);
     alloc_fn do_alloc = cuMemAlloc_v2;
     free_fn do_free = cuMemFree_v2;

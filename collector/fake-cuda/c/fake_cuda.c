@@ -94,6 +94,43 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
 CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
 CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
 
+/* Virtual memory: addresses are reserved from a static arena, physical handles are sizes. */
+static unsigned char vm_arena[64 << 20] __attribute__((aligned(1 << 21)));
+static size_t vm_next = 0;
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+    (void)alignment; (void)addr; (void)flags;
+    if (size > sizeof vm_arena - vm_next) return CUDA_ERROR_OUT_OF_MEMORY;
+    *ptr = (CUdeviceptr)(vm_arena + vm_next);
+    vm_next += size;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { (void)ptr; (void)size; return CUDA_SUCCESS; }
+CUresult cuMemCreate(unsigned long long *handle, size_t size, const void *prop, unsigned long long flags) {
+    (void)prop; (void)flags;
+    if (size > FAKE_TOTAL_BYTES - fake_used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+    __atomic_add_fetch(&fake_used_bytes, size, __ATOMIC_RELAXED);
+    size_t *h = malloc(sizeof *h);
+    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+    *h = size;
+    *handle = (unsigned long long)h;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemRelease(unsigned long long handle) {
+    size_t *h = (size_t *)handle;
+    __atomic_sub_fetch(&fake_used_bytes, *h, __ATOMIC_RELAXED);
+    free(h);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle, unsigned long long flags) {
+    (void)ptr; (void)size; (void)offset; (void)handle; (void)flags;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) { (void)ptr; (void)size; return CUDA_SUCCESS; }
+/* Contexts: one primary context; destroying it forgets the device memory (the host copy leaks,
+ * harmless in a test). */
+CUresult cuCtxDestroy_v2(void *ctx) { (void)ctx; fake_used_bytes = 0; return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { (void)dev; fake_used_bytes = 0; return CUDA_SUCCESS; }
+
 /* The legacy (v1) entry points the resolver hands out for old versions: same behaviour here. */
 CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) { return cuMemAlloc_v2(dptr, bytesize); }
 CUresult cuMemFree(CUdeviceptr dptr) { return cuMemFree_v2(dptr); }
@@ -120,6 +157,14 @@ static const struct entry TABLE[] = {
     {"cuMemHostAlloc", 0, (void *)cuMemHostAlloc},
     {"cuMemAllocHost", 3020, (void *)cuMemAllocHost_v2},
     {"cuMemFreeHost", 0, (void *)cuMemFreeHost},
+    {"cuMemAddressReserve", 0, (void *)cuMemAddressReserve},
+    {"cuMemAddressFree", 0, (void *)cuMemAddressFree},
+    {"cuMemCreate", 0, (void *)cuMemCreate},
+    {"cuMemRelease", 0, (void *)cuMemRelease},
+    {"cuMemMap", 0, (void *)cuMemMap},
+    {"cuMemUnmap", 0, (void *)cuMemUnmap},
+    {"cuCtxDestroy", 4000, (void *)cuCtxDestroy_v2},
+    {"cuDevicePrimaryCtxReset", 11000, (void *)cuDevicePrimaryCtxReset_v2},
 };
 
 /* With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM the stream-ordered functions resolve to

@@ -128,6 +128,37 @@ wrapper!(cuMemFreeHost, resolved_free_host, FREE_HOST, (p: *mut c_void), |r| {
     emit(Api::MemFreeHost, r, HOST, p as u64, 0, 0)
 });
 
+wrapper!(cuMemCreate, resolved_create, CREATE, (handle: *mut u64, size: usize, prop: *const c_void, flags: u64), |r| {
+    emit(Api::MemCreate, r, 0, out(r, handle), size as u64, 0)
+});
+wrapper!(cuMemRelease, resolved_release, RELEASE, (handle: u64), |r| emit(Api::MemRelease, r, 0, handle, 0, 0));
+wrapper!(
+    cuMemMap,
+    resolved_map,
+    MAP,
+    (ptr: CuDevicePtr, size: usize, offset: usize, handle: u64, flags: u64),
+    |r| emit(Api::MemMap, r, 0, ptr, size as u64, 0)
+);
+wrapper!(cuMemUnmap, resolved_unmap, UNMAP, (ptr: CuDevicePtr, size: usize), |r| {
+    emit(Api::MemUnmap, r, 0, ptr, size as u64, 0)
+});
+wrapper!(
+    cuMemAddressReserve,
+    resolved_address_reserve,
+    ADDRESS_RESERVE,
+    (ptr: *mut CuDevicePtr, size: usize, alignment: usize, addr: CuDevicePtr, flags: u64),
+    |r| emit(Api::AddressReserve, r, 0, out(r, ptr), size as u64, 0)
+);
+wrapper!(cuMemAddressFree, resolved_address_free, ADDRESS_FREE, (ptr: CuDevicePtr, size: usize), |r| {
+    emit(Api::AddressFree, r, 0, ptr, size as u64, 0)
+});
+wrapper!(cuCtxDestroy_v2, resolved_ctx_destroy, CTX_DESTROY, (ctx: *mut c_void), |r| {
+    emit(Api::ContextDestroy, r, 0, ctx as u64, 0, 0)
+});
+wrapper!(cuDevicePrimaryCtxReset_v2, resolved_ctx_reset, CTX_RESET, (device: c_int), |r| {
+    emit(Api::ContextDestroy, r, device, 0, 0, 0)
+});
+
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: the caller wants the `_ptsz` variants.
 const PER_THREAD_STREAM: u64 = 2;
 /// CUDA 3.2: from this version on the driver hands out the `_v2` functions.
@@ -157,6 +188,14 @@ pub(crate) fn by_symbol(name: &[u8]) -> Option<Wrapped> {
         b"cuMemHostAlloc" => entry!(HOST_ALLOC, resolved_host_alloc),
         b"cuMemAllocHost_v2" => entry!(ALLOC_HOST, resolved_alloc_host),
         b"cuMemFreeHost" => entry!(FREE_HOST, resolved_free_host),
+        b"cuMemCreate" => entry!(CREATE, resolved_create),
+        b"cuMemRelease" => entry!(RELEASE, resolved_release),
+        b"cuMemMap" => entry!(MAP, resolved_map),
+        b"cuMemUnmap" => entry!(UNMAP, resolved_unmap),
+        b"cuMemAddressReserve" => entry!(ADDRESS_RESERVE, resolved_address_reserve),
+        b"cuMemAddressFree" => entry!(ADDRESS_FREE, resolved_address_free),
+        b"cuCtxDestroy_v2" => entry!(CTX_DESTROY, resolved_ctx_destroy),
+        b"cuDevicePrimaryCtxReset_v2" => entry!(CTX_RESET, resolved_ctx_reset),
         _ => None,
     }
 }
@@ -172,10 +211,17 @@ pub(crate) fn by_base_name(name: &[u8], version: c_int, flags: u64) -> Option<Wr
         b"cuMemFree" if v2 => by_symbol(b"cuMemFree_v2"),
         b"cuMemAllocPitch" if v2 => by_symbol(b"cuMemAllocPitch_v2"),
         b"cuMemAllocHost" if v2 => by_symbol(b"cuMemAllocHost_v2"),
+        b"cuCtxDestroy" if version >= 4000 => by_symbol(b"cuCtxDestroy_v2"),
+        b"cuDevicePrimaryCtxReset" if version >= 11000 => by_symbol(b"cuDevicePrimaryCtxReset_v2"),
         b"cuMemAllocAsync" if ptsz => by_symbol(b"cuMemAllocAsync_ptsz"),
         b"cuMemFreeAsync" if ptsz => by_symbol(b"cuMemFreeAsync_ptsz"),
         b"cuMemAllocFromPoolAsync" if ptsz => by_symbol(b"cuMemAllocFromPoolAsync_ptsz"),
-        b"cuMemAlloc" | b"cuMemFree" | b"cuMemAllocPitch" | b"cuMemAllocHost" => None,
+        b"cuMemAlloc"
+        | b"cuMemFree"
+        | b"cuMemAllocPitch"
+        | b"cuMemAllocHost"
+        | b"cuCtxDestroy"
+        | b"cuDevicePrimaryCtxReset" => None,
         other => by_symbol(other),
     }
 }
