@@ -30,6 +30,26 @@ fn main() {
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap_or_else(|e| panic!("cannot link {}: {e}", link.display()));
 
+    let runtime = lib_dir.join("libcudart.so.12");
+    let mut cmd = compiler();
+    cmd.args(["-shared", "-fPIC", "-Wl,-soname,libcudart.so.12", "-o"])
+        .arg(&runtime)
+        .arg(src.join("fake_cudart.c"))
+        .arg("-ldl");
+    // The runtime opens the driver by name, as the real one does; its rpath finds the fake.
+    cmd.arg(format!("-Wl,-rpath,{}", lib_dir.display()));
+    run(cmd, "fake_cudart.c");
+
+    let mut cmd = compiler();
+    cmd.arg("-o")
+        .arg(bin_dir.join("runtime_client"))
+        .arg(src.join("runtime_client.c"))
+        .arg("-L")
+        .arg(&lib_dir)
+        .arg("-l:libcudart.so.12");
+    cmd.arg(format!("-Wl,-rpath,{}", lib_dir.display()));
+    run(cmd, "runtime_client.c");
+
     let mut cmd = compiler();
     cmd.arg("-o").arg(bin_dir.join("client")).arg(src.join("client.c")).arg("-L").arg(&lib_dir).arg("-l:libcuda.so.1");
     cmd.arg(format!("-Wl,-rpath,{}", lib_dir.display())).arg("-pthread").arg("-ldl");
@@ -37,7 +57,7 @@ fn main() {
 
     println!("cargo:rustc-env=VRAMSCOPE_FAKE_CUDA_LIB_DIR={}", lib_dir.display());
     println!("cargo:rustc-env=VRAMSCOPE_FAKE_CUDA_BIN_DIR={}", bin_dir.display());
-    for file in ["c/fake_cuda.c", "c/client.c", "build.rs"] {
+    for file in ["c/fake_cuda.c", "c/fake_cudart.c", "c/client.c", "c/runtime_client.c", "build.rs"] {
         println!("cargo:rerun-if-changed={file}");
     }
 }

@@ -37,11 +37,15 @@ fn read_trace(path: &Path) -> Trace {
 }
 
 fn record(mode: &str, out: &Path) -> (std::process::Output, Trace) {
+    record_client("client", mode, out)
+}
+
+fn record_client(client: &str, mode: &str, out: &Path) -> (std::process::Output, Trace) {
     let output = Command::new(vramscope_bin())
         .args(["record", "-o"])
         .arg(out)
         .arg("--")
-        .arg(vramscope_fake_cuda::client("client"))
+        .arg(vramscope_fake_cuda::client(client))
         .arg(mode)
         .output()
         .expect("vramscope record runs");
@@ -271,4 +275,20 @@ fn mapped_memory_counts_and_a_context_reset_frees_what_was_held() {
     // Creating handles and reserving addresses alone add nothing: 3 pages mapped at the peak.
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("peak reserved 6.00 MiB"), "{stderr}");
+}
+
+#[test]
+fn the_runtime_and_its_driver_entry_points_are_recorded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // cudaMalloc reaches the driver only through cuGetProcAddress found with dlsym, as the real
+    // runtime does; the other two hand driver functions to the program.
+    for mode in ["malloc", "entry", "entry_version"] {
+        let out = dir.path().join(format!("{mode}.vtrace"));
+        let (output, trace) = record_client("runtime_client", mode, &out);
+        assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));
+        let calls = client_calls(&String::from_utf8_lossy(&output.stdout));
+        let (expected, got) = same_calls(&calls, &trace);
+        assert_eq!(expected.len(), 4, "{mode}");
+        assert_eq!(got, expected, "{mode}");
+    }
 }

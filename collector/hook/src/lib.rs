@@ -2,9 +2,10 @@
 //! driver calls and appends one record per call to `events.<pid>.bin` in the directory named by
 //! `VRAMSCOPE_RECORD_DIR` (see `vramscope_collector::wire`).
 //!
-//! So far it covers `cuMemAlloc_v2` and `cuMemFree_v2` reached by direct linking, through
-//! `dlopen` + `dlsym(handle, ...)`, and through `cuGetProcAddress` / `cuGetProcAddress_v2` (how
-//! libcudart and PyTorch get them). Rules it keeps:
+//! It covers the driver's memory functions (`memory.rs`) however the program reaches them: by
+//! direct linking, through `dlopen` + `dlsym(handle, ...)`, through `cuGetProcAddress` /
+//! `cuGetProcAddress_v2` (how libcudart and PyTorch get them), and through the runtime's
+//! `cudaGetDriverEntryPoint` / `_ptsz` / `ByVersion`. Rules it keeps:
 //! nothing happens until the first intercepted call (no constructor); a process whose
 //! environment has no recording directory records nothing; a thread never re-enters the hook;
 //! no panic crosses into the caller; a forked child writes its own file; records are buffered
@@ -15,7 +16,7 @@
 #![allow(non_snake_case)]
 
 use std::cell::Cell;
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 
@@ -197,6 +198,82 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     // SAFETY: exit_group ends the process; it has no preconditions.
     unsafe { libc::syscall(libc::SYS_exit_group, status) };
     std::process::abort()
+}
+
+type EntryPointFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, u64, *mut c_int) -> c_int;
+type EntryPointByVersionFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_uint, u64, *mut c_int) -> c_int;
+
+/// The CUDA version assumed for `cudaGetDriverEntryPoint`, which takes none (the runtime's own).
+const RUNTIME_VERSION: c_int = 12000;
+
+/// `cudaGetDriverEntryPoint` of the CUDA runtime: a driver function by name, as the runtime
+/// resolves it. (CUDA 11 runtimes pass no `status`; the argument is passed through unread.)
+///
+/// # Safety
+/// As the runtime's.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn cudaGetDriverEntryPoint(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    flags: u64,
+    status: *mut c_int,
+) -> c_int {
+    let Some(real) = real!(REAL_ENTRY_POINT, c"cudaGetDriverEntryPoint", EntryPointFn) else {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: arguments passed through unchanged.
+    let result = unsafe { real(symbol, pfn, flags, status) };
+    if result == 0 {
+        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, RUNTIME_VERSION, flags));
+    }
+    result
+}
+
+/// `cudaGetDriverEntryPoint_ptsz`.
+///
+/// # Safety
+/// As the runtime's.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn cudaGetDriverEntryPoint_ptsz(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    flags: u64,
+    status: *mut c_int,
+) -> c_int {
+    let Some(real) = real!(REAL_ENTRY_POINT_PTSZ, c"cudaGetDriverEntryPoint_ptsz", EntryPointFn) else {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: arguments passed through unchanged.
+    let result = unsafe { real(symbol, pfn, flags, status) };
+    if result == 0 {
+        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, RUNTIME_VERSION, flags));
+    }
+    result
+}
+
+/// `cudaGetDriverEntryPointByVersion` (CUDA 12.5+).
+///
+/// # Safety
+/// As the runtime's.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn cudaGetDriverEntryPointByVersion(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_uint,
+    flags: u64,
+    status: *mut c_int,
+) -> c_int {
+    let Some(real) = real!(REAL_ENTRY_POINT_BY_VERSION, c"cudaGetDriverEntryPointByVersion", EntryPointByVersionFn)
+    else {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: arguments passed through unchanged.
+    let result = unsafe { real(symbol, pfn, cuda_version, flags, status) };
+    if result == 0 {
+        let version = c_int::try_from(cuda_version).unwrap_or(c_int::MAX);
+        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, version, flags));
+    }
+    result
 }
 
 /// `cuGetProcAddress` (CUDA 11.3+): the resolver libcudart uses.
