@@ -7,7 +7,7 @@
 //! is taken as freeing at once (the pool's cached memory is not modelled yet). With the virtual
 //! memory API, what is mapped counts (`cuMemMap` / `cuMemUnmap`); creating a handle or reserving
 //! addresses alone does not. Destroying or resetting a context frees what the process held on
-//! devices.
+//! its device.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
             (Api::ContextDestroy, 0) => {
                 let mut held: Vec<(u64, u64, bool, i16)> = live
                     .iter()
-                    .filter(|((p, _), (_, _, d))| *p == process && *d >= 0)
+                    .filter(|((p, _), (_, _, d))| *p == process && *d == device)
                     .map(|((_, address), (size, mapped, d))| (*address, *size, *mapped, *d))
                     .collect();
                 held.sort_unstable();

@@ -292,3 +292,26 @@ fn the_runtime_and_its_driver_entry_points_are_recorded() {
         assert_eq!(got, expected, "{mode}");
     }
 }
+
+#[test]
+fn each_call_is_on_its_current_contexts_device() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("devices.vtrace");
+    let (output, trace) = record("devices", &out);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let allocs: Vec<(u64, i16)> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| {
+            let p: Vec<&str> = l.split_whitespace().collect();
+            (p.first() == Some(&"alloc")).then(|| (p[1].parse().expect("address"), p[3].parse().expect("device")))
+        })
+        .collect();
+    assert_eq!(allocs.len(), 2);
+    for (address, device) in allocs {
+        let e = trace.events.iter().find(|e| e.kind == EventKind::Alloc && e.address == address).expect("recorded");
+        assert_eq!(e.device, device, "{address:#x}");
+    }
+    let free = trace.events.iter().find(|e| e.kind == EventKind::FreeCompleted).expect("free recorded");
+    assert_eq!(free.device, 1);
+    assert_eq!(trace.metadata.devices.iter().map(|d| d.device).collect::<Vec<_>>(), vec![0, 1]);
+}

@@ -155,9 +155,30 @@ static int virtual_memory(void) {
     return 0;
 }
 
+CUresult cuDevicePrimaryCtxRetain(void **, int);
+CUresult cuCtxSetCurrent(void *);
+
+/* An allocation on each of the fake driver's two devices, the second after making device 1's
+ * context current. Prints "alloc ADDR SIZE DEVICE" / "free ADDR". */
+static int two_devices(void) {
+    CUdeviceptr a, b;
+    void *ctx1 = NULL;
+    if (cuMemAlloc_v2(&a, 4096) != 0) return 30;
+    printf("alloc %llu 4096 0\n", a);
+    cuDevicePrimaryCtxRetain(&ctx1, 1);
+    cuCtxSetCurrent(ctx1);
+    if (cuMemAlloc_v2(&b, 8192) != 0) return 31;
+    printf("alloc %llu 8192 1\n", b);
+    cuMemFree_v2(b);
+    printf("free %llu\n", b);
+    fflush(stdout);
+    return 0;
+}
+
 static int hard_case(const char *how) {
     CUdeviceptr p;
-    if (strcmp(how, "vmm") == 0) return virtual_memory();
+    if (strcmp(how, "devices") == 0) return two_devices();
+    if (strcmp(how, "vmm") == 0 || strcmp(how, "devices") == 0) return virtual_memory();
     if (strcmp(how, "others_proc") == 0) return other_apis(1, 2);
     if (strcmp(how, "others_dlsym") == 0) return other_apis(0, 0);
     if (strcmp(how, "bench") == 0) {
@@ -220,7 +241,7 @@ int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "direct";
     if (strcmp(how, "threads") == 0 || strcmp(how, "fork") == 0 || strcmp(how, "exit") == 0 ||
         strcmp(how, "kill") == 0 || strcmp(how, "bench") == 0 || strncmp(how, "others", 6) == 0 ||
-        strcmp(how, "vmm") == 0)
+        strcmp(how, "vmm") == 0 || strcmp(how, "devices") == 0)
         return hard_case(how);
     alloc_fn do_alloc = cuMemAlloc_v2;
     free_fn do_free = cuMemFree_v2;

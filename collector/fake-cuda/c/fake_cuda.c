@@ -23,10 +23,21 @@ static size_t fake_used_bytes = 0;
 
 CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
 CUresult cuDriverGetVersion(int *version) { *version = 12040; return CUDA_SUCCESS; }
-CUresult cuDeviceGetCount(int *count) { *count = 1; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *count) { *count = 2; return CUDA_SUCCESS; }
 CUresult cuDeviceGet(CUdevice *device, int ordinal) {
-    if (ordinal != 0) return CUDA_ERROR_INVALID_VALUE;
-    *device = 0;
+    if (ordinal < 0 || ordinal > 1) return CUDA_ERROR_INVALID_VALUE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+/* Two devices; a context is its device + 1, current per thread (device 0 when none is). */
+static __thread void *current_context = NULL;
+CUresult cuDevicePrimaryCtxRetain(void **ctx, CUdevice device) {
+    *ctx = (void *)(size_t)(device + 1);
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(void *ctx) { current_context = ctx; return CUDA_SUCCESS; }
+CUresult cuCtxGetDevice(CUdevice *device) {
+    *device = current_context ? (CUdevice)((size_t)current_context - 1) : 0;
     return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetName(char *name, int len, CUdevice device) {
@@ -143,6 +154,9 @@ static const struct entry TABLE[] = {
     {"cuDriverGetVersion", 0, (void *)cuDriverGetVersion},
     {"cuDeviceGetCount", 0, (void *)cuDeviceGetCount},
     {"cuDeviceGet", 0, (void *)cuDeviceGet},
+    {"cuCtxGetDevice", 0, (void *)cuCtxGetDevice},
+    {"cuCtxSetCurrent", 0, (void *)cuCtxSetCurrent},
+    {"cuDevicePrimaryCtxRetain", 0, (void *)cuDevicePrimaryCtxRetain},
     {"cuDeviceGetName", 0, (void *)cuDeviceGetName},
     {"cuDeviceTotalMem", 3020, (void *)cuDeviceTotalMem_v2},
     {"cuMemAlloc", 3020, (void *)cuMemAlloc_v2},

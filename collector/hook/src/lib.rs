@@ -100,6 +100,15 @@ fn now_ns() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
 
+/// The device of the calling thread's current context (0 when the driver cannot tell).
+fn current_device() -> i32 {
+    type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
+    let Some(get) = real!(REAL_CTX_GET_DEVICE, c"cuCtxGetDevice", CtxGetDeviceFn) else { return 0 };
+    let mut device: c_int = 0;
+    // SAFETY: `device` is valid to write; the call is not recorded (the caller is inside the hook).
+    if unsafe { get(&mut device) } == 0 { device } else { 0 }
+}
+
 /// Appends a record for a call that returned `result`; never panics, never fails the caller.
 pub(crate) fn emit(api: Api, result: CuResult, device: i32, address: u64, size_bytes: u64, stream: u64) {
     let _ = std::panic::catch_unwind(|| {
@@ -107,6 +116,8 @@ pub(crate) fn emit(api: Api, result: CuResult, device: i32, address: u64, size_b
             return;
         }
         let (pid, tid) = buffer::ids();
+        // Device calls name no device: it is the current context's. Host memory is -1.
+        let device = if device == 0 { current_device() } else { device };
         let record = Record { api, time_ns: now_ns(), pid, tid, device, result, address, size_bytes, stream };
         buffer::push(&record.encode(), pid, || open_file(pid));
     });
