@@ -217,117 +217,73 @@ type EntryPointByVersionFn = unsafe extern "C" fn(*const c_char, *mut *mut c_voi
 /// The CUDA version assumed for `cudaGetDriverEntryPoint`, which takes none (the runtime's own).
 const RUNTIME_VERSION: c_int = 12000;
 
-/// `cudaGetDriverEntryPoint` of the CUDA runtime: a driver function by name, as the runtime
-/// resolves it. (CUDA 11 runtimes pass no `status`; the argument is passed through unread.)
-///
-/// # Safety
-/// As the runtime's.
-#[cfg_attr(not(test), unsafe(no_mangle))]
-pub unsafe extern "C" fn cudaGetDriverEntryPoint(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    flags: u64,
-    status: *mut c_int,
-) -> c_int {
-    let Some(real) = real!(REAL_ENTRY_POINT, c"cudaGetDriverEntryPoint", EntryPointFn) else {
-        return CUDA_ERROR_NOT_INITIALIZED;
+/// Defines an exported resolver that calls the real one and then hands out recording wrappers
+/// for what it resolved. `$version` is the CUDA version the resolver resolves for.
+macro_rules! resolver {
+    (
+        $(#[$doc:meta])* $name:ident, $real:ident: $ty:ty, ($($arg:ident: $t:ty),*),
+        [$symbol:ident, $pfn:ident, $flags:ident], $version:expr
+    ) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As the CUDA library's.
+        #[cfg_attr(not(test), unsafe(no_mangle))]
+        pub unsafe extern "C" fn $name($($arg: $t),*) -> c_int {
+            static $real: OnceLock<usize> = OnceLock::new();
+            let address = *$real.get_or_init(|| {
+                let name = concat!(stringify!($name), "\0");
+                CStr::from_bytes_with_nul(name.as_bytes()).map_or(0, |n| next_symbol(n) as usize)
+            });
+            if address == 0 {
+                return CUDA_ERROR_NOT_INITIALIZED;
+            }
+            // SAFETY: the CUDA library's export of this name has the signature `$ty` spells out.
+            let real = unsafe { std::mem::transmute::<usize, $ty>(address) };
+            // SAFETY: arguments passed through unchanged.
+            let result = unsafe { real($($arg),*) };
+            if result == 0 {
+                let version: c_int = $version;
+                let _ = std::panic::catch_unwind(|| substitute($symbol, $pfn, version, $flags));
+            }
+            result
+        }
     };
-    // SAFETY: arguments passed through unchanged.
-    let result = unsafe { real(symbol, pfn, flags, status) };
-    if result == 0 {
-        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, RUNTIME_VERSION, flags));
-    }
-    result
 }
 
-/// `cudaGetDriverEntryPoint_ptsz`.
-///
-/// # Safety
-/// As the runtime's.
-#[cfg_attr(not(test), unsafe(no_mangle))]
-pub unsafe extern "C" fn cudaGetDriverEntryPoint_ptsz(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    flags: u64,
-    status: *mut c_int,
-) -> c_int {
-    let Some(real) = real!(REAL_ENTRY_POINT_PTSZ, c"cudaGetDriverEntryPoint_ptsz", EntryPointFn) else {
-        return CUDA_ERROR_NOT_INITIALIZED;
-    };
-    // SAFETY: arguments passed through unchanged.
-    let result = unsafe { real(symbol, pfn, flags, status) };
-    if result == 0 {
-        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, RUNTIME_VERSION, flags));
-    }
-    result
-}
-
-/// `cudaGetDriverEntryPointByVersion` (CUDA 12.5+).
-///
-/// # Safety
-/// As the runtime's.
-#[cfg_attr(not(test), unsafe(no_mangle))]
-pub unsafe extern "C" fn cudaGetDriverEntryPointByVersion(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_uint,
-    flags: u64,
-    status: *mut c_int,
-) -> c_int {
-    let Some(real) = real!(REAL_ENTRY_POINT_BY_VERSION, c"cudaGetDriverEntryPointByVersion", EntryPointByVersionFn)
-    else {
-        return CUDA_ERROR_NOT_INITIALIZED;
-    };
-    // SAFETY: arguments passed through unchanged.
-    let result = unsafe { real(symbol, pfn, cuda_version, flags, status) };
-    if result == 0 {
-        let version = c_int::try_from(cuda_version).unwrap_or(c_int::MAX);
-        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, version, flags));
-    }
-    result
-}
-
-/// `cuGetProcAddress` (CUDA 11.3+): the resolver libcudart uses.
-///
-/// # Safety
-/// As the driver's.
-#[cfg_attr(not(test), unsafe(no_mangle))]
-pub unsafe extern "C" fn cuGetProcAddress(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_int,
-    flags: u64,
-) -> CuResult {
-    let Some(real) = real!(REAL_GET_PROC, c"cuGetProcAddress", GetProcAddressFn) else {
-        return CUDA_ERROR_NOT_INITIALIZED;
-    };
-    // SAFETY: arguments passed through unchanged.
-    let result = unsafe { real(symbol, pfn, cuda_version, flags) };
-    if result == 0 {
-        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, cuda_version, flags));
-    }
-    result
-}
-
-/// `cuGetProcAddress_v2` (CUDA 12+).
-///
-/// # Safety
-/// As the driver's.
-#[cfg_attr(not(test), unsafe(no_mangle))]
-pub unsafe extern "C" fn cuGetProcAddress_v2(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_int,
-    flags: u64,
-    status: *mut c_int,
-) -> CuResult {
-    let Some(real) = real!(REAL_GET_PROC_V2, c"cuGetProcAddress_v2", GetProcAddressV2Fn) else {
-        return CUDA_ERROR_NOT_INITIALIZED;
-    };
-    // SAFETY: arguments passed through unchanged.
-    let result = unsafe { real(symbol, pfn, cuda_version, flags, status) };
-    if result == 0 {
-        let _ = std::panic::catch_unwind(|| substitute(symbol, pfn, cuda_version, flags));
-    }
-    result
-}
+resolver!(
+    /// `cuGetProcAddress` (CUDA 11.3+): the resolver libcudart uses.
+    cuGetProcAddress, REAL_GET_PROC: GetProcAddressFn,
+    (symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64),
+    [symbol, pfn, flags],
+    cuda_version
+);
+resolver!(
+    /// `cuGetProcAddress_v2` (CUDA 12+).
+    cuGetProcAddress_v2, REAL_GET_PROC_V2: GetProcAddressV2Fn,
+    (symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64, status: *mut c_int),
+    [symbol, pfn, flags],
+    cuda_version
+);
+resolver!(
+    /// `cudaGetDriverEntryPoint` of the CUDA runtime: a driver function by name, as the runtime
+    /// resolves it. (CUDA 11 runtimes pass no `status`; the argument is passed through unread.)
+    cudaGetDriverEntryPoint, REAL_ENTRY_POINT: EntryPointFn,
+    (symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int),
+    [symbol, pfn, flags],
+    RUNTIME_VERSION
+);
+resolver!(
+    /// `cudaGetDriverEntryPoint_ptsz`.
+    cudaGetDriverEntryPoint_ptsz, REAL_ENTRY_POINT_PTSZ: EntryPointFn,
+    (symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int),
+    [symbol, pfn, flags],
+    RUNTIME_VERSION
+);
+resolver!(
+    /// `cudaGetDriverEntryPointByVersion` (CUDA 12.5+).
+    cudaGetDriverEntryPointByVersion, REAL_ENTRY_POINT_BY_VERSION: EntryPointByVersionFn,
+    (symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_uint, flags: u64, status: *mut c_int),
+    [symbol, pfn, flags],
+    c_int::try_from(cuda_version).unwrap_or(c_int::MAX)
+);
