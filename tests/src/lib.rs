@@ -56,7 +56,8 @@ fn newest_source(dir: &Path) -> Option<std::time::SystemTime> {
 /// The `vramscope` binary: `VRAMSCOPE_BIN`, or the one built beside this test binary.
 ///
 /// `cargo test` does not rebuild another package's binary, so `scripts/check.sh` builds the
-/// workspace's binaries first; a binary older than the sources is refused rather than tested.
+/// workspace (binaries and the hook library) first; a binary older than the sources is refused
+/// rather than tested.
 pub fn vramscope_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("VRAMSCOPE_BIN") {
         return PathBuf::from(bin);
@@ -65,14 +66,13 @@ pub fn vramscope_bin() -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/vramscope
     let profile_dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
     let bin = profile_dir.join(format!("vramscope{}", std::env::consts::EXE_SUFFIX));
-    assert!(bin.exists(), "{} is missing: run `cargo build --workspace --bins` first", bin.display());
+    assert!(bin.exists(), "{} is missing: run `cargo build --workspace` first", bin.display());
     let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-    let sources = ["app/src", "trace-format/src"].iter().filter_map(|d| newest_source(&repo_root().join(d))).max();
-    assert!(
-        built >= sources,
-        "{} is older than the sources: run `cargo build --workspace --bins` first",
-        bin.display()
-    );
+    let sources = ["app/src", "trace-format/src", "collector/src", "collector/hook/src"]
+        .iter()
+        .filter_map(|d| newest_source(&repo_root().join(d)))
+        .max();
+    assert!(built >= sources, "{} is older than the sources: run `cargo build --workspace` first", bin.display());
     bin
 }
 

@@ -315,3 +315,30 @@ fn each_call_is_on_its_current_contexts_device() {
     assert_eq!(free.device, 1);
     assert_eq!(trace.metadata.devices.iter().map(|d| d.device).collect::<Vec<_>>(), vec![0, 1]);
 }
+
+#[test]
+fn device_facts_come_from_the_driver_when_there_is_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // With the fake driver on the library path, the recorder finds it through cudarc.
+    let out = dir.path().join("facts.vtrace");
+    let output = Command::new(vramscope_bin())
+        .env("LD_LIBRARY_PATH", vramscope_fake_cuda::lib_dir())
+        .args(["record", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(vramscope_fake_cuda::client("client"))
+        .arg("direct")
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let trace = read_trace(&out);
+    let device = trace.metadata.devices.iter().find(|d| d.device == 0).expect("device 0");
+    assert_eq!(device.name.as_deref(), Some("vramscope fake GPU"));
+    assert_eq!(device.total_memory_bytes, Some(1 << 30));
+    assert_eq!(trace.metadata.extra.get("cuda_driver_version").and_then(|v| v.as_i64()), Some(12040));
+    // Without a driver library, nothing is claimed (and nothing panics).
+    let out = dir.path().join("none.vtrace");
+    let (output, trace) = record("direct", &out);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(trace.metadata.devices.iter().all(|d| d.name.is_none()));
+}

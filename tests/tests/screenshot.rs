@@ -7,10 +7,19 @@ use std::process::Command;
 
 use vramscope_e2e::{fixtures_dir, vramscope_bin};
 
+/// `xvfb-run` with a display number of its own: tests run in parallel processes, and `-a` alone
+/// races when two look for a free display at once.
+fn xvfb_run() -> Command {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = 200 + (std::process::id() % 1000) * 8 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut command = Command::new("xvfb-run");
+    command.args(["-a", "-n", &n.to_string(), "-s", "-screen 0 1600x1000x24"]);
+    command
+}
+
 /// Runs the binary under `xvfb-run` (installed by `scripts/install-gui-deps.sh`).
 fn screenshot(file: &Path, view: &str, out: &Path) {
-    let output = Command::new("xvfb-run")
-        .args(["-a", "-s", "-screen 0 1600x1000x24"])
+    let output = xvfb_run()
         .arg(vramscope_bin())
         .arg("open")
         .arg(file)
@@ -54,8 +63,7 @@ fn a_bad_file_fails_the_screenshot_with_a_clear_error() {
     let bad = dir.path().join("not-a-trace.json");
     std::fs::write(&bad, b"{\"hello\": 1}").expect("write");
     let out = dir.path().join("out.png");
-    let output = Command::new("xvfb-run")
-        .args(["-a"])
+    let output = xvfb_run()
         .arg(vramscope_bin())
         .arg(&bad)
         .arg("--screenshot")
@@ -69,8 +77,7 @@ fn a_bad_file_fails_the_screenshot_with_a_clear_error() {
 
     // Comparing with a run that cannot be read ends the same way, without waiting for it.
     let good = fixtures_dir().join("pytorch-snapshots/mosaic_output.pickle");
-    let output = Command::new("xvfb-run")
-        .args(["-a"])
+    let output = xvfb_run()
         .arg(vramscope_bin())
         .arg("compare")
         .args([&bad, &good])
@@ -90,8 +97,7 @@ fn the_compare_view_renders_both_runs() {
         (dir_fixtures.join("gpt_ctx128_forward_fp32.pickle"), dir_fixtures.join("gpt_ctx128_forward_mixed.pickle"));
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("compare.png");
-    let output = Command::new("xvfb-run")
-        .args(["-a", "-s", "-screen 0 1600x1000x24"])
+    let output = xvfb_run()
         .arg(vramscope_bin())
         .arg("compare")
         .args([&a, &b])

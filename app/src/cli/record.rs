@@ -80,7 +80,18 @@ pub fn run(output: Option<&Path>, force: bool, command: &[OsString]) -> Result<i
         eprintln!("vramscope: {} ends in a partial record (the process was killed while writing)", file.display());
     }
     let command_line: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let trace = merge::to_trace(&recorded.records, &command_line);
+    let mut trace = merge::to_trace(&recorded.records, &command_line);
+    // What the driver says about the devices (nothing on a machine without one).
+    let (facts, driver_version) = vramscope_collector::devices::device_facts();
+    for fact in facts {
+        if let Some(known) = trace.metadata.devices.iter_mut().find(|d| d.device == fact.device) {
+            known.name = fact.name;
+            known.total_memory_bytes = fact.total_memory_bytes;
+        }
+    }
+    if let Some(version) = driver_version {
+        trace.metadata.extra.insert("cuda_driver_version".to_owned(), version.into());
+    }
     super::convert::write_vtrace(&trace, &output, force)?;
     let processes = trace.metadata.processes.len();
     let peaks = trace.devices().into_iter().map(|d| peak::peaks(&trace, d)).max_by_key(|p| p.reserved.bytes);

@@ -1,0 +1,41 @@
+//! What the CUDA driver says about the machine's devices (name, total memory, driver version),
+//! through cudarc, for a recording's metadata. On a machine without a driver library this is
+//! simply empty: the library's presence is checked first, since cudarc panics without it.
+#![allow(unsafe_code)]
+
+use cudarc::driver::{result, sys};
+use vramscope_trace_format::DeviceInfo;
+
+/// The driver's devices, or nothing when there is no driver (or it fails).
+pub fn device_facts() -> (Vec<DeviceInfo>, Option<i32>) {
+    let found = std::panic::catch_unwind(|| {
+        // SAFETY: loading libcuda runs its initialisers, as any CUDA program's start does.
+        if !unsafe { sys::is_culib_present() } {
+            return (Vec::new(), None);
+        }
+        if result::init().is_err() {
+            return (Vec::new(), None);
+        }
+        let mut version = 0;
+        // SAFETY: `version` is valid to write; the library is loaded and initialised.
+        let driver_version =
+            (unsafe { sys::cuDriverGetVersion(&mut version) } == sys::CUresult::CUDA_SUCCESS).then_some(version);
+        let count = result::device::get_count().unwrap_or(0);
+        let devices = (0..count)
+            .filter_map(|ordinal| {
+                let device = result::device::get(ordinal).ok()?;
+                let name = result::device::get_name(device).ok();
+                // SAFETY: `device` came from the driver just now.
+                let total = unsafe { result::device::total_mem(device) }.ok();
+                Some(DeviceInfo {
+                    device: i16::try_from(ordinal).ok()?,
+                    name,
+                    total_memory_bytes: total.map(|t| t as u64),
+                    ..DeviceInfo::default()
+                })
+            })
+            .collect();
+        (devices, driver_version)
+    });
+    found.unwrap_or_default()
+}
