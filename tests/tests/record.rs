@@ -342,3 +342,38 @@ fn device_facts_come_from_the_driver_when_there_is_one() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(trace.metadata.devices.iter().all(|d| d.name.is_none()));
 }
+
+#[test]
+fn the_cudarc_sample_records_its_expected_peak() {
+    // samples/cudarc-train, built beside vramscope, against the fake driver.
+    let sample = vramscope_bin().with_file_name("cudarc-train");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("cudarc.vtrace");
+    let output = Command::new(vramscope_bin())
+        .env("LD_LIBRARY_PATH", vramscope_fake_cuda::lib_dir())
+        .args(["record", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&sample)
+        .args(["3", "4", "4"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let expected: u64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .strip_prefix("expected peak ")
+        .and_then(|s| s.strip_suffix(" bytes"))
+        .and_then(|s| s.parse().ok())
+        .expect("the sample prints its expected peak");
+    // 4 parameters + 8 optimizer-state blocks + 4 activations + 1 gradient, 4 MiB each.
+    assert_eq!(expected, 17 * (4 << 20));
+    let info = vramscope_e2e::info_json(&out);
+    let device = &info["devices"][0];
+    assert_eq!(device["peak_allocated_bytes"].as_u64(), Some(expected));
+    assert_eq!(device["peak_reserved_bytes"].as_u64(), Some(expected));
+    // Everything was freed by the end.
+    assert_eq!(device["allocated_bytes"].as_u64(), Some(0));
+    assert_eq!(device["reserved_bytes"].as_u64(), Some(0));
+    // 4 + 3 * (4 + 4) + 8 allocations and as many frees, each a segment and a block event.
+    assert_eq!(info["allocator_events"].as_u64(), Some(2 * 2 * (4 + 3 * 8 + 8)));
+}
