@@ -148,9 +148,11 @@ fn same_calls(calls: &[Call], trace: &Trace) -> (Vec<Call>, Vec<Call>) {
 }
 
 #[test]
-fn threads_forks_exit_and_sigkill_lose_nothing() {
+fn threads_forks_subprocesses_exit_and_sigkill_lose_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    for (mode, exit_code, processes) in [("threads", 0, 1), ("fork", 0, 2), ("exit", 0, 1), ("kill", 137, 1)] {
+    for (mode, exit_code, processes) in
+        [("threads", 0, 1), ("fork", 0, 2), ("subprocess", 0, 2), ("exit", 0, 1), ("kill", 137, 1)]
+    {
         let out = dir.path().join(format!("{mode}.vtrace"));
         let (output, trace) = record(mode, &out);
         assert_eq!(output.status.code(), Some(exit_code), "{mode}: {}", String::from_utf8_lossy(&output.stderr));

@@ -175,6 +175,24 @@ static int two_devices(void) {
     return 0;
 }
 
+/* One block, then this program again as a new process (exec, as subprocess.run and DataLoader
+ * workers with the spawn method do), which makes its own calls; its output passes through. */
+static int subprocess_case(const char *self) {
+    CUdeviceptr p;
+    if (cuMemAlloc_v2(&p, 16384) != 0) return 40;
+    say_alloc(p, 16384);
+    pid_t child = fork();
+    if (child == 0) {
+        execl(self, self, "direct", (char *)NULL);
+        _exit(41);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    cuMemFree_v2(p);
+    say_free(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 42;
+}
+
 static int hard_case(const char *how) {
     CUdeviceptr p;
     if (strcmp(how, "devices") == 0) return two_devices();
@@ -239,6 +257,7 @@ static int hard_case(const char *how) {
 
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "direct";
+    if (strcmp(how, "subprocess") == 0) return subprocess_case(argv[0]);
     if (strcmp(how, "threads") == 0 || strcmp(how, "fork") == 0 || strcmp(how, "exit") == 0 ||
         strcmp(how, "kill") == 0 || strcmp(how, "bench") == 0 || strncmp(how, "others", 6) == 0 ||
         strcmp(how, "vmm") == 0 || strcmp(how, "devices") == 0)
