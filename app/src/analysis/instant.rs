@@ -104,27 +104,48 @@ pub fn instant(trace: &Trace, device: i16, event: Option<usize>, time_ns: i64) -
     Instant { event, time_ns, blocks, by_category, by_name, segments, total }
 }
 
+fn is_segment_event(kind: EventKind) -> bool {
+    matches!(kind, EventKind::SegmentAlloc | EventKind::SegmentMap | EventKind::SegmentFree | EventKind::SegmentUnmap)
+}
+
 fn segments_at(trace: &Trace, device: i16, event: Option<usize>, blocks: &[AttributedBlock]) -> Vec<SegmentAt> {
-    if trace.segments.is_empty() {
-        return Vec::new();
-    }
-    let mut segments: BTreeMap<u64, (u64, Option<SegmentPool>, u64)> = trace
-        .segments
-        .iter()
-        .filter(|s| s.device == device)
-        .map(|s| (s.address, (s.size_bytes, Some(s.pool), s.stream)))
-        .collect();
-    let after = event.map_or(0, |i| i + 1);
-    for e in trace.events.get(after..).unwrap_or_default().iter().rev().filter(|e| e.device == device) {
-        match e.kind {
-            EventKind::SegmentAlloc | EventKind::SegmentMap => {
-                segments.remove(&e.address);
+    let mut segments: BTreeMap<u64, (u64, Option<SegmentPool>, u64)> = BTreeMap::new();
+    if !trace.segments.is_empty() {
+        // A snapshot: its final state, with the segment events after the instant undone.
+        segments = trace
+            .segments
+            .iter()
+            .filter(|s| s.device == device)
+            .map(|s| (s.address, (s.size_bytes, Some(s.pool), s.stream)))
+            .collect();
+        let after = event.map_or(0, |i| i + 1);
+        for e in trace.events.get(after..).unwrap_or_default().iter().rev().filter(|e| e.device == device) {
+            match e.kind {
+                EventKind::SegmentAlloc | EventKind::SegmentMap => {
+                    segments.remove(&e.address);
+                }
+                EventKind::SegmentFree | EventKind::SegmentUnmap => {
+                    segments.insert(e.address, (e.size_bytes, None, e.stream));
+                }
+                _ => {}
             }
-            EventKind::SegmentFree | EventKind::SegmentUnmap => {
-                segments.insert(e.address, (e.size_bytes, None, e.stream));
-            }
-            _ => {}
         }
+    } else if trace.events.iter().any(|e| e.device == device && is_segment_event(e.kind)) {
+        // A recording: no final state, but every segment event from the start.
+        let upto = event.map_or(0, |i| i + 1);
+        for e in trace.events.get(..upto).unwrap_or_default().iter().filter(|e| e.device == device) {
+            match e.kind {
+                EventKind::SegmentAlloc | EventKind::SegmentMap => {
+                    segments.insert(e.address, (e.size_bytes, None, e.stream));
+                }
+                EventKind::SegmentFree | EventKind::SegmentUnmap => {
+                    segments.remove(&e.address);
+                }
+                _ => {}
+            }
+        }
+    } else {
+        return Vec::new();
     }
     let mut by_address: Vec<usize> = (0..blocks.len()).collect();
     by_address.sort_by_key(|&i| blocks.get(i).map_or(0, |b| b.block.address));
@@ -361,6 +382,28 @@ pub fn is_noise_frame(file: &str, function: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recording_has_segments_from_its_events() {
+        use vramscope_trace_format::Event;
+        let mut trace = Trace::default();
+        let mib = 1u64 << 20;
+        trace.events = vec![
+            Event::new(EventKind::SegmentAlloc, 1, 0, 0x1000_0000, 2 * mib),
+            Event::new(EventKind::Alloc, 2, 0, 0x1000_0000, mib),
+            Event::new(EventKind::SegmentAlloc, 3, 0, 0x2000_0000, mib),
+            Event::new(EventKind::SegmentFree, 4, 0, 0x2000_0000, mib),
+        ];
+        let at = instant(&trace, 0, Some(2), 3);
+        assert_eq!(at.segments.iter().map(|s| s.address).collect::<Vec<_>>(), [0x1000_0000, 0x2000_0000]);
+        let first = &at.segments[0];
+        assert_eq!(first.blocks.len(), 1);
+        assert_eq!(first.fragmentation.free_external_bytes, mib);
+        assert_eq!(at.total.reserved_bytes, 3 * mib);
+        let end = instant(&trace, 0, Some(3), 4);
+        assert_eq!(end.segments.len(), 1);
+        assert!(instant(&trace, 0, None, 0).segments.is_empty());
+    }
 
     #[test]
     fn noise_frames() {

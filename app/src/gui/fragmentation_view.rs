@@ -75,7 +75,7 @@ pub fn fragmentation_ui(
         ui.add_space(20.0);
         ui.vertical_centered(|ui| {
             ui.heading("No segment information in this trace");
-            ui.label("PyTorch memory snapshots and vramscope recordings carry the allocator's segments; profiler traces do not.");
+            ui.label("PyTorch memory snapshots and vramscope recordings carry segments; profiler traces do not.");
         });
         return;
     }
