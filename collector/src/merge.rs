@@ -117,36 +117,17 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
                 stack: Default::default(),
             }),
             (Api::MemFree | Api::MemFreeAsync | Api::MemFreeHost, 0) => {
-                // Freed memory the context's destruction already released is not freed twice.
-                if live.remove(&(process, r.address)).is_none() {
-                    continue;
-                }
-                trace.events.push(event(EventKind::FreeCompleted));
-                trace.events.push(event(EventKind::SegmentFree));
-            }
-            // Failed calls change nothing.
-            _ => {}
-        }
-    }
-    // Frees carry the address only: their sizes come from the allocation they release.
-    let mut sizes: HashMap<(ProcessId, u64), u64> = HashMap::new();
-    for e in &mut trace.events {
-        match e.kind {
-            EventKind::Alloc => {
-                sizes.insert((e.process, e.address), e.size_bytes);
-            }
-            EventKind::FreeCompleted | EventKind::SegmentFree => {
-                if let Some(&size) = sizes.get(&(e.process, e.address)) {
+                // Frees carry the address only: the size is the allocation's. Memory the
+                // context's destruction already released is not freed twice.
+                let Some((size, _, _)) = live.remove(&(process, r.address)) else { continue };
+                for kind in [EventKind::FreeCompleted, EventKind::SegmentFree] {
+                    let mut e = event(kind);
                     e.size_bytes = size;
                     e.requested_bytes = size;
-                }
-                if e.kind == EventKind::SegmentFree {
-                    sizes.remove(&(e.process, e.address));
+                    trace.events.push(e);
                 }
             }
-            EventKind::SegmentUnmap => {
-                sizes.remove(&(e.process, e.address));
-            }
+            // Failed calls change nothing.
             _ => {}
         }
     }

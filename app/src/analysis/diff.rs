@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use vramscope_trace_format::{Category, Trace};
 
-use super::instant::{self, AttributedBlock};
+use super::instant;
 use super::peak;
 use super::summary::time_us;
 use crate::units;
@@ -54,12 +54,8 @@ pub fn run_peak(trace: &Trace, file: &str, device: Option<i16>) -> RunPeak {
         peak_allocated_time_us: time_us(trace, &peaks.allocated),
         peak_reserved_bytes: peaks.reserved.bytes,
         categories_at_peak: at_peak.by_category.iter().map(|(c, v)| (c.name(), *v)).collect(),
-        sites: sites(trace, &at_peak.blocks),
+        sites: instant::by_site(trace, &at_peak.blocks),
     }
-}
-
-fn sites(trace: &Trace, blocks: &[AttributedBlock]) -> Vec<(String, u64, usize)> {
-    instant::by_site(trace, blocks)
 }
 
 /// A category in both runs.

@@ -236,7 +236,7 @@ impl VramscopeApp {
     fn poll_loader(&mut self, ctx: &egui::Context) {
         let Some(loader) = &self.loader else { return };
         match loader.poll() {
-            Poll::Loading(..) => {}
+            Poll::Loading => {}
             Poll::Done(result) => {
                 let cancelled = loader.is_cancelled();
                 let path = loader.path.clone();

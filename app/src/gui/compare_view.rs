@@ -40,6 +40,8 @@ pub struct Compare {
     pending: Option<Receiver<Diff>>,
     /// B's timeline (its view follows A's, shifted by the alignment).
     b_state: TimelineState,
+    /// Annotation names both runs have (for the alignment menu), found once.
+    common_annotations: Vec<String>,
 }
 
 impl Compare {
@@ -57,7 +59,9 @@ impl Compare {
             let _ = send.send(diff::diff(run_a, run_b));
             repaint();
         });
+        let common_annotations = common_annotations(a, &b);
         Self {
+            common_annotations,
             doc: b,
             device_index,
             align: Align::Start,
@@ -154,7 +158,7 @@ pub fn compare_ui(
         ui.selectable_value(&mut align, Align::Start, "start");
         ui.selectable_value(&mut align, Align::FirstIteration, "first iteration");
         ui.selectable_value(&mut align, Align::Peak, "peak");
-        let names = common_annotations(a, &compare.doc);
+        let names = &compare.common_annotations;
         let current = match &align {
             Align::Annotation(name) => name.clone(),
             _ => "annotation…".to_owned(),
@@ -163,7 +167,7 @@ pub fn compare_ui(
             egui::ComboBox::from_id_salt("align-annotation").selected_text(current).show_ui(ui, |ui| {
                 for name in names {
                     let chosen = Align::Annotation(name.clone());
-                    ui.selectable_value(&mut align, chosen, name);
+                    ui.selectable_value(&mut align, chosen, name.as_str());
                 }
             });
         })

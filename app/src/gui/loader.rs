@@ -28,8 +28,8 @@ pub struct Loader {
 
 /// What a poll of a [`Loader`] found.
 pub enum Poll {
-    /// Still loading: done and total bytes.
-    Loading(u64, u64),
+    /// Still loading (see [`Loader::progress`]).
+    Loading,
     /// Finished.
     Done(anyhow::Result<Document>),
 }
@@ -96,10 +96,7 @@ impl Loader {
     pub fn poll(&self) -> Poll {
         match self.result.try_recv() {
             Ok(result) => Poll::Done(result),
-            Err(TryRecvError::Empty) => Poll::Loading(
-                self.shared.done_bytes.load(Ordering::Relaxed),
-                self.shared.total_bytes.load(Ordering::Relaxed),
-            ),
+            Err(TryRecvError::Empty) => Poll::Loading,
             Err(TryRecvError::Disconnected) => {
                 Poll::Done(Err(anyhow::anyhow!("the loading thread stopped unexpectedly")))
             }

@@ -67,10 +67,16 @@ pub(crate) fn next_symbol(name: &CStr) -> *mut c_void {
     }
 }
 
+/// The address of the next definition of `name` (NUL-terminated), looked up once into `slot`;
+/// 0 when there is none.
+pub(crate) fn next_address(slot: &OnceLock<usize>, name: &str) -> usize {
+    *slot.get_or_init(|| CStr::from_bytes_with_nul(name.as_bytes()).map_or(0, |n| next_symbol(n) as usize))
+}
+
 macro_rules! real {
     ($slot:ident, $name:literal, $ty:ty) => {{
         static $slot: OnceLock<usize> = OnceLock::new();
-        let address = *$slot.get_or_init(|| next_symbol($name) as usize);
+        let address = next_address(&$slot, $name);
         // SAFETY: a non-null address from dlsym for this exported driver symbol is a function
         // with the driver API's signature for it, which `$ty` spells out.
         (address != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(address) })
@@ -103,7 +109,7 @@ fn now_ns() -> u64 {
 /// The device of the calling thread's current context (0 when the driver cannot tell).
 fn current_device() -> i32 {
     type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
-    let Some(get) = real!(REAL_CTX_GET_DEVICE, c"cuCtxGetDevice", CtxGetDeviceFn) else { return 0 };
+    let Some(get) = real!(REAL_CTX_GET_DEVICE, "cuCtxGetDevice\0", CtxGetDeviceFn) else { return 0 };
     let mut device: c_int = 0;
     // SAFETY: `device` is valid to write; the call is not recorded (the caller is inside the hook).
     if unsafe { get(&mut device) } == 0 { device } else { 0 }
@@ -231,10 +237,7 @@ macro_rules! resolver {
         #[cfg_attr(not(test), unsafe(no_mangle))]
         pub unsafe extern "C" fn $name($($arg: $t),*) -> c_int {
             static $real: OnceLock<usize> = OnceLock::new();
-            let address = *$real.get_or_init(|| {
-                let name = concat!(stringify!($name), "\0");
-                CStr::from_bytes_with_nul(name.as_bytes()).map_or(0, |n| next_symbol(n) as usize)
-            });
+            let address = next_address(&$real, concat!(stringify!($name), "\0"));
             if address == 0 {
                 return CUDA_ERROR_NOT_INITIALIZED;
             }

@@ -2,7 +2,7 @@
 //! driver's name (for programs linked to it) and as a private function that calls what the
 //! resolver or `dlsym` handed out (stored in a slot), for programs that look functions up.
 
-use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use vramscope_collector::wire::Api;
@@ -45,10 +45,7 @@ macro_rules! wrapper {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> CuResult {
             type F = unsafe extern "C" fn($($ty),*) -> CuResult;
             static REAL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-            let address = *REAL.get_or_init(|| {
-                let name = concat!(stringify!($name), "\0");
-                CStr::from_bytes_with_nul(name.as_bytes()).map_or(0, |n| crate::next_symbol(n) as usize)
-            });
+            let address = crate::next_address(&REAL, concat!(stringify!($name), "\0"));
             if address == 0 {
                 return CUDA_ERROR_NOT_INITIALIZED;
             }
