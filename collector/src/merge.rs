@@ -3,13 +3,19 @@
 //! Driver-level memory is reserved memory: each successful allocation (`cuMemAlloc`, pitched,
 //! managed, stream-ordered, pinned host memory on device -1) becomes a segment. No framework
 //! allocator's records sit on top of it yet, so each is also one allocated block of the same
-//! size. A failed allocation becomes an OOM event with the size asked for. A stream-ordered free
-//! is taken as freeing at once (the pool's cached memory is not modelled yet). With the virtual
+//! size. A failed allocation becomes an OOM event with the size asked for. With the virtual
 //! memory API, what is mapped counts (`cuMemMap` / `cuMemUnmap`); creating a handle or reserving
 //! addresses alone does not. Destroying or resetting a context frees what the process held on
 //! its device.
+//!
+//! Stream-ordered allocations come from a pool, which keeps freed memory until a synchronisation
+//! or a trim gives it back. Where the hook recorded what the process's pools reserve
+//! ([`Api::PoolReserved`]), a pool is one segment that grows and shrinks with it (mapped and
+//! unmapped at its top end, at the pool handle's number: pools have no address range of their
+//! own) and its allocations are blocks without segments of their own. Without those records (a
+//! driver that could not be asked) each stream-ordered allocation is its own segment again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use vramscope_trace_format::{Clock, DeviceInfo, Event, EventKind, Oom, ProcessId, ProcessInfo, SourceFormat, Trace};
@@ -18,6 +24,55 @@ use crate::wire::{Api, RECORD_BYTES, Record};
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
+
+/// What backs a live driver allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Backing {
+    /// Its own segment (`cuMemAlloc` and the like).
+    Segment,
+    /// Memory mapped with the virtual memory API.
+    Mapped,
+    /// A stream-ordered pool, which is a segment of its own.
+    Pool,
+}
+
+/// What a stream-ordered pool reserves, as the segment ranges mapped above its handle's number
+/// (offset, size), in the order they were mapped.
+#[derive(Debug, Default)]
+struct Pool {
+    chunks: Vec<(u64, u64)>,
+    device: i16,
+}
+
+impl Pool {
+    fn reserved(&self) -> u64 {
+        self.chunks.last().map_or(0, |&(offset, size)| offset + size)
+    }
+
+    /// The segment events that take the pool at `handle` to `now` bytes: growth is mapped at the
+    /// top; shrinking unmaps the top ranges (each as it was mapped) and maps back the part of a
+    /// range below `now`.
+    fn resize(&mut self, handle: u64, now: u64) -> Vec<(EventKind, u64, u64)> {
+        let mut events = Vec::new();
+        let was = self.reserved();
+        if now > was {
+            self.chunks.push((was, now - was));
+            events.push((EventKind::SegmentMap, handle.wrapping_add(was), now - was));
+        }
+        while let Some(&(offset, size)) = self.chunks.last() {
+            if offset + size <= now {
+                break;
+            }
+            self.chunks.pop();
+            events.push((EventKind::SegmentUnmap, handle.wrapping_add(offset), size));
+            if offset < now {
+                self.chunks.push((offset, now - offset));
+                events.push((EventKind::SegmentMap, handle.wrapping_add(offset), now - offset));
+            }
+        }
+        events
+    }
+}
 
 /// What reading a recording directory found.
 #[derive(Debug, Default)]
@@ -58,8 +113,11 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
     trace.metadata.clock = Clock::MonotonicNs;
     trace.metadata.tool_version = env!("CARGO_PKG_VERSION").to_owned();
     let mut processes: BTreeMap<u32, ProcessId> = BTreeMap::new();
-    // Live allocations by (process, address): size, mapped (virtual memory API), device.
-    let mut live: HashMap<(ProcessId, u64), (u64, bool, i16)> = HashMap::new();
+    // Live allocations by (process, address): size, what backs them, device.
+    let mut live: HashMap<(ProcessId, u64), (u64, Backing, i16)> = HashMap::new();
+    // Processes whose pools were followed, and what each pool (process, handle) reserves.
+    let pooled: HashSet<u32> = records.iter().filter(|r| r.api == Api::PoolReserved).map(|r| r.pid).collect();
+    let mut pools: BTreeMap<(ProcessId, u64), Pool> = BTreeMap::new();
     for r in records {
         let next = ProcessId(processes.len() as u32);
         let process = *processes.entry(r.pid).or_insert(next);
@@ -75,35 +133,59 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
             (Api::MemMap, 0) => {
                 trace.events.push(event(EventKind::SegmentMap));
                 trace.events.push(event(EventKind::Alloc));
-                live.insert((process, r.address), (r.size_bytes, true, device));
+                live.insert((process, r.address), (r.size_bytes, Backing::Mapped, device));
             }
             (Api::MemUnmap, 0) => {
                 trace.events.push(event(EventKind::FreeCompleted));
                 trace.events.push(event(EventKind::SegmentUnmap));
                 live.remove(&(process, r.address));
             }
-            // Destroying or resetting a context frees everything it held.
+            (Api::PoolReserved, _) => {
+                let pool = pools.entry((process, r.address)).or_default();
+                pool.device = device;
+                for (kind, address, size) in pool.resize(r.address, r.size_bytes) {
+                    let mut e = Event::new(kind, time_ns, device, address, size);
+                    e.process = process;
+                    trace.events.push(e);
+                }
+            }
+            // Destroying or resetting a context frees everything it held, its pools' memory too.
             (Api::ContextDestroy, 0) => {
-                let mut held: Vec<(u64, u64, bool, i16)> = live
+                let mut held: Vec<(u64, u64, Backing, i16)> = live
                     .iter()
                     .filter(|((p, _), (_, _, d))| *p == process && *d == device)
-                    .map(|((_, address), (size, mapped, d))| (*address, *size, *mapped, *d))
+                    .map(|((_, address), (size, backing, d))| (*address, *size, *backing, *d))
                     .collect();
                 held.sort_unstable();
-                for (address, size, mapped, d) in held {
+                for (address, size, backing, d) in held {
                     live.remove(&(process, address));
-                    for kind in [
-                        EventKind::FreeCompleted,
-                        if mapped { EventKind::SegmentUnmap } else { EventKind::SegmentFree },
-                    ] {
+                    let release = match backing {
+                        Backing::Mapped => Some(EventKind::SegmentUnmap),
+                        Backing::Segment => Some(EventKind::SegmentFree),
+                        Backing::Pool => None,
+                    };
+                    for kind in std::iter::once(EventKind::FreeCompleted).chain(release) {
                         let mut e = Event::new(kind, time_ns, d, address, size);
                         e.process = process;
                         trace.events.push(e);
                     }
                 }
+                for ((_, handle), pool) in
+                    pools.iter_mut().filter(|((p, _), pool)| *p == process && pool.device == device)
+                {
+                    for (kind, address, size) in pool.resize(*handle, 0) {
+                        let mut e = Event::new(kind, time_ns, device, address, size);
+                        e.process = process;
+                        trace.events.push(e);
+                    }
+                }
+            }
+            (Api::MemAllocAsync, 0) if pooled.contains(&r.pid) => {
+                live.insert((process, r.address), (r.size_bytes, Backing::Pool, device));
+                trace.events.push(event(EventKind::Alloc));
             }
             (api, 0) if api.allocates() => {
-                live.insert((process, r.address), (r.size_bytes, false, device));
+                live.insert((process, r.address), (r.size_bytes, Backing::Segment, device));
                 trace.events.push(event(EventKind::SegmentAlloc));
                 trace.events.push(event(EventKind::Alloc));
             }
@@ -118,9 +200,11 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
             }),
             (Api::MemFree | Api::MemFreeAsync | Api::MemFreeHost, 0) => {
                 // Frees carry the address only: the size is the allocation's. Memory the
-                // context's destruction already released is not freed twice.
-                let Some((size, _, _)) = live.remove(&(process, r.address)) else { continue };
-                for kind in [EventKind::FreeCompleted, EventKind::SegmentFree] {
+                // context's destruction already released is not freed twice; memory from a pool
+                // stays reserved by the pool.
+                let Some((size, backing, _)) = live.remove(&(process, r.address)) else { continue };
+                let release = (backing != Backing::Pool).then_some(EventKind::SegmentFree);
+                for kind in std::iter::once(EventKind::FreeCompleted).chain(release) {
                     let mut e = event(kind);
                     e.size_bytes = size;
                     e.requested_bytes = size;

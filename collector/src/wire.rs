@@ -57,6 +57,11 @@ pub enum Api {
     AddressFree = 14,
     /// `cuCtxDestroy_v2` and `cuDevicePrimaryCtxReset_v2`: everything the context held is freed.
     ContextDestroy = 15,
+    /// Not a call: a stream-ordered memory pool's reserved bytes changed (read with
+    /// `cuMemPoolGetAttribute(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)` after stream-ordered
+    /// allocations and frees, `cuMemPoolTrimTo` and synchronisations). The address field holds
+    /// the pool's handle, the size the bytes it now reserves.
+    PoolReserved = 16,
 }
 
 impl Api {
@@ -78,6 +83,7 @@ impl Api {
             Self::AddressReserve,
             Self::AddressFree,
             Self::ContextDestroy,
+            Self::PoolReserved,
         ]
         .into_iter()
         .find(|api| *api as u16 == value)

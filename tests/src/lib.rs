@@ -67,12 +67,19 @@ pub fn vramscope_bin() -> PathBuf {
     let profile_dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
     let bin = profile_dir.join(format!("vramscope{}", std::env::consts::EXE_SUFFIX));
     assert!(bin.exists(), "{} is missing: run `cargo build --workspace` first", bin.display());
-    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-    let sources = ["app/src", "trace-format/src", "collector/src", "collector/hook/src"]
-        .iter()
-        .filter_map(|d| newest_source(&repo_root().join(d)))
-        .max();
-    assert!(built >= sources, "{} is older than the sources: run `cargo build --workspace` first", bin.display());
+    let hook = profile_dir.join("libvramscope_hook.so");
+    for (built, sources) in [
+        (&bin, &["app/src", "trace-format/src", "collector/src"][..]),
+        (&hook, &["collector/src", "collector/hook/src"][..]),
+    ] {
+        let modified = std::fs::metadata(built).and_then(|m| m.modified()).ok();
+        let newest = sources.iter().filter_map(|d| newest_source(&repo_root().join(d))).max();
+        assert!(
+            modified >= newest,
+            "{} is older than its sources: run `cargo build --workspace` first",
+            built.display()
+        );
+    }
     bin
 }
 

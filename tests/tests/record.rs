@@ -280,10 +280,88 @@ fn mapped_memory_counts_and_a_context_reset_frees_what_was_held() {
 }
 
 #[test]
+fn a_stream_ordered_pool_is_reserved_memory_until_it_gives_it_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for mode in ["pool", "pool_proc"] {
+        let out = dir.path().join(format!("{mode}.vtrace"));
+        let (output, trace) = record(mode, &out);
+        assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        // What the driver said the pool reserves after each step, changes only.
+        let mut said: Vec<u64> = Vec::new();
+        for line in stdout.lines().filter_map(|l| l.strip_prefix("reserved ")) {
+            let bytes: u64 = line.parse().expect("a number");
+            if said.last() != Some(&bytes) {
+                said.push(bytes);
+            }
+        }
+        const MIB: u64 = 1 << 20;
+        assert_eq!(said, [4 * MIB, 2 * MIB, 6 * MIB, 2 * MIB, 0], "{mode}: the fake pool's own account");
+        // The trace's reserved memory walks through the same values (taken after all the
+        // events of one instant).
+        let mut reserved = 0i64;
+        let mut walked: Vec<(i64, u64)> = Vec::new();
+        for e in trace.events.iter().filter(|e| e.device == 0) {
+            match e.kind {
+                EventKind::SegmentAlloc | EventKind::SegmentMap => reserved += e.size_bytes as i64,
+                EventKind::SegmentFree | EventKind::SegmentUnmap => reserved -= e.size_bytes as i64,
+                _ => continue,
+            }
+            if walked.last().is_some_and(|w| w.0 == e.time_ns) {
+                walked.pop();
+            }
+            walked.push((e.time_ns, reserved as u64));
+        }
+        let walked: Vec<u64> = walked.into_iter().map(|w| w.1).collect();
+        assert_eq!(walked, said, "{mode}: reserved memory in the trace");
+        // The blocks are the calls the client made, with no segments of their own.
+        let calls: Vec<Call> =
+            stdout.lines().filter(|l| !l.starts_with("reserved ")).map(|l| client_calls(l).remove(0)).collect();
+        let (expected, got) = same_calls(&calls, &trace);
+        assert_eq!(expected.len(), 6, "{mode}");
+        assert_eq!(got, expected, "{mode}");
+        assert!(!trace.events.iter().any(|e| e.kind == EventKind::SegmentAlloc), "{mode}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("peak reserved 6.00 MiB"), "{mode}: {stderr}");
+    }
+}
+
+#[test]
+fn the_runtimes_stream_ordered_pool_is_followed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("async.vtrace");
+    let (output, trace) = record_client("runtime_client", "async", &out);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let calls = client_calls(&String::from_utf8_lossy(&output.stdout));
+    let (expected, got) = same_calls(&calls, &trace);
+    assert_eq!(expected.len(), 4);
+    assert_eq!(got, expected);
+    // Reserved after each instant: 4 MiB for 3 + 1 MiB, 2 MiB once the stream synchronised after
+    // the first free, 0 once the device synchronised after the second (release threshold 0).
+    let mut reserved = 0i64;
+    let mut walked: Vec<(i64, i64)> = Vec::new();
+    for e in &trace.events {
+        match e.kind {
+            EventKind::SegmentMap => reserved += e.size_bytes as i64,
+            EventKind::SegmentUnmap => reserved -= e.size_bytes as i64,
+            EventKind::SegmentAlloc | EventKind::SegmentFree => panic!("pool blocks have no segments: {e:?}"),
+            _ => continue,
+        }
+        if walked.last().is_some_and(|w| w.0 == e.time_ns) {
+            walked.pop();
+        }
+        walked.push((e.time_ns, reserved));
+    }
+    let walked: Vec<i64> = walked.into_iter().map(|w| w.1).collect();
+    assert_eq!(walked, [4 << 20, 2 << 20, 0]);
+}
+
+#[test]
 fn the_runtime_and_its_driver_entry_points_are_recorded() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // cudaMalloc reaches the driver only through cuGetProcAddress found with dlsym, as the real
-    // runtime does; the other two hand driver functions to the program.
+    // cudaMalloc reaches the driver through a private table of a driver opened with RTLD_LOCAL,
+    // as the real runtime does, so the runtime's own function is what is recorded; the other
+    // two hand driver functions to the program.
     for mode in ["malloc", "entry", "entry_version"] {
         let out = dir.path().join(format!("{mode}.vtrace"));
         let (output, trace) = record_client("runtime_client", mode, &out);

@@ -13,6 +13,12 @@ use super::segments;
 pub struct DeviceSummary {
     /// Device index; -1 for host memory.
     pub device: i16,
+    /// Product name, when the trace knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The device's memory, when the trace knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_memory_bytes: Option<u64>,
     /// Allocator events of the device.
     pub events: usize,
     /// Segments in the final state.
@@ -62,6 +68,9 @@ pub struct Summary {
     pub annotations: usize,
     /// Distinct call stacks.
     pub stacks: usize,
+    /// The CUDA driver's version (1000 x major + 10 x minor) where a recording asked it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_driver_version: Option<i64>,
     /// Per device.
     pub devices: Vec<DeviceSummary>,
 }
@@ -89,8 +98,11 @@ pub fn device_summary(trace: &Trace, device: i16) -> DeviceSummary {
             largest_free_bytes: 0,
         },
     };
+    let facts = trace.metadata.devices.iter().find(|d| d.device == device);
     DeviceSummary {
         device,
+        name: facts.and_then(|d| d.name.clone()),
+        total_memory_bytes: facts.and_then(|d| d.total_memory_bytes),
         events: trace.events.iter().filter(|e| e.device == device).count(),
         segments: final_state.as_ref().map_or(0, |s| s.segments),
         reserved_bytes: total.reserved_bytes,
@@ -119,6 +131,7 @@ pub fn summary(trace: &Trace, format: SourceFormat) -> Summary {
         allocator_events: trace.events.len(),
         annotations: trace.annotations.len(),
         stacks: trace.interner.stack_count().saturating_sub(1),
+        cuda_driver_version: trace.metadata.extra.get("cuda_driver_version").and_then(serde_json::Value::as_i64),
         devices: trace.devices().into_iter().map(|d| device_summary(trace, d)).collect(),
     }
 }

@@ -63,6 +63,9 @@ fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn Write) -> R
             format!(", spanning {}", duration_ns(span_ns))
         }
     )?;
+    if let Some(version) = summary.cuda_driver_version {
+        writeln!(out, "  recorded with CUDA driver {}.{}", version / 1000, version % 1000 / 10)?;
+    }
     for device in &summary.devices {
         write_device(trace.metadata.clock, start_ns, device, out)?;
     }
@@ -77,7 +80,13 @@ fn at(clock: Clock, start_ns: i64, time_us: Option<i64>) -> String {
 }
 
 fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Write) -> Result<()> {
-    writeln!(out, "\n{} — {} allocator events", device_name(d.device), count(d.events))?;
+    let facts = match (&d.name, d.total_memory_bytes) {
+        (Some(name), Some(total)) => format!(" ({name}, {})", bytes(total)),
+        (Some(name), None) => format!(" ({name})"),
+        (None, Some(total)) => format!(" ({})", bytes(total)),
+        (None, None) => String::new(),
+    };
+    writeln!(out, "\n{}{facts} — {} allocator events", device_name(d.device), count(d.events))?;
     writeln!(
         out,
         "  peak allocated  {}{} ({} requested at its own peak)",

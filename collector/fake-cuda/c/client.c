@@ -1,7 +1,7 @@
 /* A test client of the fake driver: allocates and frees, reaching the driver the way argv[1]
  * says ("direct": linked symbols; "proc": cuGetProcAddress; "proc_v2": cuGetProcAddress_v2;
  * "dlsym": dlopen + dlsym(handle); "dlsym_proc": the resolver found with dlsym(handle)), or
- * exercising the hook's hard cases ("threads", "fork", "exit", "kill"), and prints each call as
+ * exercising the hook's hard cases ("threads", "fork", "exit", "kill", "pool", ...), and prints each call as
  * "alloc ADDR SIZE" / "free ADDR" / "oom SIZE" so tests can compare the recorded trace with what
  * happened. */
 #include <dlfcn.h>
@@ -193,10 +193,93 @@ static int subprocess_case(const char *self) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 42;
 }
 
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, void *);
+CUresult cuMemFreeAsync(CUdeviceptr, void *);
+CUresult cuDeviceGetMemPool(void **, int);
+CUresult cuMemPoolGetAttribute(void *, int, void *);
+CUresult cuMemPoolSetAttribute(void *, int, void *);
+CUresult cuMemPoolTrimTo(void *, size_t);
+CUresult cuStreamSynchronize(void *);
+CUresult cuCtxSynchronize(void);
+CUresult cuEventSynchronize(void *);
+typedef CUresult (*trim_fn)(void *, size_t);
+typedef CUresult (*sync_fn)(void *);
+typedef CUresult (*ctx_sync_fn)(void);
+
+/* A stream-ordered pool's life: what it reserves grows with allocations, stays after frees,
+ * shrinks at a synchronisation (release threshold 0) or a trim, and stays at synchronisations
+ * once the threshold is raised. The pool functions are linked directly or (resolve != 0)
+ * resolved with cuGetProcAddress for the per-thread default stream. Prints "alloc ADDR SIZE",
+ * "free ADDR" and, after each step that can change it, "reserved BYTES" as the driver says. */
+static int pool_life(int resolve) {
+    alloc_async_fn alloc = cuMemAllocAsync;
+    free_async_fn release = cuMemFreeAsync;
+    trim_fn trim = cuMemPoolTrimTo;
+    sync_fn stream_sync = cuStreamSynchronize, event_sync = cuEventSynchronize;
+    ctx_sync_fn ctx_sync = cuCtxSynchronize;
+    if (resolve) {
+        void *f[6];
+        const char *names[6] = {"cuMemAllocAsync", "cuMemFreeAsync", "cuMemPoolTrimTo",
+                                "cuStreamSynchronize", "cuEventSynchronize", "cuCtxSynchronize"};
+        for (int i = 0; i < 6; i++)
+            if (cuGetProcAddress(names[i], &f[i], 12000, 2) != 0) return 50;
+        alloc = (alloc_async_fn)f[0];
+        release = (free_async_fn)f[1];
+        trim = (trim_fn)f[2];
+        stream_sync = (sync_fn)f[3];
+        event_sync = (sync_fn)f[4];
+        ctx_sync = (ctx_sync_fn)f[5];
+    }
+    void *pool = NULL;
+    if (cuDeviceGetMemPool(&pool, 0) != 0) return 51;
+    void *stream = (void *)0x51;
+#define SAY_RESERVED()                                                    \
+    do {                                                                  \
+        unsigned long long r = 0;                                         \
+        cuMemPoolGetAttribute(pool, 5, &r);                               \
+        printf("reserved %llu\n", r);                                     \
+    } while (0)
+    CUdeviceptr a, b, c;
+    if (alloc(&a, 3 << 20, stream) != 0) return 52;
+    say_alloc(a, 3 << 20);
+    SAY_RESERVED();
+    if (alloc(&b, 1 << 20, stream) != 0) return 53;
+    say_alloc(b, 1 << 20);
+    SAY_RESERVED();
+    release(a, stream);
+    say_free(a);
+    SAY_RESERVED();
+    stream_sync(stream);
+    SAY_RESERVED();
+    unsigned long long never = ~0ull;
+    cuMemPoolSetAttribute(pool, 4, &never);
+    if (alloc(&c, 5 << 20, stream) != 0) return 54;
+    say_alloc(c, 5 << 20);
+    SAY_RESERVED();
+    release(c, stream);
+    say_free(c);
+    ctx_sync();
+    SAY_RESERVED();
+    trim(pool, 0);
+    SAY_RESERVED();
+    release(b, stream);
+    say_free(b);
+    event_sync(NULL);
+    SAY_RESERVED();
+    trim(pool, 0);
+    SAY_RESERVED();
+#undef SAY_RESERVED
+    fflush(stdout);
+    return 0;
+}
+
 static int hard_case(const char *how) {
     CUdeviceptr p;
     if (strcmp(how, "devices") == 0) return two_devices();
-    if (strcmp(how, "vmm") == 0 || strcmp(how, "devices") == 0) return virtual_memory();
+    if (strcmp(how, "pool") == 0) return pool_life(0);
+    if (strcmp(how, "pool_proc") == 0) return pool_life(1);
+    if (strcmp(how, "vmm") == 0 || strcmp(how, "devices") == 0 ||
+        strncmp(how, "pool", 4) == 0) return virtual_memory();
     if (strcmp(how, "others_proc") == 0) return other_apis(1, 2);
     if (strcmp(how, "others_dlsym") == 0) return other_apis(0, 0);
     if (strcmp(how, "bench") == 0) {
@@ -260,7 +343,8 @@ int main(int argc, char **argv) {
     if (strcmp(how, "subprocess") == 0) return subprocess_case(argv[0]);
     if (strcmp(how, "threads") == 0 || strcmp(how, "fork") == 0 || strcmp(how, "exit") == 0 ||
         strcmp(how, "kill") == 0 || strcmp(how, "bench") == 0 || strncmp(how, "others", 6) == 0 ||
-        strcmp(how, "vmm") == 0 || strcmp(how, "devices") == 0)
+        strcmp(how, "vmm") == 0 || strcmp(how, "devices") == 0 ||
+        strncmp(how, "pool", 4) == 0)
         return hard_case(how);
     alloc_fn do_alloc = cuMemAlloc_v2;
     free_fn do_free = cuMemFree_v2;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -59,6 +60,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     unsigned char *base = NULL;
     if (posix_memalign((void **)&base, HEADER, bytesize + HEADER) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     memcpy(base, &bytesize, sizeof bytesize);
+    memset(base + sizeof bytesize, 0, sizeof(unsigned long long)); /* no pool */
     __atomic_add_fetch(&fake_used_bytes, bytesize, __ATOMIC_RELAXED);
     *dptr = (CUdeviceptr)(base + HEADER);
     return CUDA_SUCCESS;
@@ -83,19 +85,123 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     (void)flags;
     return cuMemAlloc_v2(dptr, bytesize);
 }
-/* Stream-ordered allocation: done at once here (there is no stream to order against). */
-CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, void *stream) { (void)stream; return cuMemAlloc_v2(dptr, bytesize); }
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, void *stream) { (void)stream; return cuMemAlloc_v2(dptr, bytesize); }
-CUresult cuMemFreeAsync(CUdeviceptr dptr, void *stream) { (void)stream; return cuMemFree_v2(dptr); }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, void *stream) { (void)stream; return cuMemFree_v2(dptr); }
+/* Stream-ordered pools. Each device has a default pool, handle 0xF00D0000 + device; a pool handle
+ * a program names is created on first use. A pool reserves memory in 2 MiB steps to cover what is
+ * in use; a free keeps it; a synchronisation gives back what exceeds the release threshold
+ * (attribute 4, default 0) down to what is in use; cuMemPoolTrimTo gives back down to what is in
+ * use or the bytes to keep. Blocks live in host memory with the size and pool before them. */
+#define POOL_STEP ((size_t)2 << 20)
+#define MAX_FAKE_POOLS 8
+struct fake_pool { unsigned long long handle; size_t used, reserved; unsigned long long threshold; };
+static struct fake_pool fake_pools[MAX_FAKE_POOLS];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t round_step(size_t n) { return (n + POOL_STEP - 1) / POOL_STEP * POOL_STEP; }
+/* The pool with this handle, created if new; NULL when the table is full. Called locked. */
+static struct fake_pool *pool_of(unsigned long long handle) {
+    for (int i = 0; i < MAX_FAKE_POOLS; i++)
+        if (fake_pools[i].handle == handle) return &fake_pools[i];
+    for (int i = 0; i < MAX_FAKE_POOLS; i++)
+        if (fake_pools[i].handle == 0) { fake_pools[i].handle = handle; return &fake_pools[i]; }
+    return NULL;
+}
+static void release_pools(void) {
+    pthread_mutex_lock(&pool_lock);
+    for (int i = 0; i < MAX_FAKE_POOLS; i++) {
+        struct fake_pool *p = &fake_pools[i];
+        if (p->handle && p->reserved > p->threshold) {
+            size_t keep = round_step(p->used);
+            p->reserved = p->threshold > keep ? (size_t)p->threshold : keep;
+        }
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+CUresult cuDeviceGetMemPool(void **pool, CUdevice device) {
+    *pool = (void *)(size_t)(0xF00D0000ull + (unsigned long long)device);
+    return CUDA_SUCCESS;
+}
+static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytesize, unsigned long long handle) {
+    if (bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (bytesize > FAKE_TOTAL_BYTES) return CUDA_ERROR_OUT_OF_MEMORY;
+    unsigned char *base = NULL;
+    if (posix_memalign((void **)&base, HEADER, bytesize + HEADER) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(base, &bytesize, sizeof bytesize);
+    memcpy(base + sizeof bytesize, &handle, sizeof handle);
+    pthread_mutex_lock(&pool_lock);
+    struct fake_pool *p = pool_of(handle);
+    if (p) {
+        p->used += bytesize;
+        if (round_step(p->used) > p->reserved) p->reserved = round_step(p->used);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    *dptr = (CUdeviceptr)(base + HEADER);
+    return CUDA_SUCCESS;
+}
+static CUresult pool_free(CUdeviceptr dptr) {
+    if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
+    unsigned char *base = (unsigned char *)dptr - HEADER;
+    size_t size;
+    unsigned long long handle;
+    memcpy(&size, base, sizeof size);
+    memcpy(&handle, base + sizeof size, sizeof handle);
+    if (handle == 0) return cuMemFree_v2(dptr); /* not from a pool */
+    pthread_mutex_lock(&pool_lock);
+    struct fake_pool *p = pool_of(handle);
+    if (p) p->used -= size;
+    pthread_mutex_unlock(&pool_lock);
+    free(base);
+    return CUDA_SUCCESS;
+}
+static unsigned long long current_pool(void) {
+    CUdevice device;
+    cuCtxGetDevice(&device);
+    return 0xF00D0000ull + (unsigned long long)device;
+}
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, void *stream) { (void)stream; return pool_alloc(dptr, bytesize, current_pool()); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, void *stream) { (void)stream; return pool_alloc(dptr, bytesize, current_pool()); }
+CUresult cuMemFreeAsync(CUdeviceptr dptr, void *stream) { (void)stream; return pool_free(dptr); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, void *stream) { (void)stream; return pool_free(dptr); }
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, void *pool, void *stream) {
-    (void)pool; (void)stream;
-    return cuMemAlloc_v2(dptr, bytesize);
+    (void)stream;
+    return pool_alloc(dptr, bytesize, (unsigned long long)(size_t)pool);
 }
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, void *pool, void *stream) {
-    (void)pool; (void)stream;
-    return cuMemAlloc_v2(dptr, bytesize);
+    (void)stream;
+    return pool_alloc(dptr, bytesize, (unsigned long long)(size_t)pool);
 }
+CUresult cuMemPoolGetAttribute(void *pool, int attr, void *value) {
+    pthread_mutex_lock(&pool_lock);
+    struct fake_pool *p = pool_of((unsigned long long)(size_t)pool);
+    CUresult r = CUDA_SUCCESS;
+    if (!p) r = CUDA_ERROR_INVALID_VALUE;
+    else if (attr == 4) *(unsigned long long *)value = p->threshold;
+    else if (attr == 5) *(unsigned long long *)value = p->reserved;
+    else if (attr == 7) *(unsigned long long *)value = p->used;
+    else r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&pool_lock);
+    return r;
+}
+CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
+    if (attr != 4) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pool_lock);
+    struct fake_pool *p = pool_of((unsigned long long)(size_t)pool);
+    if (p) p->threshold = *(unsigned long long *)value;
+    pthread_mutex_unlock(&pool_lock);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
+    pthread_mutex_lock(&pool_lock);
+    struct fake_pool *p = pool_of((unsigned long long)(size_t)pool);
+    if (p && p->reserved > keep) {
+        size_t floor = round_step(p->used);
+        p->reserved = round_step(keep) > floor ? round_step(keep) : floor;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuCtxSynchronize(void) { release_pools(); return CUDA_SUCCESS; }
+CUresult cuStreamSynchronize(void *stream) { (void)stream; release_pools(); return CUDA_SUCCESS; }
+CUresult cuStreamSynchronize_ptsz(void *stream) { (void)stream; release_pools(); return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(void *event) { (void)event; release_pools(); return CUDA_SUCCESS; }
 /* Pinned host memory: plain host memory here. */
 CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
     (void)flags;
@@ -146,6 +252,16 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { (void)dev; fake_used_bytes =
 CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) { return cuMemAlloc_v2(dptr, bytesize); }
 CUresult cuMemFree(CUdeviceptr dptr) { return cuMemFree_v2(dptr); }
 
+/* A private table, as the real runtime reaches most of the driver (cuGetExportTable): calls made
+ * through it pass no exported symbol, so only the runtime's own functions can be hooked. */
+static void *const EXPORT_TABLE[] = {(void *)cuMemAlloc_v2, (void *)cuMemFree_v2, (void *)cuMemAllocAsync,
+                                     (void *)cuMemFreeAsync, (void *)cuStreamSynchronize, (void *)cuCtxSynchronize};
+CUresult cuGetExportTable(const void **table, const void *id) {
+    (void)id;
+    *table = EXPORT_TABLE;
+    return CUDA_SUCCESS;
+}
+
 struct entry { const char *name; int min_version; void *fn; };
 /* As the real driver does, a base name resolves to the newest variant the caller's version
  * allows: cuMemAlloc -> cuMemAlloc_v2 from CUDA 3.2 on. */
@@ -168,6 +284,13 @@ static const struct entry TABLE[] = {
     {"cuMemAllocAsync", 0, (void *)cuMemAllocAsync},
     {"cuMemFreeAsync", 0, (void *)cuMemFreeAsync},
     {"cuMemAllocFromPoolAsync", 0, (void *)cuMemAllocFromPoolAsync},
+    {"cuDeviceGetMemPool", 0, (void *)cuDeviceGetMemPool},
+    {"cuMemPoolGetAttribute", 0, (void *)cuMemPoolGetAttribute},
+    {"cuMemPoolSetAttribute", 0, (void *)cuMemPoolSetAttribute},
+    {"cuMemPoolTrimTo", 0, (void *)cuMemPoolTrimTo},
+    {"cuCtxSynchronize", 0, (void *)cuCtxSynchronize},
+    {"cuStreamSynchronize", 0, (void *)cuStreamSynchronize},
+    {"cuEventSynchronize", 0, (void *)cuEventSynchronize},
     {"cuMemHostAlloc", 0, (void *)cuMemHostAlloc},
     {"cuMemAllocHost", 3020, (void *)cuMemAllocHost_v2},
     {"cuMemFreeHost", 0, (void *)cuMemFreeHost},
@@ -187,6 +310,7 @@ static const struct entry PTSZ_TABLE[] = {
     {"cuMemAllocAsync", 0, (void *)cuMemAllocAsync_ptsz},
     {"cuMemFreeAsync", 0, (void *)cuMemFreeAsync_ptsz},
     {"cuMemAllocFromPoolAsync", 0, (void *)cuMemAllocFromPoolAsync_ptsz},
+    {"cuStreamSynchronize", 0, (void *)cuStreamSynchronize_ptsz},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

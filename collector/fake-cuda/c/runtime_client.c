@@ -1,6 +1,7 @@
-/* A test client of the fake runtime: cudaMalloc/cudaFree (argv[1] "malloc"), or driver functions
- * found with cudaGetDriverEntryPoint ("entry") or cudaGetDriverEntryPointByVersion
- * ("entry_version"). Prints "alloc ADDR SIZE" / "free ADDR". */
+/* A test client of the fake runtime: cudaMalloc/cudaFree (argv[1] "malloc"), the stream-ordered
+ * cudaMallocAsync/cudaFreeAsync with synchronisations ("async"), or driver functions found with
+ * cudaGetDriverEntryPoint ("entry") or cudaGetDriverEntryPointByVersion ("entry_version").
+ * Prints "alloc ADDR SIZE" / "free ADDR". */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +10,10 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 cudaError_t cudaMalloc(void **, size_t);
 cudaError_t cudaFree(void *);
+cudaError_t cudaMallocAsync(void **, size_t, void *);
+cudaError_t cudaFreeAsync(void *, void *);
+cudaError_t cudaStreamSynchronize(void *);
+cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaGetDriverEntryPoint(const char *, void **, unsigned long long, int *);
 cudaError_t cudaGetDriverEntryPointByVersion(const char *, void **, unsigned int, unsigned long long, int *);
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
@@ -18,6 +23,24 @@ int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "malloc";
     const size_t sizes[] = {1 << 20, 12288};
     CUdeviceptr ptrs[2];
+    if (strcmp(how, "async") == 0) {
+        /* The default pool (release threshold 0): reserves 4 MiB for 3 + 1 MiB, keeps it after
+         * the first free until the stream synchronises (2 MiB), and all of it until the device
+         * synchronises after the second (0). */
+        void *stream = (void *)0x61;
+        CUdeviceptr a, b;
+        if (cudaMallocAsync((void **)&a, 3 << 20, stream) != 0) return 5;
+        printf("alloc %llu %d\n", a, 3 << 20);
+        if (cudaMallocAsync((void **)&b, 1 << 20, stream) != 0) return 6;
+        printf("alloc %llu %d\n", b, 1 << 20);
+        cudaFreeAsync((void *)a, stream);
+        printf("free %llu\n", a);
+        cudaStreamSynchronize(stream);
+        cudaFreeAsync((void *)b, stream);
+        printf("free %llu\n", b);
+        cudaDeviceSynchronize();
+        return 0;
+    }
     if (strcmp(how, "malloc") == 0) {
         for (int i = 0; i < 2; i++) {
             if (cudaMalloc((void **)&ptrs[i], sizes[i]) != 0) return 3;

@@ -18,12 +18,13 @@
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use vramscope_collector::wire::{Api, Record};
 
 mod buffer;
 mod memory;
+mod pools;
 
 pub(crate) type CuResult = c_int;
 pub(crate) type CuDevicePtr = u64;
@@ -67,21 +68,90 @@ pub(crate) fn next_symbol(name: &CStr) -> *mut c_void {
     }
 }
 
-/// The address of the next definition of `name` (NUL-terminated), looked up once into `slot`;
-/// 0 when there is none.
-pub(crate) fn next_address(slot: &OnceLock<usize>, name: &str) -> usize {
-    *slot.get_or_init(|| CStr::from_bytes_with_nul(name.as_bytes()).map_or(0, |n| next_symbol(n) as usize))
+/// The address of `name` (NUL-terminated) as [`loaded_address`] finds it, remembered in `slot`
+/// once found; 0 while there is none.
+pub(crate) fn cached_address(slot: &AtomicUsize, name: &str) -> usize {
+    match slot.load(Ordering::Acquire) {
+        0 => {
+            let address = loaded_address(name);
+            if address != 0 {
+                slot.store(address, Ordering::Release);
+            }
+            address
+        }
+        address => address,
+    }
 }
 
+/// The real definition of `name` (NUL-terminated): the next one after this library in the global
+/// scope, or else the first loaded library's that defines it. The second finds libraries opened
+/// privately (`dlopen` without `RTLD_GLOBAL`), as the CUDA runtime opens the driver and Python
+/// opens extension modules and their libraries. 0 when there is none.
+pub(crate) fn loaded_address(name: &str) -> usize {
+    let Ok(name) = CStr::from_bytes_with_nul(name.as_bytes()) else { return 0 };
+    let next = next_symbol(name);
+    if !next.is_null() {
+        return next as usize;
+    }
+    let Some(dlsym) = real_dlsym() else { return 0 };
+    let own = object_base(loaded_address as *const c_void);
+    for library in loaded_libraries() {
+        // SAFETY: a NUL-terminated path; RTLD_NOLOAD only opens a library already loaded.
+        let handle = unsafe { libc::dlopen(library.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            continue;
+        }
+        // SAFETY: a handle dlopen just returned and a NUL-terminated name.
+        let found = unsafe { dlsym(handle, name.as_ptr()) };
+        // SAFETY: the handle from the dlopen above; the library stays loaded (the program holds it).
+        unsafe { libc::dlclose(handle) };
+        if !found.is_null() && object_base(found) != own {
+            return found as usize;
+        }
+    }
+    0
+}
+
+/// The load address of the library holding `address` (0 if none).
+fn object_base(address: *const c_void) -> usize {
+    // SAFETY: all-zero is a valid `Dl_info` (null pointers).
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is valid to write; dladdr accepts any address.
+    if unsafe { libc::dladdr(address, &mut info) } == 0 { 0 } else { info.dli_fbase as usize }
+}
+
+/// The paths of the shared libraries loaded now (the program itself excluded).
+fn loaded_libraries() -> Vec<std::ffi::CString> {
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid entry and the `data` given below.
+        let (info, names) = unsafe { (&*info, &mut *data.cast::<Vec<std::ffi::CString>>()) };
+        if !info.dlpi_name.is_null() {
+            // SAFETY: the loader's NUL-terminated name for the object.
+            let name = unsafe { CStr::from_ptr(info.dlpi_name) };
+            if !name.is_empty() {
+                names.push(name.to_owned());
+            }
+        }
+        0
+    }
+    let mut names: Vec<std::ffi::CString> = Vec::new();
+    // Only collected here: opening libraries while the loader's list is walked could deadlock.
+    // SAFETY: `visit` only reads the entry and appends to `names`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut names).cast()) };
+    names
+}
+
+/// A driver function (not one the hook exports), looked up once.
 macro_rules! real {
     ($slot:ident, $name:literal, $ty:ty) => {{
-        static $slot: OnceLock<usize> = OnceLock::new();
-        let address = next_address(&$slot, $name);
-        // SAFETY: a non-null address from dlsym for this exported driver symbol is a function
-        // with the driver API's signature for it, which `$ty` spells out.
+        static $slot: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let address = $crate::cached_address(&$slot, $name);
+        // SAFETY: a non-null address of this driver symbol is a function with the driver API's
+        // signature for it, which `$ty` spells out.
         (address != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(address) })
     }};
 }
+pub(crate) use real;
 
 fn recording_dir() -> Option<&'static std::path::Path> {
     static DIR: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
@@ -107,7 +177,7 @@ fn now_ns() -> u64 {
 }
 
 /// The device of the calling thread's current context (0 when the driver cannot tell).
-fn current_device() -> i32 {
+pub(crate) fn current_device() -> i32 {
     type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
     let Some(get) = real!(REAL_CTX_GET_DEVICE, "cuCtxGetDevice\0", CtxGetDeviceFn) else { return 0 };
     let mut device: c_int = 0;
@@ -184,16 +254,29 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 fn wrap_looked_up(symbol: *const c_char, found: *mut c_void) -> *mut c_void {
     // SAFETY: the C library just looked this NUL-terminated name up.
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    let (slot, wrapper) = match name {
-        b"cuGetProcAddress" => return cuGetProcAddress as GetProcAddressFn as *mut c_void,
-        b"cuGetProcAddress_v2" => return cuGetProcAddress_v2 as GetProcAddressV2Fn as *mut c_void,
-        _ => match memory::by_symbol(name) {
-            Some(wrapped) => wrapped,
-            None => return found,
-        },
+    // The library looked in may be one opened privately: the resolver wrappers then call exactly
+    // what this lookup found.
+    let resolver: (&AtomicUsize, *mut c_void) = match name {
+        b"cuGetProcAddress" => (&REAL_GET_PROC, cuGetProcAddress as GetProcAddressFn as *mut c_void),
+        b"cuGetProcAddress_v2" => (&REAL_GET_PROC_V2, cuGetProcAddress_v2 as GetProcAddressV2Fn as *mut c_void),
+        b"cudaGetDriverEntryPoint" => (&REAL_ENTRY_POINT, cudaGetDriverEntryPoint as EntryPointFn as *mut c_void),
+        b"cudaGetDriverEntryPoint_ptsz" => {
+            (&REAL_ENTRY_POINT_PTSZ, cudaGetDriverEntryPoint_ptsz as EntryPointFn as *mut c_void)
+        }
+        b"cudaGetDriverEntryPointByVersion" => {
+            (&REAL_ENTRY_POINT_BY_VERSION, cudaGetDriverEntryPointByVersion as EntryPointByVersionFn as *mut c_void)
+        }
+        _ => {
+            let Some((slot, wrapper)) = memory::by_symbol(name) else { return found };
+            if found != wrapper {
+                slot.store(found, Ordering::Release);
+            }
+            return wrapper;
+        }
     };
+    let (slot, wrapper) = resolver;
     if found != wrapper {
-        slot.store(found, Ordering::Release);
+        slot.store(found as usize, Ordering::Release);
     }
     wrapper
 }
@@ -230,14 +313,17 @@ macro_rules! resolver {
         $(#[$doc:meta])* $name:ident, $real:ident: $ty:ty, ($($arg:ident: $t:ty),*),
         [$symbol:ident, $pfn:ident, $flags:ident], $version:expr
     ) => {
+        /// What the program's own lookup found for this resolver (or, until then, what the
+        /// loaded libraries define).
+        static $real: AtomicUsize = AtomicUsize::new(0);
+
         $(#[$doc])*
         ///
         /// # Safety
         /// As the CUDA library's.
         #[cfg_attr(not(test), unsafe(no_mangle))]
         pub unsafe extern "C" fn $name($($arg: $t),*) -> c_int {
-            static $real: OnceLock<usize> = OnceLock::new();
-            let address = next_address(&$real, concat!(stringify!($name), "\0"));
+            let address = cached_address(&$real, concat!(stringify!($name), "\0"));
             if address == 0 {
                 return CUDA_ERROR_NOT_INITIALIZED;
             }

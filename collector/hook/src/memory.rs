@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use vramscope_collector::wire::Api;
 
-use crate::{CUDA_ERROR_NOT_INITIALIZED, CuDevicePtr, CuResult, emit, guarded};
+use crate::{CUDA_ERROR_NOT_INITIALIZED, CuDevicePtr, CuResult, emit, guarded, pools};
 
 /// Device -1: host memory.
 const HOST: i32 = -1;
@@ -44,8 +44,8 @@ macro_rules! wrapper {
         #[cfg_attr(test, allow(dead_code))]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> CuResult {
             type F = unsafe extern "C" fn($($ty),*) -> CuResult;
-            static REAL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-            let address = crate::next_address(&REAL, concat!(stringify!($name), "\0"));
+            static REAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let address = crate::cached_address(&REAL, concat!(stringify!($name), "\0"));
             if address == 0 {
                 return CUDA_ERROR_NOT_INITIALIZED;
             }
@@ -86,35 +86,56 @@ wrapper!(cuMemAllocManaged, resolved_alloc_managed, ALLOC_MANAGED, (dptr: *mut C
     emit(Api::MemAllocManaged, r, 0, out(r, dptr), size as u64, 0)
 });
 wrapper!(cuMemAllocAsync, resolved_alloc_async, ALLOC_ASYNC, (dptr: *mut CuDevicePtr, size: usize, stream: *mut c_void), |r| {
-    emit(Api::MemAllocAsync, r, 0, out(r, dptr), size as u64, stream as u64)
+    stream_ordered_alloc(r, out(r, dptr), size, None, stream)
 });
 wrapper!(
     cuMemAllocAsync_ptsz,
     resolved_alloc_async_ptsz,
     ALLOC_ASYNC_PTSZ,
     (dptr: *mut CuDevicePtr, size: usize, stream: *mut c_void),
-    |r| emit(Api::MemAllocAsync, r, 0, out(r, dptr), size as u64, stream as u64)
+    |r| stream_ordered_alloc(r, out(r, dptr), size, None, stream)
 );
 wrapper!(cuMemFreeAsync, resolved_free_async, FREE_ASYNC, (dptr: CuDevicePtr, stream: *mut c_void), |r| {
-    emit(Api::MemFreeAsync, r, 0, dptr, 0, stream as u64)
+    emit(Api::MemFreeAsync, r, 0, dptr, 0, stream as u64);
+    pools::report();
 });
 wrapper!(cuMemFreeAsync_ptsz, resolved_free_async_ptsz, FREE_ASYNC_PTSZ, (dptr: CuDevicePtr, stream: *mut c_void), |r| {
-    emit(Api::MemFreeAsync, r, 0, dptr, 0, stream as u64)
+    emit(Api::MemFreeAsync, r, 0, dptr, 0, stream as u64);
+    pools::report();
 });
 wrapper!(
     cuMemAllocFromPoolAsync,
     resolved_alloc_pool,
     ALLOC_POOL,
     (dptr: *mut CuDevicePtr, size: usize, pool: *mut c_void, stream: *mut c_void),
-    |r| emit(Api::MemAllocAsync, r, 0, out(r, dptr), size as u64, stream as u64)
+    |r| stream_ordered_alloc(r, out(r, dptr), size, Some(pool), stream)
 );
 wrapper!(
     cuMemAllocFromPoolAsync_ptsz,
     resolved_alloc_pool_ptsz,
     ALLOC_POOL_PTSZ,
     (dptr: *mut CuDevicePtr, size: usize, pool: *mut c_void, stream: *mut c_void),
-    |r| emit(Api::MemAllocAsync, r, 0, out(r, dptr), size as u64, stream as u64)
+    |r| stream_ordered_alloc(r, out(r, dptr), size, Some(pool), stream)
 );
+// What a pool reserves changes at a trim and, above its release threshold, at synchronisations.
+wrapper!(cuMemPoolTrimTo, resolved_pool_trim, POOL_TRIM, (pool: *mut c_void, keep: usize), |_r| pools::report());
+wrapper!(cuCtxSynchronize, resolved_ctx_sync, CTX_SYNC, (), |_r| pools::report());
+wrapper!(cuStreamSynchronize, resolved_stream_sync, STREAM_SYNC, (stream: *mut c_void), |_r| pools::report());
+wrapper!(cuStreamSynchronize_ptsz, resolved_stream_sync_ptsz, STREAM_SYNC_PTSZ, (stream: *mut c_void), |_r| {
+    pools::report()
+});
+wrapper!(cuEventSynchronize, resolved_event_sync, EVENT_SYNC, (event: *mut c_void), |_r| pools::report());
+
+/// Records a stream-ordered allocation, then what its pool (the device's current one unless
+/// named) reserves.
+fn stream_ordered_alloc(result: CuResult, address: u64, size: usize, pool: Option<*mut c_void>, stream: *mut c_void) {
+    emit(Api::MemAllocAsync, result, 0, address, size as u64, stream as u64);
+    if result == 0 {
+        let device = crate::current_device();
+        pools::note_and_report(pool.map_or_else(|| pools::current_pool(device), |p| p as u64), device);
+    }
+}
+
 wrapper!(cuMemHostAlloc, resolved_host_alloc, HOST_ALLOC, (pp: *mut *mut c_void, size: usize, flags: c_uint), |r| {
     emit(Api::MemHostAlloc, r, HOST, out(r, pp.cast::<u64>()), size as u64, 0)
 });
@@ -193,6 +214,11 @@ pub(crate) fn by_symbol(name: &[u8]) -> Option<Wrapped> {
         b"cuMemAddressFree" => entry!(ADDRESS_FREE, resolved_address_free),
         b"cuCtxDestroy_v2" => entry!(CTX_DESTROY, resolved_ctx_destroy),
         b"cuDevicePrimaryCtxReset_v2" => entry!(CTX_RESET, resolved_ctx_reset),
+        b"cuMemPoolTrimTo" => entry!(POOL_TRIM, resolved_pool_trim),
+        b"cuCtxSynchronize" => entry!(CTX_SYNC, resolved_ctx_sync),
+        b"cuStreamSynchronize" => entry!(STREAM_SYNC, resolved_stream_sync),
+        b"cuStreamSynchronize_ptsz" => entry!(STREAM_SYNC_PTSZ, resolved_stream_sync_ptsz),
+        b"cuEventSynchronize" => entry!(EVENT_SYNC, resolved_event_sync),
         _ => None,
     }
 }
@@ -213,6 +239,7 @@ pub(crate) fn by_base_name(name: &[u8], version: c_int, flags: u64) -> Option<Wr
         b"cuMemAllocAsync" if ptsz => by_symbol(b"cuMemAllocAsync_ptsz"),
         b"cuMemFreeAsync" if ptsz => by_symbol(b"cuMemFreeAsync_ptsz"),
         b"cuMemAllocFromPoolAsync" if ptsz => by_symbol(b"cuMemAllocFromPoolAsync_ptsz"),
+        b"cuStreamSynchronize" if ptsz => by_symbol(b"cuStreamSynchronize_ptsz"),
         b"cuMemAlloc"
         | b"cuMemFree"
         | b"cuMemAllocPitch"
@@ -222,3 +249,83 @@ pub(crate) fn by_base_name(name: &[u8], version: c_int, flags: u64) -> Option<Wr
         other => by_symbol(other),
     }
 }
+
+/// Defines an exported recording wrapper of a CUDA runtime function (`libcudart`), which calls the
+/// runtime's own definition. The runtime reaches the driver through private tables
+/// (`cuGetExportTable`) for its memory functions, so the driver's symbols never see them; what
+/// the driver does inside such a call is not recorded twice (the thread is inside the hook).
+macro_rules! runtime {
+    ($name:ident, ($($arg:ident : $ty:ty),*), |$result:ident| $record:expr) => {
+        /// The CUDA runtime function of the same name, recorded.
+        ///
+        /// # Safety
+        /// As the runtime's.
+        #[cfg_attr(not(test), unsafe(no_mangle))]
+        #[cfg_attr(test, allow(dead_code))]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            type F = unsafe extern "C" fn($($ty),*) -> c_int;
+            static REAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let address = crate::cached_address(&REAL, concat!(stringify!($name), "\0"));
+            if address == 0 {
+                return CUDART_ERROR_INITIALIZATION;
+            }
+            // SAFETY: the runtime's export of this name has the signature `F` spells out.
+            let real = unsafe { std::mem::transmute::<usize, F>(address) };
+            // SAFETY: the caller's arguments are passed through unchanged.
+            recorded(|| unsafe { real($($arg),*) }, |$result| $record)
+        }
+    };
+}
+
+/// `cudaErrorInitializationError`: what a runtime call returns when the runtime cannot be found.
+const CUDART_ERROR_INITIALIZATION: c_int = 3;
+
+runtime!(cudaMalloc, (ptr: *mut *mut c_void, size: usize), |r| {
+    emit(Api::MemAlloc, r, 0, out(r, ptr.cast::<u64>()), size as u64, 0)
+});
+runtime!(cudaFree, (ptr: *mut c_void), |r| {
+    // cudaFree(NULL) only initialises the runtime.
+    if !ptr.is_null() {
+        emit(Api::MemFree, r, 0, ptr as u64, 0, 0);
+    }
+});
+runtime!(cudaMallocManaged, (ptr: *mut *mut c_void, size: usize, flags: c_uint), |r| {
+    emit(Api::MemAllocManaged, r, 0, out(r, ptr.cast::<u64>()), size as u64, 0)
+});
+runtime!(cudaMallocPitch, (ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize), |r| {
+    emit(Api::MemAllocPitch, r, 0, out(r, ptr.cast::<u64>()), (out(r, pitch) as u64).saturating_mul(height as u64), 0)
+});
+runtime!(cudaMallocHost, (ptr: *mut *mut c_void, size: usize), |r| {
+    emit(Api::MemHostAlloc, r, HOST, out(r, ptr.cast::<u64>()), size as u64, 0)
+});
+runtime!(cudaHostAlloc, (ptr: *mut *mut c_void, size: usize, flags: c_uint), |r| {
+    emit(Api::MemHostAlloc, r, HOST, out(r, ptr.cast::<u64>()), size as u64, 0)
+});
+runtime!(cudaFreeHost, (ptr: *mut c_void), |r| emit(Api::MemFreeHost, r, HOST, ptr as u64, 0, 0));
+runtime!(cudaMallocAsync, (ptr: *mut *mut c_void, size: usize, stream: *mut c_void), |r| {
+    stream_ordered_alloc(r, out(r, ptr.cast::<u64>()), size, None, stream)
+});
+runtime!(cudaMallocAsync_ptsz, (ptr: *mut *mut c_void, size: usize, stream: *mut c_void), |r| {
+    stream_ordered_alloc(r, out(r, ptr.cast::<u64>()), size, None, stream)
+});
+runtime!(cudaMallocFromPoolAsync, (ptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: *mut c_void), |r| {
+    stream_ordered_alloc(r, out(r, ptr.cast::<u64>()), size, Some(pool), stream)
+});
+runtime!(
+    cudaMallocFromPoolAsync_ptsz,
+    (ptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: *mut c_void),
+    |r| stream_ordered_alloc(r, out(r, ptr.cast::<u64>()), size, Some(pool), stream)
+);
+runtime!(cudaFreeAsync, (ptr: *mut c_void, stream: *mut c_void), |r| {
+    emit(Api::MemFreeAsync, r, 0, ptr as u64, 0, stream as u64);
+    pools::report();
+});
+runtime!(cudaFreeAsync_ptsz, (ptr: *mut c_void, stream: *mut c_void), |r| {
+    emit(Api::MemFreeAsync, r, 0, ptr as u64, 0, stream as u64);
+    pools::report();
+});
+runtime!(cudaMemPoolTrimTo, (pool: *mut c_void, keep: usize), |_r| pools::report());
+runtime!(cudaStreamSynchronize, (stream: *mut c_void), |_r| pools::report());
+runtime!(cudaStreamSynchronize_ptsz, (stream: *mut c_void), |_r| pools::report());
+runtime!(cudaDeviceSynchronize, (), |_r| pools::report());
+runtime!(cudaEventSynchronize, (event: *mut c_void), |_r| pools::report());
