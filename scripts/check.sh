@@ -17,6 +17,10 @@ step() { printf '\n==> %s\n' "$*"; }
 step "system packages the GUI tests need (Xvfb, Mesa)"
 scripts/install-gui-deps.sh
 
+step "PyTorch for CPU in a venv, for the recording tests (reused when already there)"
+VRAMSCOPE_TORCH_PYTHON="$(scripts/install-torch.sh | tail -n1)"
+export VRAMSCOPE_TORCH_PYTHON
+
 step "rustfmt"
 cargo fmt --all -- --check
 

@@ -78,6 +78,19 @@ fn parse_size(text: &str) -> Result<[f32; 2], String> {
     }
 }
 
+/// Where `record`'s PyTorch shim takes tensor allocations from.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum TorchSource {
+    /// CUDA's caching allocator when CUDA is available, else the CPU profiler.
+    Auto,
+    /// The CUDA caching allocator's history.
+    Cuda,
+    /// The CPU profiler's allocation events.
+    Cpu,
+    /// No shim: driver-level memory only.
+    Off,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Open a trace in the desktop app (the same as `vramscope FILE`).
@@ -108,6 +121,11 @@ enum Command {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Also say what was alive at an instant: +DURATION after the first event (+40ms, +1.5s),
+        /// or the start of a recorded phase: forward, backward, optimizer_step or iteration, with
+        /// #N for the N-th from 0 (optimizer_step#2).
+        #[arg(long, value_name = "WHEN", value_parser = vramscope::cli::info::parse_when_arg)]
+        at: Option<(String, vramscope::cli::info::When)>,
     },
     /// Compare two runs at their peaks; with gates, fail (exit 1) when memory grew too much.
     ///
@@ -152,12 +170,22 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Run a workload with its CUDA driver calls recorded, and write them as one trace.
+    /// Run a workload with its GPU memory recorded, and write it as one trace.
     ///
-    /// The hook library is loaded with LD_PRELOAD; stdin, stdout and stderr pass through and
-    /// vramscope exits with the workload's exit status. So far the hook sees the plain, pitched,
-    /// managed, stream-ordered and pinned-host allocation functions and their frees, linked
-    /// directly, looked up with dlopen + dlsym, or resolved through cuGetProcAddress(_v2).
+    /// Two recorders run inside the workload, with no change to its code:
+    ///
+    /// - a hook library (loaded with LD_PRELOAD) sees every CUDA driver and runtime allocation,
+    ///   however the program reaches the driver: plain, pitched, managed, stream-ordered (with
+    ///   its pools), virtual-memory mappings and pinned host memory, and their frees;
+    ///
+    /// - for Python programs that import PyTorch, a start-up shim (sitecustomize, chained to the
+    ///   program's own) records every tensor's allocation with its Python stack and tags
+    ///   parameters (with qualified names), gradients, optimizer state and inputs, and the
+    ///   forward, backward, optimizer-step and iteration phases. On CUDA it reads the caching
+    ///   allocator's history; without a GPU, the CPU profiler's allocation events.
+    ///
+    /// stdin, stdout and stderr pass through and vramscope exits with the workload's exit
+    /// status. Child processes are recorded with their own pid.
     Record {
         /// Where to write the trace (default: PROGRAM-PID.vtrace here).
         #[arg(short, long, value_name = "OUT.vtrace")]
@@ -165,6 +193,10 @@ enum Command {
         /// Replace OUT if it exists.
         #[arg(long)]
         force: bool,
+        /// Where the PyTorch shim takes tensor allocations from: CUDA when it is available, else
+        /// the CPU (auto); or off, for driver-level memory only.
+        #[arg(long, value_enum, default_value_t = TorchSource::Auto)]
+        torch: TorchSource,
         /// The command to run, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
@@ -225,7 +257,9 @@ fn main() -> ExitCode {
         None => open(cli.open.file, None, cli.open.window, started),
         Some(Command::Open(args)) => open(args.file, None, args.window, started),
         Some(Command::Compare { a, b, window }) => open(Some(a), Some(b), window, started),
-        Some(Command::Info { file, json }) => vramscope::cli::info::run(&file, json, &mut stdout),
+        Some(Command::Info { file, json, at }) => {
+            vramscope::cli::info::run(&file, json, at.as_ref().map(|(t, w)| (t.as_str(), w)), &mut stdout)
+        }
         Some(Command::Diff { a, b, json, fail_if_peak_grows, fail_if_category_grows, device }) => {
             use vramscope::cli::diff::Gate;
             let gates: Vec<Gate> = fail_if_peak_grows
@@ -243,8 +277,14 @@ fn main() -> ExitCode {
             let files: Vec<PathBuf> = std::iter::once(file).chain(file2).collect();
             vramscope::cli::report::run(&files, &output, force, &mut stdout)
         }
-        Some(Command::Record { output, force, command }) => {
-            match vramscope::cli::record::run(output.as_deref(), force, &command) {
+        Some(Command::Record { output, force, torch, command }) => {
+            let torch = match torch {
+                TorchSource::Auto => "auto",
+                TorchSource::Cuda => "cuda",
+                TorchSource::Cpu => "cpu",
+                TorchSource::Off => "off",
+            };
+            match vramscope::cli::record::run(output.as_deref(), force, torch, &command) {
                 Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
                 Err(e) => Err(e),
             }

@@ -1,5 +1,5 @@
-//! Recording GPU memory events: the format the driver-level hook library writes ([`wire`]) and
-//! the merging of what it wrote into one trace ([`merge`]), and how the recorder treats signals
+//! Recording GPU memory events: the format the driver-level hook library writes ([`wire`]), what
+//! the PyTorch shim writes ([`torch`]), and the merging of both into one trace ([`merge`]), and how the recorder treats signals
 //! while its workload runs ([`signals`]), and the driver's own account of the devices
 //! ([`devices`], through cudarc). The hook itself is the
 //! `vramscope-hook` crate (`collector/hook`), a cdylib loaded with `LD_PRELOAD`; the test-only
@@ -8,6 +8,7 @@
 pub mod devices;
 pub mod merge;
 pub mod signals;
+pub mod torch;
 pub mod wire;
 
 /// The version of the trace format the collector writes.

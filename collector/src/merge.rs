@@ -106,8 +106,8 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Recorded> {
     Ok(recorded)
 }
 
-/// Builds the trace of a recording.
-pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
+/// Builds the trace of a recording: the driver-level records and the PyTorch shims' logs.
+pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[String]) -> Trace {
     let mut trace = Trace::default();
     trace.metadata.source_format = SourceFormat::Vtrace;
     trace.metadata.clock = Clock::MonotonicNs;
@@ -215,6 +215,7 @@ pub fn to_trace(records: &[Record], command_line: &[String]) -> Trace {
             _ => {}
         }
     }
+    crate::torch::add_to_trace(&mut trace, logs, &mut processes);
     trace.metadata.processes = processes
         .keys()
         .map(|&pid| ProcessInfo { pid: Some(pid), rank: None, command_line: command_line.to_vec() })

@@ -374,6 +374,8 @@ def train(args: argparse.Namespace) -> dict:
             grads = [p.grad for p in params if p.grad is not None]
             summary["gradient_bytes"] = sum(tensor_bytes(g) for g in grads)
             summary["gradient_tensors"] = len(grads)
+            # Holding them would keep this step's gradients alive through the next backward.
+            del grads
         optimizer.step()
         if step == 0:
             summary.update(optimizer_state_summary(optimizer, device))

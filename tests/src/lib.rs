@@ -96,6 +96,32 @@ pub fn python() -> String {
     std::env::var("VRAMSCOPE_PYTHON").unwrap_or_else(|_| "python3".to_owned())
 }
 
+/// A Python with PyTorch: `VRAMSCOPE_TORCH_PYTHON` (set by `scripts/check.sh`), else the venv that
+/// `scripts/install-torch.sh` makes (it is run, once per test process; it reuses a finished venv).
+pub fn torch_python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            if let Some(python) = std::env::var_os("VRAMSCOPE_TORCH_PYTHON").filter(|p| !p.is_empty()) {
+                return PathBuf::from(python);
+            }
+            let script = repo_root().join("scripts/install-torch.sh");
+            let output = match Command::new(&script).output() {
+                Ok(output) => output,
+                Err(e) => panic!("cannot run {}: {e}", script.display()),
+            };
+            assert!(
+                output.status.success(),
+                "{} failed:\n{}",
+                script.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            PathBuf::from(stdout.lines().last().unwrap_or_default().trim())
+        })
+        .clone()
+}
+
 /// Runs a Python script file with arguments and returns its stdout; panics with stderr on failure.
 pub fn run_python(script: &Path, args: &[&std::ffi::OsStr]) -> String {
     let output = match Command::new(python()).arg(script).args(args).output() {

@@ -1,13 +1,16 @@
 //! What each block is for: a category and the evidence for it.
 //!
 //! In the order of DESIGN.md: a tag recorded for the block's address during its lifetime wins;
+//! otherwise the phase it was allocated in and how long it lived, where the recording has phases
+//! (allocated in forward and alive after it: an activation; allocated and freed inside one phase:
+//! a temporary; kept after backward: a gradient; kept after an optimizer step: optimizer state);
 //! otherwise a rule over the frames of the stack that allocated it (as Mosaic does for snapshots
-//! recorded without hooks); otherwise `unknown`. Phase and lifetime rules come with recorded
-//! phases. Every answer keeps its evidence so the GUI can say why.
+//! recorded without hooks); otherwise `unknown`. Every answer keeps its evidence so the GUI can
+//! say why.
 
 use rustc_hash::FxHashMap as HashMap;
 
-use vramscope_trace_format::{Category, FrameId, StackId, StringId, Trace};
+use vramscope_trace_format::{AnnotationKind, Category, EventKind, FrameId, StackId, StringId, Trace};
 
 /// Why a block has its category.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +23,13 @@ pub enum Evidence {
         rule: &'static str,
         /// The frame it matched.
         frame: FrameId,
+    },
+    /// The phase it was allocated in and whether it outlived it.
+    Phase {
+        /// The rule, in words.
+        rule: &'static str,
+        /// The innermost module whose forward was running, when one was.
+        module: Option<StringId>,
     },
     /// No tag and no rule.
     Nothing,
@@ -95,6 +105,12 @@ pub struct Attributor<'a> {
     by_stack: HashMap<StackId, Attribution>,
     /// Tags by address, in time order.
     tags: HashMap<u64, Vec<(i64, Category, StringId)>>,
+    /// When each block (address, alloc time) was freed; only for traces with tags or phases.
+    frees: HashMap<(u64, i64), i64>,
+    /// Forward, backward and optimizer-step spans by start: (start, end, kind).
+    phases: Vec<(i64, i64, AnnotationKind)>,
+    /// Module forwards by start: (start, end, name).
+    modules: Vec<(i64, i64, StringId)>,
 }
 
 impl<'a> Attributor<'a> {
@@ -107,17 +123,90 @@ impl<'a> Attributor<'a> {
         for list in tags.values_mut() {
             list.sort_by_key(|t| t.0);
         }
-        Self { trace, by_stack: HashMap::default(), tags }
+        let mut phases = Vec::new();
+        let mut modules = Vec::new();
+        for a in &trace.annotations {
+            match a.kind {
+                AnnotationKind::Forward | AnnotationKind::Backward | AnnotationKind::OptimizerStep => {
+                    phases.push((a.start_ns, a.end_ns, a.kind));
+                }
+                AnnotationKind::Module => modules.push((a.start_ns, a.end_ns, a.name)),
+                _ => {}
+            }
+        }
+        phases.sort_unstable_by_key(|p| p.0);
+        // What runs between the end of forward and backward (the loss, usually) is forward too:
+        // an activation is what is still alive when backward starts.
+        for i in 1..phases.len() {
+            if let [(_, end, AnnotationKind::Forward), (start, _, AnnotationKind::Backward)] = phases[i - 1..=i] {
+                phases[i - 1].1 = end.max(start - 1);
+            }
+        }
+        modules.sort_unstable_by_key(|m| m.0);
+        // Lifetimes matter only where tags or phases can use them (recordings by the shim).
+        let mut frees = HashMap::default();
+        if !tags.is_empty() || !phases.is_empty() {
+            let mut live: HashMap<u64, i64> = HashMap::default();
+            for e in trace.events.iter().filter(|e| e.device == device) {
+                match e.kind {
+                    EventKind::Alloc => {
+                        live.insert(e.address, e.time_ns);
+                    }
+                    EventKind::FreeCompleted => {
+                        if let Some(alloc_ns) = live.remove(&e.address) {
+                            frees.insert((e.address, alloc_ns), e.time_ns);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Self { trace, by_stack: HashMap::default(), tags, frees, phases, modules }
+    }
+
+    /// When the block at `address` allocated at `alloc_ns` was freed (`i64::MAX`: never, or not
+    /// known).
+    fn freed_at(&self, address: u64, alloc_ns: i64) -> i64 {
+        self.frees.get(&(address, alloc_ns)).copied().unwrap_or(i64::MAX)
+    }
+
+    /// The phase rule for a block alive from `alloc_ns` to `free_ns`, if it was allocated in one.
+    fn phase(&self, alloc_ns: i64, free_ns: i64) -> Option<Attribution> {
+        let i = self.phases.partition_point(|p| p.0 <= alloc_ns);
+        let &(_, end, kind) = self.phases.get(i.checked_sub(1)?).filter(|p| p.1 >= alloc_ns)?;
+        let kept = free_ns > end;
+        let (category, rule) = match (kind, kept) {
+            (AnnotationKind::Forward, true) => (Category::Activation, "allocated in forward and alive after it"),
+            (AnnotationKind::Backward, true) => (Category::Gradient, "allocated in backward and kept after it"),
+            (AnnotationKind::OptimizerStep, true) => {
+                (Category::OptimizerState, "allocated in an optimizer step and kept after it")
+            }
+            (AnnotationKind::Forward, false) => (Category::Temporary, "allocated and freed inside forward"),
+            (AnnotationKind::Backward, false) => (Category::Temporary, "allocated and freed inside backward"),
+            (_, false) => (Category::Temporary, "allocated and freed inside an optimizer step"),
+            _ => return None,
+        };
+        // The innermost module running then: the latest-starting span that contains it.
+        let j = self.modules.partition_point(|m| m.0 <= alloc_ns);
+        let module =
+            self.modules.get(..j).and_then(|m| m.iter().rev().take(4096).find(|m| m.1 >= alloc_ns)).map(|m| m.2);
+        Some(Attribution { category, evidence: Evidence::Phase { rule, module } })
     }
 
     /// The category of a block at `address` alive from `alloc_ns` (`i64::MIN` when allocated
     /// before the trace) until `until_ns`, allocated by `stack`.
     pub fn block(&mut self, address: u64, alloc_ns: i64, until_ns: i64, stack: StackId) -> Attribution {
+        // Its whole life counts where it is known, else up to `until_ns`.
+        let free_ns = self.freed_at(address, alloc_ns);
+        let end_ns = if free_ns == i64::MAX && self.frees.is_empty() { until_ns } else { free_ns };
         if let Some(list) = self.tags.get(&address) {
             let start = list.partition_point(|t| t.0 < alloc_ns);
-            if let Some(&(_, category, name)) = list.get(start).filter(|t| t.0 <= until_ns) {
+            if let Some(&(_, category, name)) = list.get(start).filter(|t| t.0 <= end_ns) {
                 return Attribution { category, evidence: Evidence::Tag(name) };
             }
+        }
+        if let Some(found) = self.phase(alloc_ns, free_ns) {
+            return found;
         }
         self.stack(stack)
     }
@@ -168,6 +257,10 @@ pub fn describe(trace: &Trace, evidence: Evidence) -> String {
             ),
             None => rule.to_owned(),
         },
+        Evidence::Phase { rule, module: Some(module) } => {
+            format!("{rule} (in the forward of {})", trace.interner.resolve(module))
+        }
+        Evidence::Phase { rule, module: None } => rule.to_owned(),
         Evidence::Nothing => "no tag, and no stack-frame rule matched".to_owned(),
     }
 }

@@ -3,22 +3,144 @@
 use std::io::Write;
 use std::path::Path;
 
-use anyhow::Result;
-use vramscope_trace_format::{Clock, SourceFormat};
+use anyhow::{Result, bail};
+use vramscope_trace_format::{AnnotationKind, Clock, SourceFormat, Trace};
 
+use crate::analysis::peak;
 use crate::analysis::summary::{self, DeviceSummary, Summary};
 use crate::load::{self, LoadedTrace};
 use crate::units::{bytes, count, duration_ns};
 
-/// Runs `info` on `path`, printing JSON or a readable summary to `out`.
-pub fn run(path: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
+/// An instant `info --at` reports on.
+#[derive(Clone, Debug, PartialEq)]
+pub enum When {
+    /// `+DURATION` after the trace's first event (`+40ms`, `+1.5s`, `+200us`, `+7ns`).
+    After(i64),
+    /// The start of the `n`-th (from 0) span of a phase: `forward`, `backward`,
+    /// `optimizer_step` or `iteration`, with `#N`.
+    Phase(AnnotationKind, usize),
+}
+
+/// Reads `--at`'s value.
+pub fn parse_when(text: &str) -> std::result::Result<When, String> {
+    if let Some(duration) = text.strip_prefix('+') {
+        let split = duration.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(duration.len());
+        let (number, unit) = duration.split_at(split);
+        let scale = match unit {
+            "ns" => 1.0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" | "" => 1e9,
+            _ => return Err(format!("unknown unit {unit:?} in {text:?}: use ns, us, ms or s")),
+        };
+        let value: f64 = number.parse().map_err(|_| format!("{text:?} is not +NUMBER[ns|us|ms|s]"))?;
+        return Ok(When::After((value * scale) as i64));
+    }
+    let (name, index) = text.split_once('#').unwrap_or((text, "0"));
+    let kind = match name {
+        "forward" => AnnotationKind::Forward,
+        "backward" => AnnotationKind::Backward,
+        "optimizer_step" | "step" => AnnotationKind::OptimizerStep,
+        "iteration" => AnnotationKind::Iteration,
+        _ => {
+            return Err(format!(
+                "{text:?}: give +DURATION (e.g. +40ms) or a phase: forward, backward, optimizer_step or \
+                 iteration, with #N for the N-th (from 0)"
+            ));
+        }
+    };
+    let index = index.parse().map_err(|_| format!("{text:?}: #N must be a number"))?;
+    Ok(When::Phase(kind, index))
+}
+
+/// `--at`'s value parser: the text as given and what it means.
+pub fn parse_when_arg(text: &str) -> std::result::Result<(String, When), String> {
+    parse_when(text).map(|when| (text.to_owned(), when))
+}
+
+/// What was alive on one device at an instant.
+#[derive(serde::Serialize)]
+struct AtDevice {
+    device: i16,
+    allocated_bytes: u64,
+    live_blocks: usize,
+    categories: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// What was alive at an instant.
+#[derive(serde::Serialize)]
+struct At {
+    when: String,
+    time_us: i64,
+    devices: Vec<AtDevice>,
+}
+
+fn at_instant(trace: &Trace, when: &When, text: &str) -> Result<At> {
+    let start = trace.events.first().map_or(0, |e| e.time_ns);
+    let time_ns = match *when {
+        When::After(ns) => start.saturating_add(ns),
+        When::Phase(kind, n) => {
+            let mut starts: Vec<i64> =
+                trace.annotations.iter().filter(|a| a.kind == kind).map(|a| a.start_ns).collect();
+            starts.sort_unstable();
+            match starts.get(n) {
+                Some(&t) => t,
+                None if starts.is_empty() => bail!("{text}: the trace has no such phase recorded"),
+                None => bail!("{text}: the trace has {} of these, #0 to #{}", starts.len(), starts.len() - 1),
+            }
+        }
+    };
+    // The state just before the instant: every event earlier than it.
+    let upto = trace.events.partition_point(|e| e.time_ns < time_ns).checked_sub(1);
+    let devices = trace
+        .devices()
+        .into_iter()
+        .map(|device| {
+            let live = peak::live_at(trace, device, upto);
+            let categories = peak::categories_at(trace, device, time_ns, &live);
+            AtDevice {
+                device,
+                allocated_bytes: live.iter().map(|b| b.size_bytes).sum(),
+                live_blocks: live.len(),
+                categories: categories.into_iter().map(|(c, v)| (c.name(), v)).collect(),
+            }
+        })
+        .collect();
+    Ok(At { when: text.to_owned(), time_us: time_ns.div_euclid(1000), devices })
+}
+
+/// Runs `info` on `path`, printing JSON or a readable summary to `out`; with `at`, also what was
+/// alive at that instant (its text as given, and parsed).
+pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, out: &mut dyn Write) -> Result<()> {
     let loaded = load::load(path)?;
     let summary = summary::summary(&loaded.trace, loaded.format);
+    let at = at.map(|(text, when)| at_instant(&loaded.trace, when, text)).transpose()?;
     if json {
-        serde_json::to_writer_pretty(&mut *out, &summary)?;
+        let mut value = serde_json::to_value(&summary)?;
+        if let (Some(at), Some(object)) = (&at, value.as_object_mut()) {
+            object.insert("at".to_owned(), serde_json::to_value(at)?);
+        }
+        serde_json::to_writer_pretty(&mut *out, &value)?;
         writeln!(out)?;
     } else {
         write_text(&loaded, &summary, out)?;
+        if let Some(at) = &at {
+            let start = loaded.trace.events.first().map_or(0, |e| e.time_ns);
+            writeln!(out, "\nat {} (+{})", at.when, duration_ns((at.time_us * 1000 - start).max(0)))?;
+            for d in &at.devices {
+                let mut categories: Vec<_> = d.categories.iter().collect();
+                categories.sort_by(|a, b| b.1.cmp(a.1));
+                let parts: Vec<String> = categories.iter().map(|(name, v)| format!("{name} {}", bytes(**v))).collect();
+                writeln!(
+                    out,
+                    "  {}: {} allocated in {} live blocks: {}",
+                    device_name(d.device),
+                    bytes(d.allocated_bytes),
+                    count(d.live_blocks),
+                    parts.join(", ")
+                )?;
+            }
+        }
     }
     for warning in &loaded.warnings {
         eprintln!("warning: {}: {warning}", path.display());

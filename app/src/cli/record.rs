@@ -38,8 +38,9 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// Runs `command` recorded into `output`; returns the workload's exit code.
-pub fn run(output: Option<&Path>, force: bool, command: &[OsString]) -> Result<i32> {
+/// Runs `command` recorded into `output`, the PyTorch shim taking allocations from `torch`
+/// (`auto`, `cuda`, `cpu` or `off`); returns the workload's exit code.
+pub fn run(output: Option<&Path>, force: bool, torch: &str, command: &[OsString]) -> Result<i32> {
     let Some((program, args)) = command.split_first() else {
         bail!("nothing to record: give the command after --, e.g. vramscope record -- python train.py");
     };
@@ -65,11 +66,24 @@ pub fn run(output: Option<&Path>, force: bool, command: &[OsString]) -> Result<i
         preload.push(":");
         preload.push(existing);
     }
+    // The PyTorch shim: Python finds its sitecustomize first on PYTHONPATH.
+    let shim = dir.path().join("python");
+    std::fs::create_dir(&shim).context("cannot write the PyTorch shim")?;
+    for (name, text) in vramscope_collector::torch::SHIM_FILES {
+        std::fs::write(shim.join(name), text).context("cannot write the PyTorch shim")?;
+    }
+    let mut python_path = shim.into_os_string();
+    if let Some(existing) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+        python_path.push(":");
+        python_path.push(existing);
+    }
     let signals = vramscope_collector::signals::install();
     let mut child = Command::new(program)
         .args(args)
         .env("LD_PRELOAD", preload)
         .env("VRAMSCOPE_RECORD_DIR", dir.path())
+        .env("VRAMSCOPE_TORCH", torch)
+        .env("PYTHONPATH", python_path)
         .spawn()
         .with_context(|| format!("cannot run {}", Path::new(program).display()))?;
     signals.child(child.id());
@@ -79,8 +93,18 @@ pub fn run(output: Option<&Path>, force: bool, command: &[OsString]) -> Result<i
     for file in &recorded.cut_short {
         eprintln!("vramscope: {} ends in a partial record (the process was killed while writing)", file.display());
     }
+    let logs =
+        vramscope_collector::torch::read_logs(dir.path()).context("cannot read what the PyTorch shim recorded")?;
+    for log in logs.iter().filter(|l| l.skipped > 0) {
+        eprintln!(
+            "vramscope: {} unreadable line{} in the PyTorch shim's log of process {} (cut short?)",
+            log.skipped,
+            if log.skipped == 1 { "" } else { "s" },
+            log.pid
+        );
+    }
     let command_line: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let mut trace = merge::to_trace(&recorded.records, &command_line);
+    let mut trace = merge::to_trace(&recorded.records, &logs, &command_line);
     // What the driver says about the devices (nothing on a machine without one).
     let (facts, driver_version) = vramscope_collector::devices::device_facts();
     for fact in facts {
@@ -96,9 +120,11 @@ pub fn run(output: Option<&Path>, force: bool, command: &[OsString]) -> Result<i
     let processes = trace.metadata.processes.len();
     let peaks = trace.devices().into_iter().map(|d| peak::peaks(&trace, d)).max_by_key(|p| p.reserved.bytes);
     let peak = peaks.map_or(0, |p| p.reserved.bytes);
+    let tensor_events: usize = logs.iter().map(|l| l.lines.len()).sum();
     eprintln!(
-        "vramscope: {} driver events from {} process{}, peak reserved {}, {} OOM{}; trace: {}",
-        count(trace.events.len()),
+        "vramscope: {} driver events{} from {} process{}, peak reserved {}, {} OOM{}; trace: {}",
+        count(recorded.records.len()),
+        if tensor_events > 0 { format!(" and {} PyTorch events", count(tensor_events)) } else { String::new() },
         processes,
         if processes == 1 { "" } else { "es" },
         bytes(peak),

@@ -1,0 +1,31 @@
+# vramscope record's Python start-up hook: `vramscope record` puts this directory first on
+# PYTHONPATH, so Python imports this file at start-up (the `site` module imports `sitecustomize`).
+# It arms vramscope_torch (which waits for the program to import torch and does nothing
+# otherwise), then runs the program's own sitecustomize, if there is one further down the path.
+
+
+def _vramscope_start():
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        import vramscope_torch
+
+        vramscope_torch.arm()
+    except Exception as error:  # never break the program: say why and go on without tags
+        print(f"vramscope: the PyTorch shim is off: {error!r}", file=sys.stderr)
+
+    import importlib.machinery
+    import importlib.util
+
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+
+
+_vramscope_start()
+del _vramscope_start

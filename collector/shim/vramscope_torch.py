@@ -1,0 +1,425 @@
+"""vramscope's PyTorch shim, loaded by `vramscope record` (see sitecustomize.py beside it).
+
+When the program imports torch, this records into the recording directory
+(`VRAMSCOPE_RECORD_DIR`), as JSON lines in `torch.<pid>.jsonl`:
+
+- tensor-level allocations and frees: on CUDA from the caching allocator's own history
+  (`torch.cuda.memory._record_memory_history`, drained often, at exit and on OOM), on the CPU from
+  the profiler's memory events (`torch.profiler` with `profile_memory=True`);
+- tags: parameters by storage with their qualified names, their gradients, optimizer state
+  tensors (`exp_avg`, ...), the model's inputs;
+- phases: forward, backward, optimizer step, iterations, and each module's forward.
+
+Every time is CLOCK_MONOTONIC in ns, the clock of the driver-level hook. `VRAMSCOPE_TORCH` picks
+the source: `auto` (CUDA when available, else the CPU), `cuda`, `cpu` or `off`. Nothing here may
+break the program: every hook catches its own errors, reports the first one on stderr and goes on.
+
+Line types (field `t`): `meta`, `frame` (id, file, line, name), `alloc` / `free_requested` /
+`free` / `segment_alloc` / `segment_free` / `segment_map` / `segment_unmap` (time, dev, addr,
+size, stream, stack: frame ids innermost first), `oom` (time, dev, size, free), `tag` (time, dev,
+addr, cat, name), `span` (kind: forward, backward, optimizer_step, iteration, module; name, begin,
+end).
+"""
+
+import atexit
+import json
+import os
+import sys
+import threading
+import time
+
+_DIR = os.environ.get("VRAMSCOPE_RECORD_DIR")
+_MODE = os.environ.get("VRAMSCOPE_TORCH", "auto")
+# Drain the allocator's history (or restart the CPU profiler) at most this often, at the end of an
+# optimizer step; and always at exit.
+_DRAIN_EVERY_S = float(os.environ.get("VRAMSCOPE_TORCH_DRAIN_S", "1.0"))
+# The CUDA history's ring buffer: entries between two drains must fit.
+_HISTORY_ENTRIES = int(os.environ.get("VRAMSCOPE_TORCH_HISTORY", "1000000"))
+
+
+def _clock_offset_ns():
+    """Epoch ns minus CLOCK_MONOTONIC ns, from the tightest of a few paired readings."""
+    best = None
+    for _ in range(5):
+        m0 = time.monotonic_ns()
+        e = time.time_ns()
+        m1 = time.monotonic_ns()
+        if best is None or m1 - m0 < best[0]:
+            best = (m1 - m0, e - (m0 + m1) // 2)
+    return best[1]
+
+
+class _Recorder:
+    def __init__(self, torch):
+        self.torch = torch
+        self.pid = os.getpid()
+        self.lock = threading.RLock()
+        self.file = open(os.path.join(_DIR, f"torch.{self.pid}.jsonl"), "a", encoding="utf-8")
+        self.offset_ns = _clock_offset_ns()
+        self.warned = False
+        self.frames = {}
+        # Qualified names: of modules by id, of parameters by id.
+        self.module_names = {}
+        self.param_names = {}
+        self.roots = []
+        # Last tag written per (device, address): (category, name).
+        self.tagged = {}
+        self.depth = threading.local()
+        self.module_starts = threading.local()
+        self.forward_start = None
+        self.backward_depth = 0
+        self.backward_start = None
+        self.step_start = None
+        self.iteration_start = None
+        self.iteration = 0
+        self.last_drain = time.monotonic()
+        self.source = None
+        self.profiler = None
+        self.seen_history = set()
+        self.history_mark = -1
+        self.closed = False
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def write(self, record):
+        with self.lock:
+            if not self.closed:
+                self.file.write(json.dumps(record, separators=(",", ":")))
+                self.file.write("\n")
+
+    def flush(self):
+        with self.lock:
+            if not self.closed:
+                self.file.flush()
+
+    def warn(self, what, error):
+        if not self.warned:
+            self.warned = True
+            print(f"vramscope: PyTorch shim: {what} failed ({error!r}); recording goes on", file=sys.stderr)
+
+    def now(self):
+        return time.monotonic_ns()
+
+    # -- sources of allocations ------------------------------------------------------------------
+
+    def start(self):
+        torch = self.torch
+        mode = _MODE
+        if mode == "auto":
+            mode = "cuda" if torch.cuda.is_available() else "cpu"
+        self.source = mode
+        self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": mode,
+                    "argv": sys.argv, "time": self.now()})
+        if mode == "cuda":
+            torch.cuda.memory._record_memory_history(
+                max_entries=_HISTORY_ENTRIES, context="all", stacks="python")
+            observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+            if observer is not None:
+                observer(self.on_oom)
+        elif mode == "cpu":
+            self.start_profiler()
+        atexit.register(self.close)
+        os.register_at_fork(after_in_child=self.forked)
+        self.install_hooks()
+
+    def start_profiler(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        self.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self.profiler.start()
+
+    def drain_profiler(self, restart):
+        """Writes the CPU profiler's allocations since it started, then starts it again."""
+        from torch._C._profiler import _EventType
+
+        profiler, self.profiler = self.profiler, None
+        if profiler is None:
+            return
+        profiler.stop()
+        events = []
+        stack = list(profiler.profiler.kineto_results.experimental_event_tree())
+        while stack:
+            event = stack.pop()
+            if event.tag == _EventType.Allocation:
+                fields = event.extra_fields
+                if fields.device.type == "cpu":
+                    events.append((event.start_time_ns, fields.ptr, fields.alloc_size, event.parent))
+            stack.extend(event.children)
+        if restart:
+            self.start_profiler()
+        events.sort(key=lambda e: e[0])
+        for time_ns, ptr, size, parent in events:
+            record = {"t": "alloc" if size > 0 else "free", "time": time_ns - self.offset_ns, "dev": -1,
+                      "addr": ptr, "size": abs(size)}
+            if parent is not None and size > 0:
+                record["op"] = parent.name
+            self.write(record)
+
+    def frame_ids(self, frames):
+        ids = []
+        for frame in frames or ():
+            key = (frame.get("filename", ""), frame.get("line", 0), frame.get("name", ""))
+            fid = self.frames.get(key)
+            if fid is None:
+                fid = len(self.frames)
+                self.frames[key] = fid
+                self.write({"t": "frame", "id": fid, "file": key[0], "line": key[1], "name": key[2]})
+            ids.append(fid)
+        return ids
+
+    def drain_history(self):
+        """Writes the CUDA allocator's history entries not written yet."""
+        snapshot = self.torch.cuda.memory._snapshot()
+        newest = self.history_mark
+        for device, entries in enumerate(snapshot.get("device_traces", [])):
+            for entry in entries:
+                time_us = entry.get("time_us", 0)
+                if time_us < self.history_mark:
+                    continue
+                key = (device, time_us, entry.get("action"), entry.get("addr"), entry.get("size"))
+                if time_us == self.history_mark and key in self.seen_history:
+                    continue
+                if time_us > newest:
+                    newest = time_us
+                    self.seen_history = set()
+                if time_us == newest:
+                    self.seen_history.add(key)
+                action = entry.get("action")
+                if action == "oom":
+                    self.write({"t": "oom", "time": time_us * 1000 - self.offset_ns, "dev": device,
+                                "size": entry.get("size", 0), "free": entry.get("device_free", 0)})
+                    continue
+                kind = {"alloc": "alloc", "free_requested": "free_requested", "free_completed": "free",
+                        "segment_alloc": "segment_alloc", "segment_free": "segment_free",
+                        "segment_map": "segment_map", "segment_unmap": "segment_unmap"}.get(action)
+                if kind is None:
+                    continue
+                self.write({"t": kind, "time": time_us * 1000 - self.offset_ns, "dev": device,
+                            "addr": entry.get("addr", 0), "size": entry.get("size", 0),
+                            "stream": entry.get("stream", 0), "stack": self.frame_ids(entry.get("frames"))})
+        self.history_mark = newest
+
+    def drain(self, restart=True):
+        try:
+            if self.source == "cuda":
+                self.drain_history()
+            elif self.source == "cpu":
+                self.drain_profiler(restart)
+        except Exception as error:
+            self.warn("reading allocations", error)
+        self.flush()
+        self.last_drain = time.monotonic()
+
+    def on_oom(self, device, requested, device_allocated, device_free):
+        self.drain()
+
+    # -- tags ------------------------------------------------------------------------------------
+
+    def tag(self, tensor, category, name):
+        torch = self.torch
+        if not isinstance(tensor, torch.Tensor) or tensor.is_meta:
+            return
+        try:
+            storage = tensor.untyped_storage()
+            address = storage.data_ptr()
+        except Exception:
+            return
+        if address == 0:
+            return
+        device = tensor.device.index if tensor.device.type == "cuda" else -1
+        if device is None:
+            device = 0
+        key = (device, address)
+        if self.tagged.get(key) == (category, name):
+            return
+        self.tagged[key] = (category, name)
+        self.write({"t": "tag", "time": self.now(), "dev": device, "addr": address, "cat": category,
+                    "name": name, "size": storage.nbytes()})
+
+    def learn_root(self, module):
+        if any(root is module for root in self.roots):
+            return
+        self.roots.append(module)
+        for name, sub in module.named_modules(remove_duplicate=False):
+            self.module_names.setdefault(id(sub), name or type(module).__name__)
+        for name, param in module.named_parameters(remove_duplicate=False):
+            self.param_names.setdefault(id(param), name)
+
+    def tag_parameters(self):
+        for root in self.roots:
+            for name, param in root.named_parameters():
+                self.tag(param, "parameter", name)
+            # Buffers (running statistics, masks) are model state too; the name says which.
+            for name, buffer in root.named_buffers():
+                self.tag(buffer, "parameter", f"{name} (buffer)")
+
+    def param_name(self, param):
+        return self.param_names.get(id(param), f"param@{id(param):x}")
+
+    # -- hooks -----------------------------------------------------------------------------------
+
+    def install_hooks(self):
+        torch = self.torch
+        import importlib
+
+        modules = importlib.import_module("torch.nn.modules.module")
+        modules.register_module_forward_pre_hook(self.guard(self.forward_pre))
+        modules.register_module_forward_hook(self.guard(self.forward_post))
+        optimizer = importlib.import_module("torch.optim.optimizer")
+        optimizer.register_optimizer_step_pre_hook(self.guard(self.step_pre))
+        optimizer.register_optimizer_step_post_hook(self.guard(self.step_post))
+        real_backward = torch.autograd.backward
+        recorder = self
+
+        def backward(*args, **kwargs):
+            recorder.safe(recorder.backward_begin)
+            try:
+                return real_backward(*args, **kwargs)
+            finally:
+                recorder.safe(recorder.backward_end)
+
+        backward.__wrapped__ = real_backward
+        backward.__doc__ = real_backward.__doc__
+        torch.autograd.backward = backward
+
+    def safe(self, function, *args):
+        try:
+            return function(*args)
+        except Exception as error:
+            self.warn(getattr(function, "__name__", "a hook"), error)
+            return None
+
+    def guard(self, function):
+        def hook(*args):
+            self.safe(function, *args)
+
+        return hook
+
+    def forward_pre(self, module, args):
+        depth = getattr(self.depth, "value", 0)
+        self.depth.value = depth + 1
+        starts = getattr(self.module_starts, "value", None)
+        if starts is None:
+            starts = self.module_starts.value = []
+        starts.append(self.now())
+        if depth == 0 and self.backward_depth == 0:
+            self.learn_root(module)
+            if self.iteration_start is None:
+                self.iteration_start = self.now()
+            self.forward_start = self.now()
+            self.tag_parameters()
+            for index, value in enumerate(args if isinstance(args, tuple) else (args,)):
+                for j, tensor in enumerate(value if isinstance(value, (list, tuple)) else (value,)):
+                    self.tag(tensor, "input", f"input[{index}]" + (f"[{j}]" if isinstance(value, (list, tuple)) else ""))
+
+    def forward_post(self, module, args, output):
+        depth = max(getattr(self.depth, "value", 1) - 1, 0)
+        self.depth.value = depth
+        starts = getattr(self.module_starts, "value", None) or [self.now()]
+        begin = starts.pop()
+        end = self.now()
+        name = self.module_names.get(id(module), type(module).__name__)
+        self.write({"t": "span", "kind": "module", "name": name, "begin": begin, "end": end})
+        if depth == 0 and self.forward_start is not None and self.backward_depth == 0:
+            self.write({"t": "span", "kind": "forward", "name": "forward", "begin": self.forward_start, "end": end})
+            self.forward_start = None
+
+    def backward_begin(self):
+        self.backward_depth += 1
+        if self.backward_depth == 1:
+            self.backward_start = self.now()
+
+    def backward_end(self):
+        self.backward_depth = max(self.backward_depth - 1, 0)
+        if self.backward_depth == 0 and self.backward_start is not None:
+            self.write({"t": "span", "kind": "backward", "name": "backward", "begin": self.backward_start,
+                        "end": self.now()})
+            self.backward_start = None
+
+    def step_pre(self, optimizer, args, kwargs):
+        self.step_start = self.now()
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    self.tag(param.grad, "gradient", self.param_name(param) + ".grad")
+
+    def step_post(self, optimizer, args, kwargs):
+        end = self.now()
+        for param, state in optimizer.state.items():
+            name = self.param_name(param)
+            for key, value in state.items():
+                self.tag(value, "optimizer_state", f"{name}.{key}")
+        begin = self.step_start if self.step_start is not None else end
+        self.write({"t": "span", "kind": "optimizer_step", "name": type(optimizer).__name__, "begin": begin,
+                    "end": end})
+        self.step_start = None
+        start = self.iteration_start if self.iteration_start is not None else begin
+        self.write({"t": "span", "kind": "iteration", "name": f"iteration {self.iteration}", "begin": start,
+                    "end": end})
+        self.iteration += 1
+        self.iteration_start = end
+        if time.monotonic() - self.last_drain >= _DRAIN_EVERY_S:
+            self.drain()
+
+    # -- end -------------------------------------------------------------------------------------
+
+    def close(self):
+        if self.closed:
+            return
+        self.drain(restart=False)
+        with self.lock:
+            self.closed = True
+            self.file.close()
+
+    def forked(self):
+        # A forked child (a DataLoader worker, say) records nothing of its own: its copy of the
+        # profiler and of this file are the parent's.
+        self.closed = True
+
+
+_recorder = None
+
+
+def _on_torch_imported(torch):
+    global _recorder
+    if _recorder is not None or _MODE == "off":
+        return
+    try:
+        _recorder = _Recorder(torch)
+        _recorder.start()
+    except Exception as error:
+        print(f"vramscope: the PyTorch shim could not start ({error!r}); "
+              "only driver-level memory is recorded", file=sys.stderr)
+
+
+class _TorchWatcher:
+    """Finds `torch` for the import system and runs the recorder once it has been imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        import importlib.machinery
+
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        real_exec = loader.exec_module
+
+        def exec_module(module):
+            real_exec(module)
+            _on_torch_imported(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def arm():
+    """Waits for the program to import torch (at once if it already has)."""
+    if not _DIR or _MODE == "off":
+        return
+    if "torch" in sys.modules:
+        _on_torch_imported(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _TorchWatcher())

@@ -1,0 +1,412 @@
+//! What the PyTorch shim (`collector/shim/vramscope_torch.py`) wrote: one `torch.<pid>.jsonl` per
+//! process, JSON lines of tensor-level allocations, tags and phases on `CLOCK_MONOTONIC`, and how
+//! they join the driver-level records in one trace ([`add_to_trace`]).
+//!
+//! On CUDA the shim drains the caching allocator's history: its blocks sit inside segments the
+//! driver-level hook also saw. The driver's account of the segments is kept (it is what the
+//! process really holds), the allocator's own segment events are dropped where the driver saw
+//! the device, and a driver-level allocation inside one of the allocator's segments is not a block
+//! of its own; one outside them is memory outside the framework (`non_framework`). On the CPU the
+//! shim reads the profiler's allocation events: each block is also what the process holds from
+//! the system, a segment of its own.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use vramscope_trace_format::{
+    Annotation, AnnotationKind, Category, Event, EventKind, Frame, FrameId, Oom, ProcessId, StackId, Tag, Trace,
+};
+
+/// The shim's files, written into the recording directory's `python/` folder, which `record`
+/// puts first on `PYTHONPATH`.
+pub const SHIM_FILES: [(&str, &str); 2] = [
+    ("sitecustomize.py", include_str!("../shim/sitecustomize.py")),
+    ("vramscope_torch.py", include_str!("../shim/vramscope_torch.py")),
+];
+
+/// One line of a shim log.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum Line {
+    /// The process, its torch and where its allocations come from (`cuda` or `cpu`).
+    Meta {
+        /// Process id.
+        pid: u32,
+        /// `torch.__version__`.
+        torch: String,
+        /// `cuda` or `cpu`.
+        source: String,
+    },
+    /// A Python frame, referred to by `id` in stacks.
+    Frame {
+        /// Id within this log.
+        id: u64,
+        /// Source file.
+        file: String,
+        /// Line number.
+        line: u32,
+        /// Function.
+        name: String,
+    },
+    /// A tensor's block was allocated.
+    Alloc(Block),
+    /// A block's owner freed it; the allocator waits for its streams.
+    FreeRequested(Block),
+    /// A block is free.
+    Free(Block),
+    /// The allocator reserved a segment.
+    SegmentAlloc(Block),
+    /// The allocator released a segment.
+    SegmentFree(Block),
+    /// Memory mapped into an expandable segment.
+    SegmentMap(Block),
+    /// Memory unmapped from an expandable segment.
+    SegmentUnmap(Block),
+    /// An allocation failed.
+    Oom {
+        /// When.
+        time: i64,
+        /// Device.
+        dev: i16,
+        /// Bytes asked for.
+        size: u64,
+        /// Free device memory then.
+        #[serde(default)]
+        free: u64,
+    },
+    /// What the block at an address is.
+    Tag {
+        /// When it was learnt.
+        time: i64,
+        /// Device (-1: CPU).
+        dev: i16,
+        /// Storage data pointer.
+        addr: u64,
+        /// Category name.
+        cat: String,
+        /// Qualified name.
+        name: String,
+    },
+    /// A phase or a module's forward.
+    Span {
+        /// `forward`, `backward`, `optimizer_step`, `iteration` or `module`.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// Start.
+        begin: i64,
+        /// End.
+        end: i64,
+    },
+}
+
+/// A block or segment event.
+#[derive(Debug, Deserialize)]
+pub struct Block {
+    /// When (ns, `CLOCK_MONOTONIC`).
+    pub time: i64,
+    /// Device (-1: CPU).
+    pub dev: i16,
+    /// Address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Stream.
+    #[serde(default)]
+    pub stream: u64,
+    /// Frame ids, innermost first.
+    #[serde(default)]
+    pub stack: Vec<u64>,
+    /// The operator it was allocated in (CPU profiler).
+    #[serde(default)]
+    pub op: Option<String>,
+}
+
+/// The lines of one process's log.
+#[derive(Debug)]
+pub struct Log {
+    /// The process (from the file name).
+    pub pid: u32,
+    /// Its lines, in file order.
+    pub lines: Vec<Line>,
+    /// Lines that could not be read (a cut-short last line, or a kind this version does not know).
+    pub skipped: usize,
+}
+
+/// Reads every `torch.<pid>.jsonl` in `dir`.
+pub fn read_logs(dir: &Path) -> std::io::Result<Vec<Log>> {
+    let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let pid = name.strip_prefix("torch.")?.strip_suffix(".jsonl")?.parse().ok()?;
+            Some((pid, e.path()))
+        })
+        .collect();
+    files.sort();
+    let mut logs = Vec::new();
+    for (pid, path) in files {
+        let mut log = Log { pid, lines: Vec::new(), skipped: 0 };
+        for line in std::io::BufReader::new(std::fs::File::open(&path)?).split(b'\n') {
+            match serde_json::from_slice::<Line>(&line?) {
+                Ok(parsed) => log.lines.push(parsed),
+                Err(_) => log.skipped += 1,
+            }
+        }
+        logs.push(log);
+    }
+    Ok(logs)
+}
+
+fn category(name: &str) -> Option<Category> {
+    Category::ALL.into_iter().find(|c| c.name() == name)
+}
+
+fn annotation_kind(kind: &str) -> Option<AnnotationKind> {
+    Some(match kind {
+        "forward" => AnnotationKind::Forward,
+        "backward" => AnnotationKind::Backward,
+        "optimizer_step" => AnnotationKind::OptimizerStep,
+        "iteration" => AnnotationKind::Iteration,
+        "module" => AnnotationKind::Module,
+        _ => return None,
+    })
+}
+
+/// Address ranges, for "is this address inside one of them".
+#[derive(Default)]
+struct Ranges(Vec<(u64, u64)>);
+
+impl Ranges {
+    fn contains(&self, address: u64) -> bool {
+        let i = self.0.partition_point(|&(start, _)| start <= address);
+        i > 0 && self.0.get(i - 1).is_some_and(|&(start, size)| address < start.saturating_add(size))
+    }
+}
+
+/// Adds the shims' logs to a trace that holds the driver-level events (`processes` maps the pids
+/// seen so far to the trace's process ids and takes new ones).
+pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u32, ProcessId>) {
+    // Devices on which the driver-level hook saw segments, per process.
+    let driver_devices: HashSet<(ProcessId, i16)> = trace
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::SegmentAlloc | EventKind::SegmentMap))
+        .map(|e| (e.process, e.device))
+        .collect();
+    let mut framework_segments: HashMap<(ProcessId, i16), Ranges> = HashMap::new();
+    let mut added: Vec<Event> = Vec::new();
+    for log in logs {
+        let next = ProcessId(processes.len() as u32);
+        let process = *processes.entry(log.pid).or_insert(next);
+        let cpu = log.lines.iter().any(|l| matches!(l, Line::Meta { source, .. } if source == "cpu"));
+        let mut frames: HashMap<u64, FrameId> = HashMap::new();
+        let mut op_stacks: HashMap<String, StackId> = HashMap::new();
+        let mut live_cpu: HashMap<u64, u64> = HashMap::new();
+        for line in &log.lines {
+            let (kind, block) = match line {
+                Line::Meta { .. } => continue,
+                Line::Frame { id, file, line, name } => {
+                    let frame =
+                        Frame { function: trace.interner.string(name), file: trace.interner.string(file), line: *line };
+                    frames.insert(*id, trace.interner.frame(frame));
+                    continue;
+                }
+                Line::Tag { time, dev, addr, cat, name } => {
+                    if let Some(category) = category(cat) {
+                        let name = trace.interner.string(name);
+                        trace.tags.push(Tag { time_ns: *time, device: *dev, process, address: *addr, category, name });
+                    }
+                    continue;
+                }
+                Line::Span { kind, name, begin, end } => {
+                    if let Some(kind) = annotation_kind(kind) {
+                        let name = trace.interner.string(name);
+                        trace.annotations.push(Annotation {
+                            kind,
+                            device: Annotation::ALL_DEVICES,
+                            process,
+                            start_ns: *begin,
+                            end_ns: (*end).max(*begin),
+                            name,
+                            stack: StackId(0),
+                        });
+                    }
+                    continue;
+                }
+                Line::Oom { time, dev, size, free } => {
+                    trace.ooms.push(Oom {
+                        time_ns: *time,
+                        device: *dev,
+                        process,
+                        stream: 0,
+                        requested_bytes: *size,
+                        device_free_bytes: Some(*free),
+                        stack: StackId(0),
+                    });
+                    continue;
+                }
+                Line::Alloc(b) => (EventKind::Alloc, b),
+                Line::FreeRequested(b) => (EventKind::FreeRequested, b),
+                Line::Free(b) => (EventKind::FreeCompleted, b),
+                Line::SegmentAlloc(b) => (EventKind::SegmentAlloc, b),
+                Line::SegmentFree(b) => (EventKind::SegmentFree, b),
+                Line::SegmentMap(b) => (EventKind::SegmentMap, b),
+                Line::SegmentUnmap(b) => (EventKind::SegmentUnmap, b),
+            };
+            let stack = match &block.op {
+                Some(op) => *op_stacks.entry(op.clone()).or_insert_with(|| {
+                    let frame = Frame { function: trace.interner.string(op), file: trace.interner.string(""), line: 0 };
+                    let frame = trace.interner.frame(frame);
+                    trace.interner.stack(&[frame])
+                }),
+                None if block.stack.is_empty() => StackId(0),
+                None => {
+                    let ids: Vec<FrameId> = block.stack.iter().filter_map(|id| frames.get(id).copied()).collect();
+                    trace.interner.stack(&ids)
+                }
+            };
+            let mut event = Event::new(kind, block.time, block.dev, block.addr, block.size);
+            event.process = process;
+            event.stream = block.stream;
+            event.stack = stack;
+            if cpu && block.dev < 0 {
+                // CPU memory: each block is what the process holds from the system, too.
+                match kind {
+                    EventKind::Alloc => {
+                        live_cpu.insert(block.addr, block.size);
+                        added.push(Event { kind: EventKind::SegmentAlloc, ..event });
+                        added.push(event);
+                    }
+                    EventKind::FreeCompleted => {
+                        let size = live_cpu.remove(&block.addr).unwrap_or(block.size);
+                        let free = Event { size_bytes: size, requested_bytes: size, ..event };
+                        added.push(free);
+                        added.push(Event { kind: EventKind::SegmentFree, ..free });
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            if matches!(kind, EventKind::SegmentAlloc | EventKind::SegmentMap) {
+                framework_segments.entry((process, block.dev)).or_default().0.push((block.addr, block.size));
+            }
+            let segment_event = matches!(
+                kind,
+                EventKind::SegmentAlloc | EventKind::SegmentFree | EventKind::SegmentMap | EventKind::SegmentUnmap
+            );
+            // Where the driver saw this device, its account of the segments stands.
+            if segment_event && driver_devices.contains(&(process, block.dev)) {
+                continue;
+            }
+            added.push(event);
+        }
+    }
+    for ranges in framework_segments.values_mut() {
+        ranges.0.sort_unstable();
+    }
+    // A driver-level allocation inside the framework's segments is one of those segments, not a
+    // block; one outside them is memory outside the framework.
+    let mut outside: Vec<Tag> = Vec::new();
+    let non_framework = trace.interner.string("outside the framework's allocator");
+    trace.events.retain(|e| {
+        let Some(ranges) = framework_segments.get(&(e.process, e.device)) else { return true };
+        match e.kind {
+            EventKind::Alloc | EventKind::FreeCompleted if ranges.contains(e.address) => false,
+            EventKind::Alloc => {
+                outside.push(Tag {
+                    time_ns: e.time_ns,
+                    device: e.device,
+                    process: e.process,
+                    address: e.address,
+                    category: Category::NonFramework,
+                    name: non_framework,
+                });
+                true
+            }
+            _ => true,
+        }
+    });
+    trace.tags.extend(outside);
+    trace.events.extend(added);
+    trace.events.sort_by_key(|e| e.time_ns);
+    trace.tags.sort_by_key(|t| t.time_ns);
+    trace.annotations.sort_by_key(|a| (a.start_ns, std::cmp::Reverse(a.end_ns)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Log {
+        Log { pid: 7, lines: text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect(), skipped: 0 }
+    }
+
+    #[test]
+    fn cpu_blocks_are_segments_too_and_tags_and_phases_arrive() {
+        let log = parse(concat!(
+            r#"{"t":"meta","pid":7,"torch":"2.15","source":"cpu"}"#,
+            "\n",
+            r#"{"t":"alloc","time":10,"dev":-1,"addr":4096,"size":64,"op":"aten::empty"}"#,
+            "\n",
+            r#"{"t":"tag","time":11,"dev":-1,"addr":4096,"cat":"parameter","name":"w","size":64}"#,
+            "\n",
+            r#"{"t":"span","kind":"forward","name":"forward","begin":12,"end":20}"#,
+            "\n",
+            r#"{"t":"free","time":30,"dev":-1,"addr":4096,"size":64}"#,
+            "\n",
+            r#"{"t":"something_new","time":31}"#,
+        ));
+        let mut trace = Trace::default();
+        let mut processes = BTreeMap::new();
+        add_to_trace(&mut trace, &[log], &mut processes);
+        let kinds: Vec<EventKind> = trace.events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [EventKind::SegmentAlloc, EventKind::Alloc, EventKind::FreeCompleted, EventKind::SegmentFree]
+        );
+        let frames = trace.interner.frames_of(trace.events[1].stack);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(trace.tags.len(), 1);
+        assert_eq!(trace.tags[0].category, Category::Parameter);
+        assert_eq!(trace.annotations[0].kind, AnnotationKind::Forward);
+        assert_eq!(processes.get(&7), Some(&ProcessId(0)));
+    }
+
+    #[test]
+    fn the_driver_keeps_the_segments_and_what_lies_outside_the_allocator_is_non_framework() {
+        let mut trace = Trace::default();
+        // The driver saw two allocations: the allocator's 2 MiB segment and 4 KiB of its own.
+        for (address, size) in [(1 << 30, 2 << 20), (5 << 30, 4096)] {
+            trace.events.push(Event::new(EventKind::SegmentAlloc, 5, 0, address, size));
+            trace.events.push(Event::new(EventKind::Alloc, 5, 0, address, size));
+        }
+        let mut processes = BTreeMap::from([(7, ProcessId(0))]);
+        let log = parse(concat!(
+            r#"{"t":"meta","pid":7,"torch":"2.11","source":"cuda"}"#,
+            "\n",
+            r#"{"t":"frame","id":0,"file":"train.py","line":3,"name":"forward"}"#,
+            "\n",
+            r#"{"t":"segment_alloc","time":6,"dev":0,"addr":1073741824,"size":2097152}"#,
+            "\n",
+            r#"{"t":"alloc","time":7,"dev":0,"addr":1073741824,"size":512,"stack":[0]}"#,
+        ));
+        add_to_trace(&mut trace, &[log], &mut processes);
+        let got: Vec<(EventKind, u64, u64)> = trace.events.iter().map(|e| (e.kind, e.address, e.size_bytes)).collect();
+        assert_eq!(
+            got,
+            [
+                (EventKind::SegmentAlloc, 1 << 30, 2 << 20),
+                (EventKind::SegmentAlloc, 5 << 30, 4096),
+                (EventKind::Alloc, 5 << 30, 4096),
+                (EventKind::Alloc, 1 << 30, 512),
+            ]
+        );
+        assert_eq!(trace.tags.len(), 1);
+        assert_eq!((trace.tags[0].address, trace.tags[0].category), (5 << 30, Category::NonFramework));
+        let frames = trace.interner.frames_of(trace.events[3].stack);
+        assert_eq!(frames.len(), 1);
+    }
+}

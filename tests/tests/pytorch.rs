@@ -1,0 +1,115 @@
+//! `vramscope record` on real PyTorch (on the CPU): `samples/pytorch/train.py` recorded with no
+//! change to it, and the categories the analysis finds checked against exact sizes the script
+//! computes on its own (parameter, gradient and optimizer-state bytes from the tensors
+//! themselves) and against a hand computation of a small MLP's activations.
+
+#![allow(clippy::expect_used)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use vramscope_e2e::{repo_root, torch_python, vramscope, vramscope_bin};
+
+/// Records `train.py ARGS --device cpu` into `dir`; returns (trace, the script's summary).
+fn record_training(dir: &Path, name: &str, args: &[&str]) -> (PathBuf, serde_json::Value) {
+    let trace = dir.join(format!("{name}.vtrace"));
+    let summary = dir.join(format!("{name}.summary.json"));
+    let output = Command::new(vramscope_bin())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(torch_python())
+        .arg(repo_root().join("samples/pytorch/train.py"))
+        .args(["--device", "cpu", "--summary"])
+        .arg(&summary)
+        .args(args)
+        .env("KINETO_LOG_LEVEL", "5")
+        .output()
+        .expect("vramscope record runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{name}: {stderr}");
+    assert!(!stderr.contains("shim"), "{name}: the shim complained: {stderr}");
+    let summary = serde_json::from_str(&std::fs::read_to_string(&summary).expect("summary written")).expect("JSON");
+    (trace, summary)
+}
+
+/// `info --json [--at WHEN]`: the host device's categories at the peak, and at WHEN.
+fn categories(trace: &Path, at: Option<&str>) -> (serde_json::Value, serde_json::Value) {
+    let mut args: Vec<&OsStr> = vec![OsStr::new("info"), OsStr::new("--json"), trace.as_os_str()];
+    if let Some(at) = at {
+        args.extend([OsStr::new("--at"), OsStr::new(at)]);
+    }
+    let output = vramscope(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let host = |list: &serde_json::Value| {
+        list.as_array().and_then(|d| d.iter().find(|d| d["device"] == -1)).cloned().expect("host memory in the trace")
+    };
+    let peak = host(&info["devices"])["categories_at_peak"].clone();
+    let at = if at.is_some() { host(&info["at"]["devices"])["categories"].clone() } else { serde_json::Value::Null };
+    (peak, at)
+}
+
+fn bytes(value: &serde_json::Value) -> u64 {
+    value.as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_gpt_with_adamw_has_its_exact_parameters_gradients_and_optimizer_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (trace, summary) = record_training(dir.path(), "gpt-adamw", &["--steps", "3"]);
+    let parameters = bytes(&summary["parameter_bytes"]);
+    let buffers = bytes(&summary["buffer_bytes"]);
+    assert!(parameters > 2_000_000, "{summary}");
+    // Buffers (the causal mask) are tagged as model state with the parameters.
+    let model_state = parameters + buffers;
+
+    // At the start of the first optimizer step every gradient is alive.
+    let (peak, at_step) = categories(&trace, Some("optimizer_step"));
+    assert_eq!(bytes(&at_step["parameter"]), model_state, "{at_step}");
+    assert_eq!(bytes(&at_step["gradient"]), bytes(&summary["gradient_bytes"]), "{at_step}");
+    assert_eq!(bytes(&at_step["gradient"]), parameters, "{at_step}");
+
+    // At the peak (backward of a later step): parameters, AdamW's two moments (and its step
+    // counters), the batch as input, and activations.
+    assert_eq!(bytes(&peak["parameter"]), model_state, "{peak}");
+    let state = bytes(&peak["optimizer_state"]);
+    assert_eq!(state, bytes(&summary["optimizer_state_bytes"]), "{peak}");
+    assert!(state.abs_diff(2 * parameters) * 100 <= 2 * parameters, "AdamW state {state} vs 2 x {parameters}");
+    assert_eq!(bytes(&peak["input"]), bytes(&summary["token_bytes"]), "{peak}");
+    assert!(bytes(&peak["activation"]) > parameters, "{peak}");
+    assert_eq!(bytes(&peak["unknown"]), 0, "{peak}");
+}
+
+#[test]
+fn sgd_keeps_no_optimizer_state_and_momentum_keeps_one_copy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (trace, summary) = record_training(dir.path(), "sgd", &["--steps", "2", "--optimizer", "sgd"]);
+    let (_, at) = categories(&trace, Some("forward#1"));
+    assert_eq!(bytes(&at["optimizer_state"]), 0, "{at}");
+    let (trace, summary_momentum) =
+        record_training(dir.path(), "sgd-momentum", &["--steps", "2", "--optimizer", "sgd", "--momentum", "0.9"]);
+    let (_, at) = categories(&trace, Some("forward#1"));
+    assert_eq!(bytes(&at["optimizer_state"]), bytes(&summary_momentum["parameter_bytes"]), "{at}");
+    assert_eq!(summary["parameter_bytes"], summary_momentum["parameter_bytes"]);
+}
+
+#[test]
+fn a_small_mlps_activations_match_a_hand_computation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (trace, summary) = record_training(dir.path(), "mlp", &["--model", "mlp", "--steps", "2"]);
+    let args = &summary["args"];
+    let (batch, d_in, vocab) = (bytes(&args["batch_size"]), bytes(&args["d_model"]), bytes(&args["vocab"]));
+    let hidden = 4 * d_in;
+    // When backward starts, what forward (and the loss after it) allocated and is still alive:
+    // the two ReLU outputs the next layers saved, the logits (the loop still holds them), the
+    // log-softmax output cross-entropy saved, and two fp32 scalars (the loss, and the total
+    // weight nll_loss keeps for its backward). fp32: 4 bytes an element.
+    let hand = 4 * (2 * batch * hidden + 2 * batch * vocab) + 2 * 4;
+    let (_, at) = categories(&trace, Some("backward"));
+    assert_eq!(bytes(&at["activation"]), hand, "{at}");
+    // The batch x is the model's input, not an activation.
+    assert_eq!(bytes(&at["input"]), 4 * batch * d_in, "{at}");
+    assert_eq!(bytes(&at["parameter"]), bytes(&summary["parameter_bytes"]), "{at}");
+}
