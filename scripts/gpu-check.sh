@@ -2,10 +2,10 @@
 # The GPU check of `vramscope record`, for a machine with an NVIDIA GPU and PyTorch but no Rust
 # toolchain: the release binaries `vramscope`, `libvramscope_hook.so` and `cudarc-train` are
 # taken from BIN (default .dev/bin). Records the cudarc sample and samples/pytorch with
-# PyTorch's three allocator set-ups, with `info --json` of each trace beside PyTorch's own
-# figures; also a snapshot of the same training with PyTorch's allocator history (fp32 and
-# bf16) and which clock that history uses. Everything lands in RESULTS (default
-# /tmp/gpu-check) and, packed, in $OUT/gpu-check.tar.gz when OUT is set.
+# PyTorch's three allocator set-ups and with bf16 autocast, with `info --json` of each trace
+# (at the peak and at the first optimizer step) beside PyTorch's own figures from the same run.
+# Everything lands in RESULTS (default /tmp/gpu-check) and, packed, in $OUT/gpu-check.tar.gz
+# when OUT is set.
 set -u
 BIN=${BIN:-.dev/bin}
 RESULTS=${RESULTS:-/tmp/gpu-check}
@@ -45,10 +45,24 @@ print(f"  torch reserved {c.get('memory_reserved')} max {c.get('max_memory_reser
 PY
 done
 
-step "allocator history snapshots"
-timeout 240 python3 scripts/gpu/snapshot_run.py "$RESULTS/history-fp32.pickle" -- "${TRAIN[@]:1}" --summary "$RESULTS/history-fp32.summary.json"
-timeout 240 python3 scripts/gpu/snapshot_run.py "$RESULTS/history-bf16.pickle" -- "${TRAIN[@]:1}" --bf16 --summary "$RESULTS/history-bf16.summary.json"
-timeout 60 python3 scripts/gpu/clock_probe.py > "$RESULTS/clock.json"
+step "pytorch, bf16 autocast, default allocator"
+timeout 240 "$BIN/vramscope" record -o "$RESULTS/torch-bf16.vtrace" -- \
+    python3 "${TRAIN[@]}" --bf16 --summary "$RESULTS/torch-bf16.summary.json"
+
+step "categories at the peak and at the first optimizer step"
+for trace in "$RESULTS"/torch-*.vtrace; do
+    timeout 60 "$BIN/vramscope" info --json --at optimizer_step "$trace" > "${trace%.vtrace}.at-step.json"
+    python3 - "${trace%.vtrace}.summary.json" "${trace%.vtrace}.at-step.json" <<'PY'
+import json, sys
+s, i = (json.load(open(p)) for p in sys.argv[1:3])
+d = next((d for d in i.get("devices", []) if d.get("device") == 0), {})
+a = next((d for d in i.get("at", {}).get("devices", []) if d.get("device") == 0), {})
+print(f"  {sys.argv[1].split('/')[-1]}: params {s['parameter_bytes']} buffers {s['buffer_bytes']} grads {s['gradient_bytes']}"
+      f" state on device {s.get('optimizer_state_bytes_on_device')}")
+print(f"    at step: {a.get('categories')}")
+print(f"    at peak: {d.get('categories_at_peak')}")
+PY
+done
 
 ls -la "$RESULTS"
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tar.gz" -C "$RESULTS" .; fi

@@ -126,6 +126,10 @@ enum Command {
         /// #N for the N-th from 0 (optimizer_step#2).
         #[arg(long, value_name = "WHEN", value_parser = vramscope::cli::info::parse_when_arg)]
         at: Option<(String, vramscope::cli::info::When)>,
+        /// Also list the N largest blocks alive at the peak (or at --at), each with its category,
+        /// why it has it, and where it was allocated.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        blocks: usize,
     },
     /// Compare two runs at their peaks; with gates, fail (exit 1) when memory grew too much.
     ///
@@ -257,8 +261,8 @@ fn main() -> ExitCode {
         None => open(cli.open.file, None, cli.open.window, started),
         Some(Command::Open(args)) => open(args.file, None, args.window, started),
         Some(Command::Compare { a, b, window }) => open(Some(a), Some(b), window, started),
-        Some(Command::Info { file, json, at }) => {
-            vramscope::cli::info::run(&file, json, at.as_ref().map(|(t, w)| (t.as_str(), w)), &mut stdout)
+        Some(Command::Info { file, json, at, blocks }) => {
+            vramscope::cli::info::run(&file, json, at.as_ref().map(|(t, w)| (t.as_str(), w)), blocks, &mut stdout)
         }
         Some(Command::Diff { a, b, json, fail_if_peak_grows, fail_if_category_grows, device }) => {
             use vramscope::cli::diff::Gate;

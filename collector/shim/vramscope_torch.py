@@ -111,11 +111,19 @@ class _Recorder:
         self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": mode,
                     "argv": sys.argv, "time": self.now()})
         if mode == "cuda":
-            torch.cuda.memory._record_memory_history(
-                max_entries=_HISTORY_ENTRIES, context="all", stacks="python")
-            observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
-            if observer is not None:
-                observer(self.on_oom)
+            try:
+                torch.cuda.memory._record_memory_history(
+                    max_entries=_HISTORY_ENTRIES, context="all", stacks="python")
+            except RuntimeError as error:
+                # backend:cudaMallocAsync keeps no history; its tensors are driver-level
+                # allocations one for one, which the hook records and the tags still name.
+                self.source = "driver"
+                self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": "driver",
+                            "why": str(error), "time": self.now()})
+            else:
+                observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+                if observer is not None:
+                    observer(self.on_oom)
         elif mode == "cpu":
             self.start_profiler()
         atexit.register(self.close)

@@ -205,6 +205,10 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
         let mut frames: HashMap<u64, FrameId> = HashMap::new();
         let mut op_stacks: HashMap<String, StackId> = HashMap::new();
         let mut live_cpu: HashMap<u64, u64> = HashMap::new();
+        // The allocator's history is in the order things happened, but its clock is approximate
+        // and can step back by a microsecond: times are kept from going back, so that sorting
+        // by time never puts a free before its allocation.
+        let mut latest: HashMap<i16, i64> = HashMap::new();
         for line in &log.lines {
             let (kind, block) = match line {
                 Line::Meta { .. } => continue,
@@ -268,7 +272,12 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
                     trace.interner.stack(&ids)
                 }
             };
-            let mut event = Event::new(kind, block.time, block.dev, block.addr, block.size);
+            let time_ns = {
+                let latest = latest.entry(block.dev).or_insert(i64::MIN);
+                *latest = (*latest).max(block.time);
+                *latest
+            };
+            let mut event = Event::new(kind, time_ns, block.dev, block.addr, block.size);
             event.process = process;
             event.stream = block.stream;
             event.stack = stack;

@@ -173,11 +173,35 @@ impl<'a> Attributor<'a> {
     /// The phase rule for a block alive from `alloc_ns` to `free_ns`, if it was allocated in one.
     fn phase(&self, alloc_ns: i64, free_ns: i64) -> Option<Attribution> {
         let i = self.phases.partition_point(|p| p.0 <= alloc_ns);
-        let &(_, end, kind) = self.phases.get(i.checked_sub(1)?).filter(|p| p.1 >= alloc_ns)?;
+        let index = i.checked_sub(1)?;
+        let &(_, end, kind) = self.phases.get(index).filter(|p| p.1 >= alloc_ns)?;
         let kept = free_ns > end;
+        // Activations die with their iteration: what lives into the next forward (or to the end,
+        // after a backward) is kept for longer than any activation.
+        let rest = self.phases.get(index + 1..).unwrap_or_default();
+        let next_forward = rest.iter().find(|p| p.2 == AnnotationKind::Forward).map(|p| p.0);
+        let backward_follows = rest.iter().any(|p| p.2 == AnnotationKind::Backward);
+        let outlives_iteration = match next_forward {
+            Some(start) => free_ns > start,
+            None => backward_follows && free_ns == i64::MAX,
+        };
+        let tagged = |category: Category| self.tags.values().flatten().any(|t| t.1 == category);
         let (category, rule) = match (kind, kept) {
+            (AnnotationKind::Forward, true) if outlives_iteration => (
+                Category::Unknown,
+                "allocated in forward and kept past its iteration: not an activation (a library's \
+                 workspace or a cache)",
+            ),
             (AnnotationKind::Forward, true) => (Category::Activation, "allocated in forward and alive after it"),
+            (AnnotationKind::Backward, true) if tagged(Category::Gradient) => (
+                Category::Unknown,
+                "allocated in backward and kept after it, but not a parameter's gradient (a library's \
+                 workspace or a cache)",
+            ),
             (AnnotationKind::Backward, true) => (Category::Gradient, "allocated in backward and kept after it"),
+            (AnnotationKind::OptimizerStep, true) if tagged(Category::OptimizerState) => {
+                (Category::Unknown, "allocated in an optimizer step and kept after it, but not the optimizer's state")
+            }
             (AnnotationKind::OptimizerStep, true) => {
                 (Category::OptimizerState, "allocated in an optimizer step and kept after it")
             }

@@ -6,8 +6,8 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use vramscope_trace_format::{AnnotationKind, Clock, SourceFormat, Trace};
 
-use crate::analysis::peak;
 use crate::analysis::summary::{self, DeviceSummary, Summary};
+use crate::analysis::{attribution, instant, peak};
 use crate::load::{self, LoadedTrace};
 use crate::units::{bytes, count, duration_ns};
 
@@ -75,9 +75,58 @@ struct At {
     devices: Vec<AtDevice>,
 }
 
-fn at_instant(trace: &Trace, when: &When, text: &str) -> Result<At> {
+/// One of the largest blocks alive at an instant, and why it has its category.
+#[derive(serde::Serialize)]
+struct BlockOut {
+    size_bytes: u64,
+    category: &'static str,
+    why: String,
+    site: String,
+}
+
+/// The largest blocks of each device at an instant.
+#[derive(serde::Serialize)]
+struct Largest {
+    when: String,
+    devices: Vec<(i16, Vec<BlockOut>)>,
+}
+
+fn largest_blocks(trace: &Trace, when: Option<&When>, text: &str, n: usize) -> Result<Largest> {
+    let devices = trace
+        .devices()
+        .into_iter()
+        .map(|device| {
+            let (event, time_ns) = match when {
+                None => {
+                    let peaks = peak::peaks(trace, device);
+                    (peaks.allocated.event, peaks.allocated.time_ns)
+                }
+                Some(when) => {
+                    let time_ns = instant_time(trace, when, text)?;
+                    (trace.events.partition_point(|e| e.time_ns < time_ns).checked_sub(1), time_ns)
+                }
+            };
+            let state = instant::instant(trace, device, event, time_ns);
+            let blocks = state
+                .blocks
+                .iter()
+                .take(n)
+                .map(|b| BlockOut {
+                    size_bytes: b.block.size_bytes,
+                    category: b.attribution.category.name(),
+                    why: attribution::describe(trace, b.attribution.evidence),
+                    site: instant::allocation_site(trace, b.block.stack, true),
+                })
+                .collect();
+            Ok((device, blocks))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Largest { when: text.to_owned(), devices })
+}
+
+fn instant_time(trace: &Trace, when: &When, text: &str) -> Result<i64> {
     let start = trace.events.first().map_or(0, |e| e.time_ns);
-    let time_ns = match *when {
+    Ok(match *when {
         When::After(ns) => start.saturating_add(ns),
         When::Phase(kind, n) => {
             let mut starts: Vec<i64> =
@@ -89,7 +138,11 @@ fn at_instant(trace: &Trace, when: &When, text: &str) -> Result<At> {
                 None => bail!("{text}: the trace has {} of these, #0 to #{}", starts.len(), starts.len() - 1),
             }
         }
-    };
+    })
+}
+
+fn at_instant(trace: &Trace, when: &When, text: &str) -> Result<At> {
+    let time_ns = instant_time(trace, when, text)?;
     // The state just before the instant: every event earlier than it.
     let upto = trace.events.partition_point(|e| e.time_ns < time_ns).checked_sub(1);
     let devices = trace
@@ -111,14 +164,25 @@ fn at_instant(trace: &Trace, when: &When, text: &str) -> Result<At> {
 
 /// Runs `info` on `path`, printing JSON or a readable summary to `out`; with `at`, also what was
 /// alive at that instant (its text as given, and parsed).
-pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, out: &mut dyn Write) -> Result<()> {
+pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, out: &mut dyn Write) -> Result<()> {
     let loaded = load::load(path)?;
     let summary = summary::summary(&loaded.trace, loaded.format);
+    let largest = (blocks > 0)
+        .then(|| largest_blocks(&loaded.trace, at.map(|a| a.1), at.map_or("peak", |a| a.0), blocks))
+        .transpose()?;
     let at = at.map(|(text, when)| at_instant(&loaded.trace, when, text)).transpose()?;
     if json {
         let mut value = serde_json::to_value(&summary)?;
         if let (Some(at), Some(object)) = (&at, value.as_object_mut()) {
             object.insert("at".to_owned(), serde_json::to_value(at)?);
+        }
+        if let (Some(largest), Some(object)) = (&largest, value.as_object_mut()) {
+            let devices: Vec<serde_json::Value> = largest
+                .devices
+                .iter()
+                .map(|(device, blocks)| serde_json::json!({ "device": device, "blocks": blocks }))
+                .collect();
+            object.insert("largest_blocks".to_owned(), serde_json::json!({ "when": largest.when, "devices": devices }));
         }
         serde_json::to_writer_pretty(&mut *out, &value)?;
         writeln!(out)?;
@@ -139,6 +203,15 @@ pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, out: &mut dyn Wri
                     count(d.live_blocks),
                     parts.join(", ")
                 )?;
+            }
+        }
+        if let Some(largest) = &largest {
+            writeln!(out, "\nlargest blocks at {}", largest.when)?;
+            for (device, blocks) in &largest.devices {
+                writeln!(out, "  {}:", device_name(*device))?;
+                for b in blocks {
+                    writeln!(out, "    {:>10}  {:<15} {}  [{}]", bytes(b.size_bytes), b.category, b.site, b.why)?;
+                }
             }
         }
     }
