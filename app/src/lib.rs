@@ -11,4 +11,5 @@ pub mod gui;
 pub mod load;
 pub mod mapped;
 pub mod report;
+pub mod sample;
 pub mod units;

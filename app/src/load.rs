@@ -40,6 +40,16 @@ pub fn progress_bar(total: u64, message: &str) -> ProgressBar {
 
 /// Reads a file of any supported format with a caller-provided progress sink.
 pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
+    if crate::sample::is_sample(path) {
+        let imported = import(crate::sample::BYTES, progress).context("cannot load the built-in sample")?;
+        return Ok(LoadedTrace {
+            trace: imported.trace,
+            warnings: imported.warnings,
+            path: path.to_owned(),
+            file_bytes: crate::sample::BYTES.len() as u64,
+            format: imported.format,
+        });
+    }
     let cannot_read = || format!("cannot read {}", path.display());
     let file = std::fs::File::open(path).with_context(cannot_read)?;
     let file_bytes = file.metadata().with_context(cannot_read)?.len();

@@ -12,7 +12,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// `raw.json.gz` form) and vramscope's own `.vtrace` files. The format is recognised from the
 /// file's content, whatever its name.
 ///
-/// `vramscope FILE` opens FILE in the desktop app; `vramscope` alone opens its welcome screen.
+/// `vramscope FILE` opens FILE in the desktop app; `vramscope` alone opens it on a built-in sample
+/// recording.
 #[derive(Parser, Debug)]
 #[command(name = "vramscope", version, about, long_about, args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -232,7 +233,7 @@ fn open(
     window: WindowArgs,
     started: std::time::Instant,
 ) -> anyhow::Result<()> {
-    for path in file.iter().chain(compare.iter()) {
+    for path in file.iter().chain(compare.iter()).filter(|p| !vramscope::sample::is_sample(p)) {
         // Say so at once rather than in a window.
         std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
     }

@@ -313,3 +313,29 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
         Some(vramscope::gui::compare_view::Align::Peak)
     );
 }
+
+#[test]
+fn the_built_in_sample_opens_from_the_file_menu_with_its_tags() {
+    let mut harness = harness(None);
+    harness.get_by_label("File").click();
+    harness.run_steps(2);
+    harness.get_by_label("Open the built-in sample").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let app = harness.state();
+    let doc = app.doc.as_ref().expect("the sample is open");
+    assert!(doc.is_sample());
+    // It is not a file: it never joins the recent files.
+    assert!(app.settings.recent.is_empty());
+    let trace = vramscope_trace_format::import(vramscope::sample::BYTES, &NoProgress).expect("import").trace;
+    let expected = summary::device_summary(&trace, 0);
+    // The GPU is the device shown, at its peak, with the recorder's categories.
+    let peak = units::bytes(expected.peak_allocated_bytes);
+    harness.get_by_label(&format!("Jump to peak ({peak})"));
+    assert!(expected.categories_at_peak.contains_key("optimizer_state"));
+    harness.get_by_label_contains("This is a built-in sample");
+    // The peak breakdown names the tensors by the recorder's tags.
+    harness.get_by_label("Peak breakdown").click();
+    harness.run_steps(3);
+    harness.get_by_label("tok_emb.weight.exp_avg");
+}

@@ -192,6 +192,9 @@ impl VramscopeApp {
     }
 
     fn remember(&mut self, path: &Path) {
+        if crate::sample::is_sample(path) {
+            return;
+        }
         let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
         self.settings.recent.retain(|p| p != &path);
         self.settings.recent.insert(0, path);
@@ -430,6 +433,7 @@ impl VramscopeApp {
         self.errors_panel(ui);
         if self.doc.is_some() {
             self.toolbar(ui);
+            self.sample_banner(ui);
         }
         egui::CentralPanel::default().show(ui, |ui| {
             if self.doc.is_some() {
@@ -497,6 +501,11 @@ impl VramscopeApp {
                             self.open(&ctx, &path);
                         }
                     });
+                    if ui.button("Open the built-in sample").on_hover_text(crate::sample::TITLE).clicked() {
+                        ui.close();
+                        let ctx = ui.ctx().clone();
+                        self.open(&ctx, Path::new(crate::sample::PATH));
+                    }
                     if ui.add_enabled(self.doc.is_some(), egui::Button::new("Close").shortcut_text("Ctrl+W")).clicked()
                     {
                         ui.close();
@@ -635,6 +644,28 @@ impl VramscopeApp {
                 }
             });
         });
+    }
+
+    /// Under the toolbar while the built-in sample is shown: what it is and how to get your own.
+    fn sample_banner(&mut self, ui: &mut egui::Ui) {
+        if !self.doc.as_ref().is_some_and(Document::is_sample) {
+            return;
+        }
+        let mut open = false;
+        egui::Panel::top("sample").show(ui, |ui| {
+            ui.horizontal_wrapped(|ui| {
+                ui.strong("This is a built-in sample:");
+                ui.label(
+                    "three training steps of a GPT recorded with `vramscope record` on an H200, with every \
+                     tensor tagged. Record your own with `vramscope record -- python train.py`, or",
+                );
+                open = ui.button("Open a trace…").on_hover_text("Ctrl+O, or drop a file on the window").clicked();
+            });
+        });
+        if open {
+            let ctx = ui.ctx().clone();
+            self.open_dialog(&ctx);
+        }
     }
 
     fn errors_panel(&mut self, ui: &mut egui::Ui) {

@@ -93,7 +93,15 @@ impl Document {
 
     /// The file's name.
     pub fn file_name(&self) -> String {
+        if self.is_sample() {
+            return crate::sample::TITLE.to_owned();
+        }
         self.path.file_name().map_or_else(|| self.path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    }
+
+    /// Whether this is the built-in sample.
+    pub fn is_sample(&self) -> bool {
+        crate::sample::is_sample(&self.path)
     }
 
     /// The name of a device for menus: `cuda:0 (NVIDIA H100)`, `host`.

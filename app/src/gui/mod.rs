@@ -62,7 +62,9 @@ pub fn run(options: GuiOptions) -> Result<()> {
     // while, and the two overlap. The loader asks for repaints once the window is there.
     let window_ctx: Arc<OnceLock<egui::Context>> = Arc::default();
     let repaint_ctx = Arc::clone(&window_ctx);
-    let early_loader = options.file.as_deref().map(|file| {
+    // Without a file, the built-in sample (a screenshot without one shows the welcome screen).
+    let first = options.file.clone().or_else(|| screenshot.is_none().then(|| PathBuf::from(crate::sample::PATH)));
+    let early_loader = first.as_deref().map(|file| {
         loader::Loader::start(file, move || {
             if let Some(ctx) = repaint_ctx.get() {
                 ctx.request_repaint();
