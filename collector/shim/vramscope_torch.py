@@ -27,6 +27,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 _DIR = os.environ.get("VRAMSCOPE_RECORD_DIR")
 _MODE = os.environ.get("VRAMSCOPE_TORCH", "auto")
@@ -35,6 +36,24 @@ _MODE = os.environ.get("VRAMSCOPE_TORCH", "auto")
 _DRAIN_EVERY_S = float(os.environ.get("VRAMSCOPE_TORCH_DRAIN_S", "1.0"))
 # The CUDA history's ring buffer: entries between two drains must fit.
 _HISTORY_ENTRIES = int(os.environ.get("VRAMSCOPE_TORCH_HISTORY", "1000000"))
+
+
+def _multiprocessing_child():
+    """Whether this process was started by multiprocessing (spawn or forkserver)."""
+    process = sys.modules.get("multiprocessing.process")
+    if process is None:
+        return False
+    # While a spawned child unpickles its task (when it imports torch) it is "inheriting" and
+    # already has its name; its parent is known only afterwards.
+    current = process.current_process()
+    return (getattr(process, "_parent_process", None) is not None or getattr(current, "_inheriting", False)
+            or current.name != "MainProcess")
+
+
+def _clean(name):
+    """A qualified name without the wrappers' own levels (torch.compile's `_orig_mod`, DDP's and
+    FSDP's `module`... only `_orig_mod` here: the others are real attribute names too)."""
+    return name.replace("_orig_mod.", "").removeprefix("_orig_mod")
 
 
 def _clock_offset_ns():
@@ -107,6 +126,14 @@ class _Recorder:
         mode = _MODE
         if mode == "auto":
             mode = "cuda" if torch.cuda.is_available() else "cpu"
+        if mode == "cpu" and _multiprocessing_child():
+            # A DataLoader worker or another multiprocessing child: its CPU allocations are not
+            # the training's, and the profiler is not safe to stop in a process torn down that
+            # way. (On CUDA, children such as mp.spawn'd ranks are recorded.)
+            self.closed = True
+            self.file.close()
+            os.remove(self.file.name)
+            return
         self.source = mode
         self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": mode,
                     "argv": sys.argv, "time": self.now()})
@@ -153,15 +180,24 @@ class _Recorder:
                 if fields.device.type == "cpu":
                     events.append((event.start_time_ns, fields.ptr, fields.alloc_size, event.parent))
             stack.extend(event.children)
-        if restart:
-            self.start_profiler()
         events.sort(key=lambda e: e[0])
+        records = []
         for time_ns, ptr, size, parent in events:
             record = {"t": "alloc" if size > 0 else "free", "time": time_ns - self.offset_ns, "dev": -1,
                       "addr": ptr, "size": abs(size)}
             if parent is not None and size > 0:
                 record["op"] = parent.name
+            records.append(record)
+        # The event tree's objects refer to each other: free them now, while the profiler's
+        # library is alive, not in the collection at interpreter exit.
+        del events, stack, event, profiler
+        import gc
+
+        gc.collect()
+        for record in records:
             self.write(record)
+        if restart:
+            self.start_profiler()
 
     def frame_ids(self, frames):
         ids = []
@@ -245,21 +281,27 @@ class _Recorder:
                     "name": name, "size": storage.nbytes()})
 
     def learn_root(self, module):
-        if any(root is module for root in self.roots):
+        # Weak references: the recorder must never keep the program's model alive (freed at
+        # interpreter exit, its tensors would outlive the profiler).
+        self.roots = [root for root in self.roots if root() is not None]
+        if any(root() is module for root in self.roots):
             return
-        self.roots.append(module)
+        self.roots.append(weakref.ref(module))
         for name, sub in module.named_modules(remove_duplicate=False):
-            self.module_names.setdefault(id(sub), name or type(module).__name__)
+            self.module_names.setdefault(id(sub), _clean(name) or type(module).__name__)
         for name, param in module.named_parameters(remove_duplicate=False):
-            self.param_names.setdefault(id(param), name)
+            self.param_names.setdefault(id(param), _clean(name))
 
     def tag_parameters(self):
-        for root in self.roots:
+        for reference in self.roots:
+            root = reference()
+            if root is None:
+                continue
             for name, param in root.named_parameters():
-                self.tag(param, "parameter", name)
+                self.tag(param, "parameter", _clean(name))
             # Buffers (running statistics, masks) are model state too; the name says which.
             for name, buffer in root.named_buffers():
-                self.tag(buffer, "parameter", f"{name} (buffer)")
+                self.tag(buffer, "parameter", f"{_clean(name)} (buffer)")
 
     def param_name(self, param):
         return self.param_names.get(id(param), f"param@{id(param):x}")
@@ -269,6 +311,11 @@ class _Recorder:
     def install_hooks(self):
         torch = self.torch
         import importlib
+        import warnings
+
+        # torch.compile warns that global module hooks fire once more for its wrapper: ours are
+        # global on purpose and count the wrapper as the outermost module.
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
 
         modules = importlib.import_module("torch.nn.modules.module")
         modules.register_module_forward_pre_hook(self.guard(self.forward_pre))
@@ -298,7 +345,13 @@ class _Recorder:
             return None
 
     def guard(self, function):
+        compiling = getattr(getattr(self.torch, "compiler", None), "is_compiling", lambda: False)
+
         def hook(*args):
+            # Inside a torch.compile'd region the hooks do nothing: traced, they would break the
+            # graph or force recompiles; the compiled module's own (outer) call is still seen.
+            if compiling():
+                return
             self.safe(function, *args)
 
         return hook

@@ -113,3 +113,54 @@ fn a_small_mlps_activations_match_a_hand_computation() {
     assert_eq!(bytes(&at["input"]), 4 * batch * d_in, "{at}");
     assert_eq!(bytes(&at["parameter"]), bytes(&summary["parameter_bytes"]), "{at}");
 }
+
+#[test]
+fn tied_weights_persistent_gradients_and_a_compiled_model_keep_exact_sizes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, args) in [
+        ("tied", &["--steps", "2", "--tie-weights"][..]),
+        ("zero-grad-keep", &["--steps", "2", "--no-zero-grad-none"][..]),
+        ("compiled", &["--steps", "2", "--compile"][..]),
+    ] {
+        let (trace, summary) = record_training(dir.path(), name, args);
+        let parameters = bytes(&summary["parameter_bytes"]);
+        let (peak, at_step) = categories(&trace, Some("optimizer_step"));
+        // A tied weight is one tensor: counted once, as its gradient is.
+        assert_eq!(bytes(&at_step["parameter"]), parameters + bytes(&summary["buffer_bytes"]), "{name}: {at_step}");
+        assert_eq!(bytes(&at_step["gradient"]), parameters, "{name}: {at_step}");
+        assert_eq!(bytes(&peak["optimizer_state"]), bytes(&summary["optimizer_state_bytes"]), "{name}: {peak}");
+        if name == "zero-grad-keep" {
+            // zero_grad(set_to_none=False) keeps the gradients allocated through the next peak.
+            assert_eq!(bytes(&peak["gradient"]), parameters, "{name}: {peak}");
+        }
+    }
+}
+
+#[test]
+fn two_optimizers_and_dataloader_workers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("loader.vtrace");
+    let output = Command::new(vramscope_bin())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(torch_python())
+        .arg(repo_root().join("tests/scripts/two_optimizers_dataloader.py"))
+        .arg("spawn")
+        .env("KINETO_LOG_LEVEL", "5")
+        .output()
+        .expect("vramscope record runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    // The workers' own CPU memory is not the training's: one process recorded.
+    assert!(stderr.contains("from 1 process,"), "{stderr}");
+    let exact: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the script's JSON line");
+    let (_, at) = categories(&trace, Some("forward#3"));
+    assert_eq!(bytes(&at["parameter"]), bytes(&exact["parameter_bytes"]), "{at}");
+    // SGD's momentum on the embedding; AdamW's two moments on the other six parameter tensors, and
+    // a 4-byte step counter for each of them.
+    let state = bytes(&exact["sgd_state_bytes"]) + bytes(&exact["adamw_state_bytes"]);
+    let embed = bytes(&exact["embed_bytes"]);
+    assert_eq!(state, embed + 2 * (bytes(&exact["parameter_bytes"]) - embed) + 6 * 4);
+    assert_eq!(bytes(&at["optimizer_state"]), state, "{at}");
+}

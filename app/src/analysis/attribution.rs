@@ -176,12 +176,13 @@ impl<'a> Attributor<'a> {
         let index = i.checked_sub(1)?;
         let &(_, end, kind) = self.phases.get(index).filter(|p| p.1 >= alloc_ns)?;
         let kept = free_ns > end;
-        // Activations die with their iteration: what lives into the next forward (or to the end,
-        // after a backward) is kept for longer than any activation.
+        // Activations die with their iteration, or soon after when the program still holds the
+        // last outputs; what lives through the whole next iteration (or, after a backward, to the
+        // end) is kept for longer than any activation.
         let rest = self.phases.get(index + 1..).unwrap_or_default();
-        let next_forward = rest.iter().find(|p| p.2 == AnnotationKind::Forward).map(|p| p.0);
+        let second_forward = rest.iter().filter(|p| p.2 == AnnotationKind::Forward).nth(1).map(|p| p.0);
         let backward_follows = rest.iter().any(|p| p.2 == AnnotationKind::Backward);
-        let outlives_iteration = match next_forward {
+        let outlives_iteration = match second_forward {
             Some(start) => free_ns > start,
             None => backward_follows && free_ns == i64::MAX,
         };
@@ -189,8 +190,8 @@ impl<'a> Attributor<'a> {
         let (category, rule) = match (kind, kept) {
             (AnnotationKind::Forward, true) if outlives_iteration => (
                 Category::Unknown,
-                "allocated in forward and kept past its iteration: not an activation (a library's \
-                 workspace or a cache)",
+                "allocated in forward and kept through the next iteration: not an activation (a \
+                 library's workspace or a cache)",
             ),
             (AnnotationKind::Forward, true) => (Category::Activation, "allocated in forward and alive after it"),
             (AnnotationKind::Backward, true) if tagged(Category::Gradient) => (
