@@ -339,3 +339,29 @@ fn the_built_in_sample_opens_from_the_file_menu_with_its_tags() {
     harness.run_steps(3);
     harness.get_by_label("tok_emb.weight.exp_avg");
 }
+
+#[test]
+fn a_distributed_runs_ranks_can_be_shown_one_at_a_time() {
+    let file = manifest_dir().join("../samples/traces/cpu-ddp-gloo-2ranks.vtrace");
+    let mut harness = harness(Some(file.clone()));
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let trace = vramscope_trace_format::import(&std::fs::read(&file).unwrap(), &NoProgress).unwrap().trace;
+    assert_eq!(trace.metadata.processes.len(), 2);
+    let events_of = |app: &VramscopeApp| app.doc.as_ref().map_or(0, |d| d.trace.events.len());
+    assert_eq!(events_of(harness.state()), trace.events.len());
+    // Choose rank 1: the document shows that process's events only.
+    harness.get_by_value("all processes").click();
+    harness.run_steps(2);
+    let rank = trace.metadata.processes[1].rank.unwrap();
+    harness.get_by_label_contains(&format!("rank {rank} (pid")).click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let expected = trace.events.iter().filter(|e| e.process.0 == 1).count();
+    assert!(expected > 0 && expected < trace.events.len());
+    assert_eq!(events_of(harness.state()), expected);
+    let one = trace.of_process(vramscope_trace_format::ProcessId(1));
+    let peak = units::bytes(summary::device_summary(&one, -1).peak_allocated_bytes);
+    harness.get_by_label(&format!("Jump to peak ({peak})"));
+}

@@ -50,6 +50,19 @@ def _multiprocessing_child():
             or current.name != "MainProcess")
 
 
+def _unwrapped(module):
+    """The model inside the wrappers that only distribute or compile it (their parameters' names
+    would otherwise start with `module.` or `_orig_mod.`)."""
+    for _ in range(8):
+        if type(module).__name__ in ("DistributedDataParallel", "DataParallel") and hasattr(module, "module"):
+            module = module.module
+        elif hasattr(module, "_orig_mod"):
+            module = module._orig_mod
+        else:
+            break
+    return module
+
+
 def _clean(name):
     """A qualified name without the wrappers' own levels (torch.compile's `_orig_mod`, DDP's and
     FSDP's `module`... only `_orig_mod` here: the others are real attribute names too)."""
@@ -135,8 +148,10 @@ class _Recorder:
             os.remove(self.file.name)
             return
         self.source = mode
+        rank = os.environ.get("RANK")
         self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": mode,
-                    "argv": sys.argv, "time": self.now()})
+                    "argv": sys.argv, "time": self.now(),
+                    "rank": int(rank) if rank is not None and rank.isdigit() else None})
         if mode == "cuda":
             try:
                 torch.cuda.memory._record_memory_history(
@@ -172,6 +187,7 @@ class _Recorder:
             return
         profiler.stop()
         events = []
+        event = None
         stack = list(profiler.profiler.kineto_results.experimental_event_tree())
         while stack:
             event = stack.pop()
@@ -287,9 +303,10 @@ class _Recorder:
         if any(root() is module for root in self.roots):
             return
         self.roots.append(weakref.ref(module))
-        for name, sub in module.named_modules(remove_duplicate=False):
-            self.module_names.setdefault(id(sub), _clean(name) or type(module).__name__)
-        for name, param in module.named_parameters(remove_duplicate=False):
+        model = _unwrapped(module)
+        for name, sub in model.named_modules(remove_duplicate=False):
+            self.module_names.setdefault(id(sub), _clean(name) or type(model).__name__)
+        for name, param in model.named_parameters(remove_duplicate=False):
             self.param_names.setdefault(id(param), _clean(name))
 
     def tag_parameters(self):
@@ -297,6 +314,7 @@ class _Recorder:
             root = reference()
             if root is None:
                 continue
+            root = _unwrapped(root)
             for name, param in root.named_parameters():
                 self.tag(param, "parameter", _clean(name))
             # Buffers (running statistics, masks) are model state too; the name says which.
@@ -431,6 +449,10 @@ class _Recorder:
         with self.lock:
             self.closed = True
             self.file.close()
+            # On the CPU, a process that never ran a model (a launcher such as torchrun's agent, a
+            # helper) is not the training: its allocations would only blur the picture.
+            if self.source == "cpu" and not self.roots:
+                os.remove(self.file.name)
 
     def forked(self):
         # A forked child (a DataLoader worker, say) records nothing of its own: its copy of the

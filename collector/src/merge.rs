@@ -215,10 +215,17 @@ pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[
             _ => {}
         }
     }
-    crate::torch::add_to_trace(&mut trace, logs, &mut processes);
-    trace.metadata.processes = processes
-        .keys()
-        .map(|&pid| ProcessInfo { pid: Some(pid), rank: None, command_line: command_line.to_vec() })
+    let ranks = crate::torch::add_to_trace(&mut trace, logs, &mut processes);
+    // Process ids are numbered in order of first appearance: the metadata lists them so.
+    let mut by_id: Vec<(ProcessId, u32)> = processes.iter().map(|(&pid, &id)| (id, pid)).collect();
+    by_id.sort_unstable();
+    trace.metadata.processes = by_id
+        .into_iter()
+        .map(|(_, pid)| ProcessInfo {
+            pid: Some(pid),
+            rank: ranks.get(&pid).copied(),
+            command_line: command_line.to_vec(),
+        })
         .collect();
     let mut devices: Vec<i16> = trace.events.iter().map(|e| e.device).collect();
     devices.sort_unstable();

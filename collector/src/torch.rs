@@ -36,8 +36,11 @@ pub enum Line {
         pid: u32,
         /// `torch.__version__`.
         torch: String,
-        /// `cuda` or `cpu`.
+        /// `cuda`, `cpu`, or `driver` (tensors are the driver-level allocations).
         source: String,
+        /// The distributed rank (`RANK`), when there is one.
+        #[serde(default)]
+        rank: Option<u32>,
     },
     /// A Python frame, referred to by `id` in stacks.
     Frame {
@@ -187,8 +190,18 @@ impl Ranges {
 }
 
 /// Adds the shims' logs to a trace that holds the driver-level events (`processes` maps the pids
-/// seen so far to the trace's process ids and takes new ones).
-pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u32, ProcessId>) {
+/// seen so far to the trace's process ids and takes new ones). Returns the distributed rank of
+/// each pid that has one.
+pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u32, ProcessId>) -> HashMap<u32, u32> {
+    let ranks: HashMap<u32, u32> = logs
+        .iter()
+        .filter_map(|log| {
+            log.lines.iter().find_map(|l| match l {
+                Line::Meta { rank: Some(rank), .. } => Some((log.pid, *rank)),
+                _ => None,
+            })
+        })
+        .collect();
     // Devices on which the driver-level hook saw segments, per process.
     let driver_devices: HashSet<(ProcessId, i16)> = trace
         .events
@@ -285,7 +298,19 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
                 // CPU memory: each block is what the process holds from the system, too.
                 match kind {
                     EventKind::Alloc => {
-                        live_cpu.insert(block.addr, block.size);
+                        // The profiler misses frees made on threads it does not follow (a
+                        // communication library's, say): a new block at a live address means the
+                        // old one was freed.
+                        if let Some(size) = live_cpu.insert(block.addr, block.size) {
+                            let free = Event {
+                                kind: EventKind::FreeCompleted,
+                                size_bytes: size,
+                                requested_bytes: size,
+                                ..event
+                            };
+                            added.push(free);
+                            added.push(Event { kind: EventKind::SegmentFree, ..free });
+                        }
                         added.push(Event { kind: EventKind::SegmentAlloc, ..event });
                         added.push(event);
                     }
@@ -343,6 +368,7 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
     trace.events.sort_by_key(|e| e.time_ns);
     trace.tags.sort_by_key(|t| t.time_ns);
     trace.annotations.sort_by_key(|a| (a.start_ns, std::cmp::Reverse(a.end_ns)));
+    ranks
 }
 
 #[cfg(test)]

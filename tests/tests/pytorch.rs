@@ -164,3 +164,46 @@ fn two_optimizers_and_dataloader_workers() {
     assert_eq!(state, embed + 2 * (bytes(&exact["parameter_bytes"]) - embed) + 6 * 4);
     assert_eq!(bytes(&at["optimizer_state"]), state, "{at}");
 }
+
+#[test]
+fn torchrun_with_two_ranks_gives_a_trace_per_rank_and_a_merged_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("ddp.vtrace");
+    let torchrun = torch_python().with_file_name("torchrun");
+    // A port of its own, so that parallel test runs do not meet.
+    let port = format!("--master_port={}", 20000 + std::process::id() % 20000);
+    let output = Command::new(vramscope_bin())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&torchrun)
+        .args(["--nproc_per_node=2", &port])
+        .arg(repo_root().join("tests/scripts/ddp_gloo.py"))
+        .env("KINETO_LOG_LEVEL", "5")
+        .output()
+        .expect("vramscope record runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    // The ranks, not torchrun's own agent process.
+    assert!(stderr.contains("from 2 processes,"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let ranks: Vec<serde_json::Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert_eq!(ranks.len(), 2, "{stdout}");
+    let mut peaks = Vec::new();
+    for rank in &ranks {
+        let part = dir.path().join(format!("ddp.rank{}.vtrace", rank["rank"]));
+        let (peak, at) = categories(&part, Some("optimizer_step"));
+        assert_eq!(bytes(&at["parameter"]), bytes(&rank["parameter_bytes"]), "rank {}: {at}", rank["rank"]);
+        assert_eq!(bytes(&at["gradient"]), bytes(&rank["parameter_bytes"]), "rank {}: {at}", rank["rank"]);
+        peaks.push(bytes(&peak["activation"]) + bytes(&peak["temporary"]) + bytes(&peak["input"]));
+    }
+    // Rank 1's batches are four times larger.
+    assert_ne!(peaks[0], peaks[1]);
+    // The merged trace holds both ranks' events.
+    let events = |file: &Path| {
+        let output = vramscope(&[OsStr::new("info"), OsStr::new("--json"), file.as_os_str()]);
+        bytes(&serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON")["allocator_events"])
+    };
+    let parts: u64 = ranks.iter().map(|r| events(&dir.path().join(format!("ddp.rank{}.vtrace", r["rank"])))).sum();
+    assert_eq!(events(&trace), parts);
+}

@@ -117,6 +117,20 @@ pub fn run(output: Option<&Path>, force: bool, torch: &str, command: &[OsString]
         trace.metadata.extra.insert("cuda_driver_version".to_owned(), version.into());
     }
     super::convert::write_vtrace(&trace, &output, force)?;
+    // A distributed run: also one trace per rank, beside the merged one.
+    let ranked: Vec<(usize, u32)> =
+        trace.metadata.processes.iter().enumerate().filter_map(|(i, p)| p.rank.map(|r| (i, r))).collect();
+    if ranked.len() > 1 {
+        let stem = output.file_stem().map_or_else(|| "trace".into(), |s| s.to_string_lossy().into_owned());
+        for (index, rank) in ranked {
+            let path = output.with_file_name(format!("{stem}.rank{rank}.vtrace"));
+            let part = trace.of_process(vramscope_trace_format::ProcessId(index as u32));
+            match super::convert::write_vtrace(&part, &path, force) {
+                Ok(_) => eprintln!("vramscope: rank {rank}: {}", path.display()),
+                Err(error) => eprintln!("vramscope: rank {rank} not written separately: {error:#}"),
+            }
+        }
+    }
     let processes = trace.metadata.processes.len();
     let peaks = trace.devices().into_iter().map(|d| peak::peaks(&trace, d)).max_by_key(|p| p.reserved.bytes);
     let peak = peaks.map_or(0, |p| p.reserved.bytes);

@@ -99,6 +99,9 @@ pub struct VramscopeApp {
     pub settings: Settings,
     /// The open trace.
     pub doc: Option<Document>,
+    /// A trace of several processes (the ranks of a distributed run) as it was opened, while the
+    /// document may show one of them; and which one (`None`: all).
+    all_processes: Option<(Arc<vramscope_trace_format::Trace>, Option<usize>)>,
     loader: Option<Loader>,
     /// A second trace loading, to compare with the first.
     second_loader: Option<Loader>,
@@ -132,6 +135,7 @@ impl VramscopeApp {
         Self {
             settings,
             doc: None,
+            all_processes: None,
             loader: None,
             second_loader: None,
             pending_second: None,
@@ -249,6 +253,8 @@ impl VramscopeApp {
                     _ if cancelled => {}
                     Ok(doc) => {
                         self.remember(&path);
+                        self.all_processes =
+                            (doc.trace.metadata.processes.len() > 1).then(|| (Arc::clone(&doc.trace), None));
                         self.set_document(ctx, doc);
                     }
                     Err(error) => self.errors.push(format!("{error:#}")),
@@ -311,6 +317,7 @@ impl VramscopeApp {
 
     fn close(&mut self, ctx: &egui::Context) {
         self.doc = None;
+        self.all_processes = None;
         self.compare = None;
         self.worker = None;
         self.instant = None;
@@ -551,6 +558,7 @@ impl VramscopeApp {
         let mut device_index = self.device_index;
         let mut jump = false;
         let mut view = self.settings.view;
+        let mut process = self.all_processes.as_ref().map(|(_, chosen)| *chosen);
         egui::Panel::top("toolbar").show(ui, |ui| {
             ui.horizontal(|ui| {
                 for v in [View::Timeline, View::Peak, View::Fragmentation] {
@@ -560,6 +568,27 @@ impl VramscopeApp {
                     ui.selectable_value(&mut view, View::Compare, View::Compare.label());
                 }
                 ui.separator();
+                if let (Some((whole, _)), Some(chosen)) = (&self.all_processes, process.as_mut()) {
+                    let label = |index: Option<usize>| match index.and_then(|i| whole.metadata.processes.get(i)) {
+                        None => "all processes".to_owned(),
+                        Some(p) => match (p.rank, p.pid) {
+                            (Some(rank), Some(pid)) => format!("rank {rank} (pid {pid})"),
+                            (Some(rank), None) => format!("rank {rank}"),
+                            (None, Some(pid)) => format!("pid {pid}"),
+                            (None, None) => format!("process {}", index.unwrap_or(0)),
+                        },
+                    };
+                    egui::ComboBox::from_id_salt("process")
+                        .selected_text(label(*chosen))
+                        .show_ui(ui, |ui| {
+                            ui.selectable_value(chosen, None, label(None));
+                            for i in 0..whole.metadata.processes.len() {
+                                ui.selectable_value(chosen, Some(i), label(Some(i)));
+                            }
+                        })
+                        .response
+                        .on_hover_text("The ranks of a distributed run: all together, or one at a time");
+                }
                 if doc.devices.len() > 1 {
                     egui::ComboBox::from_id_salt("device").selected_text(doc.device_label(device_index)).show_ui(
                         ui,
@@ -601,6 +630,26 @@ impl VramscopeApp {
             });
         });
         self.settings.view = view;
+        if let (Some(process), Some((whole, chosen))) = (process, &mut self.all_processes)
+            && process != *chosen
+        {
+            *chosen = process;
+            let trace = match process {
+                Some(index) => whole.of_process(vramscope_trace_format::ProcessId(index as u32)),
+                None => (**whole).clone(),
+            };
+            let loaded = crate::load::LoadedTrace {
+                trace,
+                warnings: doc.warnings.clone(),
+                path: doc.path.clone(),
+                file_bytes: doc.file_bytes,
+                format: doc.format,
+            };
+            let rebuilt = Document::build(loaded, doc.load_time);
+            let ctx = ui.ctx().clone();
+            self.set_document(&ctx, rebuilt);
+            return;
+        }
         if device_index != self.device_index {
             self.device_index = device_index;
             self.timeline.reset();

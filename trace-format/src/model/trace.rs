@@ -3,6 +3,7 @@
 use super::annotation::Annotation;
 use super::counter::CounterSeries;
 use super::event::Event;
+use super::ids::ProcessId;
 use super::interner::Interner;
 use super::metadata::Metadata;
 use super::oom::Oom;
@@ -60,6 +61,43 @@ impl Trace {
         if !self.events.is_sorted_by_key(|e| e.time_ns) {
             self.events.sort_by_key(|e| e.time_ns);
         }
+    }
+
+    /// The part of the trace that belongs to one process (a rank of a distributed run), with its
+    /// own id kept and the same interned tables; the metadata keeps that process only.
+    pub fn of_process(&self, process: ProcessId) -> Self {
+        let mut metadata = self.metadata.clone();
+        metadata.processes = self.metadata.processes.get(process.0 as usize).cloned().into_iter().collect();
+        let mut part = Self {
+            metadata,
+            interner: self.interner.clone(),
+            events: self.events.iter().filter(|e| e.process == process).copied().collect(),
+            segments: self.segments.iter().filter(|s| s.process == process).cloned().collect(),
+            annotations: self.annotations.iter().filter(|a| a.process == process).copied().collect(),
+            ooms: self.ooms.iter().filter(|o| o.process == process).copied().collect(),
+            counters: self.counters.iter().filter(|c| c.process == process).cloned().collect(),
+            tags: self.tags.iter().filter(|t| t.process == process).copied().collect(),
+        };
+        // One process: its id is 0 in the part.
+        for e in &mut part.events {
+            e.process = ProcessId(0);
+        }
+        for s in &mut part.segments {
+            s.process = ProcessId(0);
+        }
+        for a in &mut part.annotations {
+            a.process = ProcessId(0);
+        }
+        for o in &mut part.ooms {
+            o.process = ProcessId(0);
+        }
+        for c in &mut part.counters {
+            c.process = ProcessId(0);
+        }
+        for t in &mut part.tags {
+            t.process = ProcessId(0);
+        }
+        part
     }
 
     /// Total number of records in the trace's time-ordered tables.
