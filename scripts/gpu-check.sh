@@ -49,6 +49,15 @@ step "pytorch, bf16 autocast, default allocator"
 timeout 240 "$BIN/vramscope" record -o "$RESULTS/torch-bf16.vtrace" -- \
     python3 "${TRAIN[@]}" --bf16 --summary "$RESULTS/torch-bf16.summary.json"
 
+step "pytorch, torch.compile"
+timeout 300 "$BIN/vramscope" record -o "$RESULTS/torch-compile.vtrace" -- \
+    python3 "${TRAIN[@]}" --compile --summary "$RESULTS/torch-compile.summary.json" 2>&1 | grep -v "^W1\|^I1" | tail -3
+
+step "a run that dies of CUDA OOM (exit status 1 expected)"
+timeout 120 "$BIN/vramscope" record -o "$RESULTS/oom.vtrace" -- python3 tests/scripts/cuda_oom.py 2>&1 | tail -4
+timeout 60 "$BIN/vramscope" info "$RESULTS/oom.vtrace" | grep -i "memory\|peak\|cuda:0"
+timeout 60 "$BIN/vramscope" info --json "$RESULTS/oom.vtrace" > "$RESULTS/oom.info.json"
+
 step "categories at the peak and at the first optimizer step"
 for trace in "$RESULTS"/torch-*.vtrace; do
     timeout 60 "$BIN/vramscope" info --json --at optimizer_step "$trace" > "${trace%.vtrace}.at-step.json"

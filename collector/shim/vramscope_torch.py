@@ -34,6 +34,8 @@ _MODE = os.environ.get("VRAMSCOPE_TORCH", "auto")
 # Drain the allocator's history (or restart the CPU profiler) at most this often, at the end of an
 # optimizer step; and always at exit.
 _DRAIN_EVERY_S = float(os.environ.get("VRAMSCOPE_TORCH_DRAIN_S", "1.0"))
+# And on a timer (CUDA), for programs without optimizer steps.
+_DRAIN_TIMER_S = float(os.environ.get("VRAMSCOPE_TORCH_DRAIN_TIMER_S", "2.0"))
 # The CUDA history's ring buffer: entries between two drains must fit.
 _HISTORY_ENTRIES = int(os.environ.get("VRAMSCOPE_TORCH_HISTORY", "1000000"))
 
@@ -86,6 +88,7 @@ class _Recorder:
         self.torch = torch
         self.pid = os.getpid()
         self.lock = threading.RLock()
+        self.drain_lock = threading.Lock()
         self.file = open(os.path.join(_DIR, f"torch.{self.pid}.jsonl"), "a", encoding="utf-8")
         self.offset_ns = _clock_offset_ns()
         self.warned = False
@@ -166,6 +169,8 @@ class _Recorder:
                 observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
                 if observer is not None:
                     observer(self.on_oom)
+                # Also drained on a timer, for programs without an optimizer step to drain at.
+                threading.Thread(target=self.drain_every, name="vramscope-drain", daemon=True).start()
         elif mode == "cpu":
             self.start_profiler()
         atexit.register(self.close)
@@ -259,7 +264,18 @@ class _Recorder:
                             "stream": entry.get("stream", 0), "stack": self.frame_ids(entry.get("frames"))})
         self.history_mark = newest
 
+    def drain_every(self):
+        while not self.closed:
+            time.sleep(_DRAIN_TIMER_S)
+            if time.monotonic() - self.last_drain >= _DRAIN_TIMER_S:
+                self.drain()
+
     def drain(self, restart=True):
+        with self.drain_lock:
+            if not self.closed:
+                self.drain_locked(restart)
+
+    def drain_locked(self, restart):
         try:
             if self.source == "cuda":
                 self.drain_history()

@@ -51,6 +51,9 @@ pub struct DeviceSummary {
     pub live_blocks_at_peak: usize,
     /// Failed allocations.
     pub oom_events: usize,
+    /// The largest allocation that failed, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_failed_request_bytes: Option<u64>,
 }
 
 /// What `info` says about a trace.
@@ -119,6 +122,7 @@ pub fn device_summary(trace: &Trace, device: i16) -> DeviceSummary {
         categories_at_peak: categories.into_iter().map(|(c, v)| (c.name(), v)).collect(),
         live_blocks_at_peak: live.len(),
         oom_events: trace.ooms.iter().filter(|o| o.device == device).count(),
+        largest_failed_request_bytes: trace.ooms.iter().filter(|o| o.device == device).map(|o| o.requested_bytes).max(),
     }
 }
 
