@@ -323,7 +323,8 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
         bytes(d.largest_free_bytes)
     )?;
     if d.oom_events > 0 {
-        let largest = d.largest_failed_request_bytes.map(|b| format!(" (largest request {})", bytes(b))).unwrap_or_default();
+        let largest =
+            d.largest_failed_request_bytes.map(|b| format!(" (largest request {})", bytes(b))).unwrap_or_default();
         let plural = if d.oom_events == 1 { "" } else { "s" };
         writeln!(out, "  out of memory   {} failed allocation{plural}{largest}", count(d.oom_events))?;
     }
