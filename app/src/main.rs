@@ -34,6 +34,8 @@ enum ViewArg {
     Fragmentation,
     /// Two runs side by side (with `compare`).
     Compare,
+    /// What each remedy would do to the peak.
+    Advisor,
 }
 
 /// The app's colours.
@@ -206,6 +208,30 @@ enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
     },
+    /// Project what each remedy would do to the peak, from the trace's breakdown.
+    ///
+    /// Mixed precision (bf16/fp16), activation checkpointing, halving the micro-batch (with
+    /// gradient accumulation), 8-bit Adam, Adafactor, SGD, ZeRO 1/2/3 over --gpus GPUs, and
+    /// expandable segments against fragmentation: for each, the projected peak (allocated and
+    /// reserved), the saving, the cost, the reasoning from the trace and an uncertainty; the best
+    /// pairs; and the smallest change that fits under the target. Works best on traces recorded
+    /// with `vramscope record` (tags, phases and module names).
+    Advise {
+        /// The trace.
+        file: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// GPUs to shard over, for the ZeRO remedies.
+        #[arg(long, default_value_t = 8, value_name = "N")]
+        gpus: u32,
+        /// The memory to fit under (default: the device's, when the trace knows it), e.g. 80GiB.
+        #[arg(long, value_name = "BYTES", value_parser = vramscope::cli::advise::parse_bytes)]
+        target_bytes: Option<u64>,
+        /// The device to advise on (default: the one with the highest peak).
+        #[arg(long)]
+        device: Option<i16>,
+    },
     /// Convert any supported file to a compact `.vtrace`.
     ///
     /// The output is written to a temporary file beside it and renamed into place when complete,
@@ -242,6 +268,7 @@ fn open(
         ViewArg::Peak => vramscope::gui::View::Peak,
         ViewArg::Fragmentation => vramscope::gui::View::Fragmentation,
         ViewArg::Compare => vramscope::gui::View::Compare,
+        ViewArg::Advisor => vramscope::gui::View::Advisor,
     });
     vramscope::gui::run(vramscope::gui::GuiOptions {
         file,
@@ -293,6 +320,9 @@ fn main() -> ExitCode {
                 Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
                 Err(e) => Err(e),
             }
+        }
+        Some(Command::Advise { file, json, gpus, target_bytes, device }) => {
+            vramscope::cli::advise::run(&file, json, gpus, target_bytes, device, &mut stdout)
         }
         Some(Command::Convert { file, output, force }) => {
             vramscope::cli::convert::run(&file, &output, force, &mut stdout)

@@ -365,3 +365,27 @@ fn a_distributed_runs_ranks_can_be_shown_one_at_a_time() {
     let peak = units::bytes(summary::device_summary(&one, -1).peak_allocated_bytes);
     harness.get_by_label(&format!("Jump to peak ({peak})"));
 }
+
+#[test]
+fn the_advisor_lists_the_remedies_with_the_cli_numbers() {
+    let mut harness = harness(None);
+    harness.get_by_label("File").click();
+    harness.run_steps(2);
+    harness.get_by_label("Open the built-in sample").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    harness.get_by_label("Advisor").click();
+    let trace = vramscope_trace_format::import(vramscope::sample::BYTES, &NoProgress).expect("import").trace;
+    let advice = vramscope::analysis::advisor::advise(&trace, Some(0), 8, None).expect("advice");
+    let checkpointing = advice.remedies.iter().find(|r| r.id == "activation_checkpointing").expect("remedy");
+    let started = Instant::now();
+    // The advice is worked out on its own thread.
+    while harness.query_by_label("activation_checkpointing").is_none() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no advice within a minute");
+        harness.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    harness.run_steps(2);
+    harness.get_all_by_label(&units::bytes(checkpointing.projected_peak_allocated_bytes)).next().expect("its peak");
+    harness.get_by_label("The baseline fits already.");
+}

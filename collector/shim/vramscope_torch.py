@@ -40,6 +40,13 @@ _DRAIN_TIMER_S = float(os.environ.get("VRAMSCOPE_TORCH_DRAIN_TIMER_S", "2.0"))
 _HISTORY_ENTRIES = int(os.environ.get("VRAMSCOPE_TORCH_HISTORY", "1000000"))
 
 
+# Operators that only make memory for the operator around them.
+_PLUMBING = frozenset({
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided",
+    "aten::resize_", "aten::zeros", "aten::zeros_like", "aten::zero_", "aten::fill_", "aten::full",
+})
+
+
 def _multiprocessing_child():
     """Whether this process was started by multiprocessing (spawn or forkserver)."""
     process = sys.modules.get("multiprocessing.process")
@@ -199,7 +206,11 @@ class _Recorder:
             if event.tag == _EventType.Allocation:
                 fields = event.extra_fields
                 if fields.device.type == "cpu":
-                    events.append((event.start_time_ns, fields.ptr, fields.alloc_size, event.parent))
+                    # The operator that wanted the memory, not the allocating one inside it.
+                    parent = event.parent
+                    while parent is not None and parent.name in _PLUMBING:
+                        parent = parent.parent
+                    events.append((event.start_time_ns, fields.ptr, fields.alloc_size, parent))
             stack.extend(event.children)
         events.sort(key=lambda e: e[0])
         records = []

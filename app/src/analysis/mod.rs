@@ -9,7 +9,9 @@
 //! - [`timeline`]: memory over time by category, with a level-of-detail index for drawing.
 //! - [`instant`]: everything alive at one instant, and the segments it sits in.
 //! - [`summary`]: the per-device numbers `vramscope info` prints.
+//! - [`advisor`]: what each remedy would do to the peak.
 
+pub mod advisor;
 pub mod attribution;
 pub mod diff;
 pub mod instant;

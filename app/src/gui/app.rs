@@ -26,6 +26,8 @@ pub enum View {
     Fragmentation,
     /// Two runs side by side (once a second trace is open).
     Compare,
+    /// What each remedy would do to the peak.
+    Advisor,
 }
 
 impl View {
@@ -36,6 +38,7 @@ impl View {
             Self::Peak => "Peak breakdown",
             Self::Fragmentation => "Fragmentation",
             Self::Compare => "Compare",
+            Self::Advisor => "Advisor",
         }
     }
 }
@@ -120,6 +123,7 @@ pub struct VramscopeApp {
     /// The analysis of the selected instant, once ready.
     pub instant: Option<Arc<InstantView>>,
     breakdown: BreakdownState,
+    advisor: super::advisor_view::AdvisorState,
     compare_timeline: TimelineState,
     show_help: bool,
     path_input: String,
@@ -147,6 +151,7 @@ impl VramscopeApp {
             worker: None,
             instant: None,
             breakdown: BreakdownState::default(),
+            advisor: super::advisor_view::AdvisorState::default(),
             compare_timeline: TimelineState::default(),
             show_help: false,
             path_input: String::new(),
@@ -377,7 +382,12 @@ impl VramscopeApp {
         if pressed(Key::N) {
             self.settings.hide_noise = !self.settings.hide_noise;
         }
-        for (key, view) in [(Key::Num1, View::Timeline), (Key::Num2, View::Peak), (Key::Num3, View::Fragmentation)] {
+        for (key, view) in [
+            (Key::Num1, View::Timeline),
+            (Key::Num2, View::Peak),
+            (Key::Num3, View::Fragmentation),
+            (Key::Num5, View::Advisor),
+        ] {
             if pressed(key) {
                 self.settings.view = view;
             }
@@ -561,7 +571,7 @@ impl VramscopeApp {
         let mut process = self.all_processes.as_ref().map(|(_, chosen)| *chosen);
         egui::Panel::top("toolbar").show(ui, |ui| {
             ui.horizontal(|ui| {
-                for v in [View::Timeline, View::Peak, View::Fragmentation] {
+                for v in [View::Timeline, View::Peak, View::Fragmentation, View::Advisor] {
                     ui.selectable_value(&mut view, v, v.label());
                 }
                 if self.compare.is_some() {
@@ -870,7 +880,9 @@ impl VramscopeApp {
         }
         let timeline_height = match view {
             View::Timeline => (ui.available_height() * 0.62).max(220.0),
-            View::Peak | View::Fragmentation | View::Compare => (ui.available_height() * 0.34).max(180.0),
+            View::Peak | View::Fragmentation | View::Compare | View::Advisor => {
+                (ui.available_height() * 0.34).max(180.0)
+            }
         };
         let width = ui.available_width();
         let action = timeline_view::timeline_ui(
@@ -887,6 +899,13 @@ impl VramscopeApp {
             .clone()
             .filter(|v| Some(v.request.point) == self.selected_point && v.request.device_index == self.device_index);
         let trace = Arc::clone(&doc.trace);
+        if view == View::Advisor {
+            super::advisor_view::advisor_ui(ui, &trace, device.device, &mut self.advisor);
+            if let Some(TimelineAction::Select(point)) = action {
+                self.select(point);
+            }
+            return;
+        }
         match (view, &instant) {
             (_, None) => {
                 ui.horizontal(|ui| {
@@ -905,7 +924,7 @@ impl VramscopeApp {
                     &mut self.settings.python_only,
                 );
             }
-            (View::Compare, Some(_)) => {}
+            (View::Compare | View::Advisor, Some(_)) => {}
             (View::Fragmentation, Some(v)) => {
                 self.scrubber_ui(ui);
                 fragmentation_view::fragmentation_ui(

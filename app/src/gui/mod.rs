@@ -3,6 +3,7 @@
 //! The analysis it shows comes from [`crate::analysis`]; this module only lays out and paints.
 //! Loading and the analysis of a selected instant run on background threads.
 
+pub mod advisor_view;
 pub mod app;
 pub mod breakdown_view;
 pub mod compare_view;

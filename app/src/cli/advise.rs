@@ -1,0 +1,103 @@
+//! `vramscope advise`: what each remedy would do to the peak, from the trace's breakdown.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Result, bail};
+
+use crate::analysis::advisor::{self, Projection};
+use crate::load;
+use crate::units::bytes;
+
+/// Reads a size: a number of bytes, or with a unit (`80GiB`, `512MiB`, `40GB`, `1.5TiB`).
+pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "KiB" | "K" => 1024.0,
+        "MiB" | "M" => 1024.0 * 1024.0,
+        "GiB" | "G" => 1024.0 * 1024.0 * 1024.0,
+        "TiB" | "T" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        other => return Err(format!("unknown unit {other:?}: use B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)")),
+    };
+    let value: f64 = number.trim().parse().map_err(|_| format!("{text:?} is not a size such as 80GiB"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("{text:?} is not a size"));
+    }
+    Ok((value * scale) as u64)
+}
+
+fn line(out: &mut dyn Write, p: &Projection, baseline: u64) -> std::io::Result<()> {
+    let change = 100.0 * (p.projected_peak_allocated_bytes as f64 - baseline as f64) / baseline.max(1) as f64;
+    writeln!(
+        out,
+        "  {:<34} {:>10} ({:+.0}%, ±{:.0}%){}",
+        p.id,
+        bytes(p.projected_peak_allocated_bytes),
+        change,
+        100.0 * p.uncertainty,
+        if p.fits { "  fits" } else { "" }
+    )
+}
+
+/// Runs `advise` on `path`.
+pub fn run(
+    path: &Path,
+    json: bool,
+    gpus: u32,
+    target: Option<u64>,
+    device: Option<i16>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let loaded = load::load(path)?;
+    let Some(advice) = advisor::advise(&loaded.trace, device, gpus, target) else {
+        bail!("{}: the trace holds no memory events to advise on", path.display());
+    };
+    if json {
+        serde_json::to_writer_pretty(&mut *out, &advice)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let b = &advice.baseline;
+    writeln!(out, "{}", path.display())?;
+    writeln!(
+        out,
+        "  baseline: peak {} allocated, {} reserved on device {} ({:?} phase); {} repeated blocks",
+        bytes(b.peak_allocated_bytes),
+        bytes(b.peak_reserved_bytes),
+        b.device,
+        b.peak_phase,
+        b.repeated_blocks
+    )?;
+    let categories: Vec<String> = b.categories_at_peak.iter().map(|(k, v)| format!("{k} {}", bytes(*v))).collect();
+    writeln!(out, "  at the peak: {}", categories.join(", "))?;
+    if let Some(target) = advice.target_bytes {
+        writeln!(out, "  target: {} (reserved must fit)", bytes(target))?;
+    }
+    writeln!(out, "\nremedies, lowest projected peak first (allocated; ± the rule's uncertainty):")?;
+    for p in &advice.remedies {
+        line(out, p, b.peak_allocated_bytes)?;
+        writeln!(out, "      {}", p.reason)?;
+        writeln!(out, "      cost: {}", p.cost)?;
+    }
+    writeln!(out, "\nbest combinations:")?;
+    for p in advice.combinations.iter().take(5) {
+        line(out, p, b.peak_allocated_bytes)?;
+    }
+    if let Some(fragmentation) = &advice.fragmentation {
+        writeln!(out, "\nfragmentation: {fragmentation}")?;
+    }
+    match (&advice.smallest_change_that_fits, advice.target_bytes) {
+        _ if advice.baseline_fits => writeln!(out, "\nthe baseline fits under the target already")?,
+        (Some(id), _) => writeln!(out, "\nthe smallest change that fits: {id}")?,
+        (None, Some(_)) => writeln!(out, "\nno single remedy or pair fits under the target")?,
+        (None, None) => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! The Advisor: what each remedy would do to the peak of the open trace (see
+//! [`crate::analysis::advisor`]), worked out on a thread of its own.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, TryRecvError, channel};
+
+use egui_extras::{Column, TableBuilder};
+use vramscope_trace_format::Trace;
+
+use crate::analysis::advisor::{self, Advice, Projection};
+use crate::units;
+
+/// The advice shown, and the one being worked out.
+#[derive(Default)]
+pub struct AdvisorState {
+    /// The trace (by address) and device the advice is for.
+    key: Option<(usize, i16)>,
+    pending: Option<Receiver<Option<Advice>>>,
+    advice: Option<Option<Advice>>,
+    /// GPUs for the sharding remedies.
+    gpus: u32,
+}
+
+impl AdvisorState {
+    fn refresh(&mut self, ctx: &egui::Context, trace: &Arc<Trace>, device: i16) {
+        let key = (Arc::as_ptr(trace) as usize, device);
+        if self.gpus == 0 {
+            self.gpus = 8;
+        }
+        if self.key != Some(key) {
+            self.key = Some(key);
+            self.advice = None;
+            let (send, receive) = channel();
+            let trace = Arc::clone(trace);
+            let ctx = ctx.clone();
+            let gpus = self.gpus;
+            let spawned = std::thread::Builder::new().name("vramscope-advise".to_owned()).spawn(move || {
+                let _ = send.send(advisor::advise(&trace, Some(device), gpus, None));
+                ctx.request_repaint();
+            });
+            self.pending = spawned.is_ok().then_some(receive);
+            if spawned.is_err() {
+                self.advice = Some(None);
+            }
+        }
+        if let Some(pending) = &self.pending {
+            match pending.try_recv() {
+                Ok(advice) => {
+                    self.advice = Some(advice);
+                    self.pending = None;
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => {
+                    self.advice = Some(None);
+                    self.pending = None;
+                }
+            }
+        }
+    }
+}
+
+fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], baseline: u64) {
+    TableBuilder::new(ui)
+        .id_salt(id)
+        .striped(true)
+        .column(Column::auto().at_least(200.0))
+        .column(Column::auto().at_least(90.0))
+        .column(Column::auto().at_least(90.0))
+        .column(Column::auto().at_least(70.0))
+        .column(Column::auto().at_least(50.0))
+        .column(Column::auto().at_least(40.0))
+        .column(Column::remainder().clip(true))
+        .header(20.0, |mut header| {
+            for title in ["remedy", "peak allocated", "peak reserved", "change", "±", "fits", "cost"] {
+                header.col(|ui| {
+                    ui.strong(title);
+                });
+            }
+        })
+        .body(|mut body| {
+            for p in rows {
+                body.row(20.0, |mut row| {
+                    row.col(|ui| {
+                        ui.add(egui::Label::new(&p.id).truncate())
+                            .on_hover_text(format!("{}\n\n{}", p.change, p.reason));
+                    });
+                    row.col(|ui| {
+                        ui.monospace(units::bytes(p.projected_peak_allocated_bytes));
+                    });
+                    row.col(|ui| {
+                        ui.monospace(units::bytes(p.projected_peak_reserved_bytes));
+                    });
+                    row.col(|ui| {
+                        let change = 100.0 * (p.projected_peak_allocated_bytes as f64 - baseline as f64)
+                            / baseline.max(1) as f64;
+                        ui.monospace(format!("{change:+.0}%"));
+                    });
+                    row.col(|ui| {
+                        ui.monospace(format!("{:.0}%", 100.0 * p.uncertainty))
+                            .on_hover_text("How far the projection may be off, as a share of it");
+                    });
+                    row.col(|ui| {
+                        ui.label(if p.fits { "yes" } else { "" });
+                    });
+                    row.col(|ui| {
+                        ui.add(egui::Label::new(&p.cost).truncate()).on_hover_text(&p.reason);
+                    });
+                });
+            }
+        });
+}
+
+/// Draws the Advisor for `device` of `trace`.
+pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: i16, state: &mut AdvisorState) {
+    let ctx = ui.ctx().clone();
+    state.refresh(&ctx, trace, device);
+    let Some(advice) = &state.advice else {
+        ui.horizontal(|ui| {
+            ui.spinner();
+            ui.label("Projecting each remedy from the trace…");
+        });
+        return;
+    };
+    let Some(advice) = advice else {
+        ui.label("This device holds no memory events to advise on.");
+        return;
+    };
+    let b = &advice.baseline;
+    ui.horizontal_wrapped(|ui| {
+        ui.strong("Baseline:");
+        ui.label(format!(
+            "peak {} allocated, {} reserved ({:?} phase, {} repeated blocks found).",
+            units::bytes(b.peak_allocated_bytes),
+            units::bytes(b.peak_reserved_bytes),
+            b.peak_phase,
+            b.repeated_blocks
+        ));
+        if let Some(target) = advice.target_bytes {
+            ui.label(format!("Target: the device's {}.", units::bytes(target)));
+        }
+        match &advice.smallest_change_that_fits {
+            _ if advice.baseline_fits => {
+                ui.strong("The baseline fits already.");
+            }
+            Some(id) => {
+                ui.strong(format!("Smallest change that fits: {id}"));
+            }
+            None if advice.target_bytes.is_some() => {
+                ui.colored_label(ui.visuals().warn_fg_color, "No single remedy or pair fits under the target.");
+            }
+            None => {}
+        }
+    });
+    if let Some(fragmentation) = &advice.fragmentation {
+        ui.label(format!("Fragmentation: {fragmentation}"));
+    }
+    ui.weak("Hover a remedy for what to change and the reasoning from this trace.");
+    ui.add_space(4.0);
+    egui::ScrollArea::vertical().show(ui, |ui| {
+        table(ui, "advisor-remedies", &advice.remedies, b.peak_allocated_bytes);
+        ui.add_space(8.0);
+        ui.strong("Best pairs");
+        let best: Vec<Projection> = advice.combinations.iter().take(6).cloned().collect();
+        table(ui, "advisor-pairs", &best, b.peak_allocated_bytes);
+    });
+}

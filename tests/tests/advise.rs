@@ -1,0 +1,97 @@
+//! `vramscope advise` against measurement: projections made from one recorded run of
+//! `samples/pytorch/train.py` (CPU, AdamW, batch 8, fp32) must land within 15% of the peak measured
+//! in a run with the change made (checkpointing, batch 4, SGD, bf16 autocast); and on the H200
+//! recordings, the bf16 projection from the fp32 run against the bf16 run.
+
+#![allow(clippy::expect_used)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use vramscope_e2e::{repo_root, torch_python, vramscope, vramscope_bin};
+
+fn record(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let trace = dir.join(format!("{name}.vtrace"));
+    let output = Command::new(vramscope_bin())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(torch_python())
+        .arg(repo_root().join("samples/pytorch/train.py"))
+        .args(["--device", "cpu", "--steps", "3"])
+        .args(args)
+        .env("KINETO_LOG_LEVEL", "5")
+        .output()
+        .expect("vramscope record runs");
+    assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+    trace
+}
+
+fn json(args: &[&OsStr]) -> serde_json::Value {
+    let output = vramscope(args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+fn peak(trace: &Path, device: i64) -> u64 {
+    let info = json(&[OsStr::new("info"), OsStr::new("--json"), trace.as_os_str()]);
+    info["devices"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["device"] == device))
+        .and_then(|d| d["peak_allocated_bytes"].as_u64())
+        .expect("a peak")
+}
+
+fn projection(advice: &serde_json::Value, id: &str) -> (u64, f64) {
+    let remedy = advice["remedies"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["id"] == id))
+        .unwrap_or_else(|| panic!("no {id} in {advice}"));
+    (remedy["projected_peak_allocated_bytes"].as_u64().expect("bytes"), remedy["uncertainty"].as_f64().expect("f64"))
+}
+
+#[test]
+fn projections_from_one_run_land_within_15_percent_of_the_changed_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = record(dir.path(), "base", &[]);
+    let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), base.as_os_str()]);
+    assert_eq!(advice["baseline"]["peak_allocated_bytes"].as_u64(), Some(peak(&base, -1)));
+    assert_eq!(advice["baseline"]["repeated_blocks"], 2);
+    for (id, args) in [
+        ("activation_checkpointing", &["--checkpoint"][..]),
+        ("micro_batch_half", &["--batch-size", "4"][..]),
+        ("sgd", &["--optimizer", "sgd"][..]),
+        ("amp_bf16", &["--bf16"][..]),
+    ] {
+        let measured = peak(&record(dir.path(), id, args), -1);
+        let (projected, uncertainty) = projection(&advice, id);
+        let error = (projected as f64 - measured as f64) / measured as f64;
+        assert!(error.abs() <= 0.15, "{id}: projected {projected}, measured {measured} ({:+.1}%)", 100.0 * error);
+        assert!(error.abs() <= uncertainty + 0.01, "{id}: off by {:.1}%, said ±{uncertainty}", 100.0 * error);
+    }
+}
+
+#[test]
+fn the_bf16_projection_on_the_h200_recording_matches_the_bf16_run() {
+    let traces = repo_root().join("samples/traces");
+    let fp32 = traces.join("h200-torch-plain.vtrace");
+    let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), fp32.as_os_str()]);
+    let (projected, uncertainty) = projection(&advice, "amp_bf16");
+    let measured = peak(&traces.join("h200-torch-bf16.vtrace"), 0);
+    let error = (projected as f64 - measured as f64) / measured as f64;
+    assert!(error.abs() <= 0.15 && error.abs() <= uncertainty, "projected {projected}, measured {measured}");
+    // The device's memory is the default target; everything here fits an H200.
+    assert!(advice["target_bytes"].as_u64().is_some_and(|t| t > 130 << 30));
+    assert!(advice["smallest_change_that_fits"].is_string());
+    // Every remedy the issue names for one GPU is there, with a reason and a cost.
+    for id in ["amp_bf16", "amp_fp16", "activation_checkpointing", "adafactor", "adam_8bit", "sgd", "micro_batch_half"]
+    {
+        let remedy = advice["remedies"].as_array().and_then(|r| r.iter().find(|r| r["id"] == id)).expect(id);
+        assert!(remedy["reason"].as_str().is_some_and(|r| r.len() > 20), "{id}");
+        assert!(remedy["projected_peak_reserved_bytes"].as_u64().is_some(), "{id}");
+    }
+    for id in ["zero1", "zero2", "zero3"] {
+        assert!(advice["remedies"].as_array().is_some_and(|r| r.iter().any(|r| r["id"] == id)), "{id}");
+    }
+}
