@@ -81,6 +81,24 @@ fn the_bf16_projection_on_the_h200_recording_matches_the_bf16_run() {
     let measured = peak(&traces.join("h200-torch-bf16.vtrace"), 0);
     let error = (projected as f64 - measured as f64) / measured as f64;
     assert!(error.abs() <= 0.15 && error.abs() <= uncertainty, "projected {projected}, measured {measured}");
+    // Expandable segments: the reserved peak projected from the default allocator's run against
+    // the run with expandable_segments:True.
+    let remedy = advice["remedies"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["id"] == "expandable_segments"))
+        .expect("expandable_segments");
+    let projected = remedy["projected_peak_reserved_bytes"].as_u64().expect("bytes");
+    let info =
+        json(&[OsStr::new("info"), OsStr::new("--json"), traces.join("h200-torch-expandable.vtrace").as_os_str()]);
+    let measured = info["devices"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["device"] == 0))
+        .and_then(|d| d["peak_reserved_bytes"].as_u64())
+        .expect("reserved");
+    assert!(
+        projected.abs_diff(measured) * 100 <= measured * 5,
+        "expandable: projected {projected}, measured {measured}"
+    );
     // The device's memory is the default target; everything here fits an H200.
     assert!(advice["target_bytes"].as_u64().is_some_and(|t| t > 130 << 30));
     assert!(advice["smallest_change_that_fits"].is_string());

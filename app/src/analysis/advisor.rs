@@ -505,20 +505,48 @@ pub fn advise(trace: &Trace, device: Option<i16>, gpus: u32, target: Option<u64>
             to_projection(r.id.to_owned(), r.change.clone(), r.cost.clone(), r.rank, projected, reason(r, projected.0))
         })
         .collect();
-    // Fragmentation: what expandable segments would give back.
+    // Fragmentation: from the allocator's segments at the peak (and at the first OOM), what
+    // expandable segments would give back. They map memory in 2 MiB pages as blocks need it, so
+    // what stays reserved is the allocated bytes, their rounding waste, and part of a page.
+    let at_peak = instant::instant(trace, device, peaks.allocated.event, peaks.allocated.time_ns);
     let waste = peak_reserved.saturating_sub(peak_allocated);
-    let fragmentation = (waste > peak_reserved / 20 && waste > 0).then(|| {
-        format!(
-            "{} reserved but not allocated at the peak ({:.0}% of reserved): with \
-             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True segments grow in place instead, which gives back most \
-             of it; max_split_size_mb keeps large blocks from being split, which helps when the waste is in large \
-             segments",
-            crate::units::bytes(waste),
-            100.0 * waste as f64 / peak_reserved as f64
-        )
+    let internal = at_peak.total.free_internal_bytes;
+    let page = 2u64 << 20;
+    let oom = trace.ooms.iter().filter(|o| o.device == device).min_by_key(|o| o.time_ns).map(|o| {
+        let upto = trace.events.partition_point(|e| e.time_ns <= o.time_ns).checked_sub(1);
+        let state = instant::instant(trace, device, upto, o.time_ns);
+        (o.requested_bytes, state.total.free_external_bytes, state.total.largest_free_bytes)
     });
-    if fragmentation.is_some() {
-        let reserved = peak_allocated + waste / 10;
+    let fragmentation = (waste > peak_reserved / 20 && waste > page).then(|| {
+        let mut text = format!(
+            "{} reserved but not allocated at the peak ({:.0}% of reserved; {} of it rounding inside blocks, \
+             largest free range {}). With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True segments grow and \
+             shrink in 2 MiB pages, so about {} of it would not be reserved; max_split_size_mb keeps large \
+             cached blocks from being split for small requests, which helps when the free space is scattered \
+             in large segments",
+            crate::units::bytes(waste),
+            100.0 * waste as f64 / peak_reserved as f64,
+            crate::units::bytes(internal),
+            crate::units::bytes(at_peak.total.largest_free_bytes),
+            crate::units::bytes(waste.saturating_sub(internal + page))
+        );
+        if let Some((requested, free, largest)) = oom {
+            text.push_str(&format!(
+                ". At the first OOM, {} was asked for while {} was free inside segments (largest range {}){}",
+                crate::units::bytes(requested),
+                crate::units::bytes(free),
+                crate::units::bytes(largest),
+                if free >= requested && largest < requested {
+                    ": fragmentation, not a lack of memory, failed it; expandable segments would have served it"
+                } else {
+                    ""
+                }
+            ));
+        }
+        text
+    });
+    if waste > page {
+        let reserved = (peak_allocated + internal + page).min(peak_reserved);
         singles.push(Projection {
             id: "expandable_segments".to_owned(),
             change: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
@@ -528,8 +556,12 @@ pub fn advise(trace: &Trace, device: Option<i16>, gpus: u32, target: Option<u64>
             uncertainty: 0.1,
             cost: "none known; virtual-memory mappings instead of fixed segments".to_owned(),
             reason: format!(
-                "{} of the reserved peak is free space inside segments; expandable segments keep about a tenth of it",
-                crate::units::bytes(waste)
+                "{} of the reserved peak is free space inside segments; expandable segments reserve what is \
+                 allocated plus its rounding ({}) and part of a page: {} -> {} reserved",
+                crate::units::bytes(waste),
+                crate::units::bytes(internal),
+                crate::units::bytes(peak_reserved),
+                crate::units::bytes(reserved)
             ),
             fits: target.is_some_and(|t| reserved <= t),
             rank: 0,
