@@ -13,6 +13,13 @@ for view in timeline peak fragmentation; do
         --view "$view" --size 1400x900 --screenshot "docs/screenshots/$view.png"
     echo "docs/screenshots/$view.png"
 done
+# The built-in sample (an H200 recording with tags and phases): peak breakdown and Advisor.
+for view in peak advisor; do
+    xvfb-run -a -s "-screen 0 1920x1200x24" "$CARGO_TARGET_DIR/release/vramscope" open \
+        vramscope-sample:h200-gpt-adamw.vtrace --view "$view" --size 1400x900 \
+        --screenshot "docs/screenshots/sample-$view.png"
+    echo "docs/screenshots/sample-$view.png"
+done
 pair=(../shared/fixtures/pytorch-snapshots/gpt_ctx128_forward_fp32.pickle ../shared/fixtures/pytorch-snapshots/gpt_ctx128_forward_mixed.pickle)
 xvfb-run -a -s "-screen 0 1920x1200x24" "$CARGO_TARGET_DIR/release/vramscope" compare "${pair[@]}" \
     --size 1400x900 --screenshot docs/screenshots/compare.png
