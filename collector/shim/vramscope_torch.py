@@ -47,6 +47,22 @@ _PLUMBING = frozenset({
 })
 
 
+def _has_cuda_device(torch):
+    """Whether a CUDA device is there, asked without initialising CUDA (through NVML, as
+    PyTorch's own fork-safe check does)."""
+    if torch.version.cuda is None:
+        return False
+    count = getattr(torch.cuda, "_device_count_nvml", None)
+    if count is not None:
+        try:
+            found = count()
+            if found >= 0:
+                return found > 0
+        except Exception:
+            pass
+    return any(os.path.exists(f"/dev/nvidia{i}") for i in range(16))
+
+
 def _multiprocessing_child():
     """Whether this process was started by multiprocessing (spawn or forkserver)."""
     process = sys.modules.get("multiprocessing.process")
@@ -75,7 +91,8 @@ def _unwrapped(module):
 def _clean(name):
     """A qualified name without the wrappers' own levels (torch.compile's `_orig_mod`, DDP's and
     FSDP's `module`... only `_orig_mod` here: the others are real attribute names too)."""
-    return name.replace("_orig_mod.", "").removeprefix("_orig_mod")
+    name = name.replace("_orig_mod.", "")
+    return name[len("_orig_mod"):] if name.startswith("_orig_mod") else name
 
 
 def _clock_offset_ns():
@@ -117,6 +134,7 @@ class _Recorder:
         self.last_drain = time.monotonic()
         self.source = None
         self.profiler = None
+        self.paused = False
         self.seen_history = set()
         self.history_mark = -1
         self.closed = False
@@ -148,7 +166,7 @@ class _Recorder:
         torch = self.torch
         mode = _MODE
         if mode == "auto":
-            mode = "cuda" if torch.cuda.is_available() else "cpu"
+            mode = "cuda" if _has_cuda_device(torch) else "cpu"
         if mode == "cpu" and _multiprocessing_child():
             # A DataLoader worker or another multiprocessing child: its CPU allocations are not
             # the training's, and the profiler is not safe to stop in a process torn down that
@@ -163,31 +181,68 @@ class _Recorder:
                     "argv": sys.argv, "time": self.now(),
                     "rank": int(rank) if rank is not None and rank.isdigit() else None})
         if mode == "cuda":
-            try:
-                torch.cuda.memory._record_memory_history(
-                    max_entries=_HISTORY_ENTRIES, context="all", stacks="python")
-            except RuntimeError as error:
-                # backend:cudaMallocAsync keeps no history; its tensors are driver-level
-                # allocations one for one, which the hook records and the tags still name.
-                self.source = "driver"
-                self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": "driver",
-                            "why": str(error), "time": self.now()})
+            # Not now: starting the history initialises CUDA, which a program may not want yet
+            # (it may fork first, or set CUDA_VISIBLE_DEVICES). PyTorch runs this when it
+            # initialises CUDA itself (at once if it already has).
+            lazy = getattr(torch.cuda, "_lazy_call", None)
+            if lazy is not None:
+                lazy(lambda: self.safe(self.start_history))
             else:
-                observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
-                if observer is not None:
-                    observer(self.on_oom)
-                # Also drained on a timer, for programs without an optimizer step to drain at.
-                threading.Thread(target=self.drain_every, name="vramscope-drain", daemon=True).start()
+                self.start_history()
         elif mode == "cpu":
             self.start_profiler()
+            self.yield_to_user_profilers()
         atexit.register(self.close)
         os.register_at_fork(after_in_child=self.forked)
         self.install_hooks()
+
+    def yield_to_user_profilers(self):
+        """Only one profiler can run: the program's own takes over while it runs (what it
+        allocates meanwhile is not recorded) and the shim's resumes after it."""
+        cls = self.torch.profiler.profile
+        real_start, real_stop = cls.start, cls.stop
+        recorder = self
+
+        def start(profiler):
+            if not getattr(profiler, "_vramscope", False) and recorder.profiler is not None:
+                recorder.safe(recorder.drain, False)
+                recorder.paused = True
+            return real_start(profiler)
+
+        def stop(profiler):
+            result = real_stop(profiler)
+            if not getattr(profiler, "_vramscope", False) and recorder.paused and not recorder.closed:
+                recorder.paused = False
+                recorder.safe(recorder.start_profiler)
+            return result
+
+        cls.start, cls.stop = start, stop
+
+    def start_history(self):
+        torch = self.torch
+        if self.closed or os.getpid() != self.pid:
+            return
+        try:
+            torch.cuda.memory._record_memory_history(
+                max_entries=_HISTORY_ENTRIES, context="all", stacks="python")
+        except RuntimeError as error:
+            # backend:cudaMallocAsync keeps no history; its tensors are driver-level allocations
+            # one for one, which the hook records and the tags still name.
+            self.source = "driver"
+            self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": "driver",
+                        "why": str(error), "time": self.now()})
+            return
+        observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if observer is not None:
+            observer(self.on_oom)
+        # Also drained on a timer, for programs without an optimizer step to drain at.
+        threading.Thread(target=self.drain_every, name="vramscope-drain", daemon=True).start()
 
     def start_profiler(self):
         from torch.profiler import ProfilerActivity, profile
 
         self.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self.profiler._vramscope = True
         self.profiler.start()
 
     def drain_profiler(self, restart):
@@ -298,13 +353,15 @@ class _Recorder:
         self.last_drain = time.monotonic()
 
     def on_oom(self, device, requested, device_allocated, device_free):
-        self.drain()
+        self.safe(self.drain)
 
     # -- tags ------------------------------------------------------------------------------------
 
     def tag(self, tensor, category, name):
         torch = self.torch
         if not isinstance(tensor, torch.Tensor) or tensor.is_meta:
+            return
+        if category == "input" and tensor.grad_fn is not None:
             return
         try:
             storage = tensor.untyped_storage()
@@ -316,10 +373,13 @@ class _Recorder:
         device = tensor.device.index if tensor.device.type == "cuda" else -1
         if device is None:
             device = 0
-        key = (device, address)
-        if self.tagged.get(key) == (category, name):
-            return
-        self.tagged[key] = (category, name)
+        # Long-lived tensors are tagged once; gradients and inputs are new tensors each step
+        # (often at the same address) and are tagged each time.
+        if category in ("parameter", "optimizer_state"):
+            key = (device, address)
+            if self.tagged.get(key) == (category, name):
+                return
+            self.tagged[key] = (category, name)
         self.write({"t": "tag", "time": self.now(), "dev": device, "addr": address, "cat": category,
                     "name": name, "size": storage.nbytes()})
 
@@ -364,7 +424,10 @@ class _Recorder:
 
         modules = importlib.import_module("torch.nn.modules.module")
         modules.register_module_forward_pre_hook(self.guard(self.forward_pre))
-        modules.register_module_forward_hook(self.guard(self.forward_post))
+        try:
+            modules.register_module_forward_hook(self.guard(self.forward_post), always_call=True)
+        except TypeError:  # torch before 2.1
+            modules.register_module_forward_hook(self.guard(self.forward_post))
         optimizer = importlib.import_module("torch.optim.optimizer")
         optimizer.register_optimizer_step_pre_hook(self.guard(self.step_pre))
         optimizer.register_optimizer_step_post_hook(self.guard(self.step_post))
@@ -395,7 +458,8 @@ class _Recorder:
         def hook(*args):
             # Inside a torch.compile'd region the hooks do nothing: traced, they would break the
             # graph or force recompiles; the compiled module's own (outer) call is still seen.
-            if compiling():
+            # Nor in a forked child, or once recording has ended.
+            if compiling() or self.closed or os.getpid() != self.pid:
                 return
             self.safe(function, *args)
 
@@ -408,7 +472,7 @@ class _Recorder:
         if starts is None:
             starts = self.module_starts.value = []
         starts.append(self.now())
-        if depth == 0 and self.backward_depth == 0:
+        if depth == 0 and self.backward_depth == 0 and next(module.parameters(), None) is not None:
             self.learn_root(module)
             if self.iteration_start is None:
                 self.iteration_start = self.now()
@@ -483,7 +547,10 @@ class _Recorder:
 
     def forked(self):
         # A forked child (a DataLoader worker, say) records nothing of its own: its copy of the
-        # profiler and of this file are the parent's.
+        # profiler and of this file are the parent's. Its locks may have been held by a thread
+        # that does not exist in it: they are replaced.
+        self.lock = threading.RLock()
+        self.drain_lock = threading.Lock()
         self.closed = True
 
 
@@ -503,25 +570,31 @@ def _on_torch_imported(torch):
 
 
 class _TorchWatcher:
-    """Finds `torch` for the import system and runs the recorder once it has been imported."""
+    """Finds `torch` for the import system and runs the recorder once it has been imported.
+
+    It stays in place until then: libraries ask `importlib.util.find_spec("torch")` before they
+    import it, and each answer gets the wrapped loader."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != "torch" or _recorder is not None:
             return None
         import importlib.machinery
 
-        sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
+        if spec is None or spec.loader is None or getattr(spec.loader, "_vramscope_wrapped", False):
             return spec
         loader = spec.loader
         real_exec = loader.exec_module
+        watcher = self
 
         def exec_module(module):
             real_exec(module)
+            if watcher in sys.meta_path:
+                sys.meta_path.remove(watcher)
             _on_torch_imported(module)
 
         loader.exec_module = exec_module
+        loader._vramscope_wrapped = True
         return spec
 
 

@@ -11,8 +11,8 @@
 //! Stream-ordered allocations come from a pool, which keeps freed memory until a synchronisation
 //! or a trim gives it back. Where the hook recorded what the process's pools reserve
 //! ([`Api::PoolReserved`]), a pool is one segment that grows and shrinks with it (mapped and
-//! unmapped at its top end, at the pool handle's number: pools have no address range of their
-//! own) and its allocations are blocks without segments of their own. Without those records (a
+//! unmapped at its top end, at a made-up address: pools have no address range of their own) and
+//! its allocations are blocks without segments of their own. Without those records (a
 //! driver that could not be asked) each stream-ordered allocation is its own segment again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -42,17 +42,24 @@ enum Backing {
 struct Pool {
     chunks: Vec<(u64, u64)>,
     device: i16,
+    /// Where its segment is drawn: pools have no address range of their own, so each gets one
+    /// of its own, 1 TiB apart, far above real device addresses.
+    base: u64,
 }
+
+/// The first pool's made-up segment address.
+const POOL_BASE: u64 = 0xF000_0000_0000_0000;
 
 impl Pool {
     fn reserved(&self) -> u64 {
         self.chunks.last().map_or(0, |&(offset, size)| offset + size)
     }
 
-    /// The segment events that take the pool at `handle` to `now` bytes: growth is mapped at the
-    /// top; shrinking unmaps the top ranges (each as it was mapped) and maps back the part of a
-    /// range below `now`.
-    fn resize(&mut self, handle: u64, now: u64) -> Vec<(EventKind, u64, u64)> {
+    /// The segment events that take the pool drawn at `base` to `now` bytes: growth is mapped
+    /// at the top; shrinking unmaps the top ranges (each as it was mapped) and maps back the part
+    /// of a range below `now`.
+    fn resize(&mut self, base: u64, now: u64) -> Vec<(EventKind, u64, u64)> {
+        let handle = base;
         let mut events = Vec::new();
         let was = self.reserved();
         if now > was {
@@ -141,9 +148,13 @@ pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[
                 live.remove(&(process, r.address));
             }
             (Api::PoolReserved, _) => {
-                let pool = pools.entry((process, r.address)).or_default();
+                let index = pools.len() as u64;
+                let pool = pools
+                    .entry((process, r.address))
+                    .or_insert_with(|| Pool { base: POOL_BASE + (index << 40), ..Pool::default() });
                 pool.device = device;
-                for (kind, address, size) in pool.resize(r.address, r.size_bytes) {
+                let base = pool.base;
+                for (kind, address, size) in pool.resize(base, r.size_bytes) {
                     let mut e = Event::new(kind, time_ns, device, address, size);
                     e.process = process;
                     trace.events.push(e);

@@ -211,6 +211,7 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
         .collect();
     let mut framework_segments: HashMap<(ProcessId, i16), Ranges> = HashMap::new();
     let mut added: Vec<Event> = Vec::new();
+    let mut framework_ooms: Vec<Oom> = Vec::new();
     for log in logs {
         let next = ProcessId(processes.len() as u32);
         let process = *processes.entry(log.pid).or_insert(next);
@@ -254,7 +255,7 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
                     continue;
                 }
                 Line::Oom { time, dev, size, free } => {
-                    trace.ooms.push(Oom {
+                    framework_ooms.push(Oom {
                         time_ns: *time,
                         device: *dev,
                         process,
@@ -364,6 +365,12 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
         }
     });
     trace.tags.extend(outside);
+    // A failed cudaMalloc that the framework's allocator recovered from (by freeing its cache)
+    // is not an OOM of the program: where the allocator's history is recorded, its own OOM
+    // entries stand.
+    trace.ooms.retain(|o| !framework_segments.contains_key(&(o.process, o.device)));
+    trace.ooms.extend(framework_ooms);
+    trace.ooms.sort_by_key(|o| o.time_ns);
     trace.events.extend(added);
     trace.events.sort_by_key(|e| e.time_ns);
     trace.tags.sort_by_key(|t| t.time_ns);

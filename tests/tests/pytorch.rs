@@ -187,7 +187,9 @@ fn torchrun_with_two_ranks_gives_a_trace_per_rank_and_a_merged_one() {
     // The ranks, not torchrun's own agent process.
     assert!(stderr.contains("from 2 processes,"), "{stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let ranks: Vec<serde_json::Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    // The ranks print at the same time: their lines can interleave, so read a stream of values.
+    let ranks: Vec<serde_json::Value> =
+        serde_json::Deserializer::from_str(&stdout).into_iter::<serde_json::Value>().filter_map(Result::ok).collect();
     assert_eq!(ranks.len(), 2, "{stdout}");
     let mut peaks = Vec::new();
     for rank in &ranks {

@@ -628,7 +628,8 @@ pub fn advise(trace: &Trace, device: Option<i16>, gpus: u32, target: Option<u64>
             repeated_blocks: blocks,
         },
         target_bytes: target,
-        baseline_fits: target.is_some_and(|t| peak_reserved <= t),
+        // A run that failed an allocation did not fit, whatever its peak says.
+        baseline_fits: target.is_some_and(|t| peak_reserved <= t) && !trace.ooms.iter().any(|o| o.device == device),
         remedies: singles,
         combinations,
         smallest_change_that_fits,

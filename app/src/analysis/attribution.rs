@@ -111,6 +111,10 @@ pub struct Attributor<'a> {
     phases: Vec<(i64, i64, AnnotationKind)>,
     /// Module forwards by start: (start, end, name).
     modules: Vec<(i64, i64, StringId)>,
+    /// Whether the recorder tagged gradients, and optimizer state (then blocks kept after
+    /// backward or a step without such a tag are something else).
+    gradients_tagged: bool,
+    state_tagged: bool,
 }
 
 impl<'a> Attributor<'a> {
@@ -161,7 +165,9 @@ impl<'a> Attributor<'a> {
                 }
             }
         }
-        Self { trace, by_stack: HashMap::default(), tags, frees, phases, modules }
+        let tagged = |category: Category| tags.values().flatten().any(|t| t.1 == category);
+        let (gradients_tagged, state_tagged) = (tagged(Category::Gradient), tagged(Category::OptimizerState));
+        Self { trace, by_stack: HashMap::default(), tags, frees, phases, modules, gradients_tagged, state_tagged }
     }
 
     /// When the block at `address` allocated at `alloc_ns` was freed (`i64::MAX`: never, or not
@@ -186,7 +192,10 @@ impl<'a> Attributor<'a> {
             Some(start) => free_ns > start,
             None => backward_follows && free_ns == i64::MAX,
         };
-        let tagged = |category: Category| self.tags.values().flatten().any(|t| t.1 == category);
+        let tagged = |category: Category| match category {
+            Category::Gradient => self.gradients_tagged,
+            _ => self.state_tagged,
+        };
         let (category, rule) = match (kind, kept) {
             (AnnotationKind::Forward, true) if outlives_iteration => (
                 Category::Unknown,

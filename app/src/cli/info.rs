@@ -24,7 +24,7 @@ pub enum When {
 /// Reads `--at`'s value.
 pub fn parse_when(text: &str) -> std::result::Result<When, String> {
     if let Some(duration) = text.strip_prefix('+') {
-        let split = duration.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(duration.len());
+        let split = duration.find(|c: char| c.is_alphabetic()).unwrap_or(duration.len());
         let (number, unit) = duration.split_at(split);
         let scale = match unit {
             "ns" => 1.0,

@@ -270,6 +270,7 @@ impl VramscopeApp {
 
     /// Shows a loaded document, selecting its first device's peak.
     pub fn set_document(&mut self, ctx: &egui::Context, doc: Document) {
+        self.advisor = super::advisor_view::AdvisorState::default();
         let repaint_ctx = ctx.clone();
         self.worker = Some(Worker::start(Arc::clone(&doc.trace), move || repaint_ctx.request_repaint()));
         let title = format!("{} — vramscope", doc.file_name());
