@@ -72,16 +72,20 @@ pub(crate) fn next_symbol(name: &CStr) -> *mut c_void {
 /// once found; 0 while there is none.
 pub(crate) fn cached_address(slot: &AtomicUsize, name: &str) -> usize {
     match slot.load(Ordering::Acquire) {
+        NOT_FOUND => 0,
         0 => {
             let address = loaded_address(name);
-            if address != 0 {
-                slot.store(address, Ordering::Release);
-            }
+            // Not found is remembered too: the search walks every loaded library, and a function
+            // missing now (an older driver) stays missing.
+            slot.store(if address == 0 { NOT_FOUND } else { address }, Ordering::Release);
             address
         }
         address => address,
     }
 }
+
+/// What a slot holds when its function was looked for and not found.
+const NOT_FOUND: usize = usize::MAX;
 
 /// The real definition of `name` (NUL-terminated): the next one after this library in the global
 /// scope, or else the first loaded library's that defines it. The second finds libraries opened

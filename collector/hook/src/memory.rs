@@ -240,6 +240,9 @@ pub(crate) fn by_base_name(name: &[u8], version: c_int, flags: u64) -> Option<Wr
         b"cuMemFreeAsync" if ptsz => by_symbol(b"cuMemFreeAsync_ptsz"),
         b"cuMemAllocFromPoolAsync" if ptsz => by_symbol(b"cuMemAllocFromPoolAsync_ptsz"),
         b"cuStreamSynchronize" if ptsz => by_symbol(b"cuStreamSynchronize_ptsz"),
+        // From CUDA 13 the name may resolve to cuCtxSynchronize_v2, which takes a context: not
+        // the ABI of the wrapper, so it is handed out unwrapped.
+        b"cuCtxSynchronize" if version >= 13000 => None,
         b"cuMemAlloc"
         | b"cuMemFree"
         | b"cuMemAllocPitch"
