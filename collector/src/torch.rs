@@ -371,6 +371,27 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
     trace.ooms.retain(|o| !framework_segments.contains_key(&(o.process, o.device)));
     trace.ooms.extend(framework_ooms);
     trace.ooms.sort_by_key(|o| o.time_ns);
+    // Blocks the allocator's history gives no Python frame for were allocated on autograd's own
+    // threads when that happened during backward: say so, rather than "no stack".
+    let mut backward: Vec<(ProcessId, i64, i64)> = trace
+        .annotations
+        .iter()
+        .filter(|a| a.kind == AnnotationKind::Backward)
+        .map(|a| (a.process, a.start_ns, a.end_ns))
+        .collect();
+    backward.sort_unstable();
+    if !backward.is_empty() {
+        let function = trace.interner.string("autograd engine (backward; no Python frames)");
+        let file = trace.interner.string("");
+        let frame = trace.interner.frame(Frame { function, file, line: 0 });
+        let engine = trace.interner.stack(&[frame]);
+        for e in added.iter_mut().filter(|e| e.kind == EventKind::Alloc && e.stack == StackId(0) && e.device >= 0) {
+            let i = backward.partition_point(|b| (b.0, b.1) <= (e.process, e.time_ns));
+            if i.checked_sub(1).and_then(|i| backward.get(i)).is_some_and(|b| b.0 == e.process && b.2 >= e.time_ns) {
+                e.stack = engine;
+            }
+        }
+    }
     trace.events.extend(added);
     trace.events.sort_by_key(|e| e.time_ns);
     trace.tags.sort_by_key(|t| t.time_ns);
@@ -450,5 +471,30 @@ mod tests {
         assert_eq!((trace.tags[0].address, trace.tags[0].category), (5 << 30, Category::NonFramework));
         let frames = trace.interner.frames_of(trace.events[3].stack);
         assert_eq!(frames.len(), 1);
+    }
+
+    #[test]
+    fn blocks_without_python_frames_in_backward_are_the_autograd_engines() {
+        let log = parse(concat!(
+            r#"{"t":"meta","pid":7,"torch":"2.11","source":"cuda"}"#,
+            "\n",
+            r#"{"t":"span","kind":"backward","name":"backward","begin":10,"end":20}"#,
+            "\n",
+            r#"{"t":"alloc","time":15,"dev":0,"addr":4096,"size":512}"#,
+            "\n",
+            r#"{"t":"alloc","time":25,"dev":0,"addr":8192,"size":512}"#,
+        ));
+        let mut trace = Trace::default();
+        add_to_trace(&mut trace, &[log], &mut BTreeMap::new());
+        let function = |e: &Event| {
+            trace
+                .interner
+                .frames_of(e.stack)
+                .first()
+                .and_then(|&f| trace.interner.frame_of(f))
+                .map(|f| trace.interner.resolve(f.function).to_owned())
+        };
+        assert!(function(&trace.events[0]).is_some_and(|f| f.starts_with("autograd engine")));
+        assert_eq!(function(&trace.events[1]), None);
     }
 }
