@@ -18,7 +18,7 @@ Line types (field `t`): `meta`, `frame` (id, file, line, name), `alloc` / `free_
 `free` / `segment_alloc` / `segment_free` / `segment_map` / `segment_unmap` (time, dev, addr,
 size, stream, stack: frame ids innermost first), `oom` (time, dev, size, free), `tag` (time, dev,
 addr, cat, name), `span` (kind: forward, backward, optimizer_step, iteration, module; name, begin,
-end).
+end), `autocast` (device_type, dtype: forward ran under autocast).
 """
 
 import atexit
@@ -135,6 +135,7 @@ class _Recorder:
         self.source = None
         self.profiler = None
         self.paused = False
+        self.autocast_noted = False
         self.seen_history = set()
         self.history_mark = -1
         self.closed = False
@@ -477,10 +478,26 @@ class _Recorder:
             if self.iteration_start is None:
                 self.iteration_start = self.now()
             self.forward_start = self.now()
+            self.note_autocast()
             self.tag_parameters()
             for index, value in enumerate(args if isinstance(args, tuple) else (args,)):
                 for j, tensor in enumerate(value if isinstance(value, (list, tuple)) else (value,)):
                     self.tag(tensor, "input", f"input[{index}]" + (f"[{j}]" if isinstance(value, (list, tuple)) else ""))
+
+    def note_autocast(self):
+        """Records once whether forward runs under autocast, and in which type."""
+        if self.autocast_noted:
+            return
+        self.autocast_noted = True
+        torch = self.torch
+        for device_type in ("cuda", "cpu"):
+            try:
+                if torch.is_autocast_enabled(device_type):
+                    dtype = str(torch.get_autocast_dtype(device_type)).replace("torch.", "")
+                    self.write({"t": "autocast", "device_type": device_type, "dtype": dtype})
+                    return
+            except (TypeError, AttributeError, RuntimeError):
+                return
 
     def forward_post(self, module, args, output):
         depth = max(getattr(self.depth, "value", 1) - 1, 0)

@@ -92,6 +92,13 @@ pub enum Line {
         /// Qualified name.
         name: String,
     },
+    /// Forward ran under autocast.
+    Autocast {
+        /// `cuda` or `cpu`.
+        device_type: String,
+        /// `bfloat16` or `float16`.
+        dtype: String,
+    },
     /// A phase or a module's forward.
     Span {
         /// `forward`, `backward`, `optimizer_step`, `iteration` or `module`.
@@ -226,6 +233,10 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
         for line in &log.lines {
             let (kind, block) = match line {
                 Line::Meta { .. } => continue,
+                Line::Autocast { device_type, dtype } => {
+                    trace.metadata.extra.insert("autocast".to_owned(), format!("{device_type}:{dtype}").into());
+                    continue;
+                }
                 Line::Frame { id, file, line, name } => {
                     let frame =
                         Frame { function: trace.interner.string(name), file: trace.interner.string(file), line: *line };

@@ -64,7 +64,18 @@ fn projections_from_one_run_land_within_15_percent_of_the_changed_runs() {
         ("sgd", &["--optimizer", "sgd"][..]),
         ("amp_bf16", &["--bf16"][..]),
     ] {
-        let measured = peak(&record(dir.path(), id, args), -1);
+        let changed = record(dir.path(), id, args);
+        let measured = peak(&changed, -1);
+        if id == "amp_bf16" {
+            // A run already under autocast is not told to use it.
+            let again = json(&[OsStr::new("advise"), OsStr::new("--json"), changed.as_os_str()]);
+            assert_eq!(again["autocast"], "cpu:bfloat16");
+            assert!(
+                again["remedies"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().all(|r| !r["id"].as_str().unwrap_or("").starts_with("amp_")))
+            );
+        }
         let (projected, uncertainty) = projection(&advice, id);
         let error = (projected as f64 - measured as f64) / measured as f64;
         assert!(error.abs() <= 0.15, "{id}: projected {projected}, measured {measured} ({:+.1}%)", 100.0 * error);

@@ -133,6 +133,9 @@ pub struct Advice {
     /// Fragmentation: reserved but not allocated at the peak, and what `expandable_segments`
     /// would give back.
     pub fragmentation: Option<String>,
+    /// The autocast the run already used (`cuda:bfloat16`), when the recorder saw one; the
+    /// mixed-precision remedies are left out then.
+    pub autocast: Option<String>,
 }
 
 /// Whether autocast leaves what this block holds in 32 bits: sums that mix the 32-bit residual
@@ -424,7 +427,12 @@ pub fn advise(trace: &Trace, device: Option<i16>, gpus: u32, target: Option<u64>
     let reserve_ratio = if peak_allocated > 0 { peak_reserved as f64 / peak_allocated as f64 } else { 1.0 };
     let target = target.or_else(|| trace.metadata.devices.iter().find(|d| d.device == device)?.total_memory_bytes);
     let blocks = base.blocks.len();
-    let list = remedies(gpus, blocks);
+    // A run already under autocast gains nothing from it.
+    let autocast = trace.metadata.extra.get("autocast").and_then(|v| v.as_str()).map(str::to_owned);
+    let mut list = remedies(gpus, blocks);
+    if autocast.is_some() {
+        list.retain(|r| !r.id.starts_with("amp_"));
+    }
     let project = |applied: &[&Remedy]| -> (f64, f64) {
         let mut worst = 0.0f64;
         for instant in &instants {
@@ -634,6 +642,7 @@ pub fn advise(trace: &Trace, device: Option<i16>, gpus: u32, target: Option<u64>
         combinations,
         smallest_change_that_fits,
         fragmentation,
+        autocast,
     })
 }
 

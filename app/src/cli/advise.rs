@@ -80,6 +80,9 @@ pub fn run(
     if let Some(target) = advice.target_bytes {
         writeln!(out, "  target: {} (reserved must fit)", bytes(target))?;
     }
+    if let Some(autocast) = &advice.autocast {
+        writeln!(out, "  already under autocast ({autocast}): mixed precision is not proposed")?;
+    }
     writeln!(out, "\nremedies, lowest projected peak first (allocated; ± the rule's uncertainty):")?;
     for p in &advice.remedies {
         line(out, p, b.peak_allocated_bytes)?;
