@@ -66,6 +66,17 @@ fn open(name: &str) -> Harness<'static, VramscopeApp> {
     harness
 }
 
+/// The app with its built-in sample opened from the File menu.
+fn open_sample() -> Harness<'static, VramscopeApp> {
+    let mut harness = harness(None);
+    harness.get_by_label("File").click();
+    harness.run_steps(2);
+    harness.get_by_label("Open the built-in sample").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    harness
+}
+
 fn reference(name: &str) -> vramscope_trace_format::Trace {
     let data = std::fs::read(fixture(name)).expect("fixture");
     vramscope_trace_format::import(&data, &NoProgress).expect("import").trace
@@ -316,12 +327,7 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
 
 #[test]
 fn the_built_in_sample_opens_from_the_file_menu_with_its_tags() {
-    let mut harness = harness(None);
-    harness.get_by_label("File").click();
-    harness.run_steps(2);
-    harness.get_by_label("Open the built-in sample").click();
-    harness.run_steps(2);
-    settle(&mut harness);
+    let mut harness = open_sample();
     let app = harness.state();
     let doc = app.doc.as_ref().expect("the sample is open");
     assert!(doc.is_sample());
@@ -368,12 +374,7 @@ fn a_distributed_runs_ranks_can_be_shown_one_at_a_time() {
 
 #[test]
 fn the_advisor_lists_the_remedies_with_the_cli_numbers() {
-    let mut harness = harness(None);
-    harness.get_by_label("File").click();
-    harness.run_steps(2);
-    harness.get_by_label("Open the built-in sample").click();
-    harness.run_steps(2);
-    settle(&mut harness);
+    let mut harness = open_sample();
     harness.get_by_label("Advisor").click();
     let trace = vramscope_trace_format::import(vramscope::sample::BYTES, &NoProgress).expect("import").trace;
     let advice = vramscope::analysis::advisor::advise(&trace, Some(0), 8, None).expect("advice");

@@ -122,6 +122,21 @@ pub fn torch_python() -> PathBuf {
         .clone()
 }
 
+/// `vramscope record -o TRACE -- PROGRAM`, ready for the program's arguments; the profiler's
+/// harmless warning about a missing GPU is silenced.
+pub fn record_command(trace: &Path, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(vramscope_bin());
+    command.args(["record", "-o"]).arg(trace).arg("--").arg(program).env("KINETO_LOG_LEVEL", "5");
+    command
+}
+
+/// [`record_command`] for `samples/pytorch/train.py --device cpu` with the PyTorch venv.
+pub fn record_train_command(trace: &Path) -> Command {
+    let mut command = record_command(trace, torch_python());
+    command.arg(repo_root().join("samples/pytorch/train.py")).args(["--device", "cpu"]);
+    command
+}
+
 /// Runs a Python script file with arguments and returns its stdout; panics with stderr on failure.
 pub fn run_python(script: &Path, args: &[&std::ffi::OsStr]) -> String {
     let output = match Command::new(python()).arg(script).args(args).output() {

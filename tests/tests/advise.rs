@@ -7,23 +7,12 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use vramscope_e2e::{repo_root, torch_python, vramscope, vramscope_bin};
+use vramscope_e2e::{record_train_command, repo_root, vramscope};
 
 fn record(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
     let trace = dir.join(format!("{name}.vtrace"));
-    let output = Command::new(vramscope_bin())
-        .args(["record", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(torch_python())
-        .arg(repo_root().join("samples/pytorch/train.py"))
-        .args(["--device", "cpu", "--steps", "3"])
-        .args(args)
-        .env("KINETO_LOG_LEVEL", "5")
-        .output()
-        .expect("vramscope record runs");
+    let output =
+        record_train_command(&trace).args(["--steps", "3"]).args(args).output().expect("vramscope record runs");
     assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
     trace
 }

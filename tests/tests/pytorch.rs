@@ -7,26 +7,14 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use vramscope_e2e::{repo_root, torch_python, vramscope, vramscope_bin};
+use vramscope_e2e::{record_command, record_train_command, repo_root, torch_python, vramscope};
 
 /// Records `train.py ARGS --device cpu` into `dir`; returns (trace, the script's summary).
 fn record_training(dir: &Path, name: &str, args: &[&str]) -> (PathBuf, serde_json::Value) {
     let trace = dir.join(format!("{name}.vtrace"));
     let summary = dir.join(format!("{name}.summary.json"));
-    let output = Command::new(vramscope_bin())
-        .args(["record", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(torch_python())
-        .arg(repo_root().join("samples/pytorch/train.py"))
-        .args(["--device", "cpu", "--summary"])
-        .arg(&summary)
-        .args(args)
-        .env("KINETO_LOG_LEVEL", "5")
-        .output()
-        .expect("vramscope record runs");
+    let output =
+        record_train_command(&trace).arg("--summary").arg(&summary).args(args).output().expect("vramscope record runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{name}: {stderr}");
     assert!(!stderr.contains("shim"), "{name}: the shim complained: {stderr}");
@@ -140,14 +128,9 @@ fn tied_weights_persistent_gradients_and_a_compiled_model_keep_exact_sizes() {
 fn two_optimizers_and_dataloader_workers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let trace = dir.path().join("loader.vtrace");
-    let output = Command::new(vramscope_bin())
-        .args(["record", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(torch_python())
+    let output = record_command(&trace, torch_python())
         .arg(repo_root().join("tests/scripts/two_optimizers_dataloader.py"))
         .arg("spawn")
-        .env("KINETO_LOG_LEVEL", "5")
         .output()
         .expect("vramscope record runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -172,14 +155,9 @@ fn torchrun_with_two_ranks_gives_a_trace_per_rank_and_a_merged_one() {
     let torchrun = torch_python().with_file_name("torchrun");
     // A port of its own, so that parallel test runs do not meet.
     let port = format!("--master_port={}", 20000 + std::process::id() % 20000);
-    let output = Command::new(vramscope_bin())
-        .args(["record", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&torchrun)
+    let output = record_command(&trace, &torchrun)
         .args(["--nproc_per_node=2", &port])
         .arg(repo_root().join("tests/scripts/ddp_gloo.py"))
-        .env("KINETO_LOG_LEVEL", "5")
         .output()
         .expect("vramscope record runs");
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -12,9 +12,9 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramscope_trace_format::{AnnotationKind, Category, Trace};
+use vramscope_trace_format::{AnnotationKind, Category, StackId, Trace};
 
-use super::attribution::{Attribution, Evidence};
+use super::attribution::{Attribution, Attributor, Evidence};
 use super::instant;
 use super::peak;
 use super::replay;
@@ -141,9 +141,9 @@ pub struct Advice {
 /// Whether autocast leaves what this block holds in 32 bits: sums that mix the 32-bit residual
 /// stream in, the loss's (log-)softmax and reductions, embedding lookups (by the operator the CPU
 /// profiler names, or the Python function of a recorded stack).
-fn stays_fp32(trace: &Trace, device: i16, block: &instant::AttributedBlock) -> bool {
+fn stays_fp32(trace: &Trace, device: i16, stack: StackId) -> bool {
     let interner = &trace.interner;
-    interner.frames_of(block.block.stack).iter().filter_map(|&f| interner.frame_of(f)).take(2).any(|frame| {
+    interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).take(2).any(|frame| {
         let function = interner.resolve(frame.function);
         let name = function.strip_prefix("aten::").unwrap_or(function);
         matches!(
@@ -190,14 +190,22 @@ fn phase_at(spans: &[(i64, i64, AnnotationKind)], time_ns: i64) -> Option<Phase>
     Some(phase.unwrap_or(Phase::Unknown))
 }
 
-fn parts_at(trace: &Trace, device: i16, event: Option<usize>, time_ns: i64, phase: Option<Phase>) -> Parts {
-    let state = instant::instant(trace, device, event, time_ns);
+/// The memory of `device` right after `event` (at `time_ns`), taken apart. One attributor serves
+/// every instant of a trace.
+fn parts_at(
+    trace: &Trace,
+    device: i16,
+    attributor: &mut Attributor<'_>,
+    (event, time_ns): (Option<usize>, i64),
+    phase: Option<Phase>,
+) -> Parts {
     let mut parts = Parts { phase, ..Parts::default() };
     let mut sizes: BTreeMap<u64, u32> = BTreeMap::new();
     let mut block_parameters: BTreeMap<String, f64> = BTreeMap::new();
-    for b in &state.blocks {
-        let bytes = b.block.size_bytes as f64;
-        let Attribution { category, evidence } = b.attribution;
+    for block in peak::live_at(trace, device, event) {
+        let alloc_ns = block.alloc_event.and_then(|i| trace.events.get(i)).map_or(i64::MIN, |e| e.time_ns);
+        let bytes = block.size_bytes as f64;
+        let Attribution { category, evidence } = attributor.block(block.address, alloc_ns, time_ns, block.stack);
         match category {
             Category::Parameter => {
                 parts.parameter += bytes;
@@ -217,14 +225,14 @@ fn parts_at(trace: &Trace, device: i16, event: Option<usize>, time_ns: i64, phas
             Category::OptimizerState => parts.optimizer_state += bytes,
             Category::Activation => {
                 parts.activation += bytes;
-                if stays_fp32(trace, device, b) {
+                if stays_fp32(trace, device, block.stack) {
                     parts.fp32_activation += bytes;
                 }
                 if let Evidence::Phase { module: Some(module), .. } = evidence
-                    && let Some(block) = repeated_block(trace.interner.resolve(module))
+                    && let Some(repeated) = repeated_block(trace.interner.resolve(module))
                 {
-                    *parts.blocks.entry(block.to_owned()).or_default() += bytes;
-                    *sizes.entry(b.block.size_bytes).or_default() += 1;
+                    *parts.blocks.entry(repeated.to_owned()).or_default() += bytes;
+                    *sizes.entry(block.size_bytes).or_default() += 1;
                 }
             }
             Category::Temporary => parts.temporary += bytes,
@@ -417,9 +425,11 @@ pub fn advise(trace: &Trace, device: Option<i16>, gpus: u32, target: Option<u64>
         }
     });
     let peak_phase = phase_at(&spans, peaks.allocated.time_ns);
-    let mut instants = vec![parts_at(trace, device, peaks.allocated.event, peaks.allocated.time_ns, peak_phase)];
+    let mut attributor = Attributor::new(trace, device);
+    let mut instants =
+        vec![parts_at(trace, device, &mut attributor, (peaks.allocated.event, peaks.allocated.time_ns), peak_phase)];
     for (_, event, time) in highest.values() {
-        instants.push(parts_at(trace, device, *event, *time, phase_at(&spans, *time)));
+        instants.push(parts_at(trace, device, &mut attributor, (*event, *time), phase_at(&spans, *time)));
     }
     let base = instants.first()?.clone();
     let peak_allocated = peaks.allocated.bytes;
