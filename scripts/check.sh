@@ -41,6 +41,9 @@ fi
 step "docs (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
+step "the README's set-up commands: the test command is this check, the main one draws its window"
+python3 scripts/check_readme.py
+
 if [ "$FUZZ_SECONDS" -gt 0 ]; then
     step "fuzz smoke run: ${FUZZ_SECONDS}s per target"
     scripts/fuzz.sh "$FUZZ_SECONDS"
