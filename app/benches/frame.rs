@@ -125,6 +125,7 @@ fn main() {
         path: PathBuf::from("synthetic.vtrace"),
         file_bytes: 0,
         format: SourceFormat::Vtrace,
+        wrappers: Vec::new(),
     };
     let started = Instant::now();
     let doc = Document::build(loaded, Duration::ZERO);

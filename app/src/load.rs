@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use vramscope_trace_format::import::Wrapper;
 use vramscope_trace_format::{Progress, SourceFormat, Trace, import, import_owned};
 
 use crate::mapped::MappedFile;
@@ -26,6 +27,8 @@ pub struct LoadedTrace {
     pub file_bytes: u64,
     /// The format of the file itself.
     pub format: SourceFormat,
+    /// What the content came wrapped in (gzip, a memory_viz HTML page), outermost first.
+    pub wrappers: Vec<Wrapper>,
 }
 
 /// A terminal progress bar over bytes; hidden when stderr is not a terminal.
@@ -48,6 +51,7 @@ pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
             path: path.to_owned(),
             file_bytes: crate::sample::BYTES.len() as u64,
             format: imported.format,
+            wrappers: imported.wrappers,
         });
     }
     let cannot_read = || format!("cannot read {}", path.display());
@@ -81,6 +85,7 @@ pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
         path: path.to_owned(),
         file_bytes,
         format: imported.format,
+        wrappers: imported.wrappers,
     })
 }
 

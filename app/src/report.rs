@@ -248,7 +248,7 @@ fn draw_single<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, run: &ReportRu
         }
         _ => String::new(),
     };
-    let device = if p.device < 0 { "host".to_owned() } else { format!("cuda:{}", p.device) };
+    let device = &p.label;
     let line = format!(
         "{device}: peak allocated {}{when}, peak reserved {}",
         units::bytes(p.peak_allocated_bytes),

@@ -390,3 +390,56 @@ fn the_advisor_lists_the_remedies_with_the_cli_numbers() {
     harness.get_all_by_label(&units::bytes(checkpointing.projected_peak_allocated_bytes)).next().expect("its peak");
     harness.get_by_label("The baseline fits already.");
 }
+
+/// Writes a snapshot with Python's pickle (standard library), as PyTorch shapes one.
+fn write_snapshot(dir: &Path, name: &str, code: &str) -> PathBuf {
+    let path = dir.join(name);
+    let status = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!("import pickle, sys\nMB = 1 << 20\n{code}\npickle.dump(snap, open(sys.argv[1], 'wb'))"))
+        .arg(&path)
+        .status()
+        .expect("python3 runs");
+    assert!(status.success());
+    path
+}
+
+/// A snapshot whose device 0 has no history and whose device 1 ran out of memory: the app opens
+/// on device 1 (where the question is), says that device 0 has no history, and the details of a
+/// block show the metadata PyTorch attached to its allocation.
+#[test]
+fn the_device_that_ran_out_of_memory_comes_first_and_caveats_show() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_snapshot(
+        dir.path(),
+        "oom_on_one.pickle",
+        r#"
+fr = [{'name': 'forward', 'filename': '/src/model.py', 'line': 3}]
+def seg(dev, addr, size, used):
+    return {'device': dev, 'address': addr, 'total_size': size, 'stream': 0, 'segment_type': 'large',
+            'segment_pool_id': (0, 0), 'is_expandable': False, 'frames': [],
+            'blocks': [{'address': addr, 'size': used, 'requested_size': used, 'state': 'active_allocated', 'frames': fr},
+                       {'address': addr + used, 'size': size - used, 'requested_size': 0, 'state': 'inactive', 'frames': []}]}
+e = lambda action, addr, size, t, **kw: dict({'action': action, 'addr': addr, 'size': size, 'stream': 0, 'time_us': t,
+                                              'user_metadata': 'step=4', 'frames': fr}, **kw)
+snap = {'segments': [seg(0, 1 << 40, 64 * MB, 60 * MB), seg(1, 2 << 40, 20 * MB, 4 * MB)],
+        'device_traces': [[], [e('alloc', 2 << 40, 4 * MB, 10), e('oom', 0, 1 << 30, 20, device_free=MB)]]}
+"#,
+    );
+    let mut harness = harness(Some(path));
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let app = harness.state();
+    let doc = app.doc.as_ref().expect("opened");
+    // Device 0 holds far more, but device 1 is the one that ran out of memory.
+    assert_eq!(doc.devices[app.device_index].device, 1);
+    // The toolbar shows device 1's peak (4 MiB), not device 0's 60 MiB.
+    harness.get_by_label(&format!("Jump to peak ({})", units::bytes(4 << 20)));
+    harness.get_by_label_contains("cuda:0 recorded no allocation history");
+    let view = app.instant.as_ref().expect("analysed");
+    assert_eq!(view.instant.by_metadata.len(), 1);
+    let block = view.instant.blocks.first().expect("a block");
+    let trace = &doc.trace;
+    assert_eq!(vramscope::analysis::instant::context_lines(trace, &block.block), ["user metadata: step=4"]);
+}

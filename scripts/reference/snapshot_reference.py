@@ -7,7 +7,7 @@ Prints one JSON object on stdout. The input kind is detected from the file's
 content, not its name:
 
   * PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot), first
-    byte 0x80                                  -> "pytorch-snapshot"
+    byte 0x80, or a header-less protocol 0/1 pickle -> "pytorch-snapshot"
   * chrome trace JSON from the PyTorch profiler -> "chrome-trace"
   * profiler memory timeline: the coalesced export
     ([times_us, rows]) or the raw export ([t_ns, action, bytes, category]
@@ -156,7 +156,8 @@ def replay(trace, segments):
          the free event carries;
       2. every 'active_allocated' block of the final segments whose address is
          not held by an alloc of the window that is still open at the end,
-         with the block's requested_size.
+         with the block's requested_size (here also 'active_pending_free'
+         blocks: see rule 2 below).
     The same reasoning is applied to segments for the reserved curve.
     """
     times = [e.get("time_us", i) for i, e in enumerate(trace)]
@@ -228,10 +229,14 @@ def replay(trace, segments):
         # free_requested, oom, snapshot and unknown actions do not move the
         # curves: the active timeline only drops when the block is returned.
 
-    # Rule 2 for blocks.
+    # Rule 2 for blocks. A block freed by the program but waiting for its stream
+    # ('active_pending_free') is still allocated: its free has not completed (the definition
+    # of allocated in DESIGN.md). MemoryViz leaves such blocks out of its initial level, but
+    # counts them while open when their alloc is in the window; counting them in both cases
+    # keeps a snapshot without history at its final state.
     for seg in segments:
         for addr, block in iter_blocks(seg):
-            if block["state"] == "active_allocated" and addr not in live:
+            if block["state"] in ("active_allocated", "active_pending_free") and addr not in live:
                 pre_requested += block_requested(block)
                 pre_allocated += block["size"]
 
@@ -404,6 +409,16 @@ def analyze_chrome_trace(events):
         # position as tie-break keeps that order and fixes files that were
         # concatenated or merged.
         items.sort(key=lambda x: (x[0], x[1]))
+        if not any("Total Allocated" in args for _, _, args in items):
+            # Early kineto (PyTorch 1.9) wrote only Bytes: the running sum, lifted so that it
+            # never goes below zero (a free of older memory shows at least that much was there).
+            running, lowest, sums = 0, 0, []
+            for ts, _pos, args in items:
+                running += args.get("Bytes", 0)
+                lowest = min(lowest, running)
+                sums.append(running)
+            for (ts, _pos, args), value in zip(items, sums):
+                args["Total Allocated"] = value - lowest
         peak_alloc = None
         peak_time = None
         peak_reserved = None
@@ -540,21 +555,24 @@ def analyze_json(data):
     raise SystemExit("unrecognised JSON list")
 
 
+def is_pickle(data):
+    """Protocol 2+ starts with PROTO (0x80); protocols 0 and 1 start with the opcode building
+    the top-level dict or list ('(d', '(l', '}', ']')."""
+    return data[:1] == b"\x80" or data[:2] in (b"(d", b"(l") or data[:1] in (b"}", b"]")
+
+
+def analyze_bytes(data):
+    if is_pickle(data):
+        # Snapshots are plain dicts/lists/ints/strings; no custom classes.
+        return analyze_snapshot(pickle.loads(data))
+    if data[:2] == b"\x1f\x8b":
+        return analyze_bytes(gzip.decompress(data))
+    return analyze_json(json.loads(data))
+
+
 def analyze_file(path):
     with open(path, "rb") as f:
-        head = f.read(2)
-    if head[:1] == b"\x80":
-        # Snapshots are plain dicts/lists/ints/strings; no custom classes.
-        with open(path, "rb") as f:
-            return analyze_snapshot(pickle.load(f))
-    if head == b"\x1f\x8b":
-        with gzip.open(path, "rb") as f:
-            inner = f.read()
-        if inner[:1] == b"\x80":
-            return analyze_snapshot(pickle.loads(inner))
-        return analyze_json(json.loads(inner))
-    with open(path, "rb") as f:
-        return analyze_json(json.load(f))
+        return analyze_bytes(f.read())
 
 
 def main(argv):

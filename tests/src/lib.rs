@@ -167,17 +167,47 @@ pub fn reference(file: &Path) -> serde_json::Value {
     }
 }
 
-/// `vramscope info --json FILE`, parsed; panics if the command fails.
+/// `vramscope info --json FILE`, parsed; panics if the command fails, or if any device's peak is
+/// below the state the trace ends in (checked on every file the suite opens this way).
 pub fn info_json(file: &Path) -> serde_json::Value {
-    let output = vramscope(&["info".as_ref(), "--json".as_ref(), file.as_os_str()]);
+    info_json_with(file, &[])
+}
+
+/// [`info_json`] with more arguments (`--blocks 5`, `--at forward`).
+pub fn info_json_with(file: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all: Vec<&std::ffi::OsStr> = vec!["info".as_ref(), "--json".as_ref()];
+    all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+    all.push(file.as_os_str());
+    let output = vramscope(&all);
     assert!(
         output.status.success(),
         "vramscope info {} failed:\n{}",
         file.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    match serde_json::from_slice(&output.stdout) {
+    let json: serde_json::Value = match serde_json::from_slice(&output.stdout) {
         Ok(v) => v,
         Err(e) => panic!("info output is not JSON ({e})"),
+    };
+    assert_peaks_cover_the_end(file, &json);
+    json
+}
+
+/// A peak can never be below the state the trace ends in, on any device, in any format.
+pub fn assert_peaks_cover_the_end(file: &Path, info: &serde_json::Value) {
+    let devices = info["devices"].as_array().cloned().unwrap_or_default();
+    assert!(!devices.is_empty(), "{}: no devices in {info}", file.display());
+    for d in devices {
+        let get = |key: &str| d[key].as_u64().unwrap_or_else(|| panic!("{}: no {key} in {d}", file.display()));
+        for (peak, end) in [("peak_allocated_bytes", "allocated_bytes"), ("peak_reserved_bytes", "reserved_bytes")] {
+            assert!(
+                get(peak) >= get(end),
+                "{}: device {}: {peak} {} is below {end} {} at the end",
+                file.display(),
+                d["label"],
+                get(peak),
+                get(end)
+            );
+        }
     }
 }

@@ -175,6 +175,10 @@ fn convert_then_info_prints_the_same_numbers() {
         for json in [&mut source, &mut converted] {
             json["format"] = Value::Null;
             json["source_format"] = Value::Null;
+            // The converted file is a plain .vtrace, whatever the source came wrapped in.
+            if let Some(object) = json.as_object_mut() {
+                object.remove("wrapped_in");
+            }
         }
         assert_eq!(source, converted, "{}", file.display());
         // Snapshots shrink to far less than a third of the pickle.

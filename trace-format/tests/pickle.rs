@@ -168,6 +168,18 @@ fn hostile_structure_gives_clear_errors() {
     }
 }
 
+/// The message of the error, or of the warning that says which part was left out: a generic
+/// part of the snapshot that is too deep or too big is dropped, the rest still read.
+fn refused_or_left_out(bytes: &[u8]) -> String {
+    match load(bytes) {
+        Err(e) => e.to_string(),
+        Ok(imported) => {
+            let warning = imported.warnings.iter().find(|w| w.contains("left out")).cloned();
+            warning.unwrap_or_else(|| panic!("accepted without a word: {:?}", imported.warnings))
+        }
+    }
+}
+
 #[test]
 fn deep_nesting_and_cycles_are_bounded() {
     let started = Instant::now();
@@ -177,10 +189,10 @@ fn deep_nesting_and_cycles_are_bounded() {
     // Lists nested 100,000 deep, in the generic part of the snapshot.
     let depth = 100_000;
     let deep = P::default().raw(&vec![EMPTY_LIST; depth]).raw(&vec![APPEND; depth - 1]);
-    assert!(load(&snapshot_with_settings(deep)).unwrap_err().to_string().contains("nested deeper"));
+    assert!(refused_or_left_out(&snapshot_with_settings(deep)).contains("nested deeper"));
     // A list that contains itself.
     let cycle = P::default().op(EMPTY_LIST).op(MEMOIZE).raw(&[b'h', 0]).op(APPEND);
-    let message = load(&snapshot_with_settings(cycle)).unwrap_err().to_string();
+    let message = refused_or_left_out(&snapshot_with_settings(cycle));
     assert!(message.contains("nested deeper") || message.contains("already consumed"), "{message}");
     // Shared references that would expand exponentially: L(n+1) = [L(n), L(n)].
     let mut dag = P::default().op(EMPTY_LIST).op(MEMOIZE).op(b'0');
@@ -188,7 +200,7 @@ fn deep_nesting_and_cycles_are_bounded() {
         dag = dag.op(EMPTY_LIST).op(MARK).raw(&[b'h', level, b'h', level]).op(APPENDS).op(MEMOIZE).op(b'0');
     }
     let dag = dag.raw(&[b'h', 40]);
-    let message = load(&snapshot_with_settings(dag)).unwrap_err().to_string();
+    let message = refused_or_left_out(&snapshot_with_settings(dag));
     assert!(message.contains("too many values") || message.contains("nested deeper"), "{message}");
     assert!(started.elapsed() < Duration::from_secs(20), "bounded work, took {:?}", started.elapsed());
 }

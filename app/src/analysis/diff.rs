@@ -22,6 +22,8 @@ pub struct RunPeak {
     pub file: String,
     /// The device compared (the one with the highest allocated peak).
     pub device: i16,
+    /// Its name (`cuda:0`, `hip:1`, `host`).
+    pub label: String,
     /// Peak of allocated bytes.
     pub peak_allocated_bytes: u64,
     /// When it was first reached, µs on the trace's clock (null without a clock).
@@ -50,6 +52,7 @@ pub fn run_peak(trace: &Trace, file: &str, device: Option<i16>) -> RunPeak {
     RunPeak {
         file: file.to_owned(),
         device,
+        label: trace.metadata.device_label(device),
         peak_allocated_bytes: peaks.allocated.bytes,
         peak_allocated_time_us: time_us(trace, &peaks.allocated),
         peak_reserved_bytes: peaks.reserved.bytes,
@@ -204,6 +207,7 @@ mod tests {
         RunPeak {
             file: String::new(),
             device: 0,
+            label: "cuda:0".to_owned(),
             peak_allocated_bytes: peak,
             peak_allocated_time_us: None,
             peak_reserved_bytes: peak,

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use vramscope_trace_format::{Category, EventKind, SegmentPool, StackId, StringId, Trace};
+use vramscope_trace_format::{Category, Context, EventKind, SegmentPool, StackId, StringId, Trace};
 
 use super::attribution::{Attribution, Attributor, Evidence};
 use super::peak::{self, LiveBlock};
@@ -35,6 +35,9 @@ pub struct SegmentAt {
     pub pool: Option<SegmentPool>,
     /// The stream it serves.
     pub stream: u64,
+    /// Its memory pool (PyTorch's `segment_pool_id`): other than (0, 0) for a private pool (a
+    /// CUDA graph's, a `MemPool`), which only that pool's allocations use.
+    pub pool_id: (u64, u64),
     /// Indices into [`Instant::blocks`] of the blocks inside, by address.
     pub blocks: Vec<usize>,
     /// Its fragmentation.
@@ -54,6 +57,9 @@ pub struct Instant {
     pub by_category: BTreeMap<Category, u64>,
     /// Bytes by tag name (blocks without a tag are not counted).
     pub by_name: Vec<(StringId, u64)>,
+    /// Bytes and blocks by the user metadata of their allocation (`_set_memory_metadata`,
+    /// `_annotate_tensor`), largest first; blocks without any are not counted.
+    pub by_metadata: Vec<(StringId, u64, usize)>,
     /// Segments, by address (empty when the trace has no segment information).
     pub segments: Vec<SegmentAt>,
     /// Totals over the segments.
@@ -95,28 +101,85 @@ pub fn instant(trace: &Trace, device: i16, event: Option<usize>, time_ns: i64) -
     }
     let mut by_name: Vec<(StringId, u64)> = names.into_iter().collect();
     by_name.sort_by_key(|b| std::cmp::Reverse(b.1));
+    let mut metadata: BTreeMap<StringId, (u64, usize)> = BTreeMap::new();
+    for b in &blocks {
+        let text = block_context(trace, &b.block).user_metadata;
+        if text != StringId(0) {
+            let entry = metadata.entry(text).or_insert((0, 0));
+            entry.0 += b.block.size_bytes;
+            entry.1 += 1;
+        }
+    }
+    let mut by_metadata: Vec<(StringId, u64, usize)> = metadata.into_iter().map(|(k, (b, n))| (k, b, n)).collect();
+    by_metadata.sort_by_key(|b| std::cmp::Reverse(b.1));
     blocks.sort_by(|a, b| b.block.size_bytes.cmp(&a.block.size_bytes).then(a.block.address.cmp(&b.block.address)));
     let segments = segments_at(trace, device, event, &blocks);
     let mut total = Fragmentation::default();
     for s in &segments {
         total.add(&s.fragmentation);
     }
-    Instant { event, time_ns, blocks, by_category, by_name, segments, total }
+    Instant { event, time_ns, blocks, by_category, by_name, by_metadata, segments, total }
+}
+
+/// What PyTorch attached to a block's allocation: its `torch.compile` context and user metadata
+/// (empty for blocks allocated before the trace, or without any).
+pub fn block_context(trace: &Trace, block: &LiveBlock) -> Context {
+    block
+        .alloc_event
+        .and_then(|i| trace.events.get(i))
+        .map(|e| trace.interner.context_of(e.context))
+        .unwrap_or_default()
+}
+
+/// The parts of a block's context worth showing, as `label: text` lines (`N/A`, PyTorch's
+/// default compile context, is not).
+pub fn context_lines(trace: &Trace, block: &LiveBlock) -> Vec<String> {
+    let context = block_context(trace, block);
+    let mut lines = Vec::new();
+    let metadata = trace.interner.resolve(context.user_metadata);
+    if !metadata.is_empty() {
+        lines.push(format!("user metadata: {metadata}"));
+    }
+    let compile = trace.interner.resolve(context.compile_context);
+    if !compile.is_empty() && compile != "N/A" {
+        lines.push(format!("compile context: {compile}"));
+    }
+    lines
 }
 
 fn is_segment_event(kind: EventKind) -> bool {
     matches!(kind, EventKind::SegmentAlloc | EventKind::SegmentMap | EventKind::SegmentFree | EventKind::SegmentUnmap)
 }
 
+/// What is known of a segment before its blocks are placed.
+struct Shape {
+    size_bytes: u64,
+    pool: Option<SegmentPool>,
+    stream: u64,
+    pool_id: (u64, u64),
+}
+
+impl Shape {
+    /// A segment as an event tells it (no pool known).
+    fn of_event(e: &vramscope_trace_format::Event) -> Self {
+        Self { size_bytes: e.size_bytes, pool: None, stream: e.stream, pool_id: (0, 0) }
+    }
+}
+
 fn segments_at(trace: &Trace, device: i16, event: Option<usize>, blocks: &[AttributedBlock]) -> Vec<SegmentAt> {
-    let mut segments: BTreeMap<u64, (u64, Option<SegmentPool>, u64)> = BTreeMap::new();
+    let mut segments: BTreeMap<u64, Shape> = BTreeMap::new();
     if !trace.segments.is_empty() {
         // A snapshot: its final state, with the segment events after the instant undone.
         segments = trace
             .segments
             .iter()
             .filter(|s| s.device == device)
-            .map(|s| (s.address, (s.size_bytes, Some(s.pool), s.stream)))
+            .map(|s| {
+                (
+                    s.address,
+                    Shape { size_bytes: s.size_bytes, pool: Some(s.pool), stream: s.stream, pool_id: s.pool_id },
+                )
+            })
             .collect();
         let after = event.map_or(0, |i| i + 1);
         for e in trace.events.get(after..).unwrap_or_default().iter().rev().filter(|e| e.device == device) {
@@ -125,7 +188,7 @@ fn segments_at(trace: &Trace, device: i16, event: Option<usize>, blocks: &[Attri
                     segments.remove(&e.address);
                 }
                 EventKind::SegmentFree | EventKind::SegmentUnmap => {
-                    segments.insert(e.address, (e.size_bytes, None, e.stream));
+                    segments.insert(e.address, Shape::of_event(e));
                 }
                 _ => {}
             }
@@ -136,7 +199,7 @@ fn segments_at(trace: &Trace, device: i16, event: Option<usize>, blocks: &[Attri
         for e in trace.events.get(..upto).unwrap_or_default().iter().filter(|e| e.device == device) {
             match e.kind {
                 EventKind::SegmentAlloc | EventKind::SegmentMap => {
-                    segments.insert(e.address, (e.size_bytes, None, e.stream));
+                    segments.insert(e.address, Shape::of_event(e));
                 }
                 EventKind::SegmentFree | EventKind::SegmentUnmap => {
                     segments.remove(&e.address);
@@ -150,7 +213,7 @@ fn segments_at(trace: &Trace, device: i16, event: Option<usize>, blocks: &[Attri
     let mut by_address: Vec<usize> = (0..blocks.len()).collect();
     by_address.sort_by_key(|&i| blocks.get(i).map_or(0, |b| b.block.address));
     let mut out = Vec::with_capacity(segments.len());
-    for (address, (size_bytes, pool, stream)) in segments {
+    for (address, Shape { size_bytes, pool, stream, pool_id }) in segments {
         let end = address.saturating_add(size_bytes);
         let first = by_address.partition_point(|&i| blocks.get(i).is_some_and(|b| b.block.address < address));
         let inside: Vec<usize> = by_address
@@ -171,7 +234,7 @@ fn segments_at(trace: &Trace, device: i16, event: Option<usize>, blocks: &[Attri
         }
         f.largest_free_bytes = f.largest_free_bytes.max(end.saturating_sub(cursor));
         f.free_external_bytes = size_bytes.saturating_sub(f.allocated_bytes);
-        out.push(SegmentAt { address, size_bytes, pool, stream, blocks: inside, fragmentation: f });
+        out.push(SegmentAt { address, size_bytes, pool, stream, pool_id, blocks: inside, fragmentation: f });
     }
     out
 }
@@ -244,10 +307,17 @@ fn sort_tree(node: &mut StackNode) {
 pub fn allocation_site(trace: &Trace, stack: StackId, hide_noise: bool) -> String {
     let interner = &trace.interner;
     let frames: Vec<_> = interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).collect();
-    let python = frames.iter().find(|f| {
+    let python_frame = |f: &&&vramscope_trace_format::Frame| {
         let file = interner.resolve(f.file);
         file.ends_with(".py") && !is_noise_frame(file, interner.resolve(f.function))
-    });
+    };
+    // Code that torch.compile generated says less than the user's line it came from (which
+    // augmented snapshots put right after it).
+    let python = frames
+        .iter()
+        .filter(python_frame)
+        .find(|f| !is_generated_code(interner.resolve(f.file)))
+        .or_else(|| frames.iter().find(python_frame));
     let worth = |f: &&&vramscope_trace_format::Frame| {
         !hide_noise || !is_noise_frame(interner.resolve(f.file), interner.resolve(f.function))
     };
@@ -340,6 +410,12 @@ pub fn frame_label(function: &str, file: &str, line: u32) -> String {
     let parts: Vec<&str> = file.split(['/', '\\']).collect();
     let short = parts.get(parts.len().saturating_sub(3)..).unwrap_or_default().join("/");
     if line > 0 { format!("{function}  {short}:{line}") } else { format!("{function}  {short}") }
+}
+
+/// Python files that `torch.compile` wrote: FX's generated graph code and Inductor's output.
+pub fn is_generated_code(file: &str) -> bool {
+    let name = file.rsplit(['/', '\\']).next().unwrap_or(file);
+    name.starts_with("fx_generated_") || file.contains("/torchinductor_") || file.contains("\\torchinductor_")
 }
 
 /// Native frames that only pass an allocation along: ATen's `empty*` factories, output

@@ -10,9 +10,11 @@
 //! - [`instant`]: everything alive at one instant, and the segments it sits in.
 //! - [`summary`]: the per-device numbers `vramscope info` prints.
 //! - [`advisor`]: what each remedy would do to the peak.
+//! - [`caveats`]: what a trace cannot show, in words.
 
 pub mod advisor;
 pub mod attribution;
+pub mod caveats;
 pub mod diff;
 pub mod instant;
 pub mod peak;

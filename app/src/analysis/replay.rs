@@ -133,14 +133,27 @@ pub fn initial_state(trace: &Trace, device: i16, events: &[usize]) -> Initial {
             continue;
         }
         for (bi, block) in segment.blocks.iter().enumerate() {
-            if block.state != BlockState::Inactive && !live.contains_key(&block.address) {
-                initial.blocks.push(PreexistingBlock {
+            if block.state == BlockState::Inactive {
+                continue;
+            }
+            match live.get(&block.address) {
+                None => initial.blocks.push(PreexistingBlock {
                     address: block.address,
                     size_bytes: block.size_bytes,
                     requested_bytes: block.requested_bytes,
                     freed_by: None,
                     final_block: Some((si, bi)),
-                });
+                }),
+                // Freed in the window, allocated before it, and still waiting for its stream at
+                // the end: the final state knows its real size (the free only an estimate).
+                Some(Some(index)) => {
+                    if let Some(pending) = initial.blocks.get_mut(*index).filter(|b| b.freed_by.is_none()) {
+                        pending.size_bytes = block.size_bytes;
+                        pending.requested_bytes = block.requested_bytes;
+                        pending.final_block = Some((si, bi));
+                    }
+                }
+                Some(None) => {}
             }
         }
         // Reserved: the part of a final segment not covered by mappings live at the end.
@@ -191,15 +204,22 @@ impl StepReader<'_> {
 /// their counters' totals instead.
 pub fn replay(trace: &Trace, device: i16, visit: impl FnMut(Option<usize>, Point)) -> Point {
     let events = device_events(trace, device);
-    if events.is_empty() {
+    if replays_counters(trace, device, &events) {
         return replay_counters(trace, device, visit);
     }
     let initial = initial_state(trace, device, &events);
     replay_from(trace, device, &events, &initial, visit)
 }
 
-/// [`replay`] of a device whose events (non-empty) and initial state the caller has already
-/// worked out.
+/// Whether a device's memory comes from its counters (a profiler's totals) rather than from its
+/// events: it has no events but has counters. A device with neither (a snapshot taken without
+/// allocation history) replays its final segment state as its only instant.
+pub fn replays_counters(trace: &Trace, device: i16, events: &[usize]) -> bool {
+    events.is_empty() && trace.counters.iter().any(|c| c.device == device)
+}
+
+/// [`replay`] of a device whose events and initial state the caller has already worked out
+/// (with no events: one point, the initial state, which is then also the final one).
 pub fn replay_from(
     trace: &Trace,
     device: i16,

@@ -76,6 +76,11 @@ pub struct FinalState {
     pub segments: usize,
     /// Totals over the segments (`largest_free_bytes` is the largest of any segment).
     pub total: Fragmentation,
+    /// Segments of private pools (`segment_pool_id` other than (0, 0): CUDA graphs, `MemPool`),
+    /// which only their own pool's allocations can use.
+    pub private_pool_segments: usize,
+    /// Bytes those segments reserve.
+    pub private_pool_reserved_bytes: u64,
 }
 
 /// The final segment state of a device, or `None` when the trace recorded no segments at all.
@@ -87,6 +92,10 @@ pub fn final_state(trace: &Trace, device: i16) -> Option<FinalState> {
     for segment in trace.segments.iter().filter(|s| s.device == device) {
         state.segments += 1;
         state.total.add(&segment_fragmentation(segment));
+        if segment.pool_id != (0, 0) {
+            state.private_pool_segments += 1;
+            state.private_pool_reserved_bytes += segment.size_bytes;
+        }
     }
     Some(state)
 }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use vramscope_trace_format::import::Wrapper;
 use vramscope_trace_format::{Clock, SourceFormat, Trace};
 
 use super::peak::{self, Peak};
@@ -13,6 +14,8 @@ use super::segments;
 pub struct DeviceSummary {
     /// Device index; -1 for host memory.
     pub device: i16,
+    /// Its name: `cuda:0`, `hip:1`, `host`.
+    pub label: String,
     /// Product name, when the trace knows it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -35,6 +38,10 @@ pub struct DeviceSummary {
     pub free_external_bytes: u64,
     /// Final state: the largest contiguous free range of any segment.
     pub largest_free_bytes: u64,
+    /// Final state: segments of private pools (CUDA graphs, `MemPool`).
+    pub private_pool_segments: usize,
+    /// Final state: bytes reserved by private pools.
+    pub private_pool_reserved_bytes: u64,
     /// Peak of allocated bytes.
     pub peak_allocated_bytes: u64,
     /// When the allocated peak was first reached (µs on the trace's clock; null without a clock).
@@ -74,6 +81,21 @@ pub struct Summary {
     /// The CUDA driver's version (1000 x major + 10 x minor) where a recording asked it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda_driver_version: Option<i64>,
+    /// What the file's content came wrapped in, outermost first (`gzip`, `memory_viz HTML`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wrapped_in: Vec<&'static str>,
+    /// The distributed rank the trace says it is, when it says so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// What the trace cannot show (no allocation history, memory from before a profiler started).
+    pub notes: Vec<String>,
+    /// Other facts the source recorded (a profiler trace's `distributedInfo` and top-level
+    /// metadata, a snapshot's keys vramscope does not read, a recording's driver version).
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// The device to look at first: the first that ran out of memory, else the largest peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub focus_device: Option<i16>,
     /// Per device.
     pub devices: Vec<DeviceSummary>,
 }
@@ -104,6 +126,7 @@ pub fn device_summary(trace: &Trace, device: i16) -> DeviceSummary {
     let facts = trace.metadata.devices.iter().find(|d| d.device == device);
     DeviceSummary {
         device,
+        label: trace.metadata.device_label(device),
         name: facts.and_then(|d| d.name.clone()),
         total_memory_bytes: facts.and_then(|d| d.total_memory_bytes),
         events: trace.events.iter().filter(|e| e.device == device).count(),
@@ -114,6 +137,8 @@ pub fn device_summary(trace: &Trace, device: i16) -> DeviceSummary {
         free_internal_bytes: total.free_internal_bytes,
         free_external_bytes: total.free_external_bytes,
         largest_free_bytes: total.largest_free_bytes,
+        private_pool_segments: final_state.as_ref().map_or(0, |s| s.private_pool_segments),
+        private_pool_reserved_bytes: final_state.as_ref().map_or(0, |s| s.private_pool_reserved_bytes),
         peak_allocated_bytes: peaks.allocated.bytes,
         peak_allocated_time_us: time_us(trace, &peaks.allocated),
         peak_requested_bytes: peaks.requested.bytes,
@@ -126,9 +151,30 @@ pub fn device_summary(trace: &Trace, device: i16) -> DeviceSummary {
     }
 }
 
-/// Summarises a trace read from a file of `format`, every device.
-pub fn summary(trace: &Trace, format: SourceFormat) -> Summary {
+/// The device a person should look at first: the one that ran out of memory first, else the one
+/// with the highest allocated peak (the first of equals), else none (no devices).
+pub fn focus_device(trace: &Trace, peaks: impl IntoIterator<Item = (i16, u64)>) -> Option<i16> {
+    if let Some(first_oom) = trace.ooms.iter().min_by_key(|o| o.time_ns) {
+        return Some(first_oom.device);
+    }
+    let mut best: Option<(i16, u64)> = None;
+    for (device, peak) in peaks {
+        if best.is_none_or(|(_, b)| peak > b) {
+            best = Some((device, peak));
+        }
+    }
+    best.map(|(d, _)| d)
+}
+
+/// Summarises a trace read from a file of `format` (wrapped in `wrappers`), every device.
+pub fn summary(trace: &Trace, format: SourceFormat, wrappers: &[Wrapper]) -> Summary {
+    let devices: Vec<DeviceSummary> = trace.devices().into_iter().map(|d| device_summary(trace, d)).collect();
     Summary {
+        wrapped_in: wrappers.iter().map(|w| w.name()).collect(),
+        rank: trace.metadata.processes.first().and_then(|p| p.rank).filter(|_| trace.metadata.processes.len() == 1),
+        notes: super::caveats::caveats(trace),
+        metadata: trace.metadata.extra.clone(),
+        focus_device: focus_device(trace, devices.iter().map(|d| (d.device, d.peak_allocated_bytes))),
         format: format.name(),
         source_format: trace.metadata.source_format.name(),
         events: trace.record_count(),
@@ -136,6 +182,6 @@ pub fn summary(trace: &Trace, format: SourceFormat) -> Summary {
         annotations: trace.annotations.len(),
         stacks: trace.interner.stack_count().saturating_sub(1),
         cuda_driver_version: trace.metadata.extra.get("cuda_driver_version").and_then(serde_json::Value::as_i64),
-        devices: trace.devices().into_iter().map(|d| device_summary(trace, d)).collect(),
+        devices,
     }
 }

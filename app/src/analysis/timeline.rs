@@ -104,7 +104,7 @@ impl Timeline {
     pub fn build(trace: &Trace, device: i16) -> Self {
         let mut t = Self { device, checkpoint_every: BLOCK, ..Self::default() };
         let device_events = replay::device_events(trace, device);
-        if device_events.is_empty() {
+        if replay::replays_counters(trace, device, &device_events) {
             t.build_from_counters(trace, device);
         } else {
             t.build_from_events(trace, device, &device_events);

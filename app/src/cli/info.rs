@@ -82,6 +82,9 @@ struct BlockOut {
     category: &'static str,
     why: String,
     site: String,
+    /// What PyTorch attached to the allocation (user metadata, compile context).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    context: Vec<String>,
 }
 
 /// The largest blocks of each device at an instant.
@@ -116,6 +119,7 @@ fn largest_blocks(trace: &Trace, when: Option<&When>, text: &str, n: usize) -> R
                     category: b.attribution.category.name(),
                     why: attribution::describe(trace, b.attribution.evidence),
                     site: instant::allocation_site(trace, b.block.stack, true),
+                    context: instant::context_lines(trace, &b.block),
                 })
                 .collect();
             Ok((device, blocks))
@@ -166,7 +170,7 @@ fn at_instant(trace: &Trace, when: &When, text: &str) -> Result<At> {
 /// alive at that instant (its text as given, and parsed).
 pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, out: &mut dyn Write) -> Result<()> {
     let loaded = load::load(path)?;
-    let summary = summary::summary(&loaded.trace, loaded.format);
+    let summary = summary::summary(&loaded.trace, loaded.format, &loaded.wrappers);
     let largest = (blocks > 0)
         .then(|| largest_blocks(&loaded.trace, at.map(|a| a.1), at.map_or("peak", |a| a.0), blocks))
         .transpose()?;
@@ -198,7 +202,7 @@ pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, ou
                 writeln!(
                     out,
                     "  {}: {} allocated in {} live blocks: {}",
-                    device_name(d.device),
+                    device_name(&loaded.trace, d.device),
                     bytes(d.allocated_bytes),
                     count(d.live_blocks),
                     parts.join(", ")
@@ -208,9 +212,12 @@ pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, ou
         if let Some(largest) = &largest {
             writeln!(out, "\nlargest blocks at {}", largest.when)?;
             for (device, blocks) in &largest.devices {
-                writeln!(out, "  {}:", device_name(*device))?;
+                writeln!(out, "  {}:", device_name(&loaded.trace, *device))?;
                 for b in blocks {
                     writeln!(out, "    {:>10}  {:<15} {}  [{}]", bytes(b.size_bytes), b.category, b.site, b.why)?;
+                    for line in &b.context {
+                        writeln!(out, "    {:>10}  {line}", "")?;
+                    }
                 }
             }
         }
@@ -219,6 +226,25 @@ pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, ou
         eprintln!("warning: {}: {warning}", path.display());
     }
     Ok(())
+}
+
+/// Splits text into lines of at most `width` characters at spaces (a longer word stays whole).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 fn format_name(format: SourceFormat) -> &'static str {
@@ -230,8 +256,8 @@ fn format_name(format: SourceFormat) -> &'static str {
     }
 }
 
-fn device_name(device: i16) -> String {
-    if device < 0 { "host (CPU)".to_owned() } else { format!("cuda:{device}") }
+fn device_name(trace: &Trace, device: i16) -> String {
+    if device < 0 { "host (CPU)".to_owned() } else { trace.metadata.device_label(device) }
 }
 
 fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn Write) -> Result<()> {
@@ -244,9 +270,14 @@ fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn Write) -> R
         .unwrap_or(0);
     let span_ns = trace.events.last().map_or(0, |e| e.time_ns) - trace.events.first().map_or(0, |e| e.time_ns);
     writeln!(out, "{}", loaded.path.display())?;
+    let wrapped = if summary.wrapped_in.is_empty() {
+        String::new()
+    } else {
+        format!(" (in {})", summary.wrapped_in.join(" in "))
+    };
     writeln!(
         out,
-        "  {}, {} events ({} allocator events, {} annotations), {} stacks{}",
+        "  {}{wrapped}, {} events ({} allocator events, {} annotations), {} stacks{}",
         format_name(trace.metadata.source_format),
         count(summary.events),
         count(summary.allocator_events),
@@ -260,6 +291,21 @@ fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn Write) -> R
     )?;
     if let Some(version) = summary.cuda_driver_version {
         writeln!(out, "  recorded with CUDA driver {}.{}", version / 1000, version % 1000 / 10)?;
+    }
+    if let Some(rank) = summary.rank {
+        let world = trace.metadata.extra.get("world_size").and_then(serde_json::Value::as_u64);
+        writeln!(out, "  rank {rank}{}", world.map(|w| format!(" of {w}")).unwrap_or_default())?;
+    }
+    for note in &summary.notes {
+        for (i, line) in wrap(note, 92).iter().enumerate() {
+            writeln!(out, "  {}{line}", if i == 0 { "note: " } else { "      " })?;
+        }
+    }
+    if summary.devices.len() > 1
+        && let Some(focus) = summary.focus_device
+    {
+        let why = if trace.ooms.is_empty() { "the highest peak" } else { "the first to run out of memory" };
+        writeln!(out, "  look first at {}: {why}", device_name(trace, focus))?;
     }
     for device in &summary.devices {
         write_device(trace.metadata.clock, start_ns, device, out)?;
@@ -281,7 +327,8 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
         (None, Some(total)) => format!(" ({})", bytes(total)),
         (None, None) => String::new(),
     };
-    writeln!(out, "\n{}{facts} — {} allocator events", device_name(d.device), count(d.events))?;
+    let name = if d.device < 0 { "host (CPU)" } else { d.label.as_str() };
+    writeln!(out, "\n{name}{facts} — {} allocator events", count(d.events))?;
     writeln!(
         out,
         "  peak allocated  {}{} ({} requested at its own peak)",
@@ -322,6 +369,15 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
         bytes(d.free_external_bytes),
         bytes(d.largest_free_bytes)
     )?;
+    if d.private_pool_segments > 0 {
+        writeln!(
+            out,
+            "  private pools   {} of the segments, {} reserved (CUDA graphs or MemPool: only their own pool \
+             allocates from them)",
+            count(d.private_pool_segments),
+            bytes(d.private_pool_reserved_bytes)
+        )?;
+    }
     if d.oom_events > 0 {
         let largest =
             d.largest_failed_request_bytes.map(|b| format!(" (largest request {})", bytes(b))).unwrap_or_default();

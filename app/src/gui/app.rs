@@ -275,9 +275,11 @@ impl VramscopeApp {
         self.worker = Some(Worker::start(Arc::clone(&doc.trace), move || repaint_ctx.request_repaint()));
         let title = format!("{} — vramscope", doc.file_name());
         ctx.send_viewport_cmd(egui::ViewportCommand::Title(title));
-        // The device with the highest peak is where the question is.
-        self.device_index =
-            doc.devices.iter().enumerate().max_by_key(|(_, d)| d.timeline.values(d.peak_point).0).map_or(0, |(i, _)| i);
+        // The device that ran out of memory first, else the one with the highest peak, is where
+        // the question is.
+        let peaks = doc.devices.iter().map(|d| (d.device, d.timeline.values(d.peak_point).0));
+        let focus = crate::analysis::summary::focus_device(&doc.trace, peaks);
+        self.device_index = doc.devices.iter().position(|d| Some(d.device) == focus).unwrap_or(0);
         self.doc = Some(doc);
         self.compare = None;
         if self.settings.view == View::Compare {
@@ -452,6 +454,9 @@ impl VramscopeApp {
         if self.doc.is_some() {
             self.toolbar(ui);
             self.sample_banner(ui);
+            if let Some(doc) = &self.doc {
+                super::banner::caveats_ui(ui, doc);
+            }
         }
         egui::CentralPanel::default().show(ui, |ui| {
             if self.doc.is_some() {
@@ -655,6 +660,7 @@ impl VramscopeApp {
                 path: doc.path.clone(),
                 file_bytes: doc.file_bytes,
                 format: doc.format,
+                wrappers: doc.wrappers.clone(),
             };
             let rebuilt = Document::build(loaded, doc.load_time);
             let ctx = ui.ctx().clone();

@@ -66,12 +66,28 @@ fn names_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView) {
         for (site, bytes, count) in view.by_site.iter().take(30) {
             row(ui, *bytes, site, format!("{site}\n{count} blocks"));
         }
+        metadata_ui(ui, trace, view, row);
         return;
     }
     ui.heading("By name");
     for &(name, bytes) in view.instant.by_name.iter().take(30) {
         let name = trace.interner.resolve(name);
         row(ui, bytes, name, name.to_owned());
+    }
+    metadata_ui(ui, trace, view, row);
+}
+
+/// Bytes by the user metadata of their allocation (`torch.cuda.memory._set_memory_metadata`,
+/// `_annotate_tensor`), when the trace has any.
+fn metadata_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, row: impl Fn(&mut egui::Ui, u64, &str, String)) {
+    if view.instant.by_metadata.is_empty() {
+        return;
+    }
+    ui.add_space(6.0);
+    ui.heading("By user metadata");
+    for &(text, bytes, count) in view.instant.by_metadata.iter().take(30) {
+        let text = trace.interner.resolve(text);
+        row(ui, bytes, text, format!("{text}\n{count} blocks allocated with this metadata"));
     }
 }
 
@@ -226,7 +242,11 @@ fn allocations_table_ui(
                     ui.monospace(format!("{:#x}", b.block.address));
                 });
                 row.col(|ui| {
-                    ui.label(allocation_site(trace, b, hide_noise));
+                    let response = ui.label(allocation_site(trace, b, hide_noise));
+                    let context = instant::context_lines(trace, &b.block);
+                    if !context.is_empty() {
+                        response.on_hover_text(context.join("\n"));
+                    }
                 });
                 if row.response().clicked() {
                     state.picked = if state.picked == Some(index) { None } else { Some(index) };
@@ -252,6 +272,9 @@ pub fn block_details_ui(ui: &mut egui::Ui, trace: &Trace, b: &AttributedBlock, n
         Some(t) => ui.label(format!("allocated {} before this instant", units::duration_ns(now_ns - t))),
         None => ui.label("allocated before the trace began"),
     };
+    for line in instant::context_lines(trace, &b.block) {
+        ui.label(line);
+    }
     egui::CollapsingHeader::new("stack").id_salt("picked-stack").default_open(true).show(ui, |ui| {
         stack_ui(ui, trace, b.block.stack, hide_noise, 40);
     });

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use vramscope_trace_format::import::Wrapper;
 use vramscope_trace_format::{Clock, SourceFormat, Trace};
 
 use crate::analysis::timeline::Timeline;
@@ -34,6 +35,10 @@ pub struct Document {
     pub path: PathBuf,
     /// Its format.
     pub format: SourceFormat,
+    /// What the content came wrapped in (gzip, a memory_viz HTML page), outermost first.
+    pub wrappers: Vec<Wrapper>,
+    /// What the trace cannot show, for a banner.
+    pub caveats: Vec<String>,
     /// Its size.
     pub file_bytes: u64,
     /// What was odd about it but not fatal.
@@ -78,6 +83,8 @@ impl Document {
         Self {
             path: loaded.path,
             format: loaded.format,
+            wrappers: loaded.wrappers,
+            caveats: crate::analysis::caveats::caveats(&trace),
             file_bytes: loaded.file_bytes,
             warnings: loaded.warnings,
             trace: Arc::new(trace),
@@ -107,7 +114,7 @@ impl Document {
     /// The name of a device for menus: `cuda:0 (NVIDIA H100)`, `host`.
     pub fn device_label(&self, index: usize) -> String {
         let Some(d) = self.devices.get(index) else { return String::new() };
-        let base = if d.device < 0 { "host".to_owned() } else { format!("cuda:{}", d.device) };
+        let base = self.trace.metadata.device_label(d.device);
         match &d.name {
             Some(name) => format!("{base} ({name})"),
             None => base,

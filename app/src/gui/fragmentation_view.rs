@@ -124,12 +124,14 @@ fn segment_row_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, segment:
     let (rect, response) = ui.allocate_exact_size(vec2(width, ROW_PX), Sense::hover());
     let painter = ui.painter_at(rect);
     let visuals = ui.visuals();
+    let private = segment.pool_id != (0, 0);
+    let pool = if private { "private" } else { pool_label(segment.pool) };
     painter.text(
         pos2(rect.left() + 2.0, rect.center().y),
         egui::Align2::LEFT_CENTER,
-        format!("{:#x} {:>9} {}", segment.address, units::bytes(segment.size_bytes), pool_label(segment.pool)),
+        format!("{:#x} {:>9} {pool}", segment.address, units::bytes(segment.size_bytes)),
         egui::FontId::monospace(11.0),
-        visuals.text_color(),
+        if private { visuals.warn_fg_color } else { visuals.text_color() },
     );
     let bar = Rect::from_min_max(
         pos2(rect.left() + LABEL_PX, rect.top() + 2.0),
@@ -158,7 +160,10 @@ fn segment_row_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, segment:
             hovered = Some(i);
         }
     }
-    painter.rect_stroke(bar, CornerRadius::ZERO, visuals.widgets.noninteractive.bg_stroke, StrokeKind::Inside);
+    // A private pool's segment is outlined: its free space serves only that pool.
+    let outline =
+        if private { Stroke::new(1.5, visuals.warn_fg_color) } else { visuals.widgets.noninteractive.bg_stroke };
+    painter.rect_stroke(bar, CornerRadius::ZERO, outline, StrokeKind::Inside);
     let f = &segment.fragmentation;
     painter.text(
         pos2(bar.right() + 8.0, rect.center().y),
@@ -202,6 +207,16 @@ fn segment_row_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, segment:
                 }
             });
             ui.label(format!("{} live blocks, stream {:#x}", segment.blocks.len(), segment.stream));
+            if private {
+                let (a, b) = segment.pool_id;
+                ui.colored_label(
+                    ui.visuals().warn_fg_color,
+                    format!(
+                        "private pool ({a}, {b}): a CUDA graph's or a MemPool's. Only that pool's allocations \
+                         use its free space."
+                    ),
+                );
+            }
         });
     }
 }

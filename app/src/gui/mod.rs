@@ -5,6 +5,7 @@
 
 pub mod advisor_view;
 pub mod app;
+pub mod banner;
 pub mod breakdown_view;
 pub mod compare_view;
 pub mod document;

@@ -1,13 +1,30 @@
-//! Importer of PyTorch profiler Chrome traces (`prof.export_chrome_trace`).
+//! Importer of PyTorch profiler Chrome traces (`prof.export_chrome_trace`, and the
+//! `*.pt.trace.json[.gz]` that `tensorboard_trace_handler` writes).
 //!
 //! With `profile_memory=True` the profiler writes one `[memory]` instant event per allocation
-//! and free, with the address, the signed size and the running totals. `record_function` ranges
-//! (`user_annotation`) and operators (`cpu_op`) become annotations.
+//! and free. Its arguments grew over the years: early kineto traces (PyTorch 1.8-1.9) carry only
+//! `Bytes` (signed), `Device Type` and `Device Id`; later ones add `Addr`, and `Total Allocated`
+//! and `Total Reserved` (the allocator's running totals after the event). Events with an address
+//! become allocator events; events without one become a curve: the running totals where the
+//! trace has them, otherwise the running sum of `Bytes`, which cannot see memory allocated before
+//! the trace began (the device is flagged so, and the curve starts at the least memory that its
+//! frees imply). `Device Type` is a `c10::DeviceType`: CPU memory is the host, every other type
+//! is device memory named for what it is (`cuda`, `hip` on ROCm, `xpu`, `mps`, ...).
+//!
+//! `[OutOfMemory]` events become OOMs; `record_function` ranges (`user_annotation`) and operators
+//! (`cpu_op`) become annotations;
+//! `distributedInfo` gives the process its rank, and the file's other top-level keys (kineto's
+//! and those added with `prof.add_metadata`) are kept in the trace's metadata.
+//!
+//! The file is read in one streaming pass: events are turned into records as the JSON parser
+//! produces them, never held as a whole.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
 use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::Imported;
 use crate::error::{Error, Result};
@@ -17,19 +34,214 @@ use crate::model::event::{Event, EventKind};
 use crate::model::ids::{ProcessId, StackId};
 use crate::model::interner::Interner;
 use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
+use crate::model::oom::Oom;
 use crate::model::trace::Trace;
 use crate::progress::Progress;
 
-#[derive(Deserialize)]
-struct File<'a> {
-    #[serde(rename = "traceEvents", borrow)]
-    trace_events: Vec<RawEvent<'a>>,
-    #[serde(rename = "baseTimeNanoseconds", default)]
-    base_time_ns: Option<i64>,
-    #[serde(rename = "deviceProperties", default)]
-    device_properties: serde_json::Value,
+/// `c10::DeviceType` values (`c10/core/DeviceType.h`) and the names PyTorch gives them.
+const DEVICE_TYPES: [&str; 21] = [
+    "cpu",
+    "cuda",
+    "mkldnn",
+    "opengl",
+    "opencl",
+    "ideep",
+    "hip",
+    "fpga",
+    "maia",
+    "xla",
+    "vulkan",
+    "metal",
+    "xpu",
+    "mps",
+    "meta",
+    "hpu",
+    "ve",
+    "lazy",
+    "ipu",
+    "mtia",
+    "privateuseone",
+];
+/// `c10::DeviceType::CPU`.
+const DEVICE_TYPE_CPU: i64 = 0;
+/// Keys of `[memory]` events named in an error about a foreign schema, at most.
+const MAX_FOREIGN_KEYS: usize = 12;
+/// Event categories named in an error about a trace without memory events, at most.
+const MAX_CATEGORIES: usize = 8;
+/// Top-level keys that say a trace comes from PyTorch's profiler (kineto).
+const KINETO_KEYS: [&str; 5] = ["schemaVersion", "deviceProperties", "distributedInfo", "record_shapes", "with_stack"];
+/// Event categories only PyTorch's profiler writes.
+const KINETO_CATEGORIES: [&str; 8] =
+    ["cpu_op", "user_annotation", "python_function", "cuda_runtime", "kernel", "gpu_memcpy", "ac2g", "Trace"];
+
+/// A number as any JSON writer may spell it: an integer, a float, or a string holding one.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Num {
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    /// Present but not a number.
+    #[default]
+    Other,
 }
 
+impl Num {
+    fn as_i64(self) -> Option<i64> {
+        match self {
+            Self::Int(v) => Some(v),
+            Self::UInt(v) => i64::try_from(v).ok(),
+            Self::Float(v) if v.fract() == 0.0 && v.abs() < 9.0e18 => Some(v as i64),
+            _ => None,
+        }
+    }
+
+    fn as_u64(self) -> Option<u64> {
+        match self {
+            Self::Int(v) => u64::try_from(v).ok(),
+            Self::UInt(v) => Some(v),
+            Self::Float(v) if v.fract() == 0.0 && (0.0..1.8e19).contains(&v) => Some(v as u64),
+            _ => None,
+        }
+    }
+
+    fn as_f64(self) -> Option<f64> {
+        match self {
+            Self::Int(v) => Some(v as f64),
+            Self::UInt(v) => Some(v as f64),
+            Self::Float(v) if v.is_finite() => Some(v),
+            _ => None,
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        let text = text.trim();
+        if let Some(hex) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+            return u64::from_str_radix(hex, 16).map_or(Self::Other, Self::UInt);
+        }
+        if let Ok(v) = text.parse::<i64>() {
+            Self::Int(v)
+        } else if let Ok(v) = text.parse::<u64>() {
+            Self::UInt(v)
+        } else if let Ok(v) = text.parse::<f64>() {
+            Self::Float(v)
+        } else {
+            Self::Other
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Num, E> {
+                Ok(Num::Int(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Num, E> {
+                Ok(Num::UInt(v))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Num, E> {
+                Ok(Num::Float(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Num, E> {
+                Ok(Num::parse(v))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Num, E> {
+                Ok(Num::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Num, E> {
+                Ok(Num::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Num, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Num::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Num, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Num::Other)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// The arguments of an event, as far as `[memory]` events use them; other keys are skipped and
+/// the first few of their names kept (borrowed from the input), to say what a foreign schema is.
+#[derive(Default)]
+struct Args<'a> {
+    addr: Option<Num>,
+    bytes: Option<Num>,
+    total_allocated: Option<Num>,
+    total_reserved: Option<Num>,
+    device_type: Option<Num>,
+    device_id: Option<Num>,
+    other_keys: [Option<Cow<'a, str>>; 4],
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Args<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Args<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of arguments")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Args<'a>, A::Error> {
+                let mut args = Args::default();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    let slot = match key.as_ref() {
+                        "Addr" => &mut args.addr,
+                        "Bytes" => &mut args.bytes,
+                        // Nightlies of mid-2021 spelt the totals "Allocated Bytes" and "Reserved Bytes".
+                        "Total Allocated" | "Allocated Bytes" => &mut args.total_allocated,
+                        "Total Reserved" | "Reserved Bytes" => &mut args.total_reserved,
+                        "Device Type" => &mut args.device_type,
+                        "Device Id" => &mut args.device_id,
+                        _ => {
+                            if let Some(free) = args.other_keys.iter_mut().find(|k| k.is_none()) {
+                                *free = Some(key);
+                            }
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value::<Num>()?);
+                }
+                Ok(args)
+            }
+            // Arguments that are not an object (a foreign schema) count as none.
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Args<'a>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Args::default())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Args<'a>, E> {
+                Ok(Args::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Args<'a>, E> {
+                Ok(Args::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Args<'a>, E> {
+                Ok(Args::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Args<'a>, E> {
+                Ok(Args::default())
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Args<'a>, E> {
+                Ok(Args::default())
+            }
+            fn visit_unit<E>(self) -> Result<Args<'a>, E> {
+                Ok(Args::default())
+            }
+        }
+        deserializer.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// One trace event, with only the fields read; the rest are skipped as the parser passes them.
 #[derive(Deserialize)]
 struct RawEvent<'a> {
     #[serde(borrow, default)]
@@ -39,108 +251,91 @@ struct RawEvent<'a> {
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
     #[serde(default)]
-    ts: Option<f64>,
+    ts: Option<Num>,
     #[serde(default)]
-    dur: Option<f64>,
+    dur: Option<Num>,
     #[serde(default)]
-    pid: Option<serde_json::Value>,
-    #[serde(default)]
-    args: Option<MemoryArgs>,
+    pid: Option<Num>,
+    #[serde(borrow, default)]
+    args: Option<Args<'a>>,
 }
 
-/// The arguments of a `[memory]` event; other events' arguments are skipped field by field.
-#[derive(Deserialize, Default, Clone, Copy)]
-struct MemoryArgs {
-    #[serde(rename = "Addr", default)]
-    addr: Option<u64>,
-    #[serde(rename = "Bytes", default)]
-    bytes: Option<i64>,
-    #[serde(rename = "Total Allocated", default)]
-    total_allocated: Option<i64>,
-    #[serde(rename = "Total Reserved", default)]
-    total_reserved: Option<i64>,
-    #[serde(rename = "Device Type", default)]
-    device_type: Option<i64>,
-    #[serde(rename = "Device Id", default)]
-    device_id: Option<i64>,
-}
-
-/// `c10::DeviceType::CPU`.
-const DEVICE_TYPE_CPU: i64 = 0;
-
+/// Memory of one device as the trace reports it.
+#[derive(Default)]
 struct DeviceSeries {
+    /// The device type's name (`cuda`, `hip`, ...); `None` for the host.
+    kind: Option<&'static str>,
     allocated: Vec<CounterSample>,
     reserved: Vec<CounterSample>,
     initial_allocated: Option<i64>,
+    /// Events with an address (allocator events).
+    addressed: usize,
+    /// Events without one: `(time_ns, bytes)`, for the running sum.
+    unaddressed: Vec<(i64, i64)>,
 }
 
-/// Reads a Chrome trace.
-pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
-    if !progress.update(0, data.len() as u64) {
-        return Err(Error::Cancelled);
+/// Everything read from the file so far.
+#[derive(Default)]
+struct State {
+    interner: Interner,
+    events: Vec<Event>,
+    annotations: Vec<Annotation>,
+    ooms: Vec<Oom>,
+    series: BTreeMap<i16, DeviceSeries>,
+    pids: BTreeSet<u64>,
+    memory_events: usize,
+    /// `[memory]` events that do not follow PyTorch's schema, and their argument names.
+    foreign_memory: usize,
+    foreign_keys: BTreeSet<String>,
+    skipped_memory: usize,
+    categories: BTreeSet<String>,
+    kineto_categories: bool,
+    /// Devices whose `Device Type` is not one this build knows.
+    unknown_types: BTreeSet<i64>,
+    trace_events: usize,
+}
+
+/// A `c10::DeviceType` number as a device of the trace: `None` is the host.
+fn device_kind(device_type: Option<i64>, device_id: Option<i64>, unknown: &mut BTreeSet<i64>) -> Option<&'static str> {
+    match device_type {
+        Some(DEVICE_TYPE_CPU) => None,
+        Some(t) => Some(usize::try_from(t).ok().and_then(|t| DEVICE_TYPES.get(t)).copied().unwrap_or_else(|| {
+            unknown.insert(t);
+            "device"
+        })),
+        // Without a type, the id tells: the CPU allocator reports -1.
+        None if device_id.is_none_or(|d| d < 0) => None,
+        None => Some("cuda"),
     }
-    let file: File<'_> = if data.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-        File {
-            trace_events: serde_json::from_slice(data)?,
-            base_time_ns: None,
-            device_properties: serde_json::Value::Null,
-        }
-    } else {
-        serde_json::from_slice(data).map_err(|e| {
-            if e.is_data() && e.to_string().contains("traceEvents") {
-                Error::Structure("a JSON object without 'traceEvents': not a PyTorch profiler Chrome trace".to_owned())
-            } else {
-                Error::Json(e)
-            }
-        })?
-    };
-    if !progress.update(data.len() as u64 / 2, data.len() as u64) {
-        return Err(Error::Cancelled);
-    }
-    let base_ns = file.base_time_ns.unwrap_or(0);
-    let time_ns = |ts: f64| base_ns.saturating_add((ts * 1000.0).round() as i64);
-    let mut interner = Interner::new();
-    let mut events = Vec::new();
-    let mut annotations = Vec::new();
-    let mut series: BTreeMap<i16, DeviceSeries> = BTreeMap::new();
-    let mut pids = Vec::new();
-    let mut warnings = Vec::new();
-    let mut skipped_memory = 0usize;
-    for raw in &file.trace_events {
-        let Some(ts) = raw.ts else { continue };
+}
+
+impl State {
+    fn event(&mut self, raw: RawEvent<'_>) {
+        self.trace_events += 1;
+        let Some(ts) = raw.ts.and_then(Num::as_f64) else { return };
+        let time_ns = (ts * 1000.0).round() as i64;
         let name = raw.name.as_deref().unwrap_or("");
+        if let Some(cat) = raw.cat.as_deref() {
+            if KINETO_CATEGORIES.contains(&cat) {
+                self.kineto_categories = true;
+            }
+            if self.categories.len() < MAX_CATEGORIES && !self.categories.contains(cat) {
+                self.categories.insert(cat.to_owned());
+            }
+        }
+        if name == "[OutOfMemory]" {
+            self.oom_event(time_ns, raw.args.unwrap_or_default());
+            return;
+        }
         if name == "[memory]" {
-            let args = raw.args.as_ref();
-            let (Some(addr), Some(bytes)) = (args.and_then(|a| a.addr), args.and_then(|a| a.bytes)) else {
-                skipped_memory += 1;
-                continue;
-            };
-            let args = args.copied().unwrap_or_default();
-            let device = if args.device_type == Some(DEVICE_TYPE_CPU) { -1 } else { args.device_id.unwrap_or(0) };
-            let device = i16::try_from(device).unwrap_or(-1);
-            let t = time_ns(ts);
-            let kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::FreeCompleted };
-            if bytes != 0 {
-                events.push(Event::new(kind, t, device, addr, bytes.unsigned_abs()));
+            self.memory_event(time_ns, raw.args.unwrap_or_default());
+            if let Some(pid) = raw.pid.and_then(Num::as_u64) {
+                self.pids.insert(pid);
             }
-            let entry = series.entry(device).or_insert_with(|| DeviceSeries {
-                allocated: Vec::new(),
-                reserved: Vec::new(),
-                initial_allocated: None,
-            });
-            if let Some(total) = args.total_allocated {
-                if entry.initial_allocated.is_none() {
-                    entry.initial_allocated = Some(total - bytes);
-                }
-                entry.allocated.push(CounterSample { time_ns: t, value: total });
-            }
-            if let Some(total) = args.total_reserved {
-                entry.reserved.push(CounterSample { time_ns: t, value: total });
-            }
-            continue;
+            return;
         }
         if raw.ph.as_deref() != Some("X") {
-            continue;
+            return;
         }
         let kind = match raw.cat.as_deref() {
             Some("user_annotation") | Some("gpu_user_annotation") => {
@@ -153,54 +348,343 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
                 }
             }
             Some("cpu_op") => AnnotationKind::Op,
-            _ => continue,
+            _ => return,
         };
-        let start_ns = time_ns(ts);
-        let end_ns = start_ns.saturating_add((raw.dur.unwrap_or(0.0).max(0.0) * 1000.0).round() as i64);
+        let dur_ns = (raw.dur.and_then(Num::as_f64).unwrap_or(0.0).max(0.0) * 1000.0).round() as i64;
         let device = if raw.cat.as_deref() == Some("gpu_user_annotation") { Annotation::ALL_DEVICES } else { -1 };
-        annotations.push(Annotation {
+        self.annotations.push(Annotation {
             kind,
             device,
             process: ProcessId(0),
-            start_ns,
-            end_ns,
-            name: interner.string(name),
+            start_ns: time_ns,
+            end_ns: time_ns.saturating_add(dur_ns),
+            name: self.interner.string(name),
             stack: StackId(0),
         });
-        if let Some(pid) = raw.pid.as_ref().and_then(serde_json::Value::as_u64) {
-            pids.push(pid);
+        if let Some(pid) = raw.pid.and_then(Num::as_u64) {
+            self.pids.insert(pid);
         }
     }
-    if skipped_memory > 0 {
-        warnings.push(format!("{skipped_memory} [memory] events without Addr or Bytes were skipped"));
+
+    /// The device of an event in PyTorch's schema.
+    fn device_of(&mut self, args: &Args<'_>) -> (i16, Option<&'static str>) {
+        let device_type = args.device_type.and_then(Num::as_i64);
+        let device_id = args.device_id.and_then(Num::as_i64);
+        let kind = device_kind(device_type, device_id, &mut self.unknown_types);
+        let device = match kind {
+            None => -1,
+            Some(_) => device_id.and_then(|d| i16::try_from(d.max(0)).ok()).unwrap_or(0),
+        };
+        (device, kind)
     }
-    if events.is_empty() && series.is_empty() {
-        return Err(Error::Structure(
-            "this Chrome trace has no [memory] events: record it with profile_memory=True".to_owned(),
-        ));
-    }
-    events.sort_by_key(|e| e.time_ns);
-    annotations.sort_by_key(|a| (a.start_ns, a.end_ns));
-    let mut counters = Vec::new();
-    let mut devices = Vec::new();
-    for (&device, s) in &series {
-        devices.push(DeviceInfo {
-            device,
-            initial_allocated_bytes: s.initial_allocated.map(|v| v.max(0) as u64),
-            ..DeviceInfo::default()
-        });
-        let mut allocated = s.allocated.clone();
-        allocated.sort_by_key(|c| c.time_ns);
-        counters.push(CounterSeries {
-            kind: CounterKind::Allocated,
-            name: interner.string("Total Allocated"),
+
+    /// `[OutOfMemory]`: an allocation of `Bytes` that failed, with the totals at that moment.
+    fn oom_event(&mut self, time_ns: i64, args: Args<'_>) {
+        let Some(bytes) = args.bytes.and_then(Num::as_i64) else { return };
+        let (device, _) = self.device_of(&args);
+        self.ooms.push(Oom {
+            time_ns,
             device,
             process: ProcessId(0),
-            samples: allocated,
+            stream: 0,
+            requested_bytes: bytes.unsigned_abs(),
+            device_free_bytes: None,
+            stack: StackId(0),
         });
+    }
+
+    fn memory_event(&mut self, time_ns: i64, args: Args<'_>) {
+        self.memory_events += 1;
+        let bytes = args.bytes.and_then(Num::as_i64);
+        // PyTorch's schema: a signed `Bytes` and where it lives. Anything else is another tool's.
+        let pytorch =
+            bytes.is_some() && (args.device_type.is_some() || args.device_id.is_some() || args.addr.is_some());
+        let Some(bytes) = bytes.filter(|_| pytorch) else {
+            self.foreign_memory += 1;
+            let keys = [
+                ("Addr", args.addr.is_some()),
+                ("Bytes", args.bytes.is_some()),
+                ("Total Allocated", args.total_allocated.is_some()),
+                ("Total Reserved", args.total_reserved.is_some()),
+                ("Device Type", args.device_type.is_some()),
+                ("Device Id", args.device_id.is_some()),
+            ];
+            let named = keys.iter().filter(|(_, present)| *present).map(|(k, _)| Cow::Borrowed(*k));
+            for key in named.chain(args.other_keys.into_iter().flatten()) {
+                if self.foreign_keys.len() < MAX_FOREIGN_KEYS {
+                    self.foreign_keys.insert(key.into_owned());
+                }
+            }
+            return;
+        };
+        let (device, kind) = self.device_of(&args);
+        let entry = self.series.entry(device).or_insert_with(|| DeviceSeries { kind, ..DeviceSeries::default() });
+        // A negative total is the profiler's "not known".
+        if let Some(total) = args.total_allocated.and_then(Num::as_i64).filter(|&t| t >= 0) {
+            if entry.initial_allocated.is_none() {
+                entry.initial_allocated = Some(total.saturating_sub(bytes));
+            }
+            entry.allocated.push(CounterSample { time_ns, value: total });
+        }
+        if let Some(total) = args.total_reserved.and_then(Num::as_i64).filter(|&t| t >= 0) {
+            entry.reserved.push(CounterSample { time_ns, value: total });
+        }
+        // `Addr` is an `intptr_t`: a negative value is an address by its bit pattern.
+        let addr = args.addr.and_then(|a| a.as_u64().or_else(|| a.as_i64().map(|v| v as u64)));
+        match addr {
+            Some(addr) => {
+                entry.addressed += 1;
+                let kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::FreeCompleted };
+                if bytes != 0 {
+                    self.events.push(Event::new(kind, time_ns, device, addr, bytes.unsigned_abs()));
+                }
+            }
+            None if args.addr.is_some() => self.skipped_memory += 1,
+            None => entry.unaddressed.push((time_ns, bytes)),
+        }
+    }
+}
+
+/// The top-level object, read key by key; `traceEvents` is streamed into the state.
+struct TopLevel<'s> {
+    state: &'s mut State,
+    base_time_ns: Option<i64>,
+    display_time_unit: Option<String>,
+    has_events: bool,
+    kineto_keys: bool,
+    device_properties: Option<serde_json::Value>,
+    distributed: Option<serde_json::Value>,
+    other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Streams the events of the `traceEvents` array.
+struct EventsSeed<'s>(&'s mut State);
+
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventsSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("'traceEvents' to be a list of event objects")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(event) = seq.next_element::<Option<RawEvent<'de>>>()? {
+            if let Some(event) = event {
+                self.0.event(event);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'de> Visitor<'de> for &mut TopLevel<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object with 'traceEvents', or a list of events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        self.has_events = true;
+        EventsSeed(self.state).visit_seq(seq)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if KINETO_KEYS.contains(&key.as_ref()) {
+                self.kineto_keys = true;
+            }
+            match key.as_ref() {
+                "traceEvents" => {
+                    self.has_events = true;
+                    map.next_value_seed(EventsSeed(self.state))?;
+                }
+                "baseTimeNanoseconds" => {
+                    let value: Num = map.next_value()?;
+                    self.base_time_ns = value.as_i64();
+                }
+                "displayTimeUnit" => {
+                    let value: serde_json::Value = map.next_value()?;
+                    self.display_time_unit = value.as_str().map(str::to_owned);
+                }
+                "deviceProperties" => self.device_properties = Some(map.next_value()?),
+                "distributedInfo" => self.distributed = Some(map.next_value()?),
+                other => {
+                    let other = other.to_owned();
+                    let value: serde_json::Value = map.next_value()?;
+                    self.other.insert(other, value);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The running sum of a device's address-less `[memory]` events, lifted so that it never goes
+/// below zero: a free of memory allocated before the trace shows that at least that much was
+/// alive from the start.
+fn running_sum(changes: &mut [(i64, i64)]) -> Vec<CounterSample> {
+    changes.sort_by_key(|c| c.0);
+    let mut sum = 0i64;
+    let mut lowest = 0i64;
+    let sums: Vec<(i64, i64)> = changes
+        .iter()
+        .map(|&(t, bytes)| {
+            sum = sum.saturating_add(bytes);
+            lowest = lowest.min(sum);
+            (t, sum)
+        })
+        .collect();
+    sums.into_iter().map(|(time_ns, value)| CounterSample { time_ns, value: value - lowest }).collect()
+}
+
+/// Why a Chrome trace without usable memory events is refused.
+fn refusal(state: &State, top: &TopLevel<'_>) -> String {
+    if state.foreign_memory > 0 {
+        let keys: Vec<&str> = state.foreign_keys.iter().map(String::as_str).collect();
+        // PaddlePaddle's profiler names its memory events `[memory]` too, with snake_case arguments.
+        let paddle = ["increase_bytes", "place", "current_allocated"].iter().any(|k| state.foreign_keys.contains(*k));
+        let writer = if paddle { "PaddlePaddle's profiler" } else { "another framework's profiler" };
+        let keys = if keys.is_empty() { "none".to_owned() } else { keys.join(", ") };
+        return format!(
+            "this Chrome trace has {} [memory] event{}, but not in the schema of PyTorch's profiler (their \
+             arguments: {keys}; PyTorch writes a signed Bytes with Device Type and Device Id): it was written \
+             by {writer}. vramscope reads the memory events of PyTorch's profiler \
+             (torch.profiler.profile(profile_memory=True)) and PyTorch memory snapshots",
+            state.foreign_memory,
+            if state.foreign_memory == 1 { "" } else { "s" }
+        );
+    }
+    let from_pytorch = top.kineto_keys || state.kineto_categories;
+    if from_pytorch {
+        return "this PyTorch profiler trace has no memory events: profile with \
+                torch.profiler.profile(profile_memory=True) to record them, or take a memory snapshot \
+                (torch.cuda.memory._record_memory_history, then _dump_snapshot)"
+            .to_owned();
+    }
+    let categories: Vec<&str> = state.categories.iter().map(String::as_str).collect();
+    format!(
+        "this Chrome trace ({} events{}) is not from PyTorch's profiler and has no memory events vramscope \
+         reads; vramscope reads PyTorch profiler traces recorded with profile_memory=True",
+        state.trace_events,
+        if categories.is_empty() { String::new() } else { format!(", categories {}", categories.join(", ")) }
+    )
+}
+
+/// Reads a Chrome trace.
+pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
+    if !progress.update(0, data.len() as u64) {
+        return Err(Error::Cancelled);
+    }
+    let mut state = State::default();
+    let mut top = TopLevel {
+        state: &mut state,
+        base_time_ns: None,
+        display_time_unit: None,
+        has_events: false,
+        kineto_keys: false,
+        device_properties: None,
+        distributed: None,
+        other: serde_json::Map::new(),
+    };
+    let mut deserializer = serde_json::Deserializer::from_slice(data);
+    let parsed = (&mut deserializer).deserialize_any(&mut top).and_then(|()| deserializer.end());
+    if let Err(e) = parsed {
+        return Err(if e.is_data() && e.to_string().contains("traceEvents") {
+            Error::Structure(format!("this Chrome trace's 'traceEvents' is not a list of event objects: {e}"))
+        } else {
+            Error::Json(e)
+        });
+    }
+    if !top.has_events {
+        return Err(Error::Structure(
+            "a JSON object without 'traceEvents': not a PyTorch profiler Chrome trace".to_owned(),
+        ));
+    }
+    if !progress.update(data.len() as u64 * 9 / 10, data.len() as u64) {
+        return Err(Error::Cancelled);
+    }
+    let base_ns = top.base_time_ns.unwrap_or(0);
+    let usable = top.state.series.values().any(|s| s.addressed > 0 || !s.unaddressed.is_empty());
+    if !usable {
+        return Err(Error::Structure(refusal(top.state, &top)));
+    }
+    let TopLevel { base_time_ns, display_time_unit, device_properties, distributed, other, .. } = top;
+    let mut warnings = Vec::new();
+    if state.skipped_memory > 0 {
+        warnings.push(format!("{} [memory] events whose Addr is not a number were skipped", state.skipped_memory));
+    }
+    if state.foreign_memory > 0 {
+        warnings.push(format!(
+            "{} [memory] events without PyTorch's Bytes, Device Type and Device Id were skipped",
+            state.foreign_memory
+        ));
+    }
+    if !state.unknown_types.is_empty() {
+        let types: Vec<String> = state.unknown_types.iter().map(ToString::to_string).collect();
+        warnings.push(format!(
+            "memory events of Device Type {} (not a c10::DeviceType this build knows) are shown as 'device'",
+            types.join(", ")
+        ));
+    }
+    let mut interner = state.interner;
+    let mut events = state.events;
+    for e in &mut events {
+        e.time_ns = e.time_ns.saturating_add(base_ns);
+    }
+    events.sort_by_key(|e| e.time_ns);
+    let mut ooms = state.ooms;
+    for o in &mut ooms {
+        o.time_ns = o.time_ns.saturating_add(base_ns);
+    }
+    ooms.sort_by_key(|o| o.time_ns);
+    let mut annotations = state.annotations;
+    for a in &mut annotations {
+        a.start_ns = a.start_ns.saturating_add(base_ns);
+        a.end_ns = a.end_ns.saturating_add(base_ns);
+    }
+    annotations.sort_by_key(|a| (a.start_ns, a.end_ns));
+    let shift = |samples: &mut Vec<CounterSample>| {
+        for s in samples.iter_mut() {
+            s.time_ns = s.time_ns.saturating_add(base_ns);
+        }
+        samples.sort_by_key(|c| c.time_ns);
+    };
+    let mut counters = Vec::new();
+    let mut devices = Vec::new();
+    for (device, mut s) in state.series {
+        let mut info = DeviceInfo {
+            device,
+            initial_allocated_bytes: s.initial_allocated.map(|v| v.max(0) as u64),
+            kind: s.kind.filter(|&k| k != "cuda").map(str::to_owned),
+            ..DeviceInfo::default()
+        };
+        let mut allocated = std::mem::take(&mut s.allocated);
+        if allocated.is_empty() && s.addressed == 0 && !s.unaddressed.is_empty() {
+            // No totals and no addresses: the running sum is all there is.
+            allocated = running_sum(&mut s.unaddressed);
+            info.allocated_before_unknown = true;
+        }
+        devices.push(info);
+        if !allocated.is_empty() {
+            shift(&mut allocated);
+            counters.push(CounterSeries {
+                kind: CounterKind::Allocated,
+                name: interner.string(if s.allocated.is_empty() && s.addressed == 0 {
+                    "Bytes (running sum)"
+                } else {
+                    "Total Allocated"
+                }),
+                device,
+                process: ProcessId(0),
+                samples: allocated,
+            });
+        }
         if s.reserved.iter().any(|c| c.value != 0) {
-            let mut reserved = s.reserved.clone();
-            reserved.sort_by_key(|c| c.time_ns);
+            let mut reserved = s.reserved;
+            shift(&mut reserved);
             counters.push(CounterSeries {
                 kind: CounterKind::Reserved,
                 name: interner.string("Total Reserved"),
@@ -210,19 +694,39 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
             });
         }
     }
-    pids.sort_unstable();
-    pids.dedup();
+    if devices.iter().any(|d| d.allocated_before_unknown) {
+        warnings.push(
+            "this trace's memory events carry neither addresses nor running totals (an early kineto trace, \
+             PyTorch 1.8-1.9): memory is the running sum of their sizes, so memory allocated before the trace \
+             began is not seen"
+                .to_owned(),
+        );
+    }
     let mut extra = serde_json::Map::new();
-    if !file.device_properties.is_null() {
-        extra.insert("deviceProperties".to_owned(), file.device_properties.clone());
+    if let Some(properties) = device_properties.filter(|v| !v.is_null()) {
+        extra.insert("deviceProperties".to_owned(), properties);
+    }
+    let rank = distributed.as_ref().and_then(|d| d.get("rank")).and_then(serde_json::Value::as_u64);
+    if let Some(world) = distributed.as_ref().and_then(|d| d.get("world_size")).and_then(serde_json::Value::as_u64) {
+        extra.insert("world_size".to_owned(), world.into());
+    }
+    if let Some(distributed) = distributed.filter(|v| !v.is_null()) {
+        extra.insert("distributedInfo".to_owned(), distributed);
+    }
+    if let Some(unit) = display_time_unit {
+        extra.insert("displayTimeUnit".to_owned(), unit.into());
+    }
+    if !other.is_empty() {
+        extra.insert("trace_metadata".to_owned(), serde_json::Value::Object(other));
     }
     let metadata = Metadata {
         source_format: SourceFormat::ChromeTrace,
-        clock: if file.base_time_ns.is_some() { Clock::UnixNs } else { Clock::MonotonicNs },
+        clock: if base_time_ns.is_some() { Clock::UnixNs } else { Clock::MonotonicNs },
         tool_version: String::new(),
         devices,
         processes: vec![ProcessInfo {
-            pid: pids.first().and_then(|&p| u32::try_from(p).ok()),
+            pid: state.pids.first().and_then(|&p| u32::try_from(p).ok()),
+            rank: rank.and_then(|r| u32::try_from(r).ok()),
             ..ProcessInfo::default()
         }],
         allocator_settings: serde_json::Value::Null,
@@ -236,11 +740,36 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
             events,
             segments: Vec::new(),
             annotations,
-            ooms: Vec::new(),
+            ooms,
             counters,
             tags: Vec::new(),
         },
         warnings,
         format: SourceFormat::ChromeTrace,
+        wrappers: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_running_sum_starts_at_the_least_memory_its_frees_imply() {
+        // 100 bytes freed that the trace never saw allocated: at least 100 were alive at the start.
+        let mut changes = vec![(30, 50), (10, -100), (20, 200)];
+        let values: Vec<i64> = running_sum(&mut changes).iter().map(|s| s.value).collect();
+        assert_eq!(values, [0, 200, 250]);
+    }
+
+    #[test]
+    fn numbers_in_any_spelling() {
+        assert_eq!(Num::parse("0x7f00"), Num::UInt(0x7f00));
+        assert_eq!(Num::parse(" -12 "), Num::Int(-12));
+        assert_eq!(Num::parse("1.5"), Num::Float(1.5));
+        assert_eq!(Num::parse("x"), Num::Other);
+        assert_eq!(Num::Float(3.0).as_i64(), Some(3));
+        assert_eq!(Num::Float(3.5).as_i64(), None);
+        assert_eq!(Num::UInt(u64::MAX).as_u64(), Some(u64::MAX));
+    }
 }

@@ -5,9 +5,8 @@
 //! UNKNOWN]` in bytes after that instant. `export_memory_timeline_raw(path.raw.json.gz)` writes the
 //! underlying records `[time_ns or -1, action, signed bytes, category]` with the categories in
 //! the same order (without the leading 0) and -1 for memory that existed before profiling began.
-//! Both become one counter series per category.
-
-use std::io::Read;
+//! Both become one counter series per category. The `.gz` container is taken off before this
+//! module sees the data (`container.rs`).
 
 use super::Imported;
 use crate::error::{Error, Result};
@@ -31,10 +30,6 @@ const COLUMNS: [Category; 8] = [
     Category::Unknown,
 ];
 
-/// Largest decompressed size accepted for a `raw.json.gz` (a guard against decompression bombs;
-/// real exports are kilobytes to megabytes).
-const MAX_RAW_BYTES: u64 = 1 << 30;
-
 /// Whether JSON data looks like a memory timeline rather than a Chrome trace.
 pub(crate) fn looks_like_timeline(data: &[u8]) -> bool {
     // `[[t, ...], [[0, ...], ...]]` or `[[t, a, b, c], ...]`: a list whose first item is a list.
@@ -57,7 +52,8 @@ fn build(interner: Interner, mut series: Vec<CounterSeries>, samples: usize) -> 
         source_format: SourceFormat::MemoryTimeline,
         clock: Clock::UnixNs,
         tool_version: String::new(),
-        devices: vec![DeviceInfo { device: 0, ..DeviceInfo::default() }],
+        // The export does not say which device it was made for: not claimed to be CUDA.
+        devices: vec![DeviceInfo { device: 0, kind: Some("device".to_owned()), ..DeviceInfo::default() }],
         processes: vec![ProcessInfo::default()],
         allocator_settings: serde_json::Value::Null,
         extra: serde_json::Map::new(),
@@ -66,6 +62,7 @@ fn build(interner: Interner, mut series: Vec<CounterSeries>, samples: usize) -> 
         trace: Trace { metadata, interner, counters: series, ..Trace::default() },
         warnings: vec![warning_device()],
         format: SourceFormat::MemoryTimeline,
+        wrappers: Vec::new(),
     })
 }
 
@@ -94,10 +91,11 @@ pub fn import_json(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
         )
     };
     let outer = value.as_array().ok_or_else(shape)?;
-    // The raw export, uncompressed: a list of 4-number records.
-    if outer.first().and_then(|v| v.as_array()).is_some_and(|r| r.len() == 4 && r.iter().all(|x| x.is_number()))
-        && outer.len() != 2
-    {
+    // The raw export (inflated from `raw.json.gz`, or saved plain): a list of 4-number records.
+    // `[times, sizes]` has a list of rows second, the raw export a record of numbers.
+    let is_record =
+        |v: &serde_json::Value| v.as_array().is_some_and(|r| r.len() == 4 && r.iter().all(|x| x.is_number()));
+    if outer.first().is_some_and(is_record) && (outer.len() != 2 || outer.get(1).is_some_and(is_record)) {
         return import_raw_records(outer);
     }
     let [times, sizes] = outer.as_slice() else { return Err(shape()) };
@@ -171,28 +169,4 @@ fn import_raw_records(records: &[serde_json::Value]) -> Result<Imported> {
         samples += 1;
     }
     build(interner, series, samples)
-}
-
-/// Reads the `raw.json.gz` export.
-pub fn import_raw_gz(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
-    let mut json = Vec::new();
-    flate2::read::GzDecoder::new(data)
-        .take(MAX_RAW_BYTES + 1)
-        .read_to_end(&mut json)
-        .map_err(|e| Error::Structure(format!("gzip data cannot be decompressed: {e}")))?;
-    if json.len() as u64 > MAX_RAW_BYTES {
-        return Err(Error::Structure(format!(
-            "the gzip data decompresses to more than {} MiB, far more than a memory timeline; refusing it",
-            MAX_RAW_BYTES >> 20
-        )));
-    }
-    if !progress.update(data.len() as u64 / 2, data.len() as u64) {
-        return Err(Error::Cancelled);
-    }
-    let value: serde_json::Value = serde_json::from_slice(&json)?;
-    let records = value.as_array().ok_or_else(|| {
-        Error::Structure("the gzip file does not hold a raw memory timeline (a JSON list of records)".to_owned())
-    })?;
-    progress.update(data.len() as u64, data.len() as u64);
-    import_raw_records(records)
 }

@@ -1,10 +1,13 @@
 //! Importers of other tools' files, chosen by content, never by file name.
 
 pub mod chrome;
+pub mod container;
+pub mod html;
 pub mod memory_timeline;
 mod pickle;
 pub mod snapshot;
 
+use self::container::{Compression, GZIP_MAGIC, ZSTD_MAGIC};
 use crate::error::{Error, Result};
 use crate::model::metadata::SourceFormat;
 use crate::model::trace::Trace;
@@ -20,7 +23,31 @@ pub struct Imported {
     /// The format of the file itself (a `.vtrace` converted from a snapshot is `Vtrace` here and
     /// `PytorchSnapshot` in its metadata).
     pub format: SourceFormat,
+    /// What the content was wrapped in, outermost first (`trace_plot` HTML, gzip, ...).
+    pub wrappers: Vec<Wrapper>,
 }
+
+/// Something a file's content came wrapped in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wrapper {
+    /// Compressed.
+    Compressed(Compression),
+    /// Embedded in the HTML page that PyTorch's `_memory_viz.py` writes.
+    MemoryVizHtml,
+}
+
+impl Wrapper {
+    /// How `info` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Compressed(c) => c.name(),
+            Self::MemoryVizHtml => "memory_viz HTML",
+        }
+    }
+}
+
+/// Containers may nest (a gzipped HTML page); deeper than this is hostile.
+const MAX_WRAPPERS: usize = 3;
 
 /// The formats vramscope reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,13 +56,15 @@ pub enum Detected {
     Vtrace,
     /// A pickle (a PyTorch memory snapshot if anything).
     Pickle,
-    /// Gzip-compressed data (the profiler's `raw.json.gz` memory timeline export).
-    Gzip,
+    /// Compressed data, whatever it holds (the profiler's `raw.json.gz` and `.pt.trace.json.gz`).
+    Compressed(Compression),
     /// JSON: a Chrome trace or a memory timeline.
     Json,
+    /// An HTML page (PyTorch's `_memory_viz.py` output embeds a snapshot).
+    Html,
 }
 
-/// Tells the format from the first bytes of a file.
+/// Tells the format from the first bytes of a file (and, for old pickles, its last byte).
 pub fn detect(data: &[u8]) -> Result<Detected> {
     if data.is_empty() {
         return Err(Error::Empty);
@@ -46,21 +75,52 @@ pub fn detect(data: &[u8]) -> Result<Detected> {
     if data[0] == 0x80 && data.len() > 1 && (2..=5).contains(&data[1]) {
         return Ok(Detected::Pickle);
     }
-    if data.starts_with(&[0x1f, 0x8b]) {
-        return Ok(Detected::Gzip);
+    if data.starts_with(&GZIP_MAGIC) {
+        return Ok(Detected::Compressed(Compression::Gzip));
     }
-    let first = data.iter().copied().find(|b| !b.is_ascii_whitespace());
-    if matches!(first, Some(b'{') | Some(b'[')) {
-        return Ok(Detected::Json);
+    if data.starts_with(&ZSTD_MAGIC) {
+        return Ok(Detected::Compressed(Compression::Zstd));
     }
-    if data.starts_with(&[0xef, 0xbb, 0xbf]) {
-        return Ok(Detected::Json);
+    if is_old_pickle(data) {
+        return Ok(Detected::Pickle);
+    }
+    let text = data.strip_prefix(&[0xef, 0xbb, 0xbf]).unwrap_or(data);
+    let first = text.iter().position(|b| !b.is_ascii_whitespace()).map(|i| &text[i..]);
+    match first {
+        Some([b'{' | b'[', ..]) => return Ok(Detected::Json),
+        Some(rest) if html::looks_like_html(rest) => return Ok(Detected::Html),
+        _ => {}
     }
     Err(Error::UnknownFormat(describe_start(data)))
 }
 
+/// Pickles of protocols 0 and 1 have no header: they start with the opcode that builds the top
+/// object (`(dp0`, `(lp0` in protocol 0; `}q`, `]q` and friends in protocol 1) and end with STOP.
+fn is_old_pickle(data: &[u8]) -> bool {
+    let ends_with_stop = data.last() == Some(&b'.');
+    let starts = match data {
+        [b'(', b'd' | b'l', ..] => true,
+        [b'}' | b']', second, ..] => b"q r ( h j s a u e . 0 ( N I V X".contains(second),
+        _ => false,
+    };
+    ends_with_stop && starts
+}
+
 /// A short, printable description of a file's first bytes, for error messages.
 fn describe_start(data: &[u8]) -> String {
+    let known: [(&[u8], &str); 5] = [
+        (b"\x89PNG", "a PNG image"),
+        (
+            b"PK\x03\x04",
+            "a ZIP archive (torch.save writes these; save the snapshot with torch.cuda.memory._dump_snapshot)",
+        ),
+        (b"%PDF", "a PDF document"),
+        (b"BZh", "bzip2-compressed data (decompress it first)"),
+        (b"\xfd7zXZ", "xz-compressed data (decompress it first)"),
+    ];
+    if let Some((_, what)) = known.iter().find(|(magic, _)| data.starts_with(magic)) {
+        return (*what).to_owned();
+    }
     let head = &data[..data.len().min(16)];
     let printable = head.iter().all(|b| b.is_ascii_graphic() || *b == b' ');
     if printable {
@@ -74,29 +134,77 @@ fn describe_start(data: &[u8]) -> String {
 /// Reads any supported file from its bytes.
 ///
 /// `.vtrace` files damaged at the end load up to the damage; the damage is reported as a warning.
+/// Compressed files and memory_viz HTML pages are unwrapped and their content recognised again.
 pub fn import(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
-    match detect(data)? {
-        Detected::Vtrace => {
-            let loaded = crate::vtrace::read(data, progress)?;
-            let warnings = loaded.damage.iter().map(ToString::to_string).collect();
-            Ok(Imported { trace: loaded.trace, warnings, format: SourceFormat::Vtrace })
-        }
-        Detected::Pickle => snapshot::import_snapshot(data, progress),
-        Detected::Gzip => memory_timeline::import_raw_gz(data, progress),
-        Detected::Json => import_json(data, progress),
-    }
+    import_wrapped(data, progress, Vec::new())
 }
 
 /// Reads any supported file from its bytes, taking them so that they can be freed as soon as
 /// they have been read (a snapshot's bytes go before its trace is built): less memory at the peak.
 pub fn import_owned(data: Vec<u8>, progress: &dyn Progress) -> Result<Imported> {
-    match detect(&data)? {
+    import_owned_wrapped(data, progress, Vec::new())
+}
+
+fn import_owned_wrapped(data: Vec<u8>, progress: &dyn Progress, wrappers: Vec<Wrapper>) -> Result<Imported> {
+    match detect(&data).map_err(|e| inside(&wrappers, e))? {
         Detected::Pickle => {
             let parsed = snapshot::parse(&data, progress)?;
             drop(data);
-            parsed.build()
+            let mut imported = parsed.build()?;
+            imported.wrappers = wrappers;
+            Ok(imported)
         }
-        _ => import(&data, progress),
+        _ => import_wrapped(&data, progress, wrappers),
+    }
+}
+
+fn import_wrapped(data: &[u8], progress: &dyn Progress, mut wrappers: Vec<Wrapper>) -> Result<Imported> {
+    let detected = detect(data).map_err(|e| inside(&wrappers, e))?;
+    if matches!(detected, Detected::Compressed(_) | Detected::Html) && wrappers.len() >= MAX_WRAPPERS {
+        return Err(Error::Structure(format!(
+            "the content is wrapped more than {MAX_WRAPPERS} times ({} and more); refusing it",
+            wrappers.iter().map(|w| w.name()).collect::<Vec<_>>().join(" in ")
+        )));
+    }
+    let mut imported = match detected {
+        Detected::Vtrace => {
+            let loaded = crate::vtrace::read(data, progress)?;
+            let warnings = loaded.damage.iter().map(ToString::to_string).collect();
+            Imported { trace: loaded.trace, warnings, format: SourceFormat::Vtrace, wrappers: Vec::new() }
+        }
+        Detected::Pickle => snapshot::import_snapshot(data, progress)?,
+        Detected::Json => import_json(data, progress)?,
+        Detected::Compressed(kind) => {
+            let inner = container::inflate(kind, data, progress)?;
+            wrappers.push(Wrapper::Compressed(kind));
+            let inner_progress = container::Inner { outer: progress, outer_total: data.len() as u64 };
+            return import_owned_wrapped(inner, &inner_progress, wrappers);
+        }
+        Detected::Html => {
+            wrappers.push(Wrapper::MemoryVizHtml);
+            match html::embedded(data)? {
+                html::Embedded::Pickle(inner) => {
+                    let inner_progress = container::Inner { outer: progress, outer_total: data.len() as u64 };
+                    return import_owned_wrapped(inner, &inner_progress, wrappers);
+                }
+                html::Embedded::Plot(imported) => *imported,
+            }
+        }
+    };
+    imported.wrappers = wrappers;
+    Ok(imported)
+}
+
+/// An error about the content of a container says what the container was.
+fn inside(wrappers: &[Wrapper], error: Error) -> Error {
+    match (wrappers.last(), error) {
+        (Some(wrapper), Error::UnknownFormat(start)) => Error::Structure(format!(
+            "the {} data holds none of the formats vramscope reads (a PyTorch memory snapshot pickle, a \
+             PyTorch profiler Chrome trace or memory timeline, or a .vtrace); its content starts with {start}",
+            wrapper.name()
+        )),
+        (Some(wrapper), Error::Empty) => Error::Structure(format!("the {} data is empty", wrapper.name())),
+        (_, error) => error,
     }
 }
 

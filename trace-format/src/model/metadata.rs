@@ -57,6 +57,25 @@ pub struct DeviceInfo {
     /// traces report a running total that can start above zero).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_allocated_bytes: Option<u64>,
+    /// The kind of device as PyTorch names it (`cuda`, `hip`, `xpu`, `mps`, ...); `None` is CUDA
+    /// (or the host, for device -1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Whether memory allocated before the trace began is unknown: the source gives only changes,
+    /// no running total, so the curve starts at the least that its frees imply was alive.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allocated_before_unknown: bool,
+}
+
+impl Metadata {
+    /// How a device is named: `cuda:0`, `hip:1`, `xpu:0`; `host` for -1.
+    pub fn device_label(&self, device: i16) -> String {
+        if device < 0 {
+            return "host".to_owned();
+        }
+        let kind = self.devices.iter().find(|d| d.device == device).and_then(|d| d.kind.as_deref()).unwrap_or("cuda");
+        format!("{kind}:{device}")
+    }
 }
 
 /// A process seen in the trace.

@@ -151,7 +151,7 @@ pub fn small_trace() -> Trace {
                 device: 0,
                 name: Some("NVIDIA H100 80GB HBM3".to_owned()),
                 total_memory_bytes: Some(85_520_809_984),
-                initial_allocated_bytes: None,
+                ..DeviceInfo::default()
             },
             DeviceInfo { device: 1, ..DeviceInfo::default() },
         ],

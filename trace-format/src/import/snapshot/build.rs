@@ -17,8 +17,6 @@ use crate::model::oom::Oom;
 use crate::model::segment::{Block, BlockState, Segment};
 use crate::model::trace::Trace;
 
-use super::structure;
-
 /// The smallest block the CUDA caching allocator hands out; sizes round up to a multiple of it.
 const MIN_BLOCK_BYTES: u64 = 512;
 
@@ -151,27 +149,28 @@ pub(super) fn build_trace(
     mut interner: Interner,
     segments: Vec<Segment>,
     mut all_entries: Entries,
-    per_device: Vec<Vec<u32>>,
+    per_device: Vec<(i16, Vec<u32>)>,
     external: &serde_json::Value,
     allocator_settings: serde_json::Value,
     extra: serde_json::Map<String, serde_json::Value>,
     warnings: &mut Vec<String>,
 ) -> Result<Trace> {
-    let has_time = per_device.iter().flatten().filter_map(|&i| all_entries.get(i)).any(|e| e.time_us.is_some());
+    let has_time =
+        per_device.iter().flat_map(|(_, e)| e).filter_map(|&i| all_entries.get(i)).any(|e| e.time_us.is_some());
     // Entries are nearly always read in the order they were pushed: then each chunk is freed
     // once read, and the entries and the events are never whole in memory together.
-    let in_order = per_device.iter().flatten().is_sorted();
-    let mut events = Vec::with_capacity(per_device.iter().map(Vec::len).sum());
+    let in_order = per_device.iter().flat_map(|(_, e)| e).is_sorted();
+    let mut events = Vec::with_capacity(per_device.iter().map(|(_, e)| e.len()).sum());
     let mut ooms = Vec::new();
     let mut annotations = Vec::new();
     let mut unknown_actions: HashMap<String, usize> = HashMap::new();
     let snapshot_name = interner.string("snapshot");
     let mut devices: Vec<i16> = segments.iter().map(|s| s.device).collect();
-    for (index, entries) in per_device.iter().enumerate() {
-        let device = i16::try_from(index).map_err(|_| structure("more than 32767 device traces"))?;
-        if !entries.is_empty() {
-            devices.push(device);
+    for &(device, ref entries) in &per_device {
+        if entries.is_empty() {
+            continue;
         }
+        devices.push(device);
         let final_blocks: FxHashMap<u64, Block> = segments
             .iter()
             .filter(|s| s.device == device)
@@ -180,6 +179,8 @@ pub(super) fn build_trace(
             .map(|b| (b.address, *b))
             .collect();
         let mut device_events = Vec::with_capacity(entries.len());
+        // Allocations open at each address, for `annotate` entries to attach their text to.
+        let mut open: FxHashMap<u64, usize> = FxHashMap::default();
         let mut last_time_ns = 0i64;
         for (i, &index) in entries.iter().enumerate() {
             let Some(entry) = all_entries.get(index) else { continue };
@@ -193,19 +194,30 @@ pub(super) fn build_trace(
             };
             last_time_ns = time_ns;
             match entry.action {
-                Action::Event(kind) => device_events.push(Event {
-                    time_ns,
-                    address: entry.addr,
-                    size_bytes: entry.size,
-                    requested_bytes: entry.size,
-                    stream: entry.stream,
-                    stack: entry.stack,
-                    context: entry.context,
-                    process: ProcessId(0),
-                    device,
-                    kind,
-                    flags: 0,
-                }),
+                Action::Event(kind) => {
+                    match kind {
+                        EventKind::Alloc => {
+                            open.insert(entry.addr, device_events.len());
+                        }
+                        EventKind::FreeCompleted => {
+                            open.remove(&entry.addr);
+                        }
+                        _ => {}
+                    }
+                    device_events.push(Event {
+                        time_ns,
+                        address: entry.addr,
+                        size_bytes: entry.size,
+                        requested_bytes: entry.size,
+                        stream: entry.stream,
+                        stack: entry.stack,
+                        context: entry.context,
+                        process: ProcessId(0),
+                        device,
+                        kind,
+                        flags: 0,
+                    });
+                }
                 Action::Oom => ooms.push(Oom {
                     time_ns,
                     device,
@@ -224,6 +236,22 @@ pub(super) fn build_trace(
                     } else {
                         context.user_metadata
                     };
+                    // `_annotate_tensor` names a tensor's storage: its text becomes part of the
+                    // metadata of the allocation open there, which its details then show.
+                    if entry.action == Action::Annotate
+                        && name != StringId(0)
+                        && let Some(alloc) = open.get(&entry.addr).and_then(|&i| device_events.get_mut(i))
+                    {
+                        let mut target = interner.context_of(alloc.context);
+                        target.user_metadata = if target.user_metadata == StringId(0) {
+                            name
+                        } else {
+                            let joined =
+                                format!("{}; {}", interner.resolve(target.user_metadata), interner.resolve(name));
+                            interner.string(&joined)
+                        };
+                        alloc.context = interner.context(target);
+                    }
                     annotations.push(Annotation {
                         kind: if entry.action == Action::Snapshot {
                             AnnotationKind::Snapshot

@@ -11,6 +11,7 @@
 
 mod build;
 mod entries;
+mod fx;
 mod sink;
 
 use self::build::build_trace;
@@ -19,7 +20,7 @@ use self::sink::SnapshotSink;
 use super::Imported;
 use super::pickle::{self, ContainerKind, RecordKind, Store, Value};
 use crate::error::{Error, Result};
-use crate::model::ids::StackId;
+use crate::model::ids::{FrameId, StackId, StringId};
 use crate::model::interner::Interner;
 use crate::model::metadata::SourceFormat;
 use crate::model::segment::Segment;
@@ -102,17 +103,18 @@ pub(crate) struct Parsed {
     interner: Interner,
     segments: Vec<Segment>,
     entries: Entries,
-    per_device: Vec<Vec<u32>>,
+    per_device: Vec<(i16, Vec<u32>)>,
     external: serde_json::Value,
     settings: serde_json::Value,
     extra: serde_json::Map<String, serde_json::Value>,
     warnings: Vec<String>,
+    fx_traces: rustc_hash::FxHashMap<FrameId, StringId>,
 }
 
 impl Parsed {
     /// Builds the trace.
     pub(crate) fn build(mut self) -> Result<Imported> {
-        let trace = build_trace(
+        let mut trace = build_trace(
             self.interner,
             self.segments,
             self.entries,
@@ -122,7 +124,10 @@ impl Parsed {
             self.extra,
             &mut self.warnings,
         )?;
-        Ok(Imported { trace, warnings: self.warnings, format: SourceFormat::PytorchSnapshot })
+        if !self.fx_traces.is_empty() {
+            fx::expand_stacks(&mut trace, &self.fx_traces);
+        }
+        Ok(Imported { trace, warnings: self.warnings, format: SourceFormat::PytorchSnapshot, wrappers: Vec::new() })
     }
 }
 
@@ -132,12 +137,13 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
     let mut sink = SnapshotSink::new(&mut interner);
     let loaded = pickle::load(data, interner, &mut sink, progress)?;
     let store = loaded.store;
-    let warnings = Vec::new();
+    let mut warnings = Vec::new();
 
     let mut segments_value = Value::None;
     let mut traces_value = Value::None;
     let mut settings = serde_json::Value::Null;
     let mut annotations_value = Value::None;
+    let mut host_traces_value = Value::None;
     let mut extra = serde_json::Map::new();
     let mut budget = MAX_JSON_NODES;
     match loaded.root {
@@ -153,16 +159,24 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
                 match store.str(key) {
                     Some("segments") => segments_value = value,
                     Some("device_traces") => traces_value = value,
-                    Some("allocator_settings") => {
-                        settings = to_json(&store, value, 0, &mut budget)
-                            .map_err(|m| structure(format!("allocator_settings: {m}")))?;
-                    }
+                    Some("allocator_settings") => match to_json(&store, value, 0, &mut budget) {
+                        Ok(json) => settings = json,
+                        Err(m) => warnings.push(format!("the snapshot's allocator_settings were left out: {m}")),
+                    },
                     Some("external_annotations") => annotations_value = value,
+                    // Pinned host memory (`record_pinned_host_memory=True`, PyTorch 2.14+): one list
+                    // of trace entries, shown as the host.
+                    Some("host_traces") => host_traces_value = value,
                     Some(other) => {
                         let other = other.to_owned();
-                        let json =
-                            to_json(&store, value, 0, &mut budget).map_err(|m| structure(format!("{other}: {m}")))?;
-                        extra.insert(other, json);
+                        // Keys vramscope does not read are kept for the metadata when they are small;
+                        // a large one is left out rather than refusing the snapshot.
+                        match to_json(&store, value, 0, &mut budget) {
+                            Ok(json) => {
+                                extra.insert(other, json);
+                            }
+                            Err(m) => warnings.push(format!("the snapshot's '{other}' was left out: {m}")),
+                        }
                     }
                     None => {}
                 }
@@ -192,26 +206,35 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
     segments.sort_by_key(|s| (s.device, s.address));
 
     // Per device, indices into the sink's entries (copying the entries would double the memory).
-    let mut per_device: Vec<Vec<u32>> = Vec::new();
+    let mut per_device: Vec<(i16, Vec<u32>)> = Vec::new();
+    let entry_indices = |list: Value, name: &dyn Fn(usize) -> String| -> Result<Vec<u32>> {
+        let mut entries = Vec::new();
+        if let Value::Container(l) = list {
+            entries.reserve(store.len(l).map_err(structure)?);
+            let mut i = 0usize;
+            store
+                .for_each_item(l, |item| {
+                    let Value::Record(RecordKind::Entry, index) = item else {
+                        return Err(format!("{} is not a trace entry dict", name(i)));
+                    };
+                    entries.push(index);
+                    i += 1;
+                    Ok(())
+                })
+                .map_err(structure)?;
+        }
+        Ok(entries)
+    };
     if let Value::Container(h) = traces_value {
         for (device, list) in store.items(h).map_err(structure)?.into_iter().enumerate() {
-            let mut entries = Vec::new();
-            if let Value::Container(l) = list {
-                entries.reserve(store.len(l).map_err(structure)?);
-                let mut i = 0usize;
-                store
-                    .for_each_item(l, |item| {
-                        let Value::Record(RecordKind::Entry, index) = item else {
-                            return Err(format!("device_traces[{device}][{i}] is not a trace entry dict"));
-                        };
-                        entries.push(index);
-                        i += 1;
-                        Ok(())
-                    })
-                    .map_err(structure)?;
-            }
-            per_device.push(entries);
+            let entries = entry_indices(list, &|i| format!("device_traces[{device}][{i}]"))?;
+            let device = i16::try_from(device).map_err(|_| structure("more than 32767 device traces"))?;
+            per_device.push((device, entries));
         }
+    }
+    if host_traces_value != Value::None {
+        let entries = entry_indices(host_traces_value, &|i| format!("host_traces[{i}]"))?;
+        per_device.push((-1, entries));
     }
 
     let external = match annotations_value {
@@ -220,5 +243,6 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
     };
     let interner = store.interner;
     let entries = std::mem::take(&mut sink.entries);
-    Ok(Parsed { interner, segments, entries, per_device, external, settings, extra, warnings })
+    let fx_traces = std::mem::take(&mut sink.fx_traces);
+    Ok(Parsed { interner, segments, entries, per_device, external, settings, extra, warnings, fx_traces })
 }

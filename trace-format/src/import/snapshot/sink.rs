@@ -51,6 +51,10 @@ enum Field {
     TotalSize,
     State,
     History,
+    FxNodeOp,
+    FxNodeName,
+    FxNodeTarget,
+    FxOriginalTrace,
 }
 
 /// Keys are interned first, so their ids are small: a table indexed by id names the field.
@@ -85,6 +89,10 @@ struct Keys {
     is_expandable: StringId,
     history: StringId,
     real_size: StringId,
+    fx_node_op: StringId,
+    fx_node_name: StringId,
+    fx_node_target: StringId,
+    fx_original_trace: StringId,
     actions: [(StringId, Action); 10],
     active_allocated: StringId,
     active_pending_free: StringId,
@@ -112,6 +120,10 @@ impl Keys {
             (keys.total_size, Field::TotalSize),
             (keys.state, Field::State),
             (keys.history, Field::History),
+            (keys.fx_node_op, Field::FxNodeOp),
+            (keys.fx_node_name, Field::FxNodeName),
+            (keys.fx_node_target, Field::FxNodeTarget),
+            (keys.fx_original_trace, Field::FxOriginalTrace),
         ];
         for (id, field) in named {
             if let Some(slot) = keys.fields.get_mut(id.index()) {
@@ -165,6 +177,10 @@ impl Keys {
             is_expandable: i.string("is_expandable"),
             history: i.string("history"),
             real_size: i.string("real_size"),
+            fx_node_op: i.string("fx_node_op"),
+            fx_node_name: i.string("fx_node_name"),
+            fx_node_target: i.string("fx_node_target"),
+            fx_original_trace: i.string("fx_original_trace"),
             actions: [
                 (i.string("alloc"), Action::Event(EventKind::Alloc)),
                 (i.string("free_requested"), Action::Event(EventKind::FreeRequested)),
@@ -190,16 +206,27 @@ impl Keys {
 pub(super) struct SnapshotSink {
     keys: Keys,
     pub(super) entries: Entries,
-    blocks: Vec<Block>,
+    /// Blocks, and whether each said its address (blocks of PyTorch 2.0 and older do not).
+    blocks: Vec<(Block, bool)>,
     pub(super) segments: Vec<Segment>,
     /// Reused buffer for the frames of the stack being resolved.
     frames: Vec<FrameId>,
     /// The last context interned, and its id.
     last_context: (Context, ContextId),
+    /// Frames of code that `torch.compile` generated, augmented with the FX node they run
+    /// (`_snapshot(augment_with_fx_traces=True)`), and the node's original source trace.
+    pub(super) fx_traces: rustc_hash::FxHashMap<FrameId, StringId>,
 }
 
 fn int_field(name: &str, value: Value) -> Result<u64, String> {
-    value.as_u64().ok_or_else(|| format!("'{name}' should be a non-negative integer, found {value:?}"))
+    value.as_u64().ok_or_else(|| match value {
+        Value::BigInt => format!("'{name}' is an integer wider than 64 bits, more than any address or size can be"),
+        Value::Int(v) => format!("'{name}' should be a non-negative integer, found {v}"),
+        Value::Float(v) => format!("'{name}' should be an integer, found the number {v}"),
+        Value::Str(_) => format!("'{name}' should be an integer, found a string"),
+        Value::None => format!("'{name}' should be an integer, found None"),
+        other => format!("'{name}' should be a non-negative integer, found {other:?}"),
+    })
 }
 
 impl SnapshotSink {
@@ -211,20 +238,37 @@ impl SnapshotSink {
             segments: Vec::new(),
             frames: Vec::new(),
             last_context: (Context::default(), ContextId(0)),
+            fx_traces: rustc_hash::FxHashMap::default(),
         }
     }
 
-    fn frame(&self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
+    fn frame(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
         let (mut name, mut file, mut line) = (StringId(0), StringId(0), 0u32);
+        let (mut op, mut node, mut target, mut original) = (None, None, None, None);
         for pair in pairs.chunks_exact(2) {
             match (self.keys.field(pair[0]), pair[1]) {
                 (Field::Name, Value::Str(s)) => name = s,
                 (Field::Filename, Value::Str(s)) => file = s,
                 (Field::Line, value) => line = value.as_i64().and_then(|l| u32::try_from(l).ok()).unwrap_or(0),
+                (Field::FxNodeOp, Value::Str(s)) => op = Some(s),
+                (Field::FxNodeName, Value::Str(s)) => node = Some(s),
+                (Field::FxNodeTarget, Value::Str(s)) => target = Some(s),
+                (Field::FxOriginalTrace, Value::Str(s)) => original = Some(s),
                 _ => {}
             }
         }
+        if op.is_some() || node.is_some() || target.is_some() {
+            // The FX node is part of what the frame is: `forward (FX node add_1: call_function
+            // aten.add.Tensor)`, so that sites of different nodes stay apart.
+            let text = |id: Option<StringId>| id.map_or("", |id| store.interner.resolve(id)).to_owned();
+            let described =
+                format!("{} (FX node {}: {} {})", store.interner.resolve(name), text(node), text(op), text(target));
+            name = store.interner.string(described.trim_end());
+        }
         let id = store.interner.frame(Frame { function: name, file, line });
+        if let Some(original) = original.filter(|&s| s != StringId(0)) {
+            self.fx_traces.insert(id, original);
+        }
         Ok(Value::Frame(id))
     }
 
@@ -357,10 +401,12 @@ impl SnapshotSink {
         let mut requested = None;
         let mut frames = Value::None;
         let mut history = Value::None;
+        let mut has_address = false;
         for_pairs(pairs, |key, value| {
             let Value::Str(key) = key else { return Ok(()) };
             if key == k.address || key == k.addr {
                 block.address = int_field("address", value)?;
+                has_address = true;
             } else if key == k.size {
                 block.size_bytes = int_field("size", value)?;
             } else if key == k.requested_size {
@@ -410,7 +456,7 @@ impl SnapshotSink {
             requested.unwrap_or(if block.state == BlockState::Inactive { 0 } else { block.size_bytes });
         block.stack = self.stack(store, frames)?;
         let index = self.blocks.len() as u32;
-        self.blocks.push(block);
+        self.blocks.push((block, has_address));
         Ok(Value::Record(RecordKind::Block, index))
     }
 
@@ -469,6 +515,9 @@ impl SnapshotSink {
         }
         segment.stack = self.stack(store, frames)?;
         if let Value::Container(h) = blocks {
+            // Blocks tile their segment in address order: one without an address starts where
+            // the blocks before it end (as MemoryViz places them).
+            let mut next_address = segment.address;
             for item in store.items(h)? {
                 let record = match item {
                     Value::Container(b) if store.kind(b)? == ContainerKind::Dict => {
@@ -480,7 +529,12 @@ impl SnapshotSink {
                 let Value::Record(RecordKind::Block, index) = record else {
                     return Err(format!("segment {}: a block is not a dict", self.segments.len()));
                 };
-                let block = self.blocks.get(index as usize).copied().ok_or("internal: block index")?;
+                let (mut block, has_address) =
+                    self.blocks.get(index as usize).copied().ok_or("internal: block index")?;
+                if !has_address {
+                    block.address = next_address;
+                }
+                next_address = block.address.saturating_add(block.size_bytes);
                 segment.blocks.push(block);
             }
         }

@@ -1,0 +1,323 @@
+//! Files of every vintage and shape users arrive with, made here: real CPU PyTorch profiler output
+//! in every form the profiler writes (plain, gzipped, through `tensorboard_trace_handler`, per
+//! rank under torchrun), the HTML pages of PyTorch's own `_memory_viz.py`, and, where this machine
+//! cannot make them for real (no GPU, no ROCm, no old PyTorch), files written from PyTorch's
+//! source of that era by `tests/scripts/*_vintages.py` (which cite the commits). Each expectation
+//! comes from somewhere other than the importer: a hand count in the generator, the independent
+//! Python reference, or the profiler's own totals.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use vramscope_e2e::{
+    fixtures_dir, info_json, info_json_with, reference, repo_root, run_python, torch_python, vramscope,
+};
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs a generator script into `dir` and returns its manifest.
+fn generate(script: &str, dir: &Path, extra: &[&str]) -> Vec<Value> {
+    let mut args: Vec<&std::ffi::OsStr> = extra.iter().map(std::ffi::OsStr::new).collect();
+    args.push(dir.as_os_str());
+    run_python(&repo_root().join("tests/scripts").join(script), &args);
+    let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    serde_json::from_str::<Vec<Value>>(&text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn device<'a>(info: &'a Value, label: &str) -> &'a Value {
+    info["devices"]
+        .as_array()
+        .and_then(|ds| ds.iter().find(|d| d["label"] == label))
+        .unwrap_or_else(|| panic!("no device {label} in {info}"))
+}
+
+/// The keys `check_snapshot` in fixtures.rs compares with the reference, minus times (several
+/// vintages have none).
+const REFERENCE_KEYS: [&str; 9] = [
+    "segments",
+    "reserved_bytes",
+    "allocated_bytes",
+    "requested_bytes",
+    "free_internal_bytes",
+    "free_external_bytes",
+    "peak_allocated_bytes",
+    "peak_requested_bytes",
+    "peak_reserved_bytes",
+];
+
+fn matches_reference(file: &Path, ours: &Value) {
+    let theirs = reference(file);
+    let devices = theirs["devices"].as_array().cloned().unwrap_or_default();
+    for r in &devices {
+        let d = r["device"].as_i64().unwrap_or(-99);
+        let o = ours["devices"]
+            .as_array()
+            .and_then(|ds| ds.iter().find(|x| x["device"].as_i64() == Some(d)))
+            .unwrap_or_else(|| panic!("{}: no device {d} in {ours}", file.display()));
+        for key in REFERENCE_KEYS {
+            if r.get(key).is_some() {
+                assert_eq!(o[key], r[key], "{}: device {d} {key}", file.display());
+            }
+        }
+    }
+}
+
+/// Checks one manifest entry: the error it must give, or the numbers it must read.
+fn check_entry(dir: &Path, entry: &Value) {
+    let file = dir.join(entry["file"].as_str().unwrap_or_default());
+    if let Some(error) = entry["error"].as_str() {
+        let output = vramscope(&["info".as_ref(), file.as_os_str()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{}: {stderr}", file.display());
+        assert!(stderr.contains(&file.display().to_string()), "the error names the file: {stderr}");
+        assert!(stderr.contains(error), "{}: expected {error:?} in {stderr}", file.display());
+        return;
+    }
+    let info = info_json(&file);
+    let name = file.display();
+    for want in entry["devices"].as_array().into_iter().flatten() {
+        let label = want["label"].as_str().unwrap_or_default();
+        let got = device(&info, label);
+        for (key, expected) in want.as_object().into_iter().flatten().filter(|(k, _)| *k != "label") {
+            assert_eq!(&got[key], expected, "{name}: {label} {key}");
+        }
+    }
+    if let Some(note) = entry["note"].as_str() {
+        let notes = info["notes"].to_string();
+        assert!(notes.contains(note), "{name}: expected a note with {note:?}, got {notes}");
+    } else {
+        assert_eq!(info["notes"], Value::Array(Vec::new()), "{name}: no caveat expected");
+    }
+    for key in ["wrapped_in", "rank", "focus_device"] {
+        if let Some(expected) = entry.get(key) {
+            assert_eq!(&info[key], expected, "{name}: {key}");
+        }
+    }
+    if let Some(expected) = entry.get("oom_events") {
+        let total: u64 =
+            info["devices"].as_array().into_iter().flatten().filter_map(|d| d["oom_events"].as_u64()).sum();
+        assert_eq!(Some(total), expected.as_u64(), "{name}: OOMs");
+    }
+    if let Some(expected) = entry.get("annotations") {
+        assert_eq!(&info["annotations"], expected, "{name}: annotations");
+    }
+    if let Some(expected) = entry["metadata"].as_object() {
+        for (key, value) in expected {
+            let found = &info["metadata"]["trace_metadata"][key];
+            assert_eq!(found, value, "{name}: metadata {key} in {}", info["metadata"]);
+        }
+    }
+    if let Some(blocks) = entry["blocks"].as_array() {
+        let listed = info_json_with(&file, &["--blocks", "8"]);
+        let all: Vec<Value> = listed["largest_blocks"]["devices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|d| d["blocks"].as_array().cloned().unwrap_or_default())
+            .collect();
+        for want in blocks {
+            let found = all.iter().find(|b| b["size_bytes"] == want["size_bytes"]);
+            let Some(found) = found else { panic!("{name}: no block of {} in {all:?}", want["size_bytes"]) };
+            for key in ["context", "site"] {
+                if let Some(expected) = want.get(key) {
+                    assert_eq!(&found[key], expected, "{name}: block {} {key}", want["size_bytes"]);
+                }
+            }
+        }
+    }
+    if entry["reference"] == true {
+        matches_reference(&file, &info);
+    }
+}
+
+#[test]
+fn profiler_traces_of_every_vintage_and_device_type() {
+    let dir = tempdir();
+    let manifest = generate("chrome_vintages.py", dir.path(), &[]);
+    assert!(manifest.len() >= 7);
+    for entry in &manifest {
+        check_entry(dir.path(), entry);
+    }
+}
+
+#[test]
+fn snapshots_of_every_vintage_and_shape() {
+    let dir = tempdir();
+    let manifest = generate("snapshot_vintages.py", dir.path(), &[]);
+    assert!(manifest.len() >= 12);
+    for entry in &manifest {
+        check_entry(dir.path(), entry);
+    }
+}
+
+/// Property test over generated files: random consistent allocator histories (several devices,
+/// ring-buffer windows, pending frees, released segments, no times, no history at all) agree with
+/// the reference on every number, and no peak is below the end (checked by `info_json`).
+#[test]
+fn random_snapshots_agree_with_the_reference() {
+    let dir = tempdir();
+    let manifest = generate("snapshot_vintages.py", dir.path(), &["--random", "60", "--seed", "12"]);
+    assert_eq!(manifest.len(), 60);
+    for entry in &manifest {
+        check_entry(dir.path(), entry);
+    }
+}
+
+/// Compressed containers: gzip (one member or several) and zstd around a snapshot and a trace,
+/// read as what they hold; garbage inside says what it is.
+#[test]
+fn compressed_files_are_read_by_what_they_hold() {
+    let dir = tempdir();
+    let snapshot = fixtures_dir().join("pytorch-snapshots/gpt_ctx128_fullstep_fp32.pickle");
+    let trace = fixtures_dir().join("torch-profiler/mlp_adam_cpu.chrome_trace.json");
+    let code = r#"
+import gzip, sys
+src, dst, members = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data = open(src, 'rb').read()
+step = len(data) // members + 1
+with open(dst, 'wb') as f:
+    for i in range(members):
+        f.write(gzip.compress(data[i * step:(i + 1) * step]))
+"#;
+    for (source, members) in [(&snapshot, 1), (&snapshot, 3), (&trace, 1)] {
+        let out = dir.path().join(format!("{}.{members}.gz", source.file_name().unwrap_or_default().to_string_lossy()));
+        vramscope_e2e::run_python_code(code, &[source.as_os_str(), out.as_os_str(), members.to_string().as_ref()]);
+        let mut plain = info_json(source);
+        let mut packed = info_json(&out);
+        assert_eq!(packed["wrapped_in"], serde_json::json!(["gzip"]), "{}", out.display());
+        if let Some(o) = packed.as_object_mut() {
+            o.remove("wrapped_in");
+        }
+        // Times are the same; only the file differs.
+        plain["format"] = Value::Null;
+        packed["format"] = Value::Null;
+        assert_eq!(plain, packed, "{}", out.display());
+    }
+    let inside = dir.path().join("notes.txt.gz");
+    vramscope_e2e::run_python_code(
+        "import gzip, sys; open(sys.argv[1], 'wb').write(gzip.compress(b'hello, these are my notes'))",
+        &[inside.as_os_str()],
+    );
+    let output = vramscope(&["info".as_ref(), inside.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr.contains("the gzip data holds none of the formats") && stderr.contains("hello, these"), "{stderr}");
+    // A bomb: 1 GiB of zeros in about a megabyte is refused before it is inflated.
+    let bomb = dir.path().join("bomb.json.gz");
+    vramscope_e2e::run_python_code(
+        "import gzip, sys\nwith gzip.open(sys.argv[1], 'wb', compresslevel=9) as f:\n    f.write(b'[' + b' ' * (1 << 30))",
+        &[bomb.as_os_str()],
+    );
+    let output = vramscope(&["info".as_ref(), bomb.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("inflates to more than"), "{stderr}");
+}
+
+/// The pages PyTorch's own `python -m torch.cuda._memory_viz trace_plot|segment_plot` writes
+/// (torch 2.15 here) open as the snapshot they embed.
+#[test]
+fn memory_viz_html_opens_as_its_snapshot() {
+    let dir = tempdir();
+    for name in ["gpt_ctx128_fullstep_fp32.pickle", "stanford_cs336_a2_memory_snapshot.pickle"] {
+        let snapshot = fixtures_dir().join("pytorch-snapshots").join(name);
+        for command in ["trace_plot", "segment_plot"] {
+            let page = dir.path().join(format!("{name}.{command}.html"));
+            let output = Command::new(torch_python())
+                .args(["-m", "torch.cuda._memory_viz", command])
+                .arg(&snapshot)
+                .arg("-o")
+                .arg(&page)
+                .env("KINETO_LOG_LEVEL", "5")
+                .output()
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+            let mut from_page = info_json(&page);
+            assert_eq!(from_page["wrapped_in"], serde_json::json!(["memory_viz HTML"]));
+            if let Some(o) = from_page.as_object_mut() {
+                o.remove("wrapped_in");
+            }
+            assert_eq!(from_page, info_json(&snapshot), "{command} of {name}");
+        }
+    }
+}
+
+/// Real CPU PyTorch: every file form of the profiler, each against the reference's reading of
+/// the same file; the gzipped timeline reads as the plain one of the same session.
+#[test]
+fn real_profiler_output_in_every_form() {
+    let dir = tempdir();
+    let output = Command::new(torch_python())
+        .arg(repo_root().join("tests/scripts/profiler_corpus.py"))
+        .arg(dir.path())
+        .env("KINETO_LOG_LEVEL", "5")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let tb: Vec<PathBuf> = std::fs::read_dir(dir.path().join("tb"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(tb.len(), 1, "tensorboard_trace_handler writes one file per cycle");
+    let tb = &tb[0];
+    assert!(tb.to_string_lossy().ends_with(".pt.trace.json.gz"), "{}", tb.display());
+    for file in [dir.path().join("chrome.json"), dir.path().join("chrome.json.gz"), tb.clone()] {
+        let ours = info_json(&file);
+        assert_eq!(ours["format"], "chrome-trace", "{}", file.display());
+        let theirs = reference(&file);
+        let r = &theirs["devices"][0];
+        let o = &ours["devices"][0];
+        assert_eq!(o["label"], "host");
+        assert_eq!(o["peak_allocated_bytes"], r["peak_allocated_bytes"], "{}", file.display());
+        assert_eq!(o["allocated_bytes"], r["final_allocated_bytes"], "{}", file.display());
+        assert!(o["events"].as_u64().unwrap_or(0) > 100, "{}", file.display());
+    }
+    let tb_info = info_json(tb);
+    assert_eq!(tb_info["metadata"]["trace_metadata"]["run_name"], "vramscope-corpus", "add_metadata is kept");
+    let plain = info_json(&dir.path().join("timeline.json"));
+    let mut packed = info_json(&dir.path().join("timeline.json.gz"));
+    assert_eq!(packed["wrapped_in"], serde_json::json!(["gzip"]));
+    if let Some(o) = packed.as_object_mut() {
+        o.remove("wrapped_in");
+    }
+    assert_eq!(plain, packed);
+    for name in ["timeline.json", "timeline.raw.json.gz"] {
+        let file = dir.path().join(name);
+        let ours = info_json(&file);
+        let theirs = reference(&file);
+        assert_eq!(ours["devices"][0]["peak_allocated_bytes"], theirs["peak_total_bytes"], "{name}");
+        assert_eq!(ours["devices"][0]["label"], "device:0", "{name}: the export does not say its device");
+    }
+}
+
+/// torchrun with gloo: each rank's `tensorboard_trace_handler` trace knows its rank and world size
+/// from the profiler's own `distributedInfo`.
+#[test]
+fn per_rank_profiler_traces_know_their_rank() {
+    let dir = tempdir();
+    let torchrun = torch_python().with_file_name("torchrun");
+    let port = format!("--master_port={}", 21000 + std::process::id() % 20000);
+    let output = Command::new(&torchrun)
+        .args(["--nproc_per_node=2", &port])
+        .arg(repo_root().join("tests/scripts/profiler_corpus.py"))
+        .arg(dir.path())
+        .env("KINETO_LOG_LEVEL", "5")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    for rank in 0..2u64 {
+        let facts: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(format!("facts{rank}.json"))).unwrap_or_default(),
+        )
+        .unwrap_or_default();
+        let file = dir.path().join(format!("rank{rank}.pt.trace.json.gz"));
+        let info = info_json(&file);
+        assert_eq!(info["rank"], facts["rank"], "{}", file.display());
+        assert_eq!(info["metadata"]["world_size"], facts["world_size"]);
+        assert_eq!(info["metadata"]["distributedInfo"]["backend"], "gloo");
+        let theirs = reference(&file);
+        assert_eq!(info["devices"][0]["peak_allocated_bytes"], theirs["devices"][0]["peak_allocated_bytes"]);
+    }
+}
