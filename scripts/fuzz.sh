@@ -28,6 +28,12 @@ cp "$fixtures"/pytorch-snapshots/stanford_cs336_a2_memory_snapshot.pickle "$corp
 head -c 65536 "$fixtures"/torch-profiler/mlp_adam_cpu.chrome_trace.json > "$corpus_root/chrome_trace/head.json" 2>/dev/null || true
 cp "$fixtures"/torch-profiler/mlp_adam_cpu.memory_timeline.json "$corpus_root/memory_timeline/" 2>/dev/null || true
 cp "$fixtures"/torch-profiler/mlp_adam_cpu.memory_timeline.raw.json.gz "$corpus_root/memory_timeline/" 2>/dev/null || true
+# The memory_timeline target also runs `import` on its input: containers and HTML pages reach
+# every importer through it.
+gzip -c "$corpus_root/chrome_trace/head.json" > "$corpus_root/memory_timeline/head.json.gz" 2>/dev/null || true
+printf '<!DOCTYPE html>\n<script>const local_files = [{"name": "snapshot.pickle", "base64": "%s"}]</script>\n' \
+    "$(head -c 3000 "$fixtures"/pytorch-snapshots/mosaic_output.pickle | base64 -w0)" \
+    > "$corpus_root/memory_timeline/page.html" 2>/dev/null || true
 cp trace-format/tests/fixtures/v1/small.vtrace "$corpus_root/vtrace/"
 
 cd fuzz

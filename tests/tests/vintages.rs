@@ -51,6 +51,7 @@ const REFERENCE_KEYS: [&str; 9] = [
 fn matches_reference(file: &Path, ours: &Value) {
     let theirs = reference(file);
     let devices = theirs["devices"].as_array().cloned().unwrap_or_default();
+    assert!(!devices.is_empty(), "{}: the reference found no device: {theirs}", file.display());
     for r in &devices {
         let d = r["device"].as_i64().unwrap_or(-99);
         let o = ours["devices"]
@@ -58,9 +59,8 @@ fn matches_reference(file: &Path, ours: &Value) {
             .and_then(|ds| ds.iter().find(|x| x["device"].as_i64() == Some(d)))
             .unwrap_or_else(|| panic!("{}: no device {d} in {ours}", file.display()));
         for key in REFERENCE_KEYS {
-            if r.get(key).is_some() {
-                assert_eq!(o[key], r[key], "{}: device {d} {key}", file.display());
-            }
+            assert!(r.get(key).is_some(), "{}: the reference has no {key}", file.display());
+            assert_eq!(o[key], r[key], "{}: device {d} {key}", file.display());
         }
     }
 }
@@ -205,16 +205,35 @@ with open(dst, 'wb') as f:
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr.contains("the gzip data holds none of the formats") && stderr.contains("hello, these"), "{stderr}");
-    // A bomb: 1 GiB of zeros in about a megabyte is refused before it is inflated.
-    let bomb = dir.path().join("bomb.json.gz");
-    vramscope_e2e::run_python_code(
-        "import gzip, sys\nwith gzip.open(sys.argv[1], 'wb', compresslevel=9) as f:\n    f.write(b'[' + b' ' * (1 << 30))",
-        &[bomb.as_os_str()],
-    );
-    let output = vramscope(&["info".as_ref(), bomb.as_os_str()]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("inflates to more than"), "{stderr}");
+    // Bombs: 1 GiB of spaces in about a megabyte, and the same gzipped twice more (a few KB),
+    // are refused once inflating passes the file's budget (64 MiB plus 256 times the file),
+    // shared by all layers: nesting does not multiply it.
+    let code = "import gzip, sys\ndata = b'[' + b' ' * (1 << 30)\nfor _ in range(int(sys.argv[2])):\n    data = gzip.compress(data, 9)\nopen(sys.argv[1], 'wb').write(data)";
+    for layers in ["1", "3"] {
+        let bomb = dir.path().join(format!("bomb{layers}.json.gz"));
+        vramscope_e2e::run_python_code(code, &[bomb.as_os_str(), layers.as_ref()]);
+        // Run under Python to read the child's peak resident memory (getrusage).
+        let measure = "import resource, subprocess, sys\nr = subprocess.run(sys.argv[1:], capture_output=True)\n\
+                       print(r.returncode); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
+                       sys.stderr.write(r.stderr.decode())";
+        let output = Command::new(vramscope_e2e::python())
+            .args(["-c", measure])
+            .arg(vramscope_e2e::vramscope_bin())
+            .arg("info")
+            .arg(&bomb)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let mut lines = stdout.lines();
+        assert_eq!(lines.next(), Some("2"), "{stderr}");
+        assert!(stderr.contains("inflates to more than"), "{stderr}");
+        // Memory stays near the budget: no layer's output is allowed past it.
+        let file_bytes = std::fs::metadata(&bomb).map(|m| m.len()).unwrap_or(0);
+        let budget_kib = (64 << 10) + 256 * file_bytes / 1024;
+        let peak_kib: u64 = lines.next().and_then(|l| l.trim().parse().ok()).unwrap_or(u64::MAX);
+        assert!(peak_kib < 2 * budget_kib + (64 << 10), "{layers} layers: {peak_kib} KiB for a budget of {budget_kib}");
+    }
 }
 
 /// The pages PyTorch's own `python -m torch.cuda._memory_viz trace_plot|segment_plot` writes
@@ -308,10 +327,12 @@ fn per_rank_profiler_traces_know_their_rank() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     for rank in 0..2u64 {
-        let facts: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.path().join(format!("facts{rank}.json"))).unwrap_or_default(),
-        )
-        .unwrap_or_default();
+        let facts = dir.path().join(format!("facts{rank}.json"));
+        let facts: Value = std::fs::read_to_string(&facts)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+            .unwrap_or_else(|e| panic!("{}: {e}", facts.display()));
+        assert_eq!(facts["rank"].as_u64(), Some(rank));
         let file = dir.path().join(format!("rank{rank}.pt.trace.json.gz"));
         let info = info_json(&file);
         assert_eq!(info["rank"], facts["rank"], "{}", file.display());

@@ -27,11 +27,11 @@ pub struct Fragmentation {
 impl Fragmentation {
     /// Adds another segment's numbers to these totals (the largest free range is the larger).
     pub fn add(&mut self, other: &Self) {
-        self.reserved_bytes += other.reserved_bytes;
-        self.allocated_bytes += other.allocated_bytes;
-        self.requested_bytes += other.requested_bytes;
-        self.free_internal_bytes += other.free_internal_bytes;
-        self.free_external_bytes += other.free_external_bytes;
+        self.reserved_bytes = self.reserved_bytes.saturating_add(other.reserved_bytes);
+        self.allocated_bytes = self.allocated_bytes.saturating_add(other.allocated_bytes);
+        self.requested_bytes = self.requested_bytes.saturating_add(other.requested_bytes);
+        self.free_internal_bytes = self.free_internal_bytes.saturating_add(other.free_internal_bytes);
+        self.free_external_bytes = self.free_external_bytes.saturating_add(other.free_external_bytes);
         self.largest_free_bytes = self.largest_free_bytes.max(other.largest_free_bytes);
     }
 
@@ -94,7 +94,7 @@ pub fn final_state(trace: &Trace, device: i16) -> Option<FinalState> {
         state.total.add(&segment_fragmentation(segment));
         if segment.pool_id != (0, 0) {
             state.private_pool_segments += 1;
-            state.private_pool_reserved_bytes += segment.size_bytes;
+            state.private_pool_reserved_bytes = state.private_pool_reserved_bytes.saturating_add(segment.size_bytes);
         }
     }
     Some(state)

@@ -166,6 +166,25 @@ pub fn focus_device(trace: &Trace, peaks: impl IntoIterator<Item = (i16, u64)>) 
     best.map(|(d, _)| d)
 }
 
+/// Distinct non-empty call stacks that something in the trace was recorded with (an importer may
+/// intern stacks it later replaces, as FX-augmented snapshots do).
+pub fn referenced_stacks(trace: &Trace) -> usize {
+    let mut seen = vec![false; trace.interner.stack_count()];
+    let mut mark = |stack: vramscope_trace_format::StackId| {
+        if let Some(slot) = seen.get_mut(stack.index()) {
+            *slot = true;
+        }
+    };
+    trace.events.iter().for_each(|e| mark(e.stack));
+    trace.ooms.iter().for_each(|o| mark(o.stack));
+    trace.annotations.iter().for_each(|a| mark(a.stack));
+    for segment in &trace.segments {
+        mark(segment.stack);
+        segment.blocks.iter().for_each(|b| mark(b.stack));
+    }
+    seen.iter().skip(1).filter(|&&s| s).count()
+}
+
 /// Summarises a trace read from a file of `format` (wrapped in `wrappers`), every device.
 pub fn summary(trace: &Trace, format: SourceFormat, wrappers: &[Wrapper]) -> Summary {
     let devices: Vec<DeviceSummary> = trace.devices().into_iter().map(|d| device_summary(trace, d)).collect();
@@ -180,7 +199,7 @@ pub fn summary(trace: &Trace, format: SourceFormat, wrappers: &[Wrapper]) -> Sum
         events: trace.record_count(),
         allocator_events: trace.events.len(),
         annotations: trace.annotations.len(),
-        stacks: trace.interner.stack_count().saturating_sub(1),
+        stacks: referenced_stacks(trace),
         cuda_driver_version: trace.metadata.extra.get("cuda_driver_version").and_then(serde_json::Value::as_i64),
         devices,
     }

@@ -273,7 +273,9 @@ fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn Write) -> R
     let wrapped = if summary.wrapped_in.is_empty() {
         String::new()
     } else {
-        format!(" (in {})", summary.wrapped_in.join(" in "))
+        // Innermost first: "in memory_viz HTML in gzip".
+        let inside_out: Vec<&str> = summary.wrapped_in.iter().rev().copied().collect();
+        format!(" (in {})", inside_out.join(" in "))
     };
     writeln!(
         out,

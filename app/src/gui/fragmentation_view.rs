@@ -25,7 +25,7 @@ pub enum SegmentOrder {
     Address,
 }
 
-const LABEL_PX: f32 = 215.0;
+const LABEL_PX: f32 = 232.0;
 const STATS_PX: f32 = 250.0;
 const ROW_PX: f32 = 18.0;
 

@@ -143,12 +143,34 @@ pub fn timeline_ui(
     painter.rect_filled(plot, CornerRadius::ZERO, visuals.extreme_bg_color);
 
     let columns_n = plot.width().max(1.0) as usize;
-    let columns = device.timeline.columns(v0, v1, columns_n);
+    // A trace of one instant (a snapshot without history) is that state across the whole width.
+    let single = device.timeline.len() == 1;
+    let columns = if single {
+        let state = device.timeline.columns(v0, v1, 1).into_iter().next().flatten();
+        vec![state; columns_n]
+    } else {
+        device.timeline.columns(v0, v1, columns_n)
+    };
     let y_top_bytes = state.y_top_bytes.unwrap_or_else(|| y_extent_bytes(device) * 1.08);
     let y_of = |bytes: u64| plot.bottom() - (bytes as f64 / y_top_bytes * f64::from(plot.height())) as f32;
 
     y_axis(&painter, plot, y_top_bytes, visuals);
-    x_axis(&painter, plot, doc, device, (v0, v1), visuals);
+    if single {
+        let what = if doc.trace.metadata.source_format == vramscope_trace_format::SourceFormat::PytorchSnapshot {
+            "one instant: the allocator's state when the snapshot was taken (no history was recorded)"
+        } else {
+            "one instant: the trace holds a single sample of this device"
+        };
+        painter.text(
+            pos2(plot.center().x, plot.bottom() + BAND_ROW_PX * BAND_ROWS as f32 + 8.0),
+            egui::Align2::CENTER_TOP,
+            what,
+            egui::FontId::proportional(11.0),
+            visuals.text_color(),
+        );
+    } else {
+        x_axis(&painter, plot, doc, device, (v0, v1), visuals);
+    }
 
     // Stacked categories, one quad per category per column.
     let mut mesh = Mesh::default();

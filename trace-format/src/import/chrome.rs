@@ -292,6 +292,10 @@ struct State {
     kineto_categories: bool,
     /// Devices whose `Device Type` is not one this build knows.
     unknown_types: BTreeSet<i64>,
+    /// The trace's device of each (type name, `Device Id`).
+    device_numbers: BTreeMap<(&'static str, i64), i16>,
+    /// Devices that could not keep their own index.
+    renumbered: Vec<String>,
     trace_events: usize,
 }
 
@@ -371,10 +375,20 @@ impl State {
         let device_type = args.device_type.and_then(Num::as_i64);
         let device_id = args.device_id.and_then(Num::as_i64);
         let kind = device_kind(device_type, device_id, &mut self.unknown_types);
-        let device = match kind {
-            None => -1,
-            Some(_) => device_id.and_then(|d| i16::try_from(d.max(0)).ok()).unwrap_or(0),
-        };
+        let Some(name) = kind else { return (-1, None) };
+        let id = device_id.unwrap_or(0).max(0);
+        if let Some(&device) = self.device_numbers.get(&(name, id)) {
+            return (device, kind);
+        }
+        // The device's own index, unless another kind of device holds it (CUDA 0 and XPU 0 in one
+        // trace) or it does not fit: then the next free one, said in a warning.
+        let own = i16::try_from(id).ok().filter(|d| !self.device_numbers.values().any(|v| v == d));
+        let device = own.unwrap_or_else(|| {
+            let free = (0..i16::MAX).rev().find(|d| !self.device_numbers.values().any(|v| v == d)).unwrap_or(0);
+            self.renumbered.push(format!("{name}:{id} is shown as device {free}"));
+            free
+        });
+        self.device_numbers.insert((name, id), device);
         (device, kind)
     }
 
@@ -537,7 +551,7 @@ fn running_sum(changes: &mut [(i64, i64)]) -> Vec<CounterSample> {
             (t, sum)
         })
         .collect();
-    sums.into_iter().map(|(time_ns, value)| CounterSample { time_ns, value: value - lowest }).collect()
+    sums.into_iter().map(|(time_ns, value)| CounterSample { time_ns, value: value.saturating_sub(lowest) }).collect()
 }
 
 /// Why a Chrome trace without usable memory events is refused.
@@ -555,6 +569,12 @@ fn refusal(state: &State, top: &TopLevel<'_>) -> String {
              (torch.profiler.profile(profile_memory=True)) and PyTorch memory snapshots",
             state.foreign_memory,
             if state.foreign_memory == 1 { "" } else { "s" }
+        );
+    }
+    if state.skipped_memory > 0 {
+        return format!(
+            "this Chrome trace's {} [memory] events all have an Addr that is not a number, so none can be read",
+            state.skipped_memory
         );
     }
     let from_pytorch = top.kineto_keys || state.kineto_categories;
@@ -622,6 +642,12 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
             state.foreign_memory
         ));
     }
+    if !state.renumbered.is_empty() {
+        warnings.push(format!(
+            "devices of several types share an index, or an index is too large: {}",
+            state.renumbered.join(", ")
+        ));
+    }
     if !state.unknown_types.is_empty() {
         let types: Vec<String> = state.unknown_types.iter().map(ToString::to_string).collect();
         warnings.push(format!(
@@ -667,16 +693,13 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
             allocated = running_sum(&mut s.unaddressed);
             info.allocated_before_unknown = true;
         }
+        let running = info.allocated_before_unknown;
         devices.push(info);
         if !allocated.is_empty() {
             shift(&mut allocated);
             counters.push(CounterSeries {
                 kind: CounterKind::Allocated,
-                name: interner.string(if s.allocated.is_empty() && s.addressed == 0 {
-                    "Bytes (running sum)"
-                } else {
-                    "Total Allocated"
-                }),
+                name: interner.string(if running { "Bytes (running sum)" } else { "Total Allocated" }),
                 device,
                 process: ProcessId(0),
                 samples: allocated,
@@ -760,6 +783,25 @@ mod tests {
         let mut changes = vec![(30, 50), (10, -100), (20, 200)];
         let values: Vec<i64> = running_sum(&mut changes).iter().map(|s| s.value).collect();
         assert_eq!(values, [0, 200, 250]);
+    }
+
+    #[test]
+    fn extreme_sizes_saturate_instead_of_overflowing() {
+        let mut changes = vec![(1, i64::MAX), (2, i64::MIN)];
+        let values: Vec<i64> = running_sum(&mut changes).iter().map(|s| s.value).collect();
+        assert_eq!(values, [i64::MAX, 0]);
+        // The same through the importer, with two device types on one index.
+        let trace = br#"{"traceEvents": [
+            {"ph": "i", "name": "[memory]", "ts": 1, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 9223372036854775807}},
+            {"ph": "i", "name": "[memory]", "ts": 2, "args": {"Device Type": 1, "Device Id": 0, "Bytes": -9223372036854775808}},
+            {"ph": "i", "name": "[memory]", "ts": 3, "args": {"Device Type": 12, "Device Id": 0, "Bytes": 512}},
+            {"ph": "i", "name": "[memory]", "ts": 4, "args": {"Device Type": 12, "Device Id": 99999, "Bytes": 512}}]}"#;
+        let imported = import_chrome_trace(trace, &crate::progress::NoProgress).unwrap_or_else(|e| panic!("{e}"));
+        let labels: Vec<String> =
+            imported.trace.devices().into_iter().map(|d| imported.trace.metadata.device_label(d)).collect();
+        assert_eq!(labels.len(), 3, "{labels:?}");
+        assert!(labels.contains(&"cuda:0".to_owned()) && labels.iter().filter(|l| l.starts_with("xpu:")).count() == 2);
+        assert!(imported.warnings.iter().any(|w| w.contains("xpu:0 is shown as device")), "{:?}", imported.warnings);
     }
 
     #[test]

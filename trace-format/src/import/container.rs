@@ -64,31 +64,47 @@ impl Read for Counting<'_> {
     }
 }
 
-/// Inflates `data` completely, refusing more than [`inflate_budget`] of output. Progress goes
+/// How much inflating may still produce, out of the [`inflate_budget`] of the file it started
+/// from (shared by every layer of nested containers).
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// Bytes inflating may still produce.
+    pub left: u64,
+    /// Size of the file on disk.
+    pub file_bytes: u64,
+}
+
+/// Inflates `data` completely, refusing more than `budget.left` bytes of output. Progress goes
 /// over the first half of the compressed bytes' range; [`Inner`] maps the inner read onto the
 /// second half.
-pub fn inflate(kind: Compression, data: &[u8], progress: &dyn Progress) -> Result<Vec<u8>> {
-    let budget = inflate_budget(data.len() as u64);
+pub fn inflate(kind: Compression, data: &[u8], budget: Budget, progress: &dyn Progress) -> Result<Vec<u8>> {
     let total = data.len() as u64;
     let consumed = Cell::new(0u64);
     let source = Counting { data, consumed: &consumed };
     let mut decoder: Box<dyn Read + '_> = match kind {
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(source)),
-        Compression::Zstd => Box::new(
-            zstd::stream::read::Decoder::new(source)
-                .map_err(|e| Error::Structure(format!("the zstd data cannot be decompressed: {e}")))?,
-        ),
+        Compression::Zstd => {
+            let mut decoder = zstd::stream::read::Decoder::new(source)
+                .map_err(|e| Error::Structure(format!("the zstd data cannot be decompressed: {e}")))?;
+            // The window a frame may ask for is held in memory: no more than the budget allows.
+            let window_log = (64 - budget.left.max(1 << 10).leading_zeros()).clamp(10, 27);
+            decoder
+                .window_log_max(window_log)
+                .map_err(|e| Error::Structure(format!("the zstd data cannot be decompressed: {e}")))?;
+            Box::new(decoder)
+        }
     };
     let mut out = Vec::new();
     loop {
-        let room = (budget + 1).saturating_sub(out.len() as u64);
+        let room = budget.left.saturating_add(1).saturating_sub(out.len() as u64);
         if room == 0 {
             return Err(Error::Structure(format!(
-                "the {} data inflates to more than {} MiB ({MAX_INFLATE_RATIO} times its {} bytes plus {} MiB, at \
-                 most {} GiB), far more than any real trace of that size; refusing it",
+                "the {} data inflates to more than vramscope allows for a file of {} bytes ({} MiB in all: \
+                 {MAX_INFLATE_RATIO} times the file plus {} MiB, at most {} GiB), far more than any real trace \
+                 of that size; refusing it",
                 kind.name(),
-                budget >> 20,
-                data.len(),
+                budget.file_bytes,
+                inflate_budget(budget.file_bytes) >> 20,
                 INFLATE_ALLOWANCE_BYTES >> 20,
                 MAX_INFLATED_BYTES >> 30
             )));

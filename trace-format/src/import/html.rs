@@ -20,13 +20,16 @@ use crate::model::interner::{Frame, Interner};
 use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
 use crate::model::trace::Trace;
 
-/// What `_memory_viz.py` (PyTorch 2.1+) assigns the embedded files to.
-const LOCAL_FILES: &[u8] = b"local_files";
+/// What `_memory_viz.py` (PyTorch 2.1+) assigns the embedded files to (`import
+/// {add_local_files}` comes first in the page, so the assignment is what is looked for).
+const LOCAL_FILES: &[u8] = b"local_files =";
 /// What PyTorch 2.0's `trace_plot` assigns its plot data to.
 const ALLOC_DATA: &[u8] = b"let alloc_data = ";
 /// The smallest block the CUDA caching allocator hands out; PyTorch 2.0's plot data holds
 /// requested sizes, rounded up to it as the snapshot importer does.
 const MIN_BLOCK_BYTES: u64 = 512;
+/// Frames read of one stack of a PyTorch 2.0 plot, at most (real ones hold a few dozen).
+const MAX_PLOT_FRAMES: usize = 512;
 /// Allocations of a PyTorch 2.0 plot get made-up addresses this far apart.
 const PLOT_ADDRESS_STEP: u64 = 1 << 12;
 
@@ -136,9 +139,10 @@ fn plot_stack(interner: &mut Interner, plot: &PlotData, mut suffix: Option<u64>)
     let mut steps = 0usize;
     while let Some(id) = suffix {
         steps += 1;
-        // The table is a list of links; a cycle (a hostile file) ends the walk.
+        // The table is a list of links: a cycle or an absurdly long chain (a hostile file) ends
+        // the walk, so that each stack costs a bounded number of steps.
         let Some(&(string, next)) = usize::try_from(id).ok().and_then(|i| plot.suffix_table.get(i)) else { break };
-        if steps > plot.suffix_table.len() {
+        if steps > MAX_PLOT_FRAMES {
             break;
         }
         suffix = next;
@@ -191,8 +195,8 @@ fn plot_trace(json: &[u8]) -> Result<Imported> {
             alive.insert(element);
         }
         let address = element.saturating_add(1).saturating_mul(PLOT_ADDRESS_STEP);
-        let mut event =
-            Event::new(kind, i as i64, 0, address, e.size.max(1).div_ceil(MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES);
+        let size_bytes = e.size.max(1).div_ceil(MIN_BLOCK_BYTES).saturating_mul(MIN_BLOCK_BYTES);
+        let mut event = Event::new(kind, i as i64, 0, address, size_bytes);
         event.requested_bytes = e.size;
         event.stack = stack;
         event.flags |= event_flags::SIZE_ESTIMATED;
@@ -307,6 +311,26 @@ mod tests {
         assert!(decode_base64(b"Zm9v!").is_err());
         assert!(decode_base64(b"Zg==Zg").is_err());
         assert!(decode_base64(b"Z").is_err());
+    }
+
+    #[test]
+    fn a_pytorch_2_0_plot_becomes_a_trace_and_hostile_ones_stay_bounded() {
+        // Two elements: 0 allocated then freed, 1 allocated before the trace and freed.
+        let page = br#"<html><script>let alloc_data = {"actions": [0, 1, 0], "elements": [{"size": 1000, "info": 1},
+            {"size": 18446744073709551615, "info": 2}], "suffix_table": [[0, null], [1, 0], [2, 2]],
+            "string_table": ["model.py:3:forward", "1000.0B allocation", "x"], "initially_allocated": [1]}
+            function f() {}</script></html>"#;
+        let Ok(Embedded::Plot(imported)) = embedded(page) else { panic!("not read") };
+        let kinds: Vec<EventKind> = imported.trace.events.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [EventKind::Alloc, EventKind::FreeCompleted, EventKind::FreeCompleted]);
+        // The huge size saturates; the self-referencing suffix (2 -> 2) ends its walk.
+        assert_eq!(imported.trace.events[1].size_bytes, u64::MAX);
+        let cycle = imported.trace.interner.frames_of(imported.trace.events[1].stack);
+        assert!(cycle.len() <= MAX_PLOT_FRAMES, "{}", cycle.len());
+        let frames = imported.trace.interner.frames_of(imported.trace.events[0].stack);
+        let frame = imported.trace.interner.frame_of(frames[0]).copied().unwrap_or_default();
+        assert_eq!(imported.trace.interner.resolve(frame.function), "forward");
+        assert_eq!(frame.line, 3);
     }
 
     #[test]

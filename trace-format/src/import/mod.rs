@@ -100,7 +100,7 @@ fn is_old_pickle(data: &[u8]) -> bool {
     let ends_with_stop = data.last() == Some(&b'.');
     let starts = match data {
         [b'(', b'd' | b'l', ..] => true,
-        [b'}' | b']', second, ..] => b"q r ( h j s a u e . 0 ( N I V X".contains(second),
+        [b'}' | b']', second, ..] => b"qr(hjsaue.0NIVX".contains(second),
         _ => false,
     };
     ends_with_stop && starts
@@ -136,62 +136,93 @@ fn describe_start(data: &[u8]) -> String {
 /// `.vtrace` files damaged at the end load up to the damage; the damage is reported as a warning.
 /// Compressed files and memory_viz HTML pages are unwrapped and their content recognised again.
 pub fn import(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
-    import_wrapped(data, progress, Vec::new())
+    let unwrapping = Unwrapping::of_file(data.len());
+    import_any(Bytes::Borrowed(data), progress, unwrapping)
 }
 
 /// Reads any supported file from its bytes, taking them so that they can be freed as soon as
 /// they have been read (a snapshot's bytes go before its trace is built): less memory at the peak.
 pub fn import_owned(data: Vec<u8>, progress: &dyn Progress) -> Result<Imported> {
-    import_owned_wrapped(data, progress, Vec::new())
+    let unwrapping = Unwrapping::of_file(data.len());
+    import_any(Bytes::Owned(data), progress, unwrapping)
 }
 
-fn import_owned_wrapped(data: Vec<u8>, progress: &dyn Progress, wrappers: Vec<Wrapper>) -> Result<Imported> {
-    match detect(&data).map_err(|e| inside(&wrappers, e))? {
-        Detected::Pickle => {
-            let parsed = snapshot::parse(&data, progress)?;
-            drop(data);
-            let mut imported = parsed.build()?;
-            imported.wrappers = wrappers;
-            Ok(imported)
+/// A file's bytes, or what a container held (owned, so that it goes once read).
+enum Bytes<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl Bytes<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Self::Borrowed(data) => data,
+            Self::Owned(data) => data,
         }
-        _ => import_wrapped(&data, progress, wrappers),
     }
 }
 
-fn import_wrapped(data: &[u8], progress: &dyn Progress, mut wrappers: Vec<Wrapper>) -> Result<Imported> {
-    let detected = detect(data).map_err(|e| inside(&wrappers, e))?;
-    if matches!(detected, Detected::Compressed(_) | Detected::Html) && wrappers.len() >= MAX_WRAPPERS {
+/// Where unwrapping containers stands: what was taken off, and how many more bytes inflating
+/// may still produce. The budget is the file's, shared by every layer, so that nesting
+/// containers cannot multiply it.
+struct Unwrapping {
+    wrappers: Vec<Wrapper>,
+    file_bytes: u64,
+    inflate_left: u64,
+}
+
+impl Unwrapping {
+    fn of_file(file_bytes: usize) -> Self {
+        let file_bytes = file_bytes as u64;
+        Self { wrappers: Vec::new(), file_bytes, inflate_left: container::inflate_budget(file_bytes) }
+    }
+}
+
+fn import_any(bytes: Bytes<'_>, progress: &dyn Progress, mut state: Unwrapping) -> Result<Imported> {
+    let data = bytes.as_slice();
+    let detected = detect(data).map_err(|e| inside(&state.wrappers, e))?;
+    if matches!(detected, Detected::Compressed(_) | Detected::Html) && state.wrappers.len() >= MAX_WRAPPERS {
         return Err(Error::Structure(format!(
-            "the content is wrapped more than {MAX_WRAPPERS} times ({} and more); refusing it",
-            wrappers.iter().map(|w| w.name()).collect::<Vec<_>>().join(" in ")
+            "the content is wrapped more than {MAX_WRAPPERS} times ({} and more inside); refusing it",
+            state.wrappers.iter().map(|w| w.name()).collect::<Vec<_>>().join(", then ")
         )));
     }
+    let total = data.len() as u64;
     let mut imported = match detected {
         Detected::Vtrace => {
             let loaded = crate::vtrace::read(data, progress)?;
             let warnings = loaded.damage.iter().map(ToString::to_string).collect();
             Imported { trace: loaded.trace, warnings, format: SourceFormat::Vtrace, wrappers: Vec::new() }
         }
-        Detected::Pickle => snapshot::import_snapshot(data, progress)?,
+        Detected::Pickle => {
+            let parsed = snapshot::parse(data, progress)?;
+            // The bytes go before the trace is built: less memory at the peak.
+            drop(bytes);
+            parsed.build()?
+        }
         Detected::Json => import_json(data, progress)?,
         Detected::Compressed(kind) => {
-            let inner = container::inflate(kind, data, progress)?;
-            wrappers.push(Wrapper::Compressed(kind));
-            let inner_progress = container::Inner { outer: progress, outer_total: data.len() as u64 };
-            return import_owned_wrapped(inner, &inner_progress, wrappers);
+            let budget = container::Budget { left: state.inflate_left, file_bytes: state.file_bytes };
+            let inner = container::inflate(kind, data, budget, progress)?;
+            drop(bytes);
+            state.inflate_left = state.inflate_left.saturating_sub(inner.len() as u64);
+            state.wrappers.push(Wrapper::Compressed(kind));
+            let inner_progress = container::Inner { outer: progress, outer_total: total };
+            return import_any(Bytes::Owned(inner), &inner_progress, state);
         }
         Detected::Html => {
-            wrappers.push(Wrapper::MemoryVizHtml);
+            state.wrappers.push(Wrapper::MemoryVizHtml);
             match html::embedded(data)? {
                 html::Embedded::Pickle(inner) => {
-                    let inner_progress = container::Inner { outer: progress, outer_total: data.len() as u64 };
-                    return import_owned_wrapped(inner, &inner_progress, wrappers);
+                    drop(bytes);
+                    let inner_progress = container::Inner { outer: progress, outer_total: total };
+                    return import_any(Bytes::Owned(inner), &inner_progress, state);
                 }
                 html::Embedded::Plot(imported) => *imported,
             }
         }
     };
-    imported.wrappers = wrappers;
+    imported.wrappers = state.wrappers;
     Ok(imported)
 }
 

@@ -17,6 +17,9 @@ use crate::model::oom::Oom;
 use crate::model::segment::{Block, BlockState, Segment};
 use crate::model::trace::Trace;
 
+/// Longest text the annotations of one allocation are joined into.
+const MAX_ANNOTATION_BYTES: usize = 1024;
+
 /// The smallest block the CUDA caching allocator hands out; sizes round up to a multiple of it.
 const MIN_BLOCK_BYTES: u64 = 512;
 
@@ -243,13 +246,16 @@ pub(super) fn build_trace(
                         && let Some(alloc) = open.get(&entry.addr).and_then(|&i| device_events.get_mut(i))
                     {
                         let mut target = interner.context_of(alloc.context);
-                        target.user_metadata = if target.user_metadata == StringId(0) {
-                            name
-                        } else {
-                            let joined =
-                                format!("{}; {}", interner.resolve(target.user_metadata), interner.resolve(name));
-                            interner.string(&joined)
-                        };
+                        let (old, new) = (interner.resolve(target.user_metadata), interner.resolve(name));
+                        // The same annotation made again (every step, say) adds nothing; the text
+                        // stops growing at a length a person still reads.
+                        let known = old.split("; ").any(|part| part == new);
+                        if target.user_metadata == StringId(0) {
+                            target.user_metadata = name;
+                        } else if !known && old.len() + new.len() < MAX_ANNOTATION_BYTES {
+                            let joined = format!("{old}; {new}");
+                            target.user_metadata = interner.string(&joined);
+                        }
                         alloc.context = interner.context(target);
                     }
                     annotations.push(Annotation {

@@ -45,10 +45,19 @@ fn original_frames(interner: &mut Interner, text: &str) -> Vec<FrameId> {
 /// it, and points every record at the rewritten stacks.
 pub(super) fn expand_stacks(trace: &mut Trace, fx_traces: &FxHashMap<FrameId, StringId>) {
     let interner = &mut trace.interner;
+    // Many frames can share one trace text: each text is read once.
+    let mut by_text: FxHashMap<StringId, Vec<FrameId>> = FxHashMap::default();
     let mut originals: FxHashMap<FrameId, Vec<FrameId>> = FxHashMap::default();
     for (&frame, &text) in fx_traces {
-        let text = interner.resolve(text).to_owned();
-        let frames = original_frames(interner, &text);
+        let frames = match by_text.get(&text) {
+            Some(frames) => frames.clone(),
+            None => {
+                let owned = interner.resolve(text).to_owned();
+                let frames = original_frames(interner, &owned);
+                by_text.insert(text, frames.clone());
+                frames
+            }
+        };
         originals.insert(frame, frames);
     }
     let mut map: FxHashMap<StackId, StackId> = FxHashMap::default();
@@ -61,10 +70,20 @@ pub(super) fn expand_stacks(trace: &mut Trace, fx_traces: &FxHashMap<FrameId, St
             continue;
         }
         expanded.clear();
+        // How many times each frame occurs further out than the one being looked at.
+        let mut outer: FxHashMap<FrameId, usize> = FxHashMap::default();
         for f in frames {
+            *outer.entry(*f).or_insert(0) += 1;
+        }
+        for f in frames {
+            if let Some(count) = outer.get_mut(f) {
+                *count -= 1;
+            }
             expanded.push(*f);
             if let Some(extra) = originals.get(f) {
-                expanded.extend_from_slice(extra);
+                // The original trace often repeats the outer frames the real stack has anyway
+                // (the training script's line): those are left to the real stack.
+                expanded.extend(extra.iter().filter(|o| outer.get(o).is_none_or(|&n| n == 0)));
             }
         }
         let frames = std::mem::take(&mut expanded);
