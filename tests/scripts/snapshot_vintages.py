@@ -166,9 +166,18 @@ def vintages(out_dir):
             next_id = suffixes[key]
         return next_id
 
+    def format_size(num):
+        # The 2.0 _memory_viz.py's _format_size: "3.8MiB".
+        for unit in ["", "Ki", "Mi", "Gi", "Ti"]:
+            if abs(num) < 1024.0:
+                return f"{num:3.1f}{unit}B"
+            num /= 1024.0
+        return f"{num:.1f}PiB"
+
     open_allocs = {}
     for e in trace20:
-        lines = [f"{e['size']} allocation"] + [f"{f['filename']}:{f['line']}:{f['name']}" for f in e["frames"]]
+        lines = [f"{format_size(e['size'])} allocation"]
+        lines += [f"{f['filename']}:{f['line']}:{f['name']}" for f in e["frames"]]
         if e["action"] == "alloc":
             elements.append({"size": e["size"], "info": intern_stack(lines)})
             open_allocs[e["addr"]] = len(elements) - 1
