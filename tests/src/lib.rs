@@ -157,6 +157,20 @@ pub fn run_python_code(code: &str, args: &[&std::ffi::OsStr]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// The per-device keys of `info --json` that the reference gives for a snapshot, whatever its
+/// vintage (times and categories aside).
+pub const SNAPSHOT_REFERENCE_KEYS: [&str; 9] = [
+    "segments",
+    "reserved_bytes",
+    "allocated_bytes",
+    "requested_bytes",
+    "free_internal_bytes",
+    "free_external_bytes",
+    "peak_allocated_bytes",
+    "peak_requested_bytes",
+    "peak_reserved_bytes",
+];
+
 /// The independent reference's JSON for a file (`scripts/reference/snapshot_reference.py`).
 pub fn reference(file: &Path) -> serde_json::Value {
     let script = repo_root().join("scripts/reference/snapshot_reference.py");

@@ -11,7 +11,8 @@ use std::process::Command;
 
 use serde_json::Value;
 use vramscope_e2e::{
-    fixtures_dir, info_json, info_json_with, reference, repo_root, run_python, torch_python, vramscope,
+    SNAPSHOT_REFERENCE_KEYS, fixtures_dir, info_json, info_json_with, reference, repo_root, run_python, torch_python,
+    vramscope,
 };
 
 fn tempdir() -> tempfile::TempDir {
@@ -34,20 +35,6 @@ fn device<'a>(info: &'a Value, label: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no device {label} in {info}"))
 }
 
-/// The keys `check_snapshot` in fixtures.rs compares with the reference, minus times (several
-/// vintages have none).
-const REFERENCE_KEYS: [&str; 9] = [
-    "segments",
-    "reserved_bytes",
-    "allocated_bytes",
-    "requested_bytes",
-    "free_internal_bytes",
-    "free_external_bytes",
-    "peak_allocated_bytes",
-    "peak_requested_bytes",
-    "peak_reserved_bytes",
-];
-
 fn matches_reference(file: &Path, ours: &Value) {
     let theirs = reference(file);
     let devices = theirs["devices"].as_array().cloned().unwrap_or_default();
@@ -58,7 +45,7 @@ fn matches_reference(file: &Path, ours: &Value) {
             .as_array()
             .and_then(|ds| ds.iter().find(|x| x["device"].as_i64() == Some(d)))
             .unwrap_or_else(|| panic!("{}: no device {d} in {ours}", file.display()));
-        for key in REFERENCE_KEYS {
+        for key in SNAPSHOT_REFERENCE_KEYS {
             assert!(r.get(key).is_some(), "{}: the reference has no {key}", file.display());
             assert_eq!(o[key], r[key], "{}: device {d} {key}", file.display());
         }
@@ -133,24 +120,24 @@ fn check_entry(dir: &Path, entry: &Value) {
     }
 }
 
-#[test]
-fn profiler_traces_of_every_vintage_and_device_type() {
+/// Generates files with `script` and checks each against its manifest.
+fn check_generated(script: &str, args: &[&str], at_least: usize) {
     let dir = tempdir();
-    let manifest = generate("chrome_vintages.py", dir.path(), &[]);
-    assert!(manifest.len() >= 7);
+    let manifest = generate(script, dir.path(), args);
+    assert!(manifest.len() >= at_least, "{script}: {} files", manifest.len());
     for entry in &manifest {
         check_entry(dir.path(), entry);
     }
 }
 
 #[test]
+fn profiler_traces_of_every_vintage_and_device_type() {
+    check_generated("chrome_vintages.py", &[], 7);
+}
+
+#[test]
 fn snapshots_of_every_vintage_and_shape() {
-    let dir = tempdir();
-    let manifest = generate("snapshot_vintages.py", dir.path(), &[]);
-    assert!(manifest.len() >= 12);
-    for entry in &manifest {
-        check_entry(dir.path(), entry);
-    }
+    check_generated("snapshot_vintages.py", &[], 12);
 }
 
 /// Property test over generated files: random consistent allocator histories (several devices,
@@ -158,12 +145,7 @@ fn snapshots_of_every_vintage_and_shape() {
 /// the reference on every number, and no peak is below the end (checked by `info_json`).
 #[test]
 fn random_snapshots_agree_with_the_reference() {
-    let dir = tempdir();
-    let manifest = generate("snapshot_vintages.py", dir.path(), &["--random", "60", "--seed", "12"]);
-    assert_eq!(manifest.len(), 60);
-    for entry in &manifest {
-        check_entry(dir.path(), entry);
-    }
+    check_generated("snapshot_vintages.py", &["--random", "60", "--seed", "12"], 60);
 }
 
 /// Compressed containers: gzip (one member or several) and zstd around a snapshot and a trace,
