@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(snapshot chrome_trace memory_timeline vtrace)
+[ ${#targets[@]} -gt 0 ] || targets=(snapshot snapshot_structured chrome_trace memory_timeline vtrace vtrace_structured)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked --version 0.13.2
@@ -22,7 +22,7 @@ corpus_root="$(mktemp -d)"
 trap 'rm -rf "$corpus_root"' EXIT
 
 fixtures=../shared/fixtures
-mkdir -p "$corpus_root"/{snapshot,chrome_trace,memory_timeline,vtrace}
+mkdir -p "$corpus_root"/{snapshot,snapshot_structured,chrome_trace,memory_timeline,vtrace,vtrace_structured}
 cp "$fixtures"/pytorch-snapshots/mosaic_output.pickle "$corpus_root/snapshot/" 2>/dev/null || true
 cp "$fixtures"/pytorch-snapshots/stanford_cs336_a2_memory_snapshot.pickle "$corpus_root/snapshot/" 2>/dev/null || true
 head -c 65536 "$fixtures"/torch-profiler/mlp_adam_cpu.chrome_trace.json > "$corpus_root/chrome_trace/head.json" 2>/dev/null || true

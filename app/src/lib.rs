@@ -5,6 +5,7 @@
 //! the trace model of `vramscope-trace-format`, and the desktop app ([`gui`]).
 
 pub mod analysis;
+pub mod atomic;
 pub mod cli;
 pub mod colors;
 pub mod gui;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vramscope_trace_format::import::Wrapper;
+use vramscope_trace_format::import::import_json_stream;
 use vramscope_trace_format::{Progress, SourceFormat, Trace, import, import_owned};
 
 use crate::mapped::MappedFile;
@@ -31,6 +32,63 @@ pub struct LoadedTrace {
     pub wrappers: Vec<Wrapper>,
 }
 
+/// The path that names standard input.
+pub const STDIN: &str = "-";
+/// The most read from standard input (its size is not known in advance).
+const MAX_STDIN_BYTES: u64 = 16 << 30;
+
+/// What a path is when it is not a regular file (a directory, a pipe, a device, a socket).
+fn not_a_file(kind: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_fifo() {
+        Some("a named pipe (FIFO)")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if kind.is_char_device() {
+        Some("a character device")
+    } else if kind.is_block_device() {
+        Some("a block device")
+    } else {
+        Some("not a regular file")
+    }
+}
+
+/// Reads a trace from standard input (`vramscope info -`), up to [`MAX_STDIN_BYTES`].
+fn load_stdin(progress: &dyn Progress) -> Result<LoadedTrace> {
+    let mut data = Vec::new();
+    let read =
+        std::io::Read::read_to_end(&mut std::io::Read::take(std::io::stdin().lock(), MAX_STDIN_BYTES + 1), &mut data)
+            .context("cannot read standard input")?;
+    if read as u64 > MAX_STDIN_BYTES {
+        bail!("standard input holds more than {} GiB; save it to a file instead", MAX_STDIN_BYTES >> 30);
+    }
+    if data.is_empty() {
+        bail!("standard input is empty");
+    }
+    let file_bytes = data.len() as u64;
+    let imported = import_owned(data, progress).context("cannot load standard input")?;
+    Ok(LoadedTrace {
+        trace: imported.trace,
+        warnings: imported.warnings,
+        path: PathBuf::from(STDIN),
+        file_bytes,
+        format: imported.format,
+        wrappers: imported.wrappers,
+    })
+}
+
+/// Whether a file's first bytes are JSON (read with `pread`, so the file position stays).
+fn starts_as_json(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 256];
+    let n = file.read_at(&mut head, 0).unwrap_or(0);
+    matches!(import::detect(&head[..n]), Ok(import::Detected::Json))
+}
+
 /// A terminal progress bar over bytes; hidden when stderr is not a terminal.
 pub fn progress_bar(total: u64, message: &str) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
@@ -54,14 +112,29 @@ pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
             wrappers: imported.wrappers,
         });
     }
+    if path == Path::new(STDIN) {
+        return load_stdin(progress);
+    }
     let cannot_read = || format!("cannot read {}", path.display());
+    // Looked at before opening: opening a named pipe without a writer waits forever.
+    let kind = std::fs::metadata(path).with_context(cannot_read)?.file_type();
+    if let Some(what) = not_a_file(kind) {
+        bail!(
+            "{} is {what}, not a file: vramscope reads traces from files (or from standard input, given as '-')",
+            path.display()
+        );
+    }
     let file = std::fs::File::open(path).with_context(cannot_read)?;
     let file_bytes = file.metadata().with_context(cannot_read)?.len();
     if file_bytes == 0 {
         bail!("{}: the file is empty", path.display());
     }
     let cannot_load = || format!("cannot load {}", path.display());
-    let imported = if file_bytes >= MAP_AT_BYTES {
+    let imported = if file_bytes >= MAP_AT_BYTES && starts_as_json(&file) {
+        // A large JSON file is parsed as it is read: memory for the records kept, not the bytes.
+        let reader = std::io::BufReader::with_capacity(1 << 20, &file);
+        import_json_stream(reader, file_bytes, progress).with_context(cannot_load)?
+    } else if file_bytes >= MAP_AT_BYTES {
         let mapped = MappedFile::map(&file).with_context(cannot_read)?;
         let progress = |done: u64, total: u64| {
             mapped.release_before(done.saturating_sub(KEEP_BEHIND_BYTES) as usize);
@@ -91,7 +164,11 @@ pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
 
 /// Reads a file of any supported format, showing a progress bar on a terminal.
 pub fn load(path: &Path) -> Result<LoadedTrace> {
-    let size = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?.len();
+    let size = if path == Path::new(STDIN) || crate::sample::is_sample(path) {
+        0
+    } else {
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?.len()
+    };
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let bar = progress_bar(size, &format!("reading {name}"));
     let result = load_with(path, &|done: u64, _total: u64| {

@@ -119,7 +119,7 @@ enum Command {
     /// split into internal waste (rounding inside allocated blocks) and external free blocks.
     /// Memory allocated before a snapshot's trace window began is counted.
     Info {
-        /// The trace to read.
+        /// The trace to read ('-' reads it from standard input, e.g. `zcat x.gz | vramscope info -`).
         file: PathBuf,
         /// Print one JSON object instead of text.
         #[arg(long)]
@@ -217,7 +217,7 @@ enum Command {
     /// pairs; and the smallest change that fits under the target. Works best on traces recorded
     /// with `vramscope record` (tags, phases and module names).
     Advise {
-        /// The trace.
+        /// The trace ('-' for standard input).
         file: PathBuf,
         /// Print one JSON object instead of text.
         #[arg(long)]
@@ -237,7 +237,7 @@ enum Command {
     /// The output is written to a temporary file beside it and renamed into place when complete,
     /// so an interrupted conversion never leaves a half-written trace.
     Convert {
-        /// The file to convert.
+        /// The file to convert ('-' for standard input).
         file: PathBuf,
         /// Where to write the `.vtrace`.
         #[arg(short, long, value_name = "OUT.vtrace")]
@@ -330,6 +330,14 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`vramscope info x | head`): nothing to say.
+        Err(error)
+            if error.chain().any(|cause| {
+                cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(EXIT_ERROR)

@@ -375,22 +375,5 @@ fn render<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, runs: &[ReportRun], 
 
 /// Writes through a temporary file in the same directory, renamed into place when complete.
 fn write_atomically(out: &Path, bytes: &[u8], force: bool) -> Result<()> {
-    use std::io::Write;
-    let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut temp = tempfile::Builder::new()
-        .prefix(".vramscope-report-")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
-    temp.write_all(bytes).with_context(|| format!("cannot write {}", out.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = temp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    if force {
-        temp.persist(out).map_err(|e| anyhow!("cannot write {}: {}", out.display(), e.error))?;
-    } else {
-        temp.persist_noclobber(out).map_err(|e| anyhow!("cannot write {}: {}", out.display(), e.error))?;
-    }
-    Ok(())
+    crate::atomic::write(out, bytes, force).map(|_| ())
 }

@@ -22,6 +22,7 @@ end), `autocast` (device_type, dtype: forward ran under autocast).
 """
 
 import atexit
+import contextlib
 import json
 import os
 import sys
@@ -106,6 +107,41 @@ def _clock_offset_ns():
             best = (m1 - m0, e - (m0 + m1) // 2)
     return best[1]
 
+
+
+@contextlib.contextmanager
+def _profiler_quiet():
+    """While the shim's own profiler starts or stops, what the profiler's library prints to
+    stderr (kineto's `USDT: ... profiler_start` lines, and its `ERROR: ... gpuGetDeviceCount`
+    on a machine without a GPU) goes nowhere: the workload's output stays as it is without
+    vramscope. A user who set KINETO_LOG_LEVEL asked for those lines and gets them. Only the
+    file descriptor is redirected, for the few milliseconds of the call, after Python's own
+    buffers are flushed."""
+    if "KINETO_LOG_LEVEL" in os.environ:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+    except Exception:
+        pass
+    saved = None
+    try:
+        saved = os.dup(2)
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 2)
+        finally:
+            os.close(null)
+    except OSError:
+        saved = None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            try:
+                os.dup2(saved, 2)
+            finally:
+                os.close(saved)
 
 class _Recorder:
     def __init__(self, torch):
@@ -244,7 +280,8 @@ class _Recorder:
 
         self.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         self.profiler._vramscope = True
-        self.profiler.start()
+        with _profiler_quiet():
+            self.profiler.start()
 
     def drain_profiler(self, restart):
         """Writes the CPU profiler's allocations since it started, then starts it again."""
@@ -253,7 +290,8 @@ class _Recorder:
         profiler, self.profiler = self.profiler, None
         if profiler is None:
             return
-        profiler.stop()
+        with _profiler_quiet():
+            profiler.stop()
         events = []
         event = None
         stack = list(profiler.profiler.kineto_results.experimental_event_tree())

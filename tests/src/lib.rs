@@ -122,11 +122,10 @@ pub fn torch_python() -> PathBuf {
         .clone()
 }
 
-/// `vramscope record -o TRACE -- PROGRAM`, ready for the program's arguments; the profiler's
-/// harmless warning about a missing GPU is silenced.
+/// `vramscope record -o TRACE -- PROGRAM`, ready for the program's arguments.
 pub fn record_command(trace: &Path, program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut command = Command::new(vramscope_bin());
-    command.args(["record", "-o"]).arg(trace).arg("--").arg(program).env("KINETO_LOG_LEVEL", "5");
+    command.args(["record", "-o"]).arg(trace).arg("--").arg(program);
     command
 }
 
@@ -223,5 +222,48 @@ pub fn assert_peaks_cover_the_end(file: &Path, info: &serde_json::Value) {
                 get(end)
             );
         }
+    }
+}
+
+/// How a run of `vramscope` went, measured from outside.
+#[derive(Debug)]
+pub struct Measured {
+    /// Its exit status (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// What it wrote to stderr.
+    pub stderr: String,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Peak resident memory in KiB (getrusage of the child).
+    pub peak_kib: u64,
+}
+
+/// Runs `vramscope` with arguments under a Python parent that reads the child's peak resident
+/// memory (`getrusage(RUSAGE_CHILDREN)`), with its stdout discarded.
+pub fn measured(args: &[&std::ffi::OsStr]) -> Measured {
+    const CODE: &str = "import json, resource, subprocess, sys, time\n\
+        t = time.monotonic()\n\
+        r = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=open(sys.argv[1], 'wb'))\n\
+        print(json.dumps({'code': r.returncode, 'seconds': time.monotonic() - t,\n\
+                          'peak_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))";
+    let dir = std::env::temp_dir().join(format!("vramscope-measured-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let err_path = dir.join(format!("{}.stderr", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    let output =
+        match Command::new(python()).arg("-c").arg(CODE).arg(&err_path).arg(vramscope_bin()).args(args).output() {
+            Ok(output) => output,
+            Err(e) => panic!("cannot run {}: {e}", python()),
+        };
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("no measurement ({e}): {}", String::from_utf8_lossy(&output.stderr)));
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&err_path);
+    Measured {
+        // A negative return code is Python's way of saying "killed by that signal".
+        code: report["code"].as_i64().filter(|&c| c >= 0).and_then(|c| i32::try_from(c).ok()),
+        stderr,
+        seconds: report["seconds"].as_f64().unwrap_or(f64::MAX),
+        peak_kib: report["peak_kib"].as_u64().unwrap_or(u64::MAX),
     }
 }

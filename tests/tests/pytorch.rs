@@ -187,3 +187,39 @@ fn torchrun_with_two_ranks_gives_a_trace_per_rank_and_a_merged_one() {
     let parts: u64 = ranks.iter().map(|r| events(&dir.path().join(format!("ddp.rank{}.vtrace", r["rank"])))).sum();
     assert_eq!(events(&trace), parts);
 }
+
+/// Under `record`, a real CPU PyTorch run prints exactly what it prints alone: the shim's own
+/// profiler adds none of kineto's `USDT: ... profiler_start` or `ERROR: ... gpuGetDeviceCount`
+/// lines. The recorder's own summary (its lines start with "vramscope: ") is the only addition.
+#[test]
+fn record_leaves_the_workloads_output_as_it_is() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = repo_root().join("tests/scripts/quiet_train.py");
+    let alone = std::process::Command::new(torch_python())
+        .arg(&script)
+        .env_remove("KINETO_LOG_LEVEL")
+        .output()
+        .expect("python runs");
+    assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stderr));
+    let trace = dir.path().join("quiet.vtrace");
+    let recorded = std::process::Command::new(vramscope_e2e::vramscope_bin())
+        .args(["record", "--torch", "cpu", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(torch_python())
+        .arg(&script)
+        .env_remove("KINETO_LOG_LEVEL")
+        .output()
+        .expect("vramscope record runs");
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    assert_eq!(String::from_utf8_lossy(&recorded.stdout), String::from_utf8_lossy(&alone.stdout));
+    let workload_stderr: String = String::from_utf8_lossy(&recorded.stderr)
+        .lines()
+        .filter(|l| !l.starts_with("vramscope: "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(workload_stderr, String::from_utf8_lossy(&alone.stderr));
+    // And the recording happened: the shim saw the CPU tensors.
+    let (peak, _) = categories(&trace, None);
+    assert!(bytes(&peak["parameter"]) > 0, "{peak}");
+}

@@ -146,7 +146,11 @@ fn hostile_structure_gives_clear_errors() {
             P::default().proto(4).op(0x8d).raw(&(1u64 << 62).to_le_bytes()).stop(),
             "runs past the end of the file",
         ),
-        ("huge memo put", P::default().proto(4).op(b'N').op(b'r').raw(&u32::MAX.to_le_bytes()).stop(), "far beyond"),
+        (
+            "huge memo put",
+            P::default().proto(4).op(b'N').op(b'r').raw(&u32::MAX.to_le_bytes()).stop(),
+            "beyond anything a pickle",
+        ),
         ("no STOP", P::default().proto(4).op(EMPTY_DICT).0, "ends before the pickle's STOP"),
         ("empty stack", P::default().proto(4).op(APPEND).stop(), "stack is empty"),
         ("APPENDS without MARK", P::default().proto(4).op(EMPTY_LIST).op(APPENDS).stop(), "needs a MARK"),
@@ -243,8 +247,10 @@ fn wrong_formats_are_named() {
     assert!(message.contains("not a format vramscope reads"), "{message}");
     let message = load(b"{\"not\": \"a trace\"}").unwrap_err().to_string();
     assert!(message.contains("traceEvents"), "{message}");
-    let message = load(b"[[1, 2], [[0, 1]]]").unwrap_err().to_string();
+    let message = load(b"[[1, 2], [[0, 1, 2, 3, 4, 5, 6, 7, 8]]]").unwrap_err().to_string();
     assert!(message.contains("2 times but 1 rows"), "{message}");
+    let message = load(b"[[1, 2], [[0, 1]]]").unwrap_err().to_string();
+    assert!(message.contains("sizes row 0 has 2 columns, expected 9"), "{message}");
     let message = load(b"\x1f\x8b\x08\x00garbage").unwrap_err().to_string();
     assert!(message.contains("gzip"), "{message}");
 }

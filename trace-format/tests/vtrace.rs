@@ -179,3 +179,44 @@ fn streaming_writer_interleaves_tables_and_records() {
     let function = loaded.trace.interner.frame_of(frame).unwrap().function;
     assert_eq!(loaded.trace.interner.resolve(function), "fn_2");
 }
+
+/// A chunk with a valid checksum.
+fn chunk(kind: u8, codec: u8, stored: &[u8], raw_len: u32) -> Vec<u8> {
+    let mut header = vec![kind, codec, 0, 0];
+    header.extend_from_slice(&(stored.len() as u32).to_le_bytes());
+    header.extend_from_slice(&raw_len.to_le_bytes());
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&header);
+    hasher.update(stored);
+    header.extend_from_slice(&hasher.finalize().to_le_bytes());
+    header.extend_from_slice(stored);
+    header
+}
+
+#[test]
+fn unknown_chunks_are_skipped_undecoded_and_decoding_has_a_budget() {
+    let trace = common::small_trace();
+    let valid = encode(&trace);
+    // 100,000 chunks of a kind this build does not know, each a tiny zstd frame of 8 KiB: 800 MB
+    // to inflate from 3 MB, far past the decode budget if they were inflated and counted.
+    let frame = zstd::bulk::compress(&[0u8; 8192], 19).expect("zstd");
+    let unknown = chunk(200, 1, &frame, 8192);
+    let mut bytes = valid[..HEADER_BYTES].to_vec();
+    for _ in 0..100_000 {
+        bytes.extend_from_slice(&unknown);
+    }
+    bytes.extend_from_slice(&valid[HEADER_BYTES..]);
+    let started = std::time::Instant::now();
+    let loaded = vtrace::read(&bytes, &NoProgress).expect("read");
+    assert!(loaded.damage.is_none(), "{:?}", loaded.damage);
+    common::assert_same(&loaded.trace, &trace);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    // A chunk of a known kind that claims 256 MiB in a file of a few KB stops the reading
+    // before anything is inflated; what came before it stays.
+    let huge = zstd::bulk::compress(&vec![0u8; 256 << 20], 1).expect("zstd");
+    let mut bytes = valid[..valid.len() - CHUNK_HEADER_BYTES].to_vec();
+    bytes.extend_from_slice(&chunk(2, 1, &huge, 256 << 20));
+    let loaded = vtrace::read(&bytes, &NoProgress).expect("read");
+    let damage = loaded.damage.expect("damage reported");
+    assert!(damage.reason.contains("decompress to more than"), "{}", damage.reason);
+}

@@ -52,10 +52,9 @@ pub fn run(output: Option<&Path>, force: bool, torch: &str, command: &[OsString]
             PathBuf::from(format!("{name}-{}.vtrace", std::process::id()))
         }
     };
-    // Refuse before running anything, not after the workload has spent an hour.
-    if output.exists() && !force {
-        bail!("{} already exists; pass --force to replace it", output.display());
-    }
+    // Refuse before running anything, not after the workload has spent an hour: an existing
+    // output, a directory, a missing or read-only directory.
+    crate::atomic::check_writable(&output, force)?;
     let hook = hook_path()?;
     let dir = tempfile::Builder::new()
         .prefix("vramscope-record-")

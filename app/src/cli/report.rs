@@ -10,6 +10,8 @@ use crate::report::{self, ReportRun};
 
 /// Writes the report of `files` (one run, or two compared) to `out`.
 pub fn run(files: &[PathBuf], out: &Path, force: bool, stdout: &mut dyn Write) -> Result<()> {
+    // Before any reading: a report that cannot be written is said at once.
+    crate::atomic::check_writable(out, force)?;
     let mut runs = Vec::with_capacity(files.len());
     for path in files {
         let loaded = load::load(path)?;

@@ -296,6 +296,8 @@ struct State {
     device_numbers: BTreeMap<(&'static str, i64), i16>,
     /// Devices that could not keep their own index.
     renumbered: Vec<String>,
+    /// Memory events of devices beyond [`super::MAX_DEVICES`].
+    devices_over_limit: usize,
     trace_events: usize,
 }
 
@@ -380,6 +382,11 @@ impl State {
         if let Some(&device) = self.device_numbers.get(&(name, id)) {
             return (device, kind);
         }
+        if self.device_numbers.len() >= super::MAX_DEVICES {
+            // Counted, and refused at the end: no real trace has this many devices.
+            self.devices_over_limit += 1;
+            return (i16::MIN, kind);
+        }
         // The device's own index, unless another kind of device holds it (CUDA 0 and XPU 0 in one
         // trace) or it does not fit: then the next free one, said in a warning.
         let own = i16::try_from(id).ok().filter(|d| !self.device_numbers.values().any(|v| v == d));
@@ -396,6 +403,9 @@ impl State {
     fn oom_event(&mut self, time_ns: i64, args: Args<'_>) {
         let Some(bytes) = args.bytes.and_then(Num::as_i64) else { return };
         let (device, _) = self.device_of(&args);
+        if device == i16::MIN {
+            return;
+        }
         self.ooms.push(Oom {
             time_ns,
             device,
@@ -432,6 +442,9 @@ impl State {
             return;
         };
         let (device, kind) = self.device_of(&args);
+        if device == i16::MIN {
+            return;
+        }
         let entry = self.series.entry(device).or_insert_with(|| DeviceSeries { kind, ..DeviceSeries::default() });
         // A negative total is the profiler's "not known".
         if let Some(total) = args.total_allocated.and_then(Num::as_i64).filter(|&t| t >= 0) {
@@ -517,14 +530,25 @@ impl<'de> Visitor<'de> for &mut TopLevel<'_> {
                 }
                 "baseTimeNanoseconds" => {
                     let value: Num = map.next_value()?;
-                    self.base_time_ns = value.as_i64();
+                    let Some(base) = value.as_i64() else {
+                        return Err(serde::de::Error::custom(
+                            "'baseTimeNanoseconds' should be an integer number of nanoseconds",
+                        ));
+                    };
+                    self.base_time_ns = Some(base);
                 }
                 "displayTimeUnit" => {
                     let value: serde_json::Value = map.next_value()?;
                     self.display_time_unit = value.as_str().map(str::to_owned);
                 }
                 "deviceProperties" => self.device_properties = Some(map.next_value()?),
-                "distributedInfo" => self.distributed = Some(map.next_value()?),
+                "distributedInfo" => {
+                    let value: serde_json::Value = map.next_value()?;
+                    if !value.is_object() && !value.is_null() {
+                        return Err(serde::de::Error::custom("'distributedInfo' should be an object"));
+                    }
+                    self.distributed = Some(value);
+                }
                 other => {
                     let other = other.to_owned();
                     let value: serde_json::Value = map.next_value()?;
@@ -598,6 +622,25 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
     if !progress.update(0, data.len() as u64) {
         return Err(Error::Cancelled);
     }
+    import_from(serde_json::Deserializer::from_slice(data), data.len() as u64, progress)
+}
+
+/// Reads a Chrome trace from a stream (what a compressed container holds, parsed as it is
+/// inflated: the inflated bytes are never held whole). `total` is the progress scale.
+pub(crate) fn import_chrome_trace_from(
+    reader: impl std::io::Read,
+    total: u64,
+    progress: &dyn Progress,
+) -> Result<Imported> {
+    let reader = std::io::BufReader::with_capacity(1 << 16, reader);
+    import_from(serde_json::Deserializer::from_reader(reader), total, progress)
+}
+
+fn import_from<'de, R: serde_json::de::Read<'de>>(
+    mut deserializer: serde_json::Deserializer<R>,
+    total: u64,
+    progress: &dyn Progress,
+) -> Result<Imported> {
     let mut state = State::default();
     let mut top = TopLevel {
         state: &mut state,
@@ -609,11 +652,13 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
         distributed: None,
         other: serde_json::Map::new(),
     };
-    let mut deserializer = serde_json::Deserializer::from_slice(data);
     let parsed = (&mut deserializer).deserialize_any(&mut top).and_then(|()| deserializer.end());
     if let Err(e) = parsed {
-        return Err(if e.is_data() && e.to_string().contains("traceEvents") {
+        let text = e.to_string();
+        return Err(if e.is_data() && text.contains("'traceEvents'") {
             Error::Structure(format!("this Chrome trace's 'traceEvents' is not a list of event objects: {e}"))
+        } else if e.is_data() && (text.contains("'baseTimeNanoseconds'") || text.contains("'distributedInfo'")) {
+            Error::Structure(format!("this Chrome trace's top level is malformed: {e}"))
         } else {
             Error::Json(e)
         });
@@ -623,10 +668,16 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
             "a JSON object without 'traceEvents': not a PyTorch profiler Chrome trace".to_owned(),
         ));
     }
-    if !progress.update(data.len() as u64 * 9 / 10, data.len() as u64) {
+    if !progress.update(total * 9 / 10, total) {
         return Err(Error::Cancelled);
     }
     let base_ns = top.base_time_ns.unwrap_or(0);
+    if top.state.devices_over_limit > 0 {
+        return Err(Error::Structure(format!(
+            "this trace has memory events of more than {} devices; vramscope reads at most that many",
+            super::MAX_DEVICES
+        )));
+    }
     let usable = top.state.series.values().any(|s| s.addressed > 0 || !s.unaddressed.is_empty());
     if !usable {
         return Err(Error::Structure(refusal(top.state, &top)));
@@ -755,7 +806,7 @@ pub fn import_chrome_trace(data: &[u8], progress: &dyn Progress) -> Result<Impor
         allocator_settings: serde_json::Value::Null,
         extra,
     };
-    progress.update(data.len() as u64, data.len() as u64);
+    progress.update(total, total);
     Ok(Imported {
         trace: Trace {
             metadata,

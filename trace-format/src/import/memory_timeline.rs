@@ -8,6 +8,11 @@
 //! Both become one counter series per category. The `.gz` container is taken off before this
 //! module sees the data (`container.rs`).
 
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
+
 use super::Imported;
 use crate::error::{Error, Result};
 use crate::model::category::Category;
@@ -79,65 +84,244 @@ fn empty_series(interner: &mut Interner) -> Vec<CounterSeries> {
         .collect()
 }
 
-/// Reads the `.json` export (`[times_us, sizes]`).
-pub fn import_json(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
-    let value: serde_json::Value = serde_json::from_slice(data)?;
-    if !progress.update(data.len() as u64, data.len() as u64) {
-        return Err(Error::Cancelled);
-    }
-    let shape = || {
-        Error::Structure(
-            "not a memory timeline: expected [times, sizes] or [[t, action, bytes, category], ...]".to_owned(),
-        )
-    };
-    let outer = value.as_array().ok_or_else(shape)?;
-    // The raw export (inflated from `raw.json.gz`, or saved plain): a list of 4-number records.
-    // `[times, sizes]` has a list of rows second, the raw export a record of numbers.
-    let is_record =
-        |v: &serde_json::Value| v.as_array().is_some_and(|r| r.len() == 4 && r.iter().all(|x| x.is_number()));
-    if outer.first().is_some_and(is_record) && (outer.len() != 2 || outer.get(1).is_some_and(is_record)) {
-        return import_raw_records(outer);
-    }
-    let [times, sizes] = outer.as_slice() else { return Err(shape()) };
-    let (Some(times), Some(sizes)) = (times.as_array(), sizes.as_array()) else { return Err(shape()) };
-    if times.len() != sizes.len() {
-        return Err(Error::Structure(format!(
-            "the memory timeline has {} times but {} rows of sizes",
-            times.len(),
-            sizes.len()
-        )));
-    }
-    let mut interner = Interner::new();
-    let mut series = empty_series(&mut interner);
-    for (i, (time, row)) in times.iter().zip(sizes).enumerate() {
-        let time_us = time.as_i64().ok_or_else(|| Error::Structure(format!("time {i} is not an integer")))?;
-        let row = row.as_array().ok_or_else(|| Error::Structure(format!("sizes row {i} is not a list")))?;
-        if row.len() != COLUMNS.len() + 1 {
-            return Err(Error::Structure(format!(
-                "sizes row {i} has {} columns, expected {}",
-                row.len(),
-                COLUMNS.len() + 1
-            )));
-        }
-        for (s, value) in series.iter_mut().zip(&row[1..]) {
-            let value = value.as_i64().ok_or_else(|| Error::Structure(format!("sizes row {i} holds a non-integer")))?;
-            s.samples.push(CounterSample { time_ns: time_us.saturating_mul(1000), value });
-        }
-    }
-    build(interner, series, times.len())
+/// The export as parsed: `[times, rows]`, or the raw records.
+enum Parsed {
+    Timeline { times: Vec<i64>, rows: Vec<[i64; COLUMNS.len()]> },
+    Raw(Vec<[i64; 4]>),
 }
 
-fn import_raw_records(records: &[serde_json::Value]) -> Result<Imported> {
-    let mut parsed = Vec::with_capacity(records.len());
-    for (i, record) in records.iter().enumerate() {
-        let bad = || Error::Structure(format!("raw memory timeline record {i} is not [time, action, bytes, category]"));
-        let fields = record.as_array().ok_or_else(bad)?;
-        let [t, action, bytes, category] = fields.as_slice() else { return Err(bad()) };
-        let (Some(t), Some(action), Some(bytes), Some(category)) =
-            (t.as_i64(), action.as_i64(), bytes.as_i64(), category.as_u64())
-        else {
-            return Err(bad());
+/// An integer as JSON writes it (an integral float is accepted).
+fn integer<E: serde::de::Error>(value: f64) -> Result<i64, E> {
+    if value.fract() == 0.0 && value.abs() < 9.2e18 {
+        Ok(value as i64)
+    } else {
+        Err(E::custom(format!("{value} is not an integer")))
+    }
+}
+
+/// Reads a list of integers.
+struct Integers;
+
+impl<'de> Visitor<'de> for Integers {
+    type Value = Vec<i64>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of integers")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Vec<i64>, A::Error> {
+        let mut out = Vec::new();
+        while let Some(value) = seq.next_element::<Number>()? {
+            out.push(value.0);
+        }
+        Ok(out)
+    }
+}
+
+/// One integer.
+struct Number(i64);
+
+impl<'de> Deserialize<'de> for Number {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Number;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer")
+            }
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<Number, E> {
+                Ok(Number(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Number, E> {
+                i64::try_from(v).map(Number).map_err(|_| E::custom(format!("{v} is too large")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Number, E> {
+                integer(v).map(Number)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A row of `sizes` (`[0, c0 .. c7]`) or a raw record (`[t, action, bytes, category]`).
+struct Row(Vec<i64>);
+
+impl<'de> Deserialize<'de> for Row {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        deserializer.deserialize_seq(Integers).map(Row)
+    }
+}
+
+/// The second item of the outer list: the rows of `[times, rows]`, or the second raw record.
+enum Second {
+    Rows(Vec<[i64; COLUMNS.len()]>),
+    Record(Vec<i64>),
+}
+
+struct SecondSeed;
+
+impl<'de> DeserializeSeed<'de> for SecondSeed {
+    type Value = Second;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> std::result::Result<Second, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SecondSeed {
+    type Value = Second;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of rows or a record of numbers")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Second, A::Error> {
+        /// A row (a list) or a number, whichever comes.
+        enum Item {
+            Row(Vec<i64>),
+            Number(i64),
+        }
+        impl<'de> Deserialize<'de> for Item {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = Item;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a row or a number")
+                    }
+                    fn visit_i64<E>(self, v: i64) -> std::result::Result<Item, E> {
+                        Ok(Item::Number(v))
+                    }
+                    fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Item, E> {
+                        i64::try_from(v).map(Item::Number).map_err(|_| E::custom(format!("{v} is too large")))
+                    }
+                    fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Item, E> {
+                        integer(v).map(Item::Number)
+                    }
+                    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> std::result::Result<Item, A::Error> {
+                        Integers.visit_seq(seq).map(Item::Row)
+                    }
+                }
+                deserializer.deserialize_any(V)
+            }
+        }
+        let mut rows = Vec::new();
+        let mut numbers = Vec::new();
+        while let Some(item) = seq.next_element::<Item>()? {
+            match item {
+                Item::Row(row) if numbers.is_empty() => {
+                    let i = rows.len();
+                    let [_, values @ ..] = row.as_slice() else {
+                        return Err(serde::de::Error::custom(format!("sizes row {i} is empty")));
+                    };
+                    let values: [i64; COLUMNS.len()] = values.try_into().map_err(|_| {
+                        serde::de::Error::custom(format!(
+                            "sizes row {i} has {} columns, expected {}",
+                            row.len(),
+                            COLUMNS.len() + 1
+                        ))
+                    })?;
+                    rows.push(values);
+                }
+                Item::Number(v) if rows.is_empty() => numbers.push(v),
+                _ => return Err(serde::de::Error::custom("the second list mixes rows and numbers")),
+            }
+        }
+        Ok(if numbers.is_empty() { Second::Rows(rows) } else { Second::Record(numbers) })
+    }
+}
+
+/// Streams the outer list, keeping only numbers (never a tree of JSON values).
+struct Outer;
+
+impl<'de> Visitor<'de> for Outer {
+    type Value = Parsed;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[times, sizes] or [[t, action, bytes, category], ...]")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Parsed, A::Error> {
+        use serde::de::Error as _;
+        let Some(Row(first)) = seq.next_element::<Row>()? else {
+            return Err(A::Error::custom("the list is empty"));
         };
+        let second = seq.next_element_seed(SecondSeed)?;
+        match second {
+            // `[times, rows]`, or a single raw record.
+            None if first.len() == 4 => Ok(Parsed::Raw(vec![record(&first, 0).map_err(A::Error::custom)?])),
+            None => Err(A::Error::custom("a list of one list of numbers is neither export")),
+            Some(Second::Rows(rows)) => {
+                if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    return Err(A::Error::custom("[times, sizes] has more than two lists"));
+                }
+                Ok(Parsed::Timeline { times: first, rows })
+            }
+            Some(Second::Record(second)) => {
+                let mut records = vec![record(&first, 0).map_err(A::Error::custom)?];
+                records.push(record(&second, 1).map_err(A::Error::custom)?);
+                while let Some(Row(next)) = seq.next_element::<Row>()? {
+                    records.push(record(&next, records.len()).map_err(A::Error::custom)?);
+                }
+                Ok(Parsed::Raw(records))
+            }
+        }
+    }
+}
+
+/// A raw record's four numbers.
+fn record(values: &[i64], i: usize) -> std::result::Result<[i64; 4], String> {
+    values.try_into().map_err(|_| format!("raw memory timeline record {i} is not [time, action, bytes, category]"))
+}
+
+/// Reads the `.json` export (`[times_us, sizes]`), or the raw export's records (what
+/// `raw.json.gz` holds), in one streaming pass.
+pub fn import_json(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
+    import_from(serde_json::Deserializer::from_slice(data), data.len() as u64, progress)
+}
+
+/// Reads either export from a stream (what a compressed container holds, parsed as it is
+/// inflated). `total` is the progress scale.
+pub(crate) fn import_json_from(reader: impl std::io::Read, total: u64, progress: &dyn Progress) -> Result<Imported> {
+    let reader = std::io::BufReader::with_capacity(1 << 16, reader);
+    import_from(serde_json::Deserializer::from_reader(reader), total, progress)
+}
+
+fn import_from<'de, R: serde_json::de::Read<'de>>(
+    mut deserializer: serde_json::Deserializer<R>,
+    total: u64,
+    progress: &dyn Progress,
+) -> Result<Imported> {
+    let parsed = deserializer.deserialize_seq(Outer).and_then(|p| deserializer.end().map(|()| p)).map_err(|e| {
+        if e.is_data() {
+            Error::Structure(format!(
+                "not a memory timeline ([times, sizes] or [[t, action, bytes, category], ...]): {e}"
+            ))
+        } else {
+            Error::Json(e)
+        }
+    })?;
+    if !progress.update(total, total) {
+        return Err(Error::Cancelled);
+    }
+    match parsed {
+        Parsed::Raw(records) => import_raw_records(&records),
+        Parsed::Timeline { times, rows } => {
+            if times.len() != rows.len() {
+                return Err(Error::Structure(format!(
+                    "the memory timeline has {} times but {} rows of sizes",
+                    times.len(),
+                    rows.len()
+                )));
+            }
+            let mut interner = Interner::new();
+            let mut series = empty_series(&mut interner);
+            for (time_us, row) in times.iter().zip(&rows) {
+                for (s, &value) in series.iter_mut().zip(row) {
+                    s.samples.push(CounterSample { time_ns: time_us.saturating_mul(1000), value });
+                }
+            }
+            build(interner, series, times.len())
+        }
+    }
+}
+
+fn import_raw_records(records: &[[i64; 4]]) -> Result<Imported> {
+    let mut parsed = Vec::with_capacity(records.len());
+    for (i, &[t, action, bytes, category]) in records.iter().enumerate() {
         if !(1..=4).contains(&action) {
             return Err(Error::Structure(format!("raw memory timeline record {i} has unknown action {action}")));
         }
@@ -160,7 +344,7 @@ fn import_raw_records(records: &[serde_json::Value]) -> Result<Imported> {
         let time_ns = parsed[order[i]].0.max(first_time);
         while i < order.len() && parsed[order[i]].0.max(first_time) == time_ns {
             let (_, bytes, column) = parsed[order[i]];
-            totals[column] += bytes;
+            totals[column] = totals[column].saturating_add(bytes);
             i += 1;
         }
         for (s, &total) in series.iter_mut().zip(&totals) {

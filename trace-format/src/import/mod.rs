@@ -46,8 +46,27 @@ impl Wrapper {
     }
 }
 
+/// How much of a container's content is inflated to recognise it.
+const HEAD_BYTES: usize = 64 << 10;
+
 /// Containers may nest (a gzipped HTML page); deeper than this is hostile.
 const MAX_WRAPPERS: usize = 3;
+
+/// Distinct devices a trace may have (PyTorch numbers devices with an 8-bit index; a merged
+/// recording of many processes shares their indices). The analysis works device by device, so
+/// this bounds how often it passes over the events.
+pub const MAX_DEVICES: usize = 256;
+
+/// Refuses a trace with more devices than [`MAX_DEVICES`].
+fn check_devices(trace: &Trace) -> Result<()> {
+    let devices = trace.devices().len();
+    if devices > MAX_DEVICES {
+        return Err(Error::Structure(format!(
+            "this trace has {devices} devices; vramscope reads traces of at most {MAX_DEVICES}"
+        )));
+    }
+    Ok(())
+}
 
 /// The formats vramscope reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,11 +222,36 @@ fn import_any(bytes: Bytes<'_>, progress: &dyn Progress, mut state: Unwrapping) 
         Detected::Json => import_json(data, progress)?,
         Detected::Compressed(kind) => {
             let budget = container::Budget { left: state.inflate_left, file_bytes: state.file_bytes };
-            let inner = container::inflate(kind, data, budget, progress)?;
-            drop(bytes);
-            state.inflate_left = state.inflate_left.saturating_sub(inner.len() as u64);
+            let mut stream = container::Inflating::new(kind, data, budget, progress)?;
             state.wrappers.push(Wrapper::Compressed(kind));
+            // What is inside decides: JSON is parsed as it is inflated (its bytes are never held
+            // whole); anything else is inflated first.
+            let head = container::read_head(&mut stream, HEAD_BYTES)?;
+            if head.is_empty() {
+                return Err(Error::Structure(format!("the {} data is empty once decompressed", kind.name())));
+            }
             let inner_progress = container::Inner { outer: progress, outer_total: total };
+            if detect(&head).map_err(|e| inside(&state.wrappers, e))? == Detected::Json {
+                let failure = stream.failure();
+                let text = head.strip_prefix(&[0xef, 0xbb, 0xbf]).unwrap_or(&head);
+                let timeline = memory_timeline::looks_like_timeline(text);
+                let reader = std::io::Read::chain(text, &mut stream);
+                let result = if timeline {
+                    memory_timeline::import_json_from(reader, total, &inner_progress)
+                } else {
+                    chrome::import_chrome_trace_from(reader, total, &inner_progress)
+                };
+                // A failure of the stream (over budget, corrupt, cancelled) is the real error.
+                let mut imported = result.map_err(|e| failure.borrow_mut().take().unwrap_or(e))?;
+                imported.wrappers = state.wrappers;
+                check_devices(&imported.trace)?;
+                return Ok(imported);
+            }
+            let mut inner = head;
+            container::read_to_end(&mut stream, &mut inner)?;
+            state.inflate_left = state.inflate_left.saturating_sub(stream.produced());
+            drop(stream);
+            drop(bytes);
             return import_any(Bytes::Owned(inner), &inner_progress, state);
         }
         Detected::Html => {
@@ -223,6 +267,56 @@ fn import_any(bytes: Bytes<'_>, progress: &dyn Progress, mut state: Unwrapping) 
         }
     };
     imported.wrappers = state.wrappers;
+    check_devices(&imported.trace)?;
+    Ok(imported)
+}
+
+/// Reads a JSON file (a Chrome trace or a memory timeline) from a stream, records as they are
+/// parsed: a large file costs memory for what is kept, not for its bytes. `total` is the size
+/// of the stream, for progress.
+pub fn import_json_stream(reader: impl std::io::Read, total: u64, progress: &dyn Progress) -> Result<Imported> {
+    /// Counts what the parser has read, for progress and cancellation.
+    struct Counted<'a, R> {
+        inner: R,
+        read: u64,
+        next_report: u64,
+        total: u64,
+        progress: &'a dyn Progress,
+        cancelled: bool,
+    }
+    impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.read += n as u64;
+            if self.read >= self.next_report {
+                self.next_report = self.read + (4 << 20);
+                if !self.progress.update(self.read.min(self.total) * 9 / 10, self.total) {
+                    self.cancelled = true;
+                    return Err(std::io::Error::other("cancelled"));
+                }
+            }
+            Ok(n)
+        }
+    }
+    let mut counted = Counted { inner: reader, read: 0, next_report: 0, total, progress, cancelled: false };
+    let mut head = Vec::with_capacity(HEAD_BYTES);
+    std::io::Read::read_to_end(&mut std::io::Read::take(&mut counted, HEAD_BYTES as u64), &mut head)?;
+    if detect(&head)? != Detected::Json {
+        return Err(Error::Structure("the file is not JSON".to_owned()));
+    }
+    let text = head.strip_prefix(&[0xef, 0xbb, 0xbf]).unwrap_or(&head);
+    let timeline = memory_timeline::looks_like_timeline(text);
+    let chained = std::io::Read::chain(text, &mut counted);
+    let result = if timeline {
+        memory_timeline::import_json_from(chained, total, progress)
+    } else {
+        chrome::import_chrome_trace_from(chained, total, progress)
+    };
+    if counted.cancelled {
+        return Err(Error::Cancelled);
+    }
+    let imported = result?;
+    check_devices(&imported.trace)?;
     Ok(imported)
 }
 

@@ -2,6 +2,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod generate;
+
 use vramscope_trace_format::{
     Annotation, AnnotationKind, Block, BlockState, Category, Clock, Context, CounterKind, CounterSample, CounterSeries,
     DeviceInfo, Event, EventKind, Frame, Metadata, Oom, ProcessId, ProcessInfo, Segment, SegmentPool, SourceFormat,

@@ -19,8 +19,8 @@ mod store;
 use rustc_hash::FxHashMap;
 
 use self::fast::FrameRun;
-pub(crate) use self::store::{ContainerKind, RecordKind, Sink, Store, Value};
-use self::store::{Handle, NO_SLOT};
+use self::store::NO_SLOT;
+pub(crate) use self::store::{ContainerKind, Handle, RecordKind, Sink, Store, Value};
 use crate::error::{Error, Result};
 use crate::model::ids::{FrameId, StackId, StringId};
 use crate::model::interner::Interner;
@@ -28,8 +28,6 @@ use crate::progress::Progress;
 
 /// How deep `MARK`s may nest before the input is refused as hostile.
 const MAX_MARK_DEPTH: usize = 10_000;
-/// How far past the memo's end a `PUT` may write before the input is refused as hostile.
-const MAX_MEMO_GAP: usize = 1 << 20;
 /// Progress is reported after this many bytes.
 const PROGRESS_STEP: usize = 4 << 20;
 
@@ -291,8 +289,14 @@ impl<S: Sink> Machine<'_, S> {
         let value = self.top()?;
         let len = self.store.memo.len();
         if index >= len {
-            if index - len > MAX_MEMO_GAP {
-                return Err(self.err(format!("memo index {index} is far beyond the {len} entries stored so far")));
+            // Every value a pickle memoizes costs at least one byte of it, so its memo can never
+            // hold more entries than the file has bytes: an index beyond that stores nothing real,
+            // and honouring it would cost memory out of all proportion to the file.
+            if index > self.data.len() {
+                return Err(self.err(format!(
+                    "memo index {index} is beyond anything a pickle of {} bytes can have stored",
+                    self.data.len()
+                )));
             }
             self.store.memo.resize(index + 1, Value::Missing);
         }

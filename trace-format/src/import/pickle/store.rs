@@ -17,7 +17,7 @@ pub(crate) enum RecordKind {
 
 /// A handle to a container: an index into the pool's container table and the slot's generation,
 /// so that a stale handle to a dropped container is detected instead of reading another one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Handle {
     pub(super) index: u32,
     generation: u32,
@@ -313,6 +313,20 @@ impl Store {
             chunk_index = chunk.next;
         }
         Ok(())
+    }
+
+    /// The first item of a container, without walking the rest (a list shared by many owners
+    /// that each need only its head costs O(1) per owner).
+    pub(crate) fn first_item(&self, handle: Handle) -> Result<Option<Value>, String> {
+        let container = self.container(handle)?;
+        let Some(chunk) = self.chunks.get(container.first_chunk as usize) else { return Ok(None) };
+        if chunk.len == 0 {
+            return Ok(None);
+        }
+        Ok(Some(match chunk.records {
+            Some(kind) => Value::Record(kind, chunk.start),
+            None => *self.pool.get(chunk.start as usize).ok_or("internal: chunk out of range")?,
+        }))
     }
 
     /// The items of a container copied out.

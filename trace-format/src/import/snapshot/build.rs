@@ -174,9 +174,13 @@ pub(super) fn build_trace(
             continue;
         }
         devices.push(device);
+        // Segments are sorted by device: this device's are one range, found without a scan.
+        let first = segments.partition_point(|s| s.device < device);
+        let end = segments.partition_point(|s| s.device <= device);
         let final_blocks: FxHashMap<u64, Block> = segments
+            .get(first..end)
+            .unwrap_or_default()
             .iter()
-            .filter(|s| s.device == device)
             .flat_map(|s| s.blocks.iter())
             .filter(|b| b.state != BlockState::Inactive)
             .map(|b| (b.address, *b))

@@ -18,7 +18,7 @@ use self::build::build_trace;
 use self::entries::Entries;
 use self::sink::SnapshotSink;
 use super::Imported;
-use super::pickle::{self, ContainerKind, RecordKind, Store, Value};
+use super::pickle::{self, ContainerKind, Handle, RecordKind, Store, Value};
 use crate::error::{Error, Result};
 use crate::model::ids::{FrameId, StackId, StringId};
 use crate::model::interner::Interner;
@@ -91,6 +91,55 @@ fn to_json(store: &Store, value: Value, depth: usize, budget: &mut usize) -> Res
 
 fn structure(message: impl Into<String>) -> Error {
     Error::Structure(message.into())
+}
+
+/// The highest device index PyTorch can give (`c10::DeviceIndex` is an `int8_t`).
+const MAX_DEVICE_INDEX: i16 = 127;
+
+/// What a value is, for messages about a field of the wrong type.
+fn describe(store: &Store, value: Value) -> String {
+    match value {
+        Value::None | Value::Missing => "None".to_owned(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Int(v) => format!("the integer {v}"),
+        Value::UInt(v) => format!("the integer {v}"),
+        Value::BigInt => "an integer wider than 64 bits".to_owned(),
+        Value::Float(v) => format!("the number {v}"),
+        Value::Str(id) => {
+            let text = store.interner.resolve(id);
+            let short: String = text.chars().take(40).collect();
+            format!("the string {short:?}")
+        }
+        Value::Bytes(n) => format!("{n} bytes"),
+        Value::Frame(_) => "a frame dict".to_owned(),
+        Value::Stack(_) => "a list of frames".to_owned(),
+        Value::Record(RecordKind::Entry, _) => "a trace entry dict".to_owned(),
+        Value::Record(RecordKind::Block, _) => "a block dict".to_owned(),
+        Value::Record(RecordKind::Segment, _) => "a segment dict".to_owned(),
+        Value::Container(h) => match store.kind(h) {
+            Ok(ContainerKind::Dict) => "a dict".to_owned(),
+            Ok(ContainerKind::Tuple) => "a tuple".to_owned(),
+            Ok(ContainerKind::Set) => "a set".to_owned(),
+            Ok(ContainerKind::List) => "a list".to_owned(),
+            Err(_) => "an object already consumed".to_owned(),
+        },
+    }
+}
+
+/// A field that must be a list (or tuple): its container, `None` when absent or empty, or an
+/// error naming the field and what it holds instead.
+fn list_of(store: &Store, value: Value, field: &str) -> Result<Option<Handle>> {
+    match value {
+        Value::None | Value::Missing => Ok(None),
+        // An empty list may have been read as the empty stack of frames.
+        Value::Stack(StackId(0)) => Ok(None),
+        Value::Container(h)
+            if matches!(store.kind(h).map_err(structure)?, ContainerKind::List | ContainerKind::Tuple) =>
+        {
+            Ok(Some(h))
+        }
+        other => Err(structure(format!("'{field}' should be a list, found {}", describe(store, other)))),
+    }
 }
 
 /// Reads a snapshot pickle.
@@ -193,53 +242,119 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
     }
 
     let mut segments = Vec::new();
-    if let Value::Container(h) = segments_value {
-        for (i, item) in store.items(h).map_err(structure)?.into_iter().enumerate() {
-            let Value::Record(RecordKind::Segment, index) = item else {
-                return Err(structure(format!("segments[{i}] is not a segment dict")));
-            };
-            if let Some(segment) = sink.segments.get(index as usize) {
-                segments.push(segment.clone());
-            }
-        }
+    let mut repeated_segments = 0usize;
+    if let Some(h) = list_of(&store, segments_value, "segments")? {
+        let mut i = 0usize;
+        store
+            .for_each_item(h, |item| {
+                let Value::Record(RecordKind::Segment, index) = item else {
+                    return Err(format!("segments[{i}] should be a segment dict, found {}", describe(&store, item)));
+                };
+                // A segment is taken once: the same one named again (two bytes of pickle per
+                // reference) would otherwise be copied, blocks and all, each time.
+                match sink.segments.get_mut(index as usize).and_then(Option::take) {
+                    Some(segment) => segments.push(segment),
+                    None => repeated_segments += 1,
+                }
+                i += 1;
+                Ok(())
+            })
+            .map_err(structure)?;
+    }
+    if repeated_segments > 0 {
+        warnings.push(format!(
+            "{repeated_segments} entries of 'segments' name a segment listed already; each segment is counted once"
+        ));
+    }
+    if sink.shared_block_lists > 0 {
+        warnings.push(format!(
+            "{} segments name the block list of another segment; the blocks were given to the first only",
+            sink.shared_block_lists
+        ));
     }
     segments.sort_by_key(|s| (s.device, s.address));
 
     // Per device, indices into the sink's entries (copying the entries would double the memory).
+    // An entry belongs to one device's trace: one listed again (a list shared between devices,
+    // or an entry named in two) is counted once.
     let mut per_device: Vec<(i16, Vec<u32>)> = Vec::new();
-    let entry_indices = |list: Value, name: &dyn Fn(usize) -> String| -> Result<Vec<u32>> {
+    let mut used = vec![false; sink.entries.len()];
+    let mut seen_lists = rustc_hash::FxHashSet::default();
+    let mut repeated_entries = 0usize;
+    let mut entry_indices = |list: Option<Handle>, name: &dyn Fn(usize) -> String| -> Result<Vec<u32>> {
         let mut entries = Vec::new();
-        if let Value::Container(l) = list {
-            entries.reserve(store.len(l).map_err(structure)?);
-            let mut i = 0usize;
-            store
-                .for_each_item(l, |item| {
-                    let Value::Record(RecordKind::Entry, index) = item else {
-                        return Err(format!("{} is not a trace entry dict", name(i)));
-                    };
-                    entries.push(index);
-                    i += 1;
-                    Ok(())
-                })
-                .map_err(structure)?;
+        let Some(l) = list else { return Ok(entries) };
+        if !seen_lists.insert(l) {
+            repeated_entries += store.len(l).map_err(structure)?;
+            return Ok(entries);
         }
+        let mut i = 0usize;
+        store
+            .for_each_item(l, |item| {
+                let Value::Record(RecordKind::Entry, index) = item else {
+                    return Err(format!("{} should be a trace entry dict, found {}", name(i), describe(&store, item)));
+                };
+                match used.get_mut(index as usize) {
+                    Some(slot) if !*slot => {
+                        *slot = true;
+                        entries.push(index);
+                    }
+                    _ => repeated_entries += 1,
+                }
+                i += 1;
+                Ok(())
+            })
+            .map_err(structure)?;
         Ok(entries)
     };
-    if let Value::Container(h) = traces_value {
-        for (device, list) in store.items(h).map_err(structure)?.into_iter().enumerate() {
+    if let Some(h) = list_of(&store, traces_value, "device_traces")? {
+        let mut lists = Vec::new();
+        let mut device = 0usize;
+        store
+            .for_each_item(h, |item| {
+                lists.push((device, item));
+                device += 1;
+                Ok(())
+            })
+            .map_err(structure)?;
+        for (device, list) in lists {
+            let list = list_of(&store, list, &format!("device_traces[{device}]"))?;
             let entries = entry_indices(list, &|i| format!("device_traces[{device}][{i}]"))?;
-            let device = i16::try_from(device).map_err(|_| structure("more than 32767 device traces"))?;
+            if entries.is_empty() {
+                continue;
+            }
+            let device = i16::try_from(device).ok().filter(|&d| d <= MAX_DEVICE_INDEX).ok_or_else(|| {
+                structure(format!(
+                    "device_traces[{device}] holds a trace, but PyTorch numbers devices 0 to {MAX_DEVICE_INDEX} \
+                     (c10::DeviceIndex is 8 bits)"
+                ))
+            })?;
             per_device.push((device, entries));
         }
     }
-    if host_traces_value != Value::None {
-        let entries = entry_indices(host_traces_value, &|i| format!("host_traces[{i}]"))?;
+    if let Some(h) = list_of(&store, host_traces_value, "host_traces")? {
+        let entries = entry_indices(Some(h), &|i| format!("host_traces[{i}]"))?;
         per_device.push((-1, entries));
+    }
+    if repeated_entries > 0 {
+        warnings.push(format!(
+            "{repeated_entries} trace entries are listed again (by another device's trace, or twice in one); \
+             each is counted once"
+        ));
+    }
+    if let Some(segment) = segments.iter().find(|s| s.device > MAX_DEVICE_INDEX || s.device < 0) {
+        return Err(structure(format!(
+            "a segment's 'device' is {}, but PyTorch numbers devices 0 to {MAX_DEVICE_INDEX}",
+            segment.device
+        )));
     }
 
     let external = match annotations_value {
         Value::None => serde_json::Value::Null,
-        v => to_json(&store, v, 0, &mut budget).map_err(|m| structure(format!("external_annotations: {m}")))?,
+        v => to_json(&store, v, 0, &mut budget).unwrap_or_else(|m| {
+            warnings.push(format!("the snapshot's external_annotations were left out: {m}"));
+            serde_json::Value::Null
+        }),
     };
     let interner = store.interner;
     let entries = std::mem::take(&mut sink.entries);

@@ -2,7 +2,7 @@
 //! entries, blocks and segments.
 
 use super::entries::Entries;
-use crate::import::pickle::{ContainerKind, RecordKind, Sink, Store, Value};
+use crate::import::pickle::{ContainerKind, Handle, RecordKind, Sink, Store, Value};
 use crate::model::event::EventKind;
 use crate::model::ids::{ContextId, FrameId, ProcessId, StackId, StringId};
 use crate::model::interner::{Context, Frame, Interner};
@@ -208,11 +208,14 @@ pub(super) struct SnapshotSink {
     pub(super) entries: Entries,
     /// Blocks, and whether each said its address (blocks of PyTorch 2.0 and older do not).
     blocks: Vec<(Block, bool)>,
-    pub(super) segments: Vec<Segment>,
+    pub(super) segments: Vec<Option<Segment>>,
     /// Reused buffer for the frames of the stack being resolved.
     frames: Vec<FrameId>,
     /// The last context interned, and its id.
     last_context: (Context, ContextId),
+    /// Block lists already given to a segment, and how many segments named one of them again.
+    block_lists: rustc_hash::FxHashSet<Handle>,
+    pub(super) shared_block_lists: usize,
     /// Frames of code that `torch.compile` generated, augmented with the FX node they run
     /// (`_snapshot(augment_with_fx_traces=True)`), and the node's original source trace.
     pub(super) fx_traces: rustc_hash::FxHashMap<FrameId, StringId>,
@@ -239,6 +242,8 @@ impl SnapshotSink {
             frames: Vec::new(),
             last_context: (Context::default(), ContextId(0)),
             fx_traces: rustc_hash::FxHashMap::default(),
+            block_lists: rustc_hash::FxHashSet::default(),
+            shared_block_lists: 0,
         }
     }
 
@@ -432,7 +437,7 @@ impl SnapshotSink {
         // Older snapshots keep each block's allocations in `history`, the current one first (as
         // PyTorch's own `_memory_viz.py` reads it).
         if let Value::Container(h) = history
-            && let Some(Value::Container(last)) = store.items(h)?.first().copied()
+            && let Some(Value::Container(last)) = store.first_item(h)?
             && store.kind(last)? == ContainerKind::Dict
         {
             let mut real_size = None;
@@ -514,7 +519,13 @@ impl SnapshotSink {
             }
         }
         segment.stack = self.stack(store, frames)?;
-        if let Value::Container(h) = blocks {
+        // A list of blocks belongs to one segment; one shared by several (a hostile file: two
+        // bytes per reference) would be copied into each. The first owner keeps it.
+        if let Value::Container(h) = blocks
+            && !self.block_lists.insert(h)
+        {
+            self.shared_block_lists += 1;
+        } else if let Value::Container(h) = blocks {
             // Blocks tile their segment in address order: one without an address starts where
             // the blocks before it end (as MemoryViz places them).
             let mut next_address = segment.address;
@@ -540,7 +551,7 @@ impl SnapshotSink {
         }
         segment.blocks.sort_by_key(|b| b.address);
         let index = self.segments.len() as u32;
-        self.segments.push(segment);
+        self.segments.push(Some(segment));
         Ok(Value::Record(RecordKind::Segment, index))
     }
 }
