@@ -6,6 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
+use common::generate::chunk;
 use vramscope_trace_format::vtrace::{self, CHUNK_HEADER_BYTES, HEADER_BYTES, MAGIC};
 use vramscope_trace_format::{Error, Event, EventKind, NoProgress, Trace};
 
@@ -178,19 +179,6 @@ fn streaming_writer_interleaves_tables_and_records() {
     let frame = loaded.trace.interner.frames_of(last)[0];
     let function = loaded.trace.interner.frame_of(frame).unwrap().function;
     assert_eq!(loaded.trace.interner.resolve(function), "fn_2");
-}
-
-/// A chunk with a valid checksum.
-fn chunk(kind: u8, codec: u8, stored: &[u8], raw_len: u32) -> Vec<u8> {
-    let mut header = vec![kind, codec, 0, 0];
-    header.extend_from_slice(&(stored.len() as u32).to_le_bytes());
-    header.extend_from_slice(&raw_len.to_le_bytes());
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&header);
-    hasher.update(stored);
-    header.extend_from_slice(&hasher.finalize().to_le_bytes());
-    header.extend_from_slice(stored);
-    header
 }
 
 #[test]
