@@ -8,9 +8,12 @@
 pub mod cleanup;
 pub mod devices;
 pub mod merge;
+pub mod session;
 pub mod signals;
 pub mod torch;
-pub mod wire;
+
+/// The hook's record format and the environment contract (the `vramscope-wire` crate).
+pub use vramscope_wire as wire;
 
 /// The version of the trace format the collector writes.
 pub fn trace_format_version() -> u16 {

@@ -18,7 +18,7 @@ fn ns_per_call(preload: Option<&PathBuf>, record_dir: Option<&std::path::Path>) 
         command.env("LD_PRELOAD", hook);
     }
     if let Some(dir) = record_dir {
-        command.env("VRAMSCOPE_RECORD_DIR", dir);
+        command.env(vramscope_wire::env::RECORD_DIR, dir);
     }
     let output = command.output().unwrap_or_else(|e| panic!("cannot run the client: {e}"));
     let text = String::from_utf8_lossy(&output.stdout);

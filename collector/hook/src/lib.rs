@@ -1,6 +1,6 @@
 //! The driver-level hook: a library loaded into the workload with `LD_PRELOAD` that sees its CUDA
 //! driver calls and appends one record per call to `events.<pid>.bin` in the directory named by
-//! `VRAMSCOPE_RECORD_DIR` (see `vramscope_collector::wire`).
+//! `VRAMSCOPE_RECORD_DIR` (see `vramscope_wire`).
 //!
 //! It covers the driver's memory functions (`memory.rs`) however the program reaches them: by
 //! direct linking, through `dlopen` + `dlsym(handle, ...)`, through `cuGetProcAddress` /
@@ -20,7 +20,7 @@ use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use vramscope_collector::wire::{Api, Record};
+use vramscope_wire::{Api, Record};
 
 mod buffer;
 mod memory;
@@ -159,7 +159,7 @@ pub(crate) use real;
 
 fn recording_dir() -> Option<&'static std::path::Path> {
     static DIR: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| std::env::var_os("VRAMSCOPE_RECORD_DIR").map(std::path::PathBuf::from)).as_deref()
+    DIR.get_or_init(|| std::env::var_os(vramscope_wire::env::RECORD_DIR).map(std::path::PathBuf::from)).as_deref()
 }
 
 /// Opens this process's recording file.

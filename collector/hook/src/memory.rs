@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use vramscope_collector::wire::Api;
+use vramscope_wire::Api;
 
 use crate::{CUDA_ERROR_NOT_INITIALIZED, CuDevicePtr, CuResult, emit, guarded, pools};
 

@@ -13,7 +13,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
-use vramscope_collector::wire::Api;
+use vramscope_wire::Api;
 
 use crate::{CuResult, emit};
 

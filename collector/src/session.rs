@@ -1,0 +1,169 @@
+//! One recording, start to end: the workload started with the hook library preloaded and the
+//! PyTorch shim first on `PYTHONPATH`, signals handled as `env` or `time` would, and what both
+//! wrote merged into one trace with the driver's account of the devices. `vramscope record` is a
+//! thin front over [`record`]: it checks its output, writes the trace and says what it got.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+
+use vramscope_trace_format::Trace;
+use vramscope_wire::env;
+
+use crate::{merge, signals, torch};
+
+/// The hook library's file name.
+pub const HOOK_FILE: &str = "libvramscope_hook.so";
+
+/// Why a recording could not be made (the workload's own failure is not one: it is in
+/// [`Recording::status`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The hook library is not where it should be.
+    #[error(
+        "the hook library {0} is missing: build it with `cargo build --workspace` (it is the vramscope-hook \
+         crate), or point VRAMSCOPE_HOOK at it"
+    )]
+    MissingHook(PathBuf),
+    /// Something around the workload failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// Where the hook library is: `VRAMSCOPE_HOOK`, else beside the running executable.
+pub fn hook_path() -> Result<PathBuf, Error> {
+    if let Some(path) = std::env::var_os(env::HOOK) {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().map_err(io("cannot tell where vramscope is installed"))?;
+    let path = exe.parent().map(|d| d.join(HOOK_FILE)).unwrap_or_else(|| PathBuf::from(HOOK_FILE));
+    if !path.exists() {
+        return Err(Error::MissingHook(path));
+    }
+    Ok(path)
+}
+
+/// A finished recording.
+#[derive(Debug)]
+pub struct Recording {
+    /// Everything recorded, merged.
+    pub trace: Trace,
+    /// How the workload ended.
+    pub status: ExitStatus,
+    /// Driver-level records read.
+    pub driver_records: usize,
+    /// Lines of the PyTorch shim's logs read.
+    pub torch_events: usize,
+    /// Things to tell the user (files cut short, unreadable log lines).
+    pub notes: Vec<String>,
+}
+
+/// `value` prepended to what the environment already has for `name`, `:`-separated.
+fn prepend(name: &str, value: &OsStr) -> OsString {
+    let mut joined = value.to_os_string();
+    if let Some(existing) = std::env::var_os(name).filter(|p| !p.is_empty()) {
+        joined.push(":");
+        joined.push(existing);
+    }
+    joined
+}
+
+/// Runs `program` with `args` recorded, the PyTorch shim taking tensor allocations from `torch`
+/// (`auto`, `cuda`, `cpu` or `off`), and returns what was recorded.
+pub fn record(program: &OsStr, args: &[OsString], torch: &str) -> Result<Recording, Error> {
+    let hook = hook_path()?;
+    let dir = tempfile::Builder::new()
+        .prefix("vramscope-record-")
+        .tempdir()
+        .map_err(io("cannot create a directory for the recording"))?;
+    let dir = dir.path();
+    // The PyTorch shim: Python finds its sitecustomize first on PYTHONPATH.
+    let shim = dir.join("python");
+    std::fs::create_dir(&shim).map_err(io("cannot write the PyTorch shim"))?;
+    for (name, text) in torch::SHIM_FILES {
+        std::fs::write(shim.join(name), text).map_err(io("cannot write the PyTorch shim"))?;
+    }
+    let signals = signals::install();
+    let spawned = Command::new(program)
+        .args(args)
+        .env("LD_PRELOAD", prepend("LD_PRELOAD", hook.as_os_str()))
+        .env(env::RECORD_DIR, dir)
+        .env(env::TORCH, torch)
+        .env("PYTHONPATH", prepend("PYTHONPATH", shim.as_os_str()))
+        .spawn();
+    let mut child =
+        spawned.map_err(|source| Error::Io { what: format!("cannot run {}", Path::new(program).display()), source })?;
+    signals.child(child.id());
+    let status = child.wait().map_err(io("cannot wait for the workload"));
+    drop(signals);
+    collect(dir, status?, program, args)
+}
+
+/// Reads what the hook and the shim wrote, and merges it.
+fn collect(dir: &Path, status: ExitStatus, program: &OsStr, args: &[OsString]) -> Result<Recording, Error> {
+    let recorded = merge::read_dir(dir).map_err(io("cannot read what the hook recorded"))?;
+    let mut notes: Vec<String> = recorded
+        .cut_short
+        .iter()
+        .map(|file| format!("{} ends in a partial record (the process was killed while writing)", file.display()))
+        .collect();
+    let logs = torch::read_logs(dir).map_err(io("cannot read what the PyTorch shim recorded"))?;
+    for log in logs.iter().filter(|l| l.skipped > 0) {
+        notes.push(format!(
+            "{} unreadable line{} in the PyTorch shim's log of process {} (cut short?)",
+            log.skipped,
+            if log.skipped == 1 { "" } else { "s" },
+            log.pid
+        ));
+    }
+    let command_line: Vec<String> = std::iter::once(program)
+        .chain(args.iter().map(OsString::as_os_str))
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut trace = merge::to_trace(&recorded.records, &logs, &command_line);
+    // What the driver says about the devices (nothing on a machine without one).
+    let (facts, driver_version) = crate::devices::device_facts();
+    for fact in facts {
+        if let Some(known) = trace.metadata.devices.iter_mut().find(|d| d.device == fact.device) {
+            known.name = fact.name;
+            known.total_memory_bytes = fact.total_memory_bytes;
+        }
+    }
+    if let Some(version) = driver_version {
+        trace.metadata.extra.insert("cuda_driver_version".to_owned(), version.into());
+    }
+    Ok(Recording {
+        trace,
+        status,
+        driver_records: recorded.records.len(),
+        torch_events: logs.iter().map(|l| l.lines.len()).sum(),
+        notes,
+    })
+}
+
+/// How a workload ended, as the shell reports it: its exit code, or 128 + the signal.
+pub fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_shim_reads_the_environment_record_sets() {
+        let shim = include_str!("../shim/vramscope_torch.py");
+        for name in vramscope_wire::env::READ_BY_SHIM {
+            assert!(shim.contains(&format!("os.environ.get(\"{name}\"")), "the shim does not read {name}");
+        }
+    }
+}

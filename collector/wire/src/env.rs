@@ -1,0 +1,13 @@
+//! The environment `vramscope record` sets for its workload, read by the hook library (Rust) and
+//! the PyTorch shim (Python, `collector/shim/vramscope_torch.py`, which spells the same names; a
+//! test in `vramscope-collector` checks that it does).
+
+/// The directory the hook and the shim write their records and logs into; the hook stays
+/// dormant in a process without it.
+pub const RECORD_DIR: &str = "VRAMSCOPE_RECORD_DIR";
+/// Where the shim takes tensor allocations from: `auto`, `cuda`, `cpu` or `off`.
+pub const TORCH: &str = "VRAMSCOPE_TORCH";
+/// The hook library to load instead of the one beside the `vramscope` executable.
+pub const HOOK: &str = "VRAMSCOPE_HOOK";
+/// Every name the shim must read, for the check that it reads them.
+pub const READ_BY_SHIM: [&str; 2] = [RECORD_DIR, TORCH];

@@ -1,0 +1,10 @@
+//! What `vramscope record`, the driver-level hook library and the PyTorch shim agree on, in one
+//! place and with no dependencies (the hook links this and `libc`, nothing else):
+//!
+//! - [`record`]: the fixed-size records the hook appends for every driver call;
+//! - [`env`]: the environment variables that connect the three.
+
+pub mod env;
+pub mod record;
+
+pub use record::{Api, MAGIC, RECORD_BYTES, Record};
