@@ -1,0 +1,376 @@
+//! The advisor: what each remedy would do to the peak, projected from what the trace measured.
+//!
+//! Three steps ([`advise`]): the breakdown ([`breakdown`]: the memory of a device taken apart,
+//! `parts.rs`, at a few instants: the peak, and the highest point of each recorded phase), the
+//! projections (each [`Remedy`] of `remedy.rs` changes those parts by its rule; its projected
+//! peak is the highest of the changed instants, since a remedy can move the peak to another
+//! phase, and it carries an uncertainty: the share of the projected bytes its rule can be wrong
+//! by), and the search for the smallest change that fits. Fragmentation is said apart, from the
+//! allocator's segments at the peak and at the first OOM.
+
+mod parts;
+mod remedy;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use vramscope_trace_format::{AnnotationKind, Trace};
+
+use self::parts::{Parts, parts_at, phase_at};
+pub use self::remedy::Remedy;
+use self::remedy::{Context, PAGE_BYTES};
+use super::attribution::Attributor;
+use super::instant;
+use super::peak;
+use super::replay;
+use crate::units;
+
+/// Where in the step an instant is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Forward (and the loss after it).
+    Forward,
+    /// Backward.
+    Backward,
+    /// The optimizer step.
+    OptimizerStep,
+    /// None recorded.
+    Unknown,
+}
+
+/// What the advisor starts from.
+#[derive(Clone, Debug, Serialize)]
+pub struct Baseline {
+    /// The device.
+    pub device: i16,
+    /// Peak of allocated bytes.
+    pub peak_allocated_bytes: u64,
+    /// Peak of reserved bytes.
+    pub peak_reserved_bytes: u64,
+    /// Bytes by category at the peak.
+    pub categories_at_peak: BTreeMap<&'static str, u64>,
+    /// Where in the step the peak is.
+    pub peak_phase: Phase,
+    /// Repeated blocks found in the model (by the module spans).
+    pub repeated_blocks: usize,
+}
+
+/// One remedy (or a combination) and what it would do.
+#[derive(Clone, Debug, Serialize)]
+pub struct Projection {
+    /// E.g. `amp_bf16`, or `amp_bf16+activation_checkpointing`.
+    pub id: String,
+    /// What to change, in words.
+    pub change: String,
+    /// The projected peak of allocated bytes.
+    pub projected_peak_allocated_bytes: u64,
+    /// The projected peak of reserved bytes.
+    pub projected_peak_reserved_bytes: u64,
+    /// Baseline peak allocated minus projected.
+    pub saving_bytes: i64,
+    /// The share of the projected bytes the rule may be off by.
+    pub uncertainty: f64,
+    /// What it costs besides memory.
+    pub cost: String,
+    /// The reasoning, from the trace.
+    pub reason: String,
+    /// Whether it fits under the target.
+    pub fits: bool,
+    #[serde(skip)]
+    rank: u32,
+}
+
+/// The advice for one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct Advice {
+    /// Where it starts.
+    pub baseline: Baseline,
+    /// The memory to fit under (the device's, or the one asked for).
+    pub target_bytes: Option<u64>,
+    /// Whether the baseline's reserved peak fits under the target already.
+    pub baseline_fits: bool,
+    /// Single remedies, lowest projected peak first.
+    pub remedies: Vec<Projection>,
+    /// Pairs of remedies, lowest projected peak first.
+    pub combinations: Vec<Projection>,
+    /// The cheapest change that fits under the target, if one does.
+    pub smallest_change_that_fits: Option<String>,
+    /// Fragmentation: reserved but not allocated at the peak, and what `expandable_segments`
+    /// would give back.
+    pub fragmentation: Option<String>,
+    /// The autocast the run already used (`cuda:bfloat16`), when the recorder saw one; the
+    /// mixed-precision remedies are left out then.
+    pub autocast: Option<String>,
+}
+
+/// The memory of a device taken apart at the instants that matter: the peak first, then the
+/// highest point of each recorded phase.
+struct Breakdown {
+    instants: Vec<Parts>,
+    peak_phase: Option<Phase>,
+    peaks: peak::Peaks,
+}
+
+impl Breakdown {
+    fn base(&self) -> &Parts {
+        // `breakdown` always puts the peak first.
+        &self.instants[0]
+    }
+}
+
+/// The recorded phases as spans, sorted; the forward phase runs on to backward (the loss is
+/// computed between them).
+fn phase_spans(trace: &Trace) -> Vec<(i64, i64, AnnotationKind)> {
+    let mut spans: Vec<(i64, i64, AnnotationKind)> = trace
+        .annotations
+        .iter()
+        .filter(|a| {
+            matches!(a.kind, AnnotationKind::Forward | AnnotationKind::Backward | AnnotationKind::OptimizerStep)
+        })
+        .map(|a| (a.start_ns, a.end_ns, a.kind))
+        .collect();
+    spans.sort_unstable_by_key(|s| s.0);
+    for i in 1..spans.len() {
+        if let [(_, end, AnnotationKind::Forward), (start, _, AnnotationKind::Backward)] = spans[i - 1..=i] {
+            spans[i - 1].1 = end.max(start - 1);
+        }
+    }
+    spans
+}
+
+/// Step one: the breakdown of `device`.
+fn breakdown(trace: &Trace, device: i16) -> Breakdown {
+    let peaks = peak::peaks(trace, device);
+    let spans = phase_spans(trace);
+    // The highest point of each phase, and the peak.
+    let mut highest: BTreeMap<u8, (u64, Option<usize>, i64)> = BTreeMap::new();
+    replay::replay(trace, device, |event, p| {
+        if let Some(phase) = phase_at(&spans, p.time_ns).filter(|ph| *ph != Phase::Unknown) {
+            let entry = highest.entry(phase as u8).or_insert((0, None, 0));
+            if p.allocated_bytes > entry.0 {
+                *entry = (p.allocated_bytes, event, p.time_ns);
+            }
+        }
+    });
+    let peak_phase = phase_at(&spans, peaks.allocated.time_ns);
+    let mut attributor = Attributor::new(trace, device);
+    let mut instants =
+        vec![parts_at(trace, device, &mut attributor, (peaks.allocated.event, peaks.allocated.time_ns), peak_phase)];
+    for (_, event, time) in highest.values() {
+        instants.push(parts_at(trace, device, &mut attributor, (*event, *time), phase_at(&spans, *time)));
+    }
+    Breakdown { instants, peak_phase, peaks }
+}
+
+/// The highest total of the instants with `applied` changing each, and the combined uncertainty.
+fn project(instants: &[Parts], applied: &[Remedy], ctx: &Context) -> (f64, f64) {
+    let mut worst = 0.0f64;
+    for instant in instants {
+        let mut p = instant.clone();
+        for remedy in applied {
+            remedy.apply(&mut p, ctx);
+        }
+        worst = worst.max(p.total());
+    }
+    let uncertainty = applied.iter().map(|r| r.uncertainty() * r.uncertainty()).sum::<f64>().sqrt();
+    (worst, uncertainty)
+}
+
+/// A projection's row.
+#[allow(clippy::too_many_arguments)]
+fn projection(
+    id: String,
+    change: String,
+    cost: String,
+    rank: u32,
+    (worst, uncertainty): (f64, f64),
+    reserved: u64,
+    reason: String,
+    ctx: &Context,
+    target: Option<u64>,
+) -> Projection {
+    let allocated = worst.round() as u64;
+    Projection {
+        id,
+        change,
+        projected_peak_allocated_bytes: allocated,
+        projected_peak_reserved_bytes: reserved,
+        saving_bytes: ctx.peak_allocated_bytes as i64 - allocated as i64,
+        uncertainty: (uncertainty * 100.0).round() / 100.0,
+        cost,
+        reason,
+        fits: target.is_some_and(|t| reserved <= t),
+        rank,
+    }
+}
+
+/// Step two: every applicable remedy alone, lowest projected peak first.
+fn singles(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64>) -> Vec<Projection> {
+    let mut out: Vec<Projection> = remedies
+        .iter()
+        .map(|&r| {
+            // Expandable segments change nothing allocated: their projection is the baseline's.
+            let projected = if r.changes_allocated() {
+                project(&b.instants, &[r], ctx)
+            } else {
+                (ctx.peak_allocated_bytes as f64, r.uncertainty())
+            };
+            projection(
+                r.id().to_owned(),
+                r.change(ctx),
+                r.cost().to_owned(),
+                r.rank(),
+                projected,
+                r.reserved_bytes(projected.0, ctx),
+                r.reason(b.base(), ctx, projected.0),
+                ctx,
+                target,
+            )
+        })
+        .collect();
+    out.sort_by_key(|p| p.projected_peak_allocated_bytes);
+    out
+}
+
+/// Step two, in pairs: the remedies that can go together and change what is allocated.
+fn pairs(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64>) -> Vec<Projection> {
+    let combinable: Vec<Remedy> = remedies.iter().copied().filter(|r| r.changes_allocated()).collect();
+    let mut out = Vec::new();
+    for (i, &a) in combinable.iter().enumerate() {
+        for &b2 in combinable.iter().skip(i + 1) {
+            if a.excludes(b2) {
+                continue;
+            }
+            let projected = project(&b.instants, &[a, b2], ctx);
+            out.push(projection(
+                format!("{}+{}", a.id(), b2.id()),
+                format!("{}; and {}", a.change(ctx), b2.change(ctx)),
+                format!("{}; {}", a.cost(), b2.cost()),
+                a.rank() + b2.rank(),
+                projected,
+                a.reserved_bytes(projected.0, ctx),
+                format!(
+                    "{} and {} together: {} -> {}",
+                    a.id(),
+                    b2.id(),
+                    units::bytes(ctx.peak_allocated_bytes),
+                    units::bytes(projected.0.max(0.0) as u64)
+                ),
+                ctx,
+                target,
+            ));
+        }
+    }
+    out.sort_by_key(|p| p.projected_peak_allocated_bytes);
+    out
+}
+
+/// Step three: the change that asks least of the user and fits under the target.
+fn smallest_that_fits(singles: &[Projection], pairs: &[Projection], target: Option<u64>) -> Option<String> {
+    target?;
+    let mut fitting: Vec<&Projection> = singles.iter().chain(pairs).filter(|p| p.fits).collect();
+    fitting.sort_by_key(|p| (p.rank, p.projected_peak_reserved_bytes));
+    fitting.first().map(|p| p.id.clone())
+}
+
+/// Fragmentation, in words: from the allocator's segments at the peak (and at the first OOM),
+/// what expandable segments would give back. They map memory in 2 MiB pages as blocks need it,
+/// so what stays reserved is the allocated bytes, their rounding waste, and part of a page.
+fn fragmentation(trace: &Trace, device: i16, ctx: &Context, at_peak: &instant::Instant) -> Option<String> {
+    let waste = ctx.waste_bytes();
+    let peak_reserved = ctx.peak_reserved_bytes;
+    if waste <= peak_reserved / 20 || waste <= PAGE_BYTES {
+        return None;
+    }
+    let oom = trace.ooms.iter().filter(|o| o.device == device).min_by_key(|o| o.time_ns).map(|o| {
+        let upto = trace.events.partition_point(|e| e.time_ns <= o.time_ns).checked_sub(1);
+        let state = instant::instant(trace, device, upto, o.time_ns);
+        (o.requested_bytes, state.total.free_external_bytes, state.total.largest_free_bytes)
+    });
+    let mut text = format!(
+        "{} reserved but not allocated at the peak ({:.0}% of reserved; {} of it rounding inside blocks, largest free \
+         range {}). With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True segments grow and shrink in 2 MiB pages, so \
+         about {} of it would not be reserved; max_split_size_mb keeps large cached blocks from being split for \
+         small requests, which helps when the free space is scattered in large segments",
+        units::bytes(waste),
+        100.0 * waste as f64 / peak_reserved as f64,
+        units::bytes(ctx.internal_bytes),
+        units::bytes(at_peak.total.largest_free_bytes),
+        units::bytes(waste.saturating_sub(ctx.internal_bytes + PAGE_BYTES))
+    );
+    if let Some((requested, free, largest)) = oom {
+        text.push_str(&format!(
+            ". At the first OOM, {} was asked for while {} was free inside segments (largest range {}){}",
+            units::bytes(requested),
+            units::bytes(free),
+            units::bytes(largest),
+            if free >= requested && largest < requested {
+                ": fragmentation, not a lack of memory, failed it; expandable segments would have served it"
+            } else {
+                ""
+            }
+        ));
+    }
+    Some(text)
+}
+
+/// Works out the advice for `device` (the one with the highest peak when `None`); `gpus` for the
+/// sharding remedies, `target` to fit under (else the device's memory when known).
+pub fn advise(trace: &Trace, device: Option<i16>, gpus: u32, target: Option<u64>) -> Option<Advice> {
+    let device = match device {
+        Some(d) => d,
+        None => trace.devices().into_iter().max_by_key(|&d| peak::peaks(trace, d).allocated.bytes)?,
+    };
+    let b = breakdown(trace, device);
+    let base = b.instants.first()?;
+    let peak_allocated = b.peaks.allocated.bytes;
+    let peak_reserved = b.peaks.reserved.bytes.max(peak_allocated);
+    let target = target.or_else(|| trace.metadata.devices.iter().find(|d| d.device == device)?.total_memory_bytes);
+    // A run already under autocast gains nothing from it.
+    let autocast = trace.metadata.extra.get("autocast").and_then(|v| v.as_str()).map(str::to_owned);
+    let at_peak = instant::instant(trace, device, b.peaks.allocated.event, b.peaks.allocated.time_ns);
+    let ctx = Context {
+        gpus,
+        blocks: base.blocks.len(),
+        autocast: autocast.is_some(),
+        peak_allocated_bytes: peak_allocated,
+        peak_reserved_bytes: peak_reserved,
+        internal_bytes: at_peak.total.free_internal_bytes,
+    };
+    let remedies: Vec<Remedy> = Remedy::ALL.iter().copied().filter(|r| r.applies(&ctx)).collect();
+    let singles = singles(&b, &remedies, &ctx, target);
+    let combinations = pairs(&b, &remedies, &ctx, target);
+    let smallest_change_that_fits = smallest_that_fits(&singles, &combinations, target);
+    let categories_at_peak: BTreeMap<&'static str, u64> = [
+        ("parameter", base.parameter),
+        ("gradient", base.gradient),
+        ("optimizer_state", base.optimizer_state),
+        ("activation", base.activation),
+        ("temporary", base.temporary),
+        ("input", base.input),
+        ("other", base.other),
+    ]
+    .into_iter()
+    .filter(|(_, value)| *value > 0.0)
+    .map(|(name, value)| (name, value as u64))
+    .collect();
+    Some(Advice {
+        baseline: Baseline {
+            device,
+            peak_allocated_bytes: peak_allocated,
+            peak_reserved_bytes: peak_reserved,
+            categories_at_peak,
+            peak_phase: b.peak_phase.unwrap_or(Phase::Unknown),
+            repeated_blocks: ctx.blocks,
+        },
+        target_bytes: target,
+        // A run that failed an allocation did not fit, whatever its peak says.
+        baseline_fits: target.is_some_and(|t| peak_reserved <= t) && !trace.ooms.iter().any(|o| o.device == device),
+        remedies: singles,
+        combinations,
+        smallest_change_that_fits,
+        fragmentation: fragmentation(trace, device, &ctx, &at_peak),
+        autocast,
+    })
+}

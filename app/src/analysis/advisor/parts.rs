@@ -1,0 +1,175 @@
+//! The memory of a device at one instant, taken apart for the advisor: by category (the
+//! attribution's), with the activations further split by the repeated block of the model they
+//! were allocated in (`blocks.3`, from the module spans), by whether autocast would keep them in
+//! 32 bits, and with what a matrix product's weights and the largest block's parameters hold.
+
+use std::collections::BTreeMap;
+
+use vramscope_trace_format::{AnnotationKind, Category, StackId, Trace};
+
+use super::Phase;
+use crate::analysis::attribution::{Attribution, Attributor, Evidence};
+use crate::analysis::peak;
+
+/// Memory at one instant, taken apart.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Parts {
+    pub phase: Option<Phase>,
+    pub parameter: f64,
+    pub gradient: f64,
+    pub optimizer_state: f64,
+    pub activation: f64,
+    pub temporary: f64,
+    pub input: f64,
+    pub other: f64,
+    /// Activations that stay 32-bit under autocast (residual sums, the loss's log-softmax,
+    /// embeddings); the rest would be 16-bit.
+    pub fp32_activation: f64,
+    /// Activations per repeated block of the model, by block.
+    pub blocks: BTreeMap<String, f64>,
+    /// The commonest activation size inside the blocks: what a block passes to the next.
+    pub boundary: f64,
+    /// Parameters that matrix products read (cast to 16 bits under autocast, and kept for backward).
+    pub matmul_parameter: f64,
+    /// The largest block's parameters (ZeRO-3 gathers one block at a time).
+    pub block_parameter: f64,
+}
+
+impl Parts {
+    /// Everything alive.
+    pub fn total(&self) -> f64 {
+        self.parameter
+            + self.gradient
+            + self.optimizer_state
+            + self.activation
+            + self.temporary
+            + self.input
+            + self.other
+    }
+
+    /// Whether the instant is in the optimizer step.
+    pub fn in_step(&self) -> bool {
+        self.phase == Some(Phase::OptimizerStep)
+    }
+}
+
+/// Whether autocast leaves what this block holds in 32 bits: sums that mix the 32-bit residual
+/// stream in, the loss's (log-)softmax and reductions, embedding lookups (by the operator the CPU
+/// profiler names, or the Python function of a recorded stack).
+fn stays_fp32(trace: &Trace, device: i16, stack: StackId) -> bool {
+    let interner = &trace.interner;
+    interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).take(2).any(|frame| {
+        let function = interner.resolve(frame.function);
+        let name = function.strip_prefix("aten::").unwrap_or(function);
+        matches!(
+            name,
+            "add"
+                | "add_"
+                | "_log_softmax"
+                | "log_softmax"
+                | "nll_loss_forward"
+                | "nll_loss"
+                | "cross_entropy"
+                | "embedding"
+                | "index_select"
+                | "mse_loss"
+                | "sum"
+                | "mean"
+        ) || (device >= 0 && matches!(name, "softmax" | "_softmax" | "layer_norm" | "native_layer_norm"))
+    })
+}
+
+/// `blocks.3` for `blocks.3.attn.q_proj`: the shortest prefix that ends in a number.
+pub fn repeated_block(name: &str) -> Option<&str> {
+    let mut end = 0;
+    for part in name.split('.') {
+        let next = end + part.len();
+        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) && end > 0 {
+            return name.get(..next);
+        }
+        end = next + 1;
+    }
+    None
+}
+
+pub fn phase_at(spans: &[(i64, i64, AnnotationKind)], time_ns: i64) -> Option<Phase> {
+    if spans.is_empty() {
+        return None;
+    }
+    let i = spans.partition_point(|s| s.0 <= time_ns);
+    let phase = i.checked_sub(1).and_then(|i| spans.get(i)).filter(|s| s.1 >= time_ns).map(|s| match s.2 {
+        AnnotationKind::Forward => Phase::Forward,
+        AnnotationKind::Backward => Phase::Backward,
+        _ => Phase::OptimizerStep,
+    });
+    Some(phase.unwrap_or(Phase::Unknown))
+}
+
+/// The memory of `device` right after `event` (at `time_ns`), taken apart. One attributor serves
+/// every instant of a trace.
+pub fn parts_at(
+    trace: &Trace,
+    device: i16,
+    attributor: &mut Attributor<'_>,
+    (event, time_ns): (Option<usize>, i64),
+    phase: Option<Phase>,
+) -> Parts {
+    let mut parts = Parts { phase, ..Parts::default() };
+    let mut sizes: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut block_parameters: BTreeMap<String, f64> = BTreeMap::new();
+    for block in peak::live_at(trace, device, event) {
+        let alloc_ns = block.alloc_event.and_then(|i| trace.events.get(i)).map_or(i64::MIN, |e| e.time_ns);
+        let bytes = block.size_bytes as f64;
+        let Attribution { category, evidence } = attributor.block(block.address, alloc_ns, time_ns, block.stack);
+        match category {
+            Category::Parameter => {
+                parts.parameter += bytes;
+                if let Evidence::Tag(name) = evidence {
+                    let name = trace.interner.resolve(name);
+                    let matmul_weight = name.ends_with(".weight")
+                        && !["emb", "norm", "ln"].iter().any(|n| name.rsplit('.').nth(1).unwrap_or("").contains(n));
+                    if matmul_weight {
+                        parts.matmul_parameter += bytes;
+                    }
+                    if let Some(block) = repeated_block(name) {
+                        *block_parameters.entry(block.to_owned()).or_default() += bytes;
+                    }
+                }
+            }
+            Category::Gradient => parts.gradient += bytes,
+            Category::OptimizerState => parts.optimizer_state += bytes,
+            Category::Activation => {
+                parts.activation += bytes;
+                if stays_fp32(trace, device, block.stack) {
+                    parts.fp32_activation += bytes;
+                }
+                if let Evidence::Phase { module: Some(module), .. } = evidence
+                    && let Some(repeated) = repeated_block(trace.interner.resolve(module))
+                {
+                    *parts.blocks.entry(repeated.to_owned()).or_default() += bytes;
+                    *sizes.entry(block.size_bytes).or_default() += 1;
+                }
+            }
+            Category::Temporary => parts.temporary += bytes,
+            Category::Input => parts.input += bytes,
+            _ => parts.other += bytes,
+        }
+    }
+    parts.boundary = sizes.iter().max_by_key(|(size, count)| (**count, **size)).map_or(0.0, |(size, _)| *size as f64);
+    parts.block_parameter = block_parameters.values().copied().fold(0.0, f64::max);
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_blocks_are_the_shortest_numbered_prefix() {
+        assert_eq!(repeated_block("blocks.3.attn.q_proj"), Some("blocks.3"));
+        assert_eq!(repeated_block("model.layers.12.mlp"), Some("model.layers.12"));
+        assert_eq!(repeated_block("lm_head"), None);
+        assert_eq!(repeated_block("0.weight"), None);
+        assert_eq!(repeated_block("h.0"), Some("h.0"));
+    }
+}

@@ -1,0 +1,379 @@
+//! The remedies, as one typed list: each carries in one place its id, what to change, its cost,
+//! its uncertainty, how much it asks of the user, which remedies it excludes, when it applies,
+//! how it changes the memory taken apart, and why, from the trace. A new remedy is a variant and
+//! an arm in each `match` here; the compiler names every arm that is missing.
+
+use super::parts::Parts;
+use crate::units;
+
+/// A remedy the advisor projects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Remedy {
+    /// `torch.autocast(dtype=torch.bfloat16)`.
+    AmpBf16,
+    /// `torch.autocast(dtype=torch.float16)` with a `GradScaler`.
+    AmpFp16,
+    /// Half the micro-batch, gradients accumulated over two.
+    MicroBatchHalf,
+    /// An 8-bit Adam.
+    Adam8bit,
+    /// Adafactor.
+    Adafactor,
+    /// Plain SGD.
+    Sgd,
+    /// Checkpointing each repeated block.
+    ActivationCheckpointing,
+    /// ZeRO stage 1 (optimizer state sharded).
+    Zero1,
+    /// ZeRO stage 2 (and gradients).
+    Zero2,
+    /// ZeRO stage 3 (and parameters).
+    Zero3,
+    /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
+    ExpandableSegments,
+}
+
+/// Remedies of one group exclude each other (one precision, one optimizer, one sharding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Group {
+    Precision,
+    Optimizer,
+    Sharding,
+}
+
+/// What the remedies' rules and words depend on, from the trace.
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// GPUs to shard over.
+    pub gpus: u32,
+    /// Repeated blocks of the model.
+    pub blocks: usize,
+    /// Whether the run already used autocast.
+    pub autocast: bool,
+    /// The baseline's allocated and reserved peaks.
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Rounding waste inside allocated blocks at the peak.
+    pub internal_bytes: u64,
+}
+
+/// The page expandable segments map memory in.
+pub const PAGE_BYTES: u64 = 2 << 20;
+
+impl Context {
+    /// Reserved but not allocated at the peak.
+    pub fn waste_bytes(&self) -> u64 {
+        self.peak_reserved_bytes.saturating_sub(self.peak_allocated_bytes)
+    }
+}
+
+impl Remedy {
+    /// Every remedy, in the order they are listed.
+    pub const ALL: [Self; 11] = [
+        Self::AmpBf16,
+        Self::AmpFp16,
+        Self::MicroBatchHalf,
+        Self::Adam8bit,
+        Self::Adafactor,
+        Self::Sgd,
+        Self::ActivationCheckpointing,
+        Self::Zero1,
+        Self::Zero2,
+        Self::Zero3,
+        Self::ExpandableSegments,
+    ];
+
+    /// Its id in `advise --json` and in combinations (`amp_bf16+activation_checkpointing`).
+    pub fn id(self) -> &'static str {
+        match self {
+            Self::AmpBf16 => "amp_bf16",
+            Self::AmpFp16 => "amp_fp16",
+            Self::MicroBatchHalf => "micro_batch_half",
+            Self::Adam8bit => "adam_8bit",
+            Self::Adafactor => "adafactor",
+            Self::Sgd => "sgd",
+            Self::ActivationCheckpointing => "activation_checkpointing",
+            Self::Zero1 => "zero1",
+            Self::Zero2 => "zero2",
+            Self::Zero3 => "zero3",
+            Self::ExpandableSegments => "expandable_segments",
+        }
+    }
+
+    fn group(self) -> Option<Group> {
+        match self {
+            Self::AmpBf16 | Self::AmpFp16 => Some(Group::Precision),
+            Self::Adam8bit | Self::Adafactor | Self::Sgd => Some(Group::Optimizer),
+            Self::Zero1 | Self::Zero2 | Self::Zero3 => Some(Group::Sharding),
+            Self::MicroBatchHalf | Self::ActivationCheckpointing | Self::ExpandableSegments => None,
+        }
+    }
+
+    /// Whether the two cannot be applied together.
+    pub fn excludes(self, other: Self) -> bool {
+        self.group().is_some() && self.group() == other.group()
+    }
+
+    /// How much it asks of the user; lower first.
+    pub fn rank(self) -> u32 {
+        match self {
+            Self::ExpandableSegments => 0,
+            Self::AmpBf16 => 1,
+            Self::AmpFp16 | Self::MicroBatchHalf => 2,
+            Self::Adam8bit | Self::ActivationCheckpointing => 3,
+            Self::Adafactor => 4,
+            Self::Sgd => 5,
+            Self::Zero1 => 6,
+            Self::Zero2 => 7,
+            Self::Zero3 => 8,
+        }
+    }
+
+    /// The share of the projected bytes its rule may be off by.
+    pub fn uncertainty(self) -> f64 {
+        match self {
+            Self::AmpBf16 | Self::AmpFp16 => 0.15,
+            Self::MicroBatchHalf | Self::Sgd => 0.05,
+            Self::Adam8bit | Self::Zero1 | Self::Zero2 | Self::Zero3 | Self::ExpandableSegments => 0.1,
+            Self::Adafactor => 0.3,
+            Self::ActivationCheckpointing => 0.2,
+        }
+    }
+
+    /// Whether it is worth projecting for this run: checkpointing needs repeated blocks,
+    /// sharding several GPUs, mixed precision a run that does not use it already, expandable
+    /// segments reserved memory to give back.
+    pub fn applies(self, ctx: &Context) -> bool {
+        match self {
+            Self::AmpBf16 | Self::AmpFp16 => !ctx.autocast,
+            Self::ActivationCheckpointing => ctx.blocks >= 2,
+            Self::Zero1 | Self::Zero2 | Self::Zero3 => ctx.gpus > 1,
+            Self::ExpandableSegments => ctx.waste_bytes() > PAGE_BYTES,
+            Self::MicroBatchHalf | Self::Adam8bit | Self::Adafactor | Self::Sgd => true,
+        }
+    }
+
+    /// Whether it changes the allocated memory (and so combines with the others); expandable
+    /// segments change only what is reserved.
+    pub fn changes_allocated(self) -> bool {
+        self != Self::ExpandableSegments
+    }
+
+    /// What to change, in words.
+    pub fn change(self, ctx: &Context) -> String {
+        match self {
+            Self::AmpBf16 => "run forward and backward under torch.autocast(dtype=torch.bfloat16)".to_owned(),
+            Self::AmpFp16 => {
+                "run forward and backward under torch.autocast(dtype=torch.float16) with a GradScaler".to_owned()
+            }
+            Self::MicroBatchHalf => "halve the micro-batch and accumulate gradients over 2 micro-batches".to_owned(),
+            Self::Adam8bit => "an 8-bit Adam (bitsandbytes' Adam8bit): optimizer state in 8 bits".to_owned(),
+            Self::Adafactor => "Adafactor: factored second moments, no first moment".to_owned(),
+            Self::Sgd => "plain SGD (no momentum): no optimizer state".to_owned(),
+            Self::ActivationCheckpointing => format!(
+                "checkpoint each of the {} repeated blocks (torch.utils.checkpoint, use_reentrant=False)",
+                ctx.blocks
+            ),
+            Self::Zero1 | Self::Zero2 | Self::Zero3 => {
+                format!("ZeRO stage {} (FSDP) over {} GPUs", self.zero_stage(), ctx.gpus)
+            }
+            Self::ExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
+        }
+    }
+
+    /// What it costs besides memory.
+    pub fn cost(self) -> &'static str {
+        match self {
+            Self::AmpBf16 => "precision: bf16 matrix products (fp32 weights, optimizer and reductions); usually faster",
+            Self::AmpFp16 => "precision: fp16 range, needs loss scaling; usually faster",
+            Self::MicroBatchHalf => {
+                "time: 2 smaller steps per update (lower GPU utilisation); the same effective batch"
+            }
+            Self::Adam8bit => "precision: quantised moments; a dependency",
+            Self::Adafactor => "convergence: a different optimizer, may need tuning",
+            Self::Sgd => "convergence: usually slower for transformers",
+            Self::ActivationCheckpointing => {
+                "time: each block's forward runs again in backward (about a third more compute)"
+            }
+            Self::Zero1 | Self::Zero2 => {
+                "communication: a reduce-scatter and an all-gather of the gradients per step, as much as data \
+                 parallelism's all-reduce"
+            }
+            Self::Zero3 => {
+                "communication: parameters all-gathered in forward and again in backward, about 1.5x data \
+                 parallelism's volume"
+            }
+            Self::ExpandableSegments => "none known; virtual-memory mappings instead of fixed segments",
+        }
+    }
+
+    fn zero_stage(self) -> u32 {
+        match self {
+            Self::Zero1 => 1,
+            Self::Zero2 => 2,
+            Self::Zero3 => 3,
+            _ => 0,
+        }
+    }
+
+    /// Changes the memory of one instant as the remedy would.
+    pub fn apply(self, p: &mut Parts, ctx: &Context) {
+        match self {
+            Self::AmpBf16 | Self::AmpFp16 => amp(p),
+            Self::MicroBatchHalf => {
+                if !p.in_step() {
+                    p.activation /= 2.0;
+                    p.fp32_activation /= 2.0;
+                    p.temporary /= 2.0;
+                    p.input /= 2.0;
+                    p.boundary /= 2.0;
+                    p.blocks.values_mut().for_each(|b| *b /= 2.0);
+                }
+            }
+            Self::Adam8bit => p.optimizer_state /= 4.0,
+            Self::Adafactor => p.optimizer_state *= 0.02,
+            Self::Sgd => p.optimizer_state = 0.0,
+            Self::ActivationCheckpointing => checkpoint(p),
+            Self::Zero1 | Self::Zero2 | Self::Zero3 => {
+                let n = f64::from(ctx.gpus.max(1));
+                let stage = self.zero_stage();
+                p.optimizer_state /= n;
+                if stage >= 2 {
+                    p.gradient /= n;
+                }
+                if stage >= 3 {
+                    p.parameter = p.parameter / n + p.block_parameter;
+                }
+            }
+            Self::ExpandableSegments => {}
+        }
+    }
+
+    /// The reserved peak it projects: allocated memory reserved in the same proportion as now,
+    /// except for expandable segments, which reserve what is allocated, its rounding and part of
+    /// a page.
+    pub fn reserved_bytes(self, projected_allocated: f64, ctx: &Context) -> u64 {
+        match self {
+            Self::ExpandableSegments => {
+                (ctx.peak_allocated_bytes + ctx.internal_bytes + PAGE_BYTES).min(ctx.peak_reserved_bytes)
+            }
+            _ => (projected_allocated * reserve_ratio(ctx)).round() as u64,
+        }
+    }
+
+    /// Why, from the trace: the parts it changes at the peak, and the peak before and after.
+    pub fn reason(self, base: &Parts, ctx: &Context, projected: f64) -> String {
+        let gib = |b: f64| units::bytes(b.max(0.0) as u64);
+        let share = |part: f64| 100.0 * part / base.total().max(1.0);
+        let before = gib(ctx.peak_allocated_bytes as f64);
+        let after = gib(projected);
+        match self {
+            Self::AmpBf16 | Self::AmpFp16 => format!(
+                "activations are {:.0}% of the peak ({}); all but {} (residual sums, the loss, embeddings) would be \
+                 16-bit, and autocast keeps 16-bit copies of {} of weights for backward: {before} -> {after}",
+                share(base.activation),
+                gib(base.activation),
+                gib(base.fp32_activation),
+                gib(base.matmul_parameter)
+            ),
+            Self::ActivationCheckpointing => format!(
+                "activations are {:.0}% of the peak ({}), {} of them in {} repeated blocks; checkpointing keeps each \
+                 block's input ({} each) and one block's activations ({}) live: {before} -> {after}",
+                share(base.activation),
+                gib(base.activation),
+                gib(base.blocks.values().sum()),
+                base.blocks.len(),
+                gib(base.boundary),
+                gib(base.blocks.values().copied().fold(0.0, f64::max))
+            ),
+            Self::MicroBatchHalf => format!(
+                "what scales with the batch (activations, temporaries, inputs) is {} at the peak; half of it \
+                 goes: {before} -> {after}",
+                gib(base.activation + base.temporary + base.input)
+            ),
+            Self::Adam8bit | Self::Adafactor | Self::Sgd => format!(
+                "optimizer state is {:.0}% of the peak ({}): {before} -> {after} (the highest point may move to \
+                 another phase)",
+                share(base.optimizer_state),
+                gib(base.optimizer_state)
+            ),
+            Self::Zero1 | Self::Zero2 | Self::Zero3 => format!(
+                "parameters {}, gradients {}, optimizer state {} at the peak, sharded over {} GPUs: {before} -> \
+                 {after}",
+                gib(base.parameter),
+                gib(base.gradient),
+                gib(base.optimizer_state),
+                ctx.gpus
+            ),
+            Self::ExpandableSegments => format!(
+                "{} of the reserved peak is free space inside segments; expandable segments reserve what is \
+                 allocated plus its rounding ({}) and part of a page: {} -> {} reserved",
+                units::bytes(ctx.waste_bytes()),
+                units::bytes(ctx.internal_bytes),
+                units::bytes(ctx.peak_reserved_bytes),
+                units::bytes(self.reserved_bytes(projected, ctx))
+            ),
+        }
+    }
+}
+
+/// Reserved per allocated byte at the baseline's peak.
+fn reserve_ratio(ctx: &Context) -> f64 {
+    if ctx.peak_allocated_bytes > 0 { ctx.peak_reserved_bytes as f64 / ctx.peak_allocated_bytes as f64 } else { 1.0 }
+}
+
+fn amp(p: &mut Parts) {
+    if p.in_step() {
+        return;
+    }
+    // What is not kept in 32 bits halves; autocast's 16-bit copies of the weights are kept for
+    // backward. Temporaries (mostly the loss's and the gradients' own) are left as they are.
+    let after = (p.activation - p.fp32_activation) / 2.0 + p.fp32_activation + p.matmul_parameter / 2.0;
+    if p.activation > 0.0 {
+        let scale = after / p.activation;
+        p.blocks.values_mut().for_each(|b| *b *= scale);
+        p.boundary *= scale;
+    }
+    p.activation = after;
+}
+
+fn checkpoint(p: &mut Parts) {
+    if p.in_step() || p.blocks.len() < 2 {
+        return;
+    }
+    let in_blocks: f64 = p.blocks.values().sum();
+    let largest = p.blocks.values().copied().fold(0.0, f64::max);
+    // Each block keeps only its input; one block's activations are live again while it is
+    // recomputed in backward.
+    let kept = p.blocks.len() as f64 * p.boundary + largest;
+    p.activation = p.activation - in_blocks + kept.min(in_blocks);
+    let n = p.blocks.len() as f64;
+    p.blocks.values_mut().for_each(|b| *b = largest / n);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpointing_keeps_boundaries_and_one_block() {
+        let mut p = Parts { activation: 100.0, boundary: 5.0, ..Parts::default() };
+        p.blocks.insert("blocks.0".into(), 40.0);
+        p.blocks.insert("blocks.1".into(), 40.0);
+        checkpoint(&mut p);
+        // 20 outside the blocks, 2 boundaries of 5, one block of 40.
+        assert!((p.activation - 70.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ids_are_distinct_and_groups_exclude_within() {
+        let mut ids: Vec<&str> = Remedy::ALL.iter().map(|r| r.id()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), Remedy::ALL.len());
+        assert!(Remedy::AmpBf16.excludes(Remedy::AmpFp16));
+        assert!(Remedy::Zero1.excludes(Remedy::Zero3));
+        assert!(!Remedy::AmpBf16.excludes(Remedy::Sgd));
+        assert!(!Remedy::MicroBatchHalf.excludes(Remedy::MicroBatchHalf));
+    }
+}
