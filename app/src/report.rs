@@ -263,7 +263,7 @@ fn draw_single<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, run: &ReportRu
         .sites
         .iter()
         .take(12)
-        .map(|(site, bytes, count)| format!("{:>10}  {}  ({count} blocks)", units::bytes(*bytes), clip(site, 80)))
+        .map(|s| format!("{:>10}  {}  ({} blocks)", units::bytes(s.bytes), clip(&s.site, 80), s.blocks))
         .collect();
     site_lines(&right, "Largest allocation sites at the peak", &lines)
 }

@@ -101,8 +101,8 @@ fn opening_a_snapshot_shows_its_peak_and_categories() {
     assert_eq!(view.instant.blocks.len(), expected.live_blocks_at_peak);
     // Every live byte is under some source line; the lines of the model's optimizer hold
     // exactly its optimizer state.
-    assert_eq!(view.by_site.iter().map(|s| s.1).sum::<u64>(), expected.peak_allocated_bytes);
-    let in_optimizer: u64 = view.by_site.iter().filter(|s| s.0.contains("optimizers.py")).map(|s| s.1).sum();
+    assert_eq!(view.by_site.iter().map(|s| s.bytes).sum::<u64>(), expected.peak_allocated_bytes);
+    let in_optimizer: u64 = view.by_site.iter().filter(|s| s.site.contains("optimizers.py")).map(|s| s.bytes).sum();
     assert_eq!(Some(&in_optimizer), expected.categories_at_peak.get("optimizer_state"));
     for bytes in expected.categories_at_peak.values() {
         assert!(!harness.query_all_by_label(&units::bytes(*bytes)).collect::<Vec<_>>().is_empty(), "{bytes} not shown");

@@ -14,8 +14,3 @@ pub mod torch;
 
 /// The hook's record format and the environment contract (the `vramscope-wire` crate).
 pub use vramscope_wire as wire;
-
-/// The version of the trace format the collector writes.
-pub fn trace_format_version() -> u16 {
-    vramscope_trace_format::vtrace::VERSION
-}

@@ -174,15 +174,9 @@ fn category(name: &str) -> Option<Category> {
     Category::ALL.into_iter().find(|c| c.name() == name)
 }
 
+/// The span kinds the shim writes: the phases and module spans.
 fn annotation_kind(kind: &str) -> Option<AnnotationKind> {
-    Some(match kind {
-        "forward" => AnnotationKind::Forward,
-        "backward" => AnnotationKind::Backward,
-        "optimizer_step" => AnnotationKind::OptimizerStep,
-        "iteration" => AnnotationKind::Iteration,
-        "module" => AnnotationKind::Module,
-        _ => return None,
-    })
+    AnnotationKind::from_name(kind).filter(|k| k.is_phase() || *k == AnnotationKind::Module)
 }
 
 /// Address ranges, for "is this address inside one of them".

@@ -69,8 +69,8 @@ pub fn vramscope_bin() -> PathBuf {
     assert!(bin.exists(), "{} is missing: run `cargo build --workspace` first", bin.display());
     let hook = profile_dir.join("libvramscope_hook.so");
     for (built, sources) in [
-        (&bin, &["app/src", "trace-format/src", "collector/src"][..]),
-        (&hook, &["collector/src", "collector/hook/src"][..]),
+        (&bin, &["app/src", "trace-format/src", "collector/src", "collector/wire/src"][..]),
+        (&hook, &["collector/wire/src", "collector/hook/src"][..]),
     ] {
         let modified = std::fs::metadata(built).and_then(|m| m.modified()).ok();
         let newest = sources.iter().filter_map(|d| newest_source(&repo_root().join(d))).max();

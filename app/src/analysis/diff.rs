@@ -34,7 +34,7 @@ pub struct RunPeak {
     pub categories_at_peak: BTreeMap<&'static str, u64>,
     /// Live bytes and blocks by allocation site at the peak, largest first.
     #[serde(skip)]
-    pub sites: Vec<(String, u64, usize)>,
+    pub sites: Vec<instant::SiteBytes>,
 }
 
 /// The device of `trace` with the highest allocated peak, and that peak's analysis.
@@ -134,11 +134,11 @@ pub fn diff(a: RunPeak, b: RunPeak) -> Diff {
     categories.sort_by(|x, y| y.delta.unsigned_abs().cmp(&x.delta.unsigned_abs()).then(x.category.cmp(y.category)));
 
     let mut by_site: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for (site, bytes, _) in &a.sites {
-        by_site.entry(site).or_default().0 += bytes;
+    for s in &a.sites {
+        by_site.entry(&s.site).or_default().0 += s.bytes;
     }
-    for (site, bytes, _) in &b.sites {
-        by_site.entry(site).or_default().1 += bytes;
+    for s in &b.sites {
+        by_site.entry(&s.site).or_default().1 += s.bytes;
     }
     let (mut only_in_a, mut only_in_b, mut grown, mut shrunk) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (site, (va, vb)) in by_site {
@@ -212,7 +212,10 @@ mod tests {
             peak_allocated_time_us: None,
             peak_reserved_bytes: peak,
             categories_at_peak: categories.iter().copied().collect(),
-            sites: sites.iter().map(|(s, b)| ((*s).to_owned(), *b, 1)).collect(),
+            sites: sites
+                .iter()
+                .map(|(s, b)| instant::SiteBytes { site: (*s).to_owned(), bytes: *b, blocks: 1 })
+                .collect(),
         }
     }
 

@@ -331,8 +331,19 @@ pub fn allocation_site(trace: &Trace, stack: StackId, hide_noise: bool) -> Strin
     )
 }
 
+/// Live bytes and blocks of one allocation site.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteBytes {
+    /// The site: `function  file:line`.
+    pub site: String,
+    /// Bytes live there.
+    pub bytes: u64,
+    /// Blocks live there.
+    pub blocks: usize,
+}
+
 /// Live bytes and blocks by allocation site, largest first.
-pub fn by_site(trace: &Trace, blocks: &[AttributedBlock]) -> Vec<(String, u64, usize)> {
+pub fn by_site(trace: &Trace, blocks: &[AttributedBlock]) -> Vec<SiteBytes> {
     let mut by_stack: BTreeMap<StackId, (u64, usize)> = BTreeMap::new();
     for b in blocks {
         let entry = by_stack.entry(b.block.stack).or_insert((0, 0));
@@ -345,8 +356,9 @@ pub fn by_site(trace: &Trace, blocks: &[AttributedBlock]) -> Vec<(String, u64, u
         entry.0 += bytes;
         entry.1 += count;
     }
-    let mut out: Vec<(String, u64, usize)> = sites.into_iter().map(|(site, (b, n))| (site, b, n)).collect();
-    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut out: Vec<SiteBytes> =
+        sites.into_iter().map(|(site, (bytes, blocks))| SiteBytes { site, bytes, blocks }).collect();
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
     out
 }
 

@@ -8,7 +8,7 @@
 use vramscope_trace_format::{BlockState, Segment, Trace};
 
 /// Fragmentation of one segment (or of all of a device's, added up).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Fragmentation {
     /// Bytes reserved.
     pub reserved_bytes: u64,

@@ -26,18 +26,10 @@ pub struct DeviceSummary {
     pub events: usize,
     /// Segments in the final state.
     pub segments: usize,
-    /// Final state: bytes reserved.
-    pub reserved_bytes: u64,
-    /// Final state: bytes of allocated blocks.
-    pub allocated_bytes: u64,
-    /// Final state: requested bytes of allocated blocks.
-    pub requested_bytes: u64,
-    /// Final state: rounding waste inside allocated blocks.
-    pub free_internal_bytes: u64,
-    /// Final state: free bytes inside segments.
-    pub free_external_bytes: u64,
-    /// Final state: the largest contiguous free range of any segment.
-    pub largest_free_bytes: u64,
+    /// The final state: reserved, allocated and requested bytes, internal waste, free bytes and
+    /// the largest free range (in the JSON as keys of the device's own).
+    #[serde(flatten)]
+    pub final_state: segments::Fragmentation,
     /// Final state: segments of private pools (CUDA graphs, `MemPool`).
     pub private_pool_segments: usize,
     /// Final state: bytes reserved by private pools.
@@ -131,12 +123,7 @@ pub fn device_summary(trace: &Trace, device: i16) -> DeviceSummary {
         total_memory_bytes: facts.and_then(|d| d.total_memory_bytes),
         events: trace.events.iter().filter(|e| e.device == device).count(),
         segments: final_state.as_ref().map_or(0, |s| s.segments),
-        reserved_bytes: total.reserved_bytes,
-        allocated_bytes: total.allocated_bytes,
-        requested_bytes: total.requested_bytes,
-        free_internal_bytes: total.free_internal_bytes,
-        free_external_bytes: total.free_external_bytes,
-        largest_free_bytes: total.largest_free_bytes,
+        final_state: total,
         private_pool_segments: final_state.as_ref().map_or(0, |s| s.private_pool_segments),
         private_pool_reserved_bytes: final_state.as_ref().map_or(0, |s| s.private_pool_reserved_bytes),
         peak_allocated_bytes: peaks.allocated.bytes,

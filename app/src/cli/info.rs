@@ -37,11 +37,8 @@ pub fn parse_when(text: &str) -> std::result::Result<When, String> {
         return Ok(When::After((value * scale) as i64));
     }
     let (name, index) = text.split_once('#').unwrap_or((text, "0"));
-    let kind = match name {
-        "forward" => AnnotationKind::Forward,
-        "backward" => AnnotationKind::Backward,
-        "optimizer_step" | "step" => AnnotationKind::OptimizerStep,
-        "iteration" => AnnotationKind::Iteration,
+    let kind = match AnnotationKind::from_name(if name == "step" { "optimizer_step" } else { name }) {
+        Some(kind) if kind.is_phase() => kind,
         _ => {
             return Err(format!(
                 "{text:?}: give +DURATION (e.g. +40ms) or a phase: forward, backward, optimizer_step or \
@@ -360,16 +357,16 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
         out,
         "  final state     {} segments, reserved {}, allocated {} (requested {})",
         count(d.segments),
-        bytes(d.reserved_bytes),
-        bytes(d.allocated_bytes),
-        bytes(d.requested_bytes)
+        bytes(d.final_state.reserved_bytes),
+        bytes(d.final_state.allocated_bytes),
+        bytes(d.final_state.requested_bytes)
     )?;
     writeln!(
         out,
         "  free            internal {}, external {} (largest free range {})",
-        bytes(d.free_internal_bytes),
-        bytes(d.free_external_bytes),
-        bytes(d.largest_free_bytes)
+        bytes(d.final_state.free_internal_bytes),
+        bytes(d.final_state.free_external_bytes),
+        bytes(d.final_state.largest_free_bytes)
     )?;
     if d.private_pool_segments > 0 {
         writeln!(

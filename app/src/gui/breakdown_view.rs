@@ -63,8 +63,8 @@ fn names_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView) {
     };
     if view.instant.by_name.is_empty() {
         ui.heading("By source line");
-        for (site, bytes, count) in view.by_site.iter().take(30) {
-            row(ui, *bytes, site, format!("{site}\n{count} blocks"));
+        for s in view.by_site.iter().take(30) {
+            row(ui, s.bytes, &s.site, format!("{}\n{} blocks", s.site, s.blocks));
         }
         metadata_ui(ui, trace, view, row);
         return;

@@ -39,7 +39,7 @@ pub struct InstantView {
     /// The same with Python frames only.
     pub tree_python: StackNode,
     /// Live bytes and blocks by allocation site (`function  file:line`), largest first.
-    pub by_site: Vec<(String, u64, usize)>,
+    pub by_site: Vec<instant::SiteBytes>,
 }
 
 /// The worker thread and its mailboxes.

@@ -29,12 +29,48 @@ pub enum AnnotationKind {
 }
 
 impl AnnotationKind {
+    /// Every kind, in the order of their discriminants.
+    pub const ALL: [Self; 9] = [
+        Self::UserRange,
+        Self::Op,
+        Self::Iteration,
+        Self::Forward,
+        Self::Backward,
+        Self::OptimizerStep,
+        Self::Module,
+        Self::Snapshot,
+        Self::Marker,
+    ];
+
+    /// Its name where text names it (the recorder's log, `info --at`): `forward`,
+    /// `optimizer_step`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::UserRange => "user_range",
+            Self::Op => "op",
+            Self::Iteration => "iteration",
+            Self::Forward => "forward",
+            Self::Backward => "backward",
+            Self::OptimizerStep => "optimizer_step",
+            Self::Module => "module",
+            Self::Snapshot => "snapshot",
+            Self::Marker => "marker",
+        }
+    }
+
+    /// The kind a name names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether it is a phase of a training step (or the step itself).
+    pub fn is_phase(self) -> bool {
+        matches!(self, Self::Forward | Self::Backward | Self::OptimizerStep | Self::Iteration)
+    }
+
     /// The kind stored as `byte` in a file, if it is one.
     pub fn from_u8(byte: u8) -> Option<Self> {
-        use AnnotationKind::{Backward, Forward, Iteration, Marker, Module, Op, OptimizerStep, Snapshot, UserRange};
-        [UserRange, Op, Iteration, Forward, Backward, OptimizerStep, Module, Snapshot, Marker]
-            .get(byte as usize)
-            .copied()
+        Self::ALL.get(byte as usize).copied()
     }
 }
 

@@ -5,8 +5,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use super::entries::Entries;
-use super::sink::Action;
+use super::entries::{Action, Entries};
 use crate::error::Result;
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::event::{Event, EventKind, event_flags};

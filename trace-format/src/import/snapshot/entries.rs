@@ -2,9 +2,32 @@
 //! it goes, so a snapshot of millions of entries never holds its entries and its events whole
 //! at the same time.
 
-use super::sink::{Action, Entry};
 use crate::model::event::EventKind;
 use crate::model::ids::{ContextId, StackId, StringId};
+
+/// A trace entry's action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Action {
+    Event(EventKind),
+    Snapshot,
+    Oom,
+    Annotate,
+    Unknown(StringId),
+}
+
+/// A trace entry as recorded, before sizes are settled and times converted.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Entry {
+    pub(super) action: Action,
+    pub(super) addr: u64,
+    pub(super) size: u64,
+    pub(super) stream: u64,
+    pub(super) time_us: Option<i64>,
+    pub(super) stack: StackId,
+    pub(super) context: ContextId,
+    pub(super) device_free: Option<u64>,
+    pub(super) name: StringId,
+}
 
 /// Entries per chunk.
 const CHUNK: usize = 1 << 16;

@@ -1,36 +1,12 @@
 //! The sink that turns snapshot dicts into records as the pickle streams by: frames, trace
 //! entries, blocks and segments.
 
-use super::entries::Entries;
+use super::entries::{Action, Entries, Entry};
 use crate::import::pickle::{ContainerKind, Handle, RecordKind, Sink, Store, Value};
 use crate::model::event::EventKind;
 use crate::model::ids::{ContextId, FrameId, ProcessId, StackId, StringId};
 use crate::model::interner::{Context, Frame, Interner};
 use crate::model::segment::{Block, BlockState, Segment, SegmentPool};
-
-/// A trace entry's action.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Action {
-    Event(EventKind),
-    Snapshot,
-    Oom,
-    Annotate,
-    Unknown(StringId),
-}
-
-/// A trace entry as recorded, before sizes are settled and times converted.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Entry {
-    pub(super) action: Action,
-    pub(super) addr: u64,
-    pub(super) size: u64,
-    pub(super) stream: u64,
-    pub(super) time_us: Option<i64>,
-    pub(super) stack: StackId,
-    pub(super) context: ContextId,
-    pub(super) device_free: Option<u64>,
-    pub(super) name: StringId,
-}
 
 /// The keys the sink reads, as a small number to `match` on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
