@@ -190,6 +190,151 @@ impl Ranges {
     }
 }
 
+/// What merging the shims' logs collects before it changes the trace.
+#[derive(Default)]
+struct Merging {
+    /// The framework's segments, per process and device.
+    framework_segments: HashMap<(ProcessId, i16), Ranges>,
+    /// Events to add.
+    added: Vec<Event>,
+    /// OOMs the framework's allocator reported.
+    framework_ooms: Vec<Oom>,
+}
+
+/// One process's log: tags, spans, frames and OOMs go to the trace; block and segment events
+/// are collected in `m` (where the driver saw a device, its account of the segments stands).
+fn add_log(
+    trace: &mut Trace,
+    log: &Log,
+    process: ProcessId,
+    driver_devices: &HashSet<(ProcessId, i16)>,
+    m: &mut Merging,
+) {
+    let cpu = log.lines.iter().any(|l| matches!(l, Line::Meta { source, .. } if source == "cpu"));
+    let mut frames: HashMap<u64, FrameId> = HashMap::new();
+    let mut op_stacks: HashMap<String, StackId> = HashMap::new();
+    let mut live_cpu: HashMap<u64, u64> = HashMap::new();
+    // The allocator's history is in the order things happened, but its clock is approximate
+    // and can step back by a microsecond: times are kept from going back, so that sorting
+    // by time never puts a free before its allocation.
+    let mut latest: HashMap<i16, i64> = HashMap::new();
+    for line in &log.lines {
+        let (kind, block) = match line {
+            Line::Meta { .. } => continue,
+            Line::Autocast { device_type, dtype } => {
+                trace.metadata.extra.insert("autocast".to_owned(), format!("{device_type}:{dtype}").into());
+                continue;
+            }
+            Line::Frame { id, file, line, name } => {
+                let frame =
+                    Frame { function: trace.interner.string(name), file: trace.interner.string(file), line: *line };
+                frames.insert(*id, trace.interner.frame(frame));
+                continue;
+            }
+            Line::Tag { time, dev, addr, cat, name } => {
+                if let Some(category) = category(cat) {
+                    let name = trace.interner.string(name);
+                    trace.tags.push(Tag { time_ns: *time, device: *dev, process, address: *addr, category, name });
+                }
+                continue;
+            }
+            Line::Span { kind, name, begin, end } => {
+                if let Some(kind) = annotation_kind(kind) {
+                    let name = trace.interner.string(name);
+                    trace.annotations.push(Annotation {
+                        kind,
+                        device: Annotation::ALL_DEVICES,
+                        process,
+                        start_ns: *begin,
+                        end_ns: (*end).max(*begin),
+                        name,
+                        stack: StackId(0),
+                    });
+                }
+                continue;
+            }
+            Line::Oom { time, dev, size, free } => {
+                m.framework_ooms.push(Oom {
+                    time_ns: *time,
+                    device: *dev,
+                    process,
+                    stream: 0,
+                    requested_bytes: *size,
+                    device_free_bytes: Some(*free),
+                    stack: StackId(0),
+                });
+                continue;
+            }
+            Line::Alloc(b) => (EventKind::Alloc, b),
+            Line::FreeRequested(b) => (EventKind::FreeRequested, b),
+            Line::Free(b) => (EventKind::FreeCompleted, b),
+            Line::SegmentAlloc(b) => (EventKind::SegmentAlloc, b),
+            Line::SegmentFree(b) => (EventKind::SegmentFree, b),
+            Line::SegmentMap(b) => (EventKind::SegmentMap, b),
+            Line::SegmentUnmap(b) => (EventKind::SegmentUnmap, b),
+        };
+        let stack = match &block.op {
+            Some(op) => *op_stacks.entry(op.clone()).or_insert_with(|| {
+                let frame = Frame { function: trace.interner.string(op), file: trace.interner.string(""), line: 0 };
+                let frame = trace.interner.frame(frame);
+                trace.interner.stack(&[frame])
+            }),
+            None if block.stack.is_empty() => StackId(0),
+            None => {
+                let ids: Vec<FrameId> = block.stack.iter().filter_map(|id| frames.get(id).copied()).collect();
+                trace.interner.stack(&ids)
+            }
+        };
+        let time_ns = {
+            let latest = latest.entry(block.dev).or_insert(i64::MIN);
+            *latest = (*latest).max(block.time);
+            *latest
+        };
+        let mut event = Event::new(kind, time_ns, block.dev, block.addr, block.size);
+        event.process = process;
+        event.stream = block.stream;
+        event.stack = stack;
+        if cpu && block.dev < 0 {
+            // CPU memory: each block is what the process holds from the system, too.
+            match kind {
+                EventKind::Alloc => {
+                    // The profiler misses frees made on threads it does not follow (a
+                    // communication library's, say): a new block at a live address means the
+                    // old one was freed.
+                    if let Some(size) = live_cpu.insert(block.addr, block.size) {
+                        let free =
+                            Event { kind: EventKind::FreeCompleted, size_bytes: size, requested_bytes: size, ..event };
+                        m.added.push(free);
+                        m.added.push(Event { kind: EventKind::SegmentFree, ..free });
+                    }
+                    m.added.push(Event { kind: EventKind::SegmentAlloc, ..event });
+                    m.added.push(event);
+                }
+                EventKind::FreeCompleted => {
+                    let size = live_cpu.remove(&block.addr).unwrap_or(block.size);
+                    let free = Event { size_bytes: size, requested_bytes: size, ..event };
+                    m.added.push(free);
+                    m.added.push(Event { kind: EventKind::SegmentFree, ..free });
+                }
+                _ => {}
+            }
+            continue;
+        }
+        if matches!(kind, EventKind::SegmentAlloc | EventKind::SegmentMap) {
+            m.framework_segments.entry((process, block.dev)).or_default().0.push((block.addr, block.size));
+        }
+        let segment_event = matches!(
+            kind,
+            EventKind::SegmentAlloc | EventKind::SegmentFree | EventKind::SegmentMap | EventKind::SegmentUnmap
+        );
+        // Where the driver saw this device, its account of the segments stands.
+        if segment_event && driver_devices.contains(&(process, block.dev)) {
+            continue;
+        }
+        m.added.push(event);
+    }
+}
+
 /// Adds the shims' logs to a trace that holds the driver-level events (`processes` maps the pids
 /// seen so far to the trace's process ids and takes new ones). Returns the distributed rank of
 /// each pid that has one.
@@ -210,140 +355,13 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
         .filter(|e| matches!(e.kind, EventKind::SegmentAlloc | EventKind::SegmentMap))
         .map(|e| (e.process, e.device))
         .collect();
-    let mut framework_segments: HashMap<(ProcessId, i16), Ranges> = HashMap::new();
-    let mut added: Vec<Event> = Vec::new();
-    let mut framework_ooms: Vec<Oom> = Vec::new();
+    let mut m = Merging::default();
     for log in logs {
         let next = ProcessId(processes.len() as u32);
         let process = *processes.entry(log.pid).or_insert(next);
-        let cpu = log.lines.iter().any(|l| matches!(l, Line::Meta { source, .. } if source == "cpu"));
-        let mut frames: HashMap<u64, FrameId> = HashMap::new();
-        let mut op_stacks: HashMap<String, StackId> = HashMap::new();
-        let mut live_cpu: HashMap<u64, u64> = HashMap::new();
-        // The allocator's history is in the order things happened, but its clock is approximate
-        // and can step back by a microsecond: times are kept from going back, so that sorting
-        // by time never puts a free before its allocation.
-        let mut latest: HashMap<i16, i64> = HashMap::new();
-        for line in &log.lines {
-            let (kind, block) = match line {
-                Line::Meta { .. } => continue,
-                Line::Autocast { device_type, dtype } => {
-                    trace.metadata.extra.insert("autocast".to_owned(), format!("{device_type}:{dtype}").into());
-                    continue;
-                }
-                Line::Frame { id, file, line, name } => {
-                    let frame =
-                        Frame { function: trace.interner.string(name), file: trace.interner.string(file), line: *line };
-                    frames.insert(*id, trace.interner.frame(frame));
-                    continue;
-                }
-                Line::Tag { time, dev, addr, cat, name } => {
-                    if let Some(category) = category(cat) {
-                        let name = trace.interner.string(name);
-                        trace.tags.push(Tag { time_ns: *time, device: *dev, process, address: *addr, category, name });
-                    }
-                    continue;
-                }
-                Line::Span { kind, name, begin, end } => {
-                    if let Some(kind) = annotation_kind(kind) {
-                        let name = trace.interner.string(name);
-                        trace.annotations.push(Annotation {
-                            kind,
-                            device: Annotation::ALL_DEVICES,
-                            process,
-                            start_ns: *begin,
-                            end_ns: (*end).max(*begin),
-                            name,
-                            stack: StackId(0),
-                        });
-                    }
-                    continue;
-                }
-                Line::Oom { time, dev, size, free } => {
-                    framework_ooms.push(Oom {
-                        time_ns: *time,
-                        device: *dev,
-                        process,
-                        stream: 0,
-                        requested_bytes: *size,
-                        device_free_bytes: Some(*free),
-                        stack: StackId(0),
-                    });
-                    continue;
-                }
-                Line::Alloc(b) => (EventKind::Alloc, b),
-                Line::FreeRequested(b) => (EventKind::FreeRequested, b),
-                Line::Free(b) => (EventKind::FreeCompleted, b),
-                Line::SegmentAlloc(b) => (EventKind::SegmentAlloc, b),
-                Line::SegmentFree(b) => (EventKind::SegmentFree, b),
-                Line::SegmentMap(b) => (EventKind::SegmentMap, b),
-                Line::SegmentUnmap(b) => (EventKind::SegmentUnmap, b),
-            };
-            let stack = match &block.op {
-                Some(op) => *op_stacks.entry(op.clone()).or_insert_with(|| {
-                    let frame = Frame { function: trace.interner.string(op), file: trace.interner.string(""), line: 0 };
-                    let frame = trace.interner.frame(frame);
-                    trace.interner.stack(&[frame])
-                }),
-                None if block.stack.is_empty() => StackId(0),
-                None => {
-                    let ids: Vec<FrameId> = block.stack.iter().filter_map(|id| frames.get(id).copied()).collect();
-                    trace.interner.stack(&ids)
-                }
-            };
-            let time_ns = {
-                let latest = latest.entry(block.dev).or_insert(i64::MIN);
-                *latest = (*latest).max(block.time);
-                *latest
-            };
-            let mut event = Event::new(kind, time_ns, block.dev, block.addr, block.size);
-            event.process = process;
-            event.stream = block.stream;
-            event.stack = stack;
-            if cpu && block.dev < 0 {
-                // CPU memory: each block is what the process holds from the system, too.
-                match kind {
-                    EventKind::Alloc => {
-                        // The profiler misses frees made on threads it does not follow (a
-                        // communication library's, say): a new block at a live address means the
-                        // old one was freed.
-                        if let Some(size) = live_cpu.insert(block.addr, block.size) {
-                            let free = Event {
-                                kind: EventKind::FreeCompleted,
-                                size_bytes: size,
-                                requested_bytes: size,
-                                ..event
-                            };
-                            added.push(free);
-                            added.push(Event { kind: EventKind::SegmentFree, ..free });
-                        }
-                        added.push(Event { kind: EventKind::SegmentAlloc, ..event });
-                        added.push(event);
-                    }
-                    EventKind::FreeCompleted => {
-                        let size = live_cpu.remove(&block.addr).unwrap_or(block.size);
-                        let free = Event { size_bytes: size, requested_bytes: size, ..event };
-                        added.push(free);
-                        added.push(Event { kind: EventKind::SegmentFree, ..free });
-                    }
-                    _ => {}
-                }
-                continue;
-            }
-            if matches!(kind, EventKind::SegmentAlloc | EventKind::SegmentMap) {
-                framework_segments.entry((process, block.dev)).or_default().0.push((block.addr, block.size));
-            }
-            let segment_event = matches!(
-                kind,
-                EventKind::SegmentAlloc | EventKind::SegmentFree | EventKind::SegmentMap | EventKind::SegmentUnmap
-            );
-            // Where the driver saw this device, its account of the segments stands.
-            if segment_event && driver_devices.contains(&(process, block.dev)) {
-                continue;
-            }
-            added.push(event);
-        }
+        add_log(trace, log, process, &driver_devices, &mut m);
     }
+    let Merging { mut framework_segments, mut added, framework_ooms } = m;
     for ranges in framework_segments.values_mut() {
         ranges.0.sort_unstable();
     }

@@ -77,36 +77,34 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], baseline: u64) {
                 });
             }
         })
-        .body(|mut body| {
-            for p in rows {
-                body.row(20.0, |mut row| {
-                    row.col(|ui| {
-                        ui.add(egui::Label::new(&p.id).truncate())
-                            .on_hover_text(format!("{}\n\n{}", p.change, p.reason));
-                    });
-                    row.col(|ui| {
-                        ui.monospace(units::bytes(p.projected_peak_allocated_bytes));
-                    });
-                    row.col(|ui| {
-                        ui.monospace(units::bytes(p.projected_peak_reserved_bytes));
-                    });
-                    row.col(|ui| {
-                        let change = 100.0 * (p.projected_peak_allocated_bytes as f64 - baseline as f64)
-                            / baseline.max(1) as f64;
-                        ui.monospace(format!("{change:+.0}%"));
-                    });
-                    row.col(|ui| {
-                        ui.monospace(format!("{:.0}%", 100.0 * p.uncertainty))
-                            .on_hover_text("How far the projection may be off, as a share of it");
-                    });
-                    row.col(|ui| {
-                        ui.label(if p.fits { "yes" } else { "" });
-                    });
-                    row.col(|ui| {
-                        ui.add(egui::Label::new(&p.cost).truncate()).on_hover_text(&p.reason);
-                    });
+        .body(|body| {
+            body.rows(20.0, rows.len(), |mut row| {
+                let Some(p) = rows.get(row.index()) else { return };
+                row.col(|ui| {
+                    ui.add(egui::Label::new(&p.id).truncate()).on_hover_text(format!("{}\n\n{}", p.change, p.reason));
                 });
-            }
+                row.col(|ui| {
+                    ui.monospace(units::bytes(p.projected_peak_allocated_bytes));
+                });
+                row.col(|ui| {
+                    ui.monospace(units::bytes(p.projected_peak_reserved_bytes));
+                });
+                row.col(|ui| {
+                    let change =
+                        100.0 * (p.projected_peak_allocated_bytes as f64 - baseline as f64) / baseline.max(1) as f64;
+                    ui.monospace(format!("{change:+.0}%"));
+                });
+                row.col(|ui| {
+                    ui.monospace(format!("{:.0}%", 100.0 * p.uncertainty))
+                        .on_hover_text("How far the projection may be off, as a share of it");
+                });
+                row.col(|ui| {
+                    ui.label(if p.fits { "yes" } else { "" });
+                });
+                row.col(|ui| {
+                    ui.add(egui::Label::new(&p.cost).truncate()).on_hover_text(&p.reason);
+                });
+            });
         });
 }
 

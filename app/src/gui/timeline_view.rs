@@ -95,48 +95,9 @@ pub fn timeline_ui(
         Rect::from_min_max(pos2(plot.left(), plot.bottom() + 2.0), pos2(plot.right(), plot.bottom() + 2.0 + band_px));
     let response = ui.interact(plot.union(band), ui.scope_id().with("timeline"), Sense::click_and_drag());
     response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Canvas, true, "Memory timeline"));
-    let mut action = None;
-    let (mut v0, mut v1) = visible_span(state, device);
+    let action = input(ui, &response, plot, device, state);
+    let (v0, v1) = visible_span(state, device);
     let ns_per_px = (v1 - v0) / f64::from(plot.width());
-    let time_at = |x: f32| v0 + f64::from(x - plot.left()) * ns_per_px;
-
-    // Input: ctrl+wheel / pinch zooms around the cursor, wheel sideways pans, drag pans,
-    // shift+drag or right-drag zooms to a box, click selects, double-click resets.
-    if let Some(pointer) = response.hover_pos() {
-        let (zoom_delta, scroll) = ui.input(|i| (i.zoom_delta(), i.smooth_scroll_delta));
-        if (zoom_delta - 1.0).abs() > 1e-4 {
-            zoom(state, device, time_at(pointer.x), f64::from(zoom_delta));
-        } else if scroll.x.abs() > 0.0 {
-            let shift = -f64::from(scroll.x) * ns_per_px;
-            state.view_ns = Some((v0 + shift, v1 + shift));
-        }
-    }
-    let box_drag = ui.input(|i| i.modifiers.shift) || response.dragged_by(egui::PointerButton::Secondary);
-    if response.drag_started() && box_drag {
-        state.box_start_x = response.interact_pointer_pos().map(|p| p.x);
-    }
-    if response.dragged() && state.box_start_x.is_none() && response.dragged_by(egui::PointerButton::Primary) {
-        let shift = -f64::from(response.drag_delta().x) * ns_per_px;
-        state.view_ns = Some((v0 + shift, v1 + shift));
-    }
-    if response.drag_stopped()
-        && let (Some(start_x), Some(end)) = (state.box_start_x.take(), response.interact_pointer_pos())
-    {
-        let (x0, x1) = (start_x.min(end.x), start_x.max(end.x));
-        if x1 - x0 > 3.0 {
-            state.view_ns = Some((time_at(x0), time_at(x1)));
-        }
-    }
-    if response.double_clicked() {
-        state.reset();
-    } else if response.clicked()
-        && let Some(p) = response.interact_pointer_pos()
-    {
-        action = Some(TimelineAction::Select(device.timeline.point_at(time_at(p.x).round() as i64)));
-    }
-    (v0, v1) = visible_span(state, device);
-    let ns_per_px = (v1 - v0) / f64::from(plot.width());
-    let x_of = |t: f64| plot.left() + ((t - v0) / ns_per_px) as f32;
 
     let painter = ui.painter_at(rect);
     let visuals = ui.visuals();
@@ -225,43 +186,8 @@ pub fn timeline_ui(
         );
     }
 
-    // The peak.
-    let peak_t = device.timeline.time_ns(device.peak_point) as f64;
-    let (peak_bytes, _, _) = device.timeline.values(device.peak_point);
-    if (v0..=v1).contains(&peak_t) {
-        let p = pos2(x_of(peak_t), y_of(peak_bytes));
-        painter.circle_filled(p, 4.0, palette::PEAK);
-        let label = format!("peak {}", units::bytes(peak_bytes));
-        let align = if p.x > plot.right() - 120.0 { egui::Align2::RIGHT_BOTTOM } else { egui::Align2::LEFT_BOTTOM };
-        let offset = if p.x > plot.right() - 120.0 { vec2(-6.0, -4.0) } else { vec2(6.0, -4.0) };
-        painter.text(p + offset, align, label, egui::FontId::proportional(12.0), palette::PEAK);
-    }
-
-    // OOMs.
-    for oom in doc.trace.ooms.iter().filter(|o| o.device == device.device) {
-        let t = oom.time_ns as f64;
-        if (v0..=v1).contains(&t) {
-            let x = x_of(t);
-            painter.vline(x, plot.y_range(), Stroke::new(2.0, palette::OOM));
-            painter.text(
-                pos2(x + 3.0, plot.top() + 2.0),
-                egui::Align2::LEFT_TOP,
-                format!("OOM: {} requested", units::bytes(oom.requested_bytes)),
-                egui::FontId::proportional(11.0),
-                palette::OOM,
-            );
-        }
-    }
-
+    marks(&painter, doc, device, plot, (v0, v1), y_top_bytes, selected_point);
     annotation_band(&painter, &doc.trace, device, band, (v0, v1), visuals);
-
-    // The selected instant.
-    if let Some(point) = selected_point {
-        let t = device.timeline.time_ns(point) as f64;
-        if (v0..=v1).contains(&t) {
-            painter.vline(x_of(t), plot.y_range(), Stroke::new(1.5, palette::SELECTION));
-        }
-    }
     if let Some(start_x) = state.box_start_x
         && let Some(p) = response.hover_pos().or(response.interact_pointer_pos())
     {
@@ -307,6 +233,105 @@ pub fn timeline_ui(
         }
     }
     legend_ui(ui, &present);
+    action
+}
+
+/// The peak, the OOMs and the selected instant, over the curves.
+fn marks(
+    painter: &egui::Painter,
+    doc: &Document,
+    device: &DeviceData,
+    plot: Rect,
+    (v0, v1): (f64, f64),
+    y_top_bytes: f64,
+    selected_point: Option<usize>,
+) {
+    let ns_per_px = (v1 - v0) / f64::from(plot.width());
+    let x_of = |t: f64| plot.left() + ((t - v0) / ns_per_px) as f32;
+    let y_of = |bytes: u64| plot.bottom() - (bytes as f64 / y_top_bytes * f64::from(plot.height())) as f32;
+    // The peak.
+    let peak_t = device.timeline.time_ns(device.peak_point) as f64;
+    let (peak_bytes, _, _) = device.timeline.values(device.peak_point);
+    if (v0..=v1).contains(&peak_t) {
+        let p = pos2(x_of(peak_t), y_of(peak_bytes));
+        painter.circle_filled(p, 4.0, palette::PEAK);
+        let label = format!("peak {}", units::bytes(peak_bytes));
+        let align = if p.x > plot.right() - 120.0 { egui::Align2::RIGHT_BOTTOM } else { egui::Align2::LEFT_BOTTOM };
+        let offset = if p.x > plot.right() - 120.0 { vec2(-6.0, -4.0) } else { vec2(6.0, -4.0) };
+        painter.text(p + offset, align, label, egui::FontId::proportional(12.0), palette::PEAK);
+    }
+
+    // OOMs.
+    for oom in doc.trace.ooms.iter().filter(|o| o.device == device.device) {
+        let t = oom.time_ns as f64;
+        if (v0..=v1).contains(&t) {
+            let x = x_of(t);
+            painter.vline(x, plot.y_range(), Stroke::new(2.0, palette::OOM));
+            painter.text(
+                pos2(x + 3.0, plot.top() + 2.0),
+                egui::Align2::LEFT_TOP,
+                format!("OOM: {} requested", units::bytes(oom.requested_bytes)),
+                egui::FontId::proportional(11.0),
+                palette::OOM,
+            );
+        }
+    }
+
+    // The selected instant.
+    if let Some(point) = selected_point {
+        let t = device.timeline.time_ns(point) as f64;
+        if (v0..=v1).contains(&t) {
+            painter.vline(x_of(t), plot.y_range(), Stroke::new(1.5, palette::SELECTION));
+        }
+    }
+}
+
+/// The timeline's input: ctrl+wheel / pinch zooms around the cursor, wheel sideways pans, drag
+/// pans, shift+drag or right-drag zooms to a box, click selects, double-click resets.
+fn input(
+    ui: &egui::Ui,
+    response: &egui::Response,
+    plot: Rect,
+    device: &DeviceData,
+    state: &mut TimelineState,
+) -> Option<TimelineAction> {
+    let mut action = None;
+    let (v0, v1) = visible_span(state, device);
+    let ns_per_px = (v1 - v0) / f64::from(plot.width());
+    let time_at = |x: f32| v0 + f64::from(x - plot.left()) * ns_per_px;
+
+    if let Some(pointer) = response.hover_pos() {
+        let (zoom_delta, scroll) = ui.input(|i| (i.zoom_delta(), i.smooth_scroll_delta));
+        if (zoom_delta - 1.0).abs() > 1e-4 {
+            zoom(state, device, time_at(pointer.x), f64::from(zoom_delta));
+        } else if scroll.x.abs() > 0.0 {
+            let shift = -f64::from(scroll.x) * ns_per_px;
+            state.view_ns = Some((v0 + shift, v1 + shift));
+        }
+    }
+    let box_drag = ui.input(|i| i.modifiers.shift) || response.dragged_by(egui::PointerButton::Secondary);
+    if response.drag_started() && box_drag {
+        state.box_start_x = response.interact_pointer_pos().map(|p| p.x);
+    }
+    if response.dragged() && state.box_start_x.is_none() && response.dragged_by(egui::PointerButton::Primary) {
+        let shift = -f64::from(response.drag_delta().x) * ns_per_px;
+        state.view_ns = Some((v0 + shift, v1 + shift));
+    }
+    if response.drag_stopped()
+        && let (Some(start_x), Some(end)) = (state.box_start_x.take(), response.interact_pointer_pos())
+    {
+        let (x0, x1) = (start_x.min(end.x), start_x.max(end.x));
+        if x1 - x0 > 3.0 {
+            state.view_ns = Some((time_at(x0), time_at(x1)));
+        }
+    }
+    if response.double_clicked() {
+        state.reset();
+    } else if response.clicked()
+        && let Some(p) = response.interact_pointer_pos()
+    {
+        action = Some(TimelineAction::Select(device.timeline.point_at(time_at(p.x).round() as i64)));
+    }
     action
 }
 

@@ -671,7 +671,6 @@ fn import_from<'de, R: serde_json::de::Read<'de>>(
     if !progress.update(total * 9 / 10, total) {
         return Err(Error::Cancelled);
     }
-    let base_ns = top.base_time_ns.unwrap_or(0);
     if top.state.devices_over_limit > 0 {
         return Err(Error::Structure(format!(
             "this trace has memory events of more than {} devices; vramscope reads at most that many",
@@ -683,6 +682,25 @@ fn import_from<'de, R: serde_json::de::Read<'de>>(
         return Err(Error::Structure(refusal(top.state, &top)));
     }
     let TopLevel { base_time_ns, display_time_unit, device_properties, distributed, other, .. } = top;
+    let facts = TopFacts { base_time_ns, display_time_unit, device_properties, distributed, other };
+    let imported = assemble(state, facts);
+    progress.update(total, total);
+    Ok(imported)
+}
+
+/// What the top level of the file said, once the events are read.
+struct TopFacts {
+    base_time_ns: Option<i64>,
+    display_time_unit: Option<String>,
+    device_properties: Option<serde_json::Value>,
+    distributed: Option<serde_json::Value>,
+    other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The trace from what was read: times on the file's base, counters per device, the metadata.
+fn assemble(state: State, facts: TopFacts) -> Imported {
+    let TopFacts { base_time_ns, display_time_unit, device_properties, distributed, other } = facts;
+    let base_ns = base_time_ns.unwrap_or(0);
     let mut warnings = Vec::new();
     if state.skipped_memory > 0 {
         warnings.push(format!("{} [memory] events whose Addr is not a number were skipped", state.skipped_memory));
@@ -806,8 +824,7 @@ fn import_from<'de, R: serde_json::de::Read<'de>>(
         allocator_settings: serde_json::Value::Null,
         extra,
     };
-    progress.update(total, total);
-    Ok(Imported {
+    Imported {
         trace: Trace {
             metadata,
             interner,
@@ -821,7 +838,7 @@ fn import_from<'de, R: serde_json::de::Read<'de>>(
         warnings,
         format: SourceFormat::ChromeTrace,
         wrappers: Vec::new(),
-    })
+    }
 }
 
 #[cfg(test)]

@@ -179,39 +179,7 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
         ChunkKind::Events => {
             decode_events(&mut c, &ids, &mut trace.events).map_err(|e| e.unwrap_or_else(|| malformed(Malformed)))?
         }
-        ChunkKind::Segments => {
-            let n = c.count(11).map_err(malformed)?;
-            for _ in 0..n {
-                let mut s = Segment {
-                    device: device(c.sv().map_err(malformed)?)?,
-                    process: process(c.uv().map_err(malformed)?)?,
-                    address: c.uv().map_err(malformed)?,
-                    size_bytes: c.uv().map_err(malformed)?,
-                    stream: c.uv().map_err(malformed)?,
-                    pool: SegmentPool::from_u8(c.u8().map_err(malformed)?).ok_or("unknown segment pool")?,
-                    pool_id: (c.uv().map_err(malformed)?, c.uv().map_err(malformed)?),
-                    is_expandable: c.u8().map_err(malformed)? != 0,
-                    stack: ids.stack(c.uv().map_err(malformed)?)?,
-                    blocks: Vec::new(),
-                };
-                let blocks = c.count(5).map_err(malformed)?;
-                s.blocks.reserve(blocks);
-                let mut cursor = s.address;
-                for _ in 0..blocks {
-                    let address = cursor.wrapping_add(c.sv().map_err(malformed)? as u64);
-                    let b = Block {
-                        address,
-                        size_bytes: c.uv().map_err(malformed)?,
-                        requested_bytes: c.uv().map_err(malformed)?,
-                        state: BlockState::from_u8(c.u8().map_err(malformed)?).ok_or("unknown block state")?,
-                        stack: ids.stack(c.uv().map_err(malformed)?)?,
-                    };
-                    cursor = address.wrapping_add(b.size_bytes);
-                    s.blocks.push(b);
-                }
-                trace.segments.push(s);
-            }
-        }
+        ChunkKind::Segments => decode_segments(&mut c, &ids, &mut trace.segments)?,
         ChunkKind::Annotations => {
             let n = c.count(7).map_err(malformed)?;
             let mut previous = 0i64;
@@ -245,36 +213,7 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
                 trace.ooms.push(oom);
             }
         }
-        ChunkKind::Counters => {
-            let n = c.count(6).map_err(malformed)?;
-            for _ in 0..n {
-                let kind_bytes = [c.u8().map_err(malformed)?, c.u8().map_err(malformed)?];
-                let kind = CounterKind::from_bytes(kind_bytes).ok_or("unknown counter kind")?;
-                let name = ids.string(c.uv().map_err(malformed)?)?;
-                let device = device(c.sv().map_err(malformed)?)?;
-                let process = process(c.uv().map_err(malformed)?)?;
-                let count = c.count(2).map_err(malformed)?;
-                let mut samples = Vec::with_capacity(count);
-                let (mut time_ns, mut value) = (0i64, 0i64);
-                for _ in 0..count {
-                    time_ns = time_ns.wrapping_add(c.sv().map_err(malformed)?);
-                    value = value.wrapping_add(c.sv().map_err(malformed)?);
-                    samples.push(CounterSample { time_ns, value });
-                }
-                // A long series is split over chunks: continue the previous part.
-                match trace.counters.last_mut() {
-                    Some(last)
-                        if last.kind == kind
-                            && last.name == name
-                            && last.device == device
-                            && last.process == process =>
-                    {
-                        last.samples.extend(samples);
-                    }
-                    _ => trace.counters.push(CounterSeries { kind, name, device, process, samples }),
-                }
-            }
-        }
+        ChunkKind::Counters => decode_counters(&mut c, &ids, &mut trace.counters)?,
         ChunkKind::Tags => {
             let n = c.count(6).map_err(malformed)?;
             let mut previous = 0i64;
@@ -296,6 +235,72 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
     }
     if !c.at_end() {
         return Err("the chunk has bytes after its last record".to_owned());
+    }
+    Ok(())
+}
+
+/// Decodes a segments chunk's records into `out`.
+fn decode_segments(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Segment>) -> Result<(), String> {
+    let n = c.count(11).map_err(malformed)?;
+    for _ in 0..n {
+        let mut s = Segment {
+            device: device(c.sv().map_err(malformed)?)?,
+            process: process(c.uv().map_err(malformed)?)?,
+            address: c.uv().map_err(malformed)?,
+            size_bytes: c.uv().map_err(malformed)?,
+            stream: c.uv().map_err(malformed)?,
+            pool: SegmentPool::from_u8(c.u8().map_err(malformed)?).ok_or("unknown segment pool")?,
+            pool_id: (c.uv().map_err(malformed)?, c.uv().map_err(malformed)?),
+            is_expandable: c.u8().map_err(malformed)? != 0,
+            stack: ids.stack(c.uv().map_err(malformed)?)?,
+            blocks: Vec::new(),
+        };
+        let blocks = c.count(5).map_err(malformed)?;
+        s.blocks.reserve(blocks);
+        let mut cursor = s.address;
+        for _ in 0..blocks {
+            let address = cursor.wrapping_add(c.sv().map_err(malformed)? as u64);
+            let b = Block {
+                address,
+                size_bytes: c.uv().map_err(malformed)?,
+                requested_bytes: c.uv().map_err(malformed)?,
+                state: BlockState::from_u8(c.u8().map_err(malformed)?).ok_or("unknown block state")?,
+                stack: ids.stack(c.uv().map_err(malformed)?)?,
+            };
+            cursor = address.wrapping_add(b.size_bytes);
+            s.blocks.push(b);
+        }
+        out.push(s);
+    }
+    Ok(())
+}
+
+/// Decodes a counters chunk's series into `out`.
+fn decode_counters(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<CounterSeries>) -> Result<(), String> {
+    let n = c.count(6).map_err(malformed)?;
+    for _ in 0..n {
+        let kind_bytes = [c.u8().map_err(malformed)?, c.u8().map_err(malformed)?];
+        let kind = CounterKind::from_bytes(kind_bytes).ok_or("unknown counter kind")?;
+        let name = ids.string(c.uv().map_err(malformed)?)?;
+        let device = device(c.sv().map_err(malformed)?)?;
+        let process = process(c.uv().map_err(malformed)?)?;
+        let count = c.count(2).map_err(malformed)?;
+        let mut samples = Vec::with_capacity(count);
+        let (mut time_ns, mut value) = (0i64, 0i64);
+        for _ in 0..count {
+            time_ns = time_ns.wrapping_add(c.sv().map_err(malformed)?);
+            value = value.wrapping_add(c.sv().map_err(malformed)?);
+            samples.push(CounterSample { time_ns, value });
+        }
+        // A long series is split over chunks: continue the previous part.
+        match out.last_mut() {
+            Some(last)
+                if last.kind == kind && last.name == name && last.device == device && last.process == process =>
+            {
+                last.samples.extend(samples);
+            }
+            _ => out.push(CounterSeries { kind, name, device, process, samples }),
+        }
     }
     Ok(())
 }

@@ -143,7 +143,13 @@ pub fn small_trace() -> Trace {
         category: Category::Parameter,
         name: layer_name,
     }];
-    trace.metadata = Metadata {
+    trace.metadata = small_metadata();
+    trace
+}
+
+/// The metadata of [`small_trace`] (frozen with it).
+fn small_metadata() -> Metadata {
+    Metadata {
         source_format: SourceFormat::Vtrace,
         clock: Clock::UnixNs,
         tool_version: "0.1.0".to_owned(),
@@ -167,8 +173,7 @@ pub fn small_trace() -> Trace {
         ],
         allocator_settings: serde_json::json!({"expandable_segments": false, "max_split_size": -1}),
         extra: serde_json::Map::new(),
-    };
-    trace
+    }
 }
 
 /// Asserts two traces hold the same data.

@@ -475,266 +475,309 @@ impl<S: Sink> Machine<'_, S> {
                     let top = self.top()?;
                     self.push(top);
                 }
-                b'N' => self.push(Value::None),
-                0x88 => self.push(Value::Bool(true)),
-                0x89 => self.push(Value::Bool(false)),
-                b'J' => {
-                    let v = self.u32()? as i32;
-                    self.push(Value::Int(i64::from(v)));
-                }
-                b'K' => {
-                    let v = self.u8()?;
-                    self.push(Value::Int(i64::from(v)));
-                }
-                b'M' => {
-                    let v = self.u16()?;
-                    self.push(Value::Int(i64::from(v)));
-                }
-                0x8a => {
-                    let n = self.u8()? as usize;
-                    let bytes = self.take(n)?;
-                    let bytes = bytes.to_vec();
-                    let v = long_from_le(&bytes);
-                    self.push(v);
-                }
-                0x8b => {
-                    let n = self.u32()? as u64;
-                    let n = self.len_arg(n)?;
-                    let start = self.pos;
-                    self.take(n)?;
-                    let v = long_from_le(&self.data[start..start + n]);
-                    self.push(v);
-                }
-                b'I' | b'L' => {
-                    let line = self.line()?.to_vec();
-                    let v = self.parse_text_int(&line)?;
-                    self.push(v);
-                }
-                b'G' => {
-                    let v = f64::from_bits(u64::from_be_bytes({
-                        let b = self.take(8)?;
-                        let mut a = [0u8; 8];
-                        a.copy_from_slice(b);
-                        a
-                    }));
-                    self.push(Value::Float(v));
-                }
-                b'F' => {
-                    let line = self.line()?;
-                    let text = String::from_utf8_lossy(line).trim().to_owned();
-                    let v = text.parse::<f64>().map_err(|_| self.err(format!("{text:?} is not a float")))?;
-                    self.push(Value::Float(v));
-                }
-                0x8c => {
-                    let n = self.u8()? as usize;
-                    let v = self.string(n)?;
-                    self.push(v);
-                }
-                b'X' => {
-                    let n = self.u32()? as u64;
-                    let n = self.len_arg(n)?;
-                    let v = self.string(n)?;
-                    self.push(v);
-                }
-                0x8d => {
-                    let n = self.u64()?;
-                    let n = self.len_arg(n)?;
-                    let v = self.string(n)?;
-                    self.push(v);
-                }
-                b'V' => {
-                    // Protocol 0 text: raw-unicode-escape. Kept simple: \uXXXX escapes decoded.
-                    let line = self.line()?.to_vec();
-                    let text = decode_raw_unicode_escape(&line);
-                    let id = self.store.interner.string(&text);
-                    self.push(Value::Str(id));
-                }
-                b'S' => {
-                    let line = self.line()?.to_vec();
-                    let text = String::from_utf8_lossy(&line);
-                    let text = text.trim();
-                    let unquoted = text
-                        .strip_prefix('\'')
-                        .and_then(|t| t.strip_suffix('\''))
-                        .or_else(|| text.strip_prefix('"').and_then(|t| t.strip_suffix('"')))
-                        .ok_or_else(|| self.err("STRING argument is not quoted"))?;
-                    let id = self.store.interner.string(unquoted);
-                    self.push(Value::Str(id));
-                }
-                b'T' => {
-                    let n = self.u32()? as u64;
-                    let n = self.len_arg(n)?;
-                    let v = self.string(n)?;
-                    self.push(v);
-                }
-                b'U' => {
-                    let n = self.u8()? as usize;
-                    let v = self.string(n)?;
-                    self.push(v);
-                }
-                b'B' | b'C' | 0x8e | 0x96 => {
-                    let n = match op {
-                        b'B' => u64::from(self.u32()?),
-                        b'C' => u64::from(self.u8()?),
-                        _ => self.u64()?,
-                    };
-                    let n = self.len_arg(n)?;
-                    self.take(n)?;
-                    self.push(Value::Bytes(n as u64));
-                }
-                b']' => {
-                    let h = self.store.new_container(ContainerKind::List);
-                    self.push(Value::Container(h));
-                }
-                b'}' => {
-                    if self.dict_fast_path()? {
-                        continue;
-                    }
-                    let h = self.store.new_container(ContainerKind::Dict);
-                    self.push(Value::Container(h));
-                }
-                b')' => {
-                    let h = self.store.new_container(ContainerKind::Tuple);
-                    self.push(Value::Container(h));
-                }
-                0x8f => {
-                    let h = self.store.new_container(ContainerKind::Set);
-                    self.push(Value::Container(h));
-                }
-                0x85..=0x87 => {
-                    let n = (op - 0x84) as usize;
-                    let floor = self.marks.last().map_or(0, |m| m.stack_len);
-                    if self.stack.len() < floor + n {
-                        return Err(self.err("TUPLE opcode with too few values on the stack"));
-                    }
-                    let items: Vec<Value> = self.stack.drain(self.stack.len() - n..).collect();
-                    let h = self.store.new_container(ContainerKind::Tuple);
-                    self.store.append(h, &items).map_err(|m| self.err(m))?;
-                    self.push(Value::Container(h));
-                }
-                b't' | b'l' | b'd' | 0x91 => {
-                    let mark = self.pop_mark()?;
-                    let mut items: Vec<Value> = self.stack.drain(mark.stack_len..).collect();
-                    let kind = match op {
-                        b't' => ContainerKind::Tuple,
-                        b'l' => ContainerKind::List,
-                        b'd' => ContainerKind::Dict,
-                        _ => ContainerKind::Set,
-                    };
-                    if kind == ContainerKind::Dict && !items.len().is_multiple_of(2) {
-                        return Err(self.err("DICT with an odd number of keys and values"));
-                    }
-                    if kind == ContainerKind::Dict
-                        && let Some(record) =
-                            self.sink.convert_dict(&mut self.store, &items).map_err(|m| self.err(m))?
-                    {
-                        self.push(record);
-                        continue;
-                    }
-                    if kind == ContainerKind::List {
-                        if let Some(stack) = as_stack(&mut self.store, &items, &mut self.frames) {
-                            self.push(Value::Stack(stack));
-                            continue;
-                        }
-                        convert_items(self.sink, &mut self.store, &mut items).map_err(|m| self.err(m))?;
-                    }
-                    let h = self.store.new_container(kind);
-                    self.store.append(h, &items).map_err(|m| self.err(m))?;
-                    self.push(Value::Container(h));
-                }
-                b'a' => {
-                    let item = self.pop()?;
-                    let target = self.top()?;
-                    let handle = self.container_arg(target, ContainerKind::List, "APPEND")?;
-                    let mut items = [item];
-                    convert_items(self.sink, &mut self.store, &mut items).map_err(|m| self.err(m))?;
-                    self.append_to(handle, &items)?;
-                }
-                b'e' => self.appends()?,
-                0x90 => {
-                    let mark = self.pop_mark()?;
-                    let Some(&target) = mark.stack_len.checked_sub(1).and_then(|i| self.stack.get(i)) else {
-                        return Err(self.err("ADDITEMS without a set below its MARK"));
-                    };
-                    let handle = self.container_arg(target, ContainerKind::Set, "ADDITEMS")?;
-                    let items: Vec<Value> = self.stack.drain(mark.stack_len..).collect();
-                    self.append_to(handle, &items)?;
-                }
-                b's' => {
-                    let value = self.pop()?;
-                    let key = self.pop()?;
-                    let target = self.top()?;
-                    let handle = self.container_arg(target, ContainerKind::Dict, "SETITEM")?;
-                    self.append_to(handle, &[key, value])?;
-                }
-                b'u' => {
-                    let mark = self.pop_mark()?;
-                    let Some(&target) = mark.stack_len.checked_sub(1).and_then(|i| self.stack.get(i)) else {
-                        return Err(self.err("SETITEMS without a dict below its MARK"));
-                    };
-                    let handle = self.container_arg(target, ContainerKind::Dict, "SETITEMS")?;
-                    let start = mark.stack_len;
-                    let pairs = self.stack.len() - start;
-                    if !pairs.is_multiple_of(2) {
-                        return Err(self.err("SETITEMS with an odd number of keys and values"));
-                    }
-                    // A dict filled by one short batch is complete: convert it right away, so its
-                    // items never reach the pool.
-                    let fresh = self.store.len(handle).map_err(|m| self.err(m))? == 0;
-                    if fresh && pairs / 2 < PICKLER_BATCH {
-                        let converted = self.sink.convert_dict(&mut self.store, &self.stack[start..]);
-                        if let Some(record) = converted.map_err(|m| self.err(m))? {
-                            self.store.resolve(handle, record).map_err(|m| self.err(m))?;
-                            self.stack.truncate(start);
-                            self.stack[start - 1] = record;
-                            continue;
-                        }
-                    }
-                    self.touched(handle);
-                    if let Err(m) = self.store.append(handle, &self.stack[mark.stack_len..]) {
-                        return Err(self.err(m));
-                    }
-                    self.stack.truncate(mark.stack_len);
-                }
-                0x94 => {
-                    let index = self.store.memo.len();
-                    self.memo_put(index)?;
-                }
-                b'q' => {
-                    let index = self.u8()? as usize;
-                    self.memo_put(index)?;
-                }
-                b'r' => {
-                    let index = self.u32()? as usize;
-                    self.memo_put(index)?;
-                }
-                b'p' => {
-                    let line = self.line()?.to_vec();
-                    let index = parse_index(&line).ok_or_else(|| self.err("PUT index is not a number"))?;
-                    self.memo_put(index)?;
-                }
-                b'h' => {
-                    let index = self.u8()? as usize;
-                    self.memo_get(index)?;
-                }
-                b'j' => {
-                    let index = self.u32()? as usize;
-                    self.memo_get(index)?;
-                }
-                b'g' => {
-                    let line = self.line()?.to_vec();
-                    let index = parse_index(&line).ok_or_else(|| self.err("GET index is not a number"))?;
-                    self.memo_get(index)?;
-                }
                 b'c' | 0x93 | b'R' | b'b' | b'i' | b'o' | 0x81 | 0x92 | 0x82 | 0x83 | 0x84 | b'P' | b'Q' | 0x97
                 | 0x98 => {
                     return Err(Error::UnsafePickle { offset: self.op_pos as u64, opcode: opcode_name(op) });
                 }
+                b'N' | 0x88 | 0x89 | b'J' | b'K' | b'M' | 0x8a | 0x8b | b'I' | b'L' | b'G' | b'F' | 0x8c | b'X'
+                | 0x8d | b'V' | b'S' | b'T' | b'U' | b'B' | b'C' | 0x8e | 0x96 => self.scalar(op)?,
+                b']'
+                | b'}'
+                | b')'
+                | 0x8f
+                | 0x85..=0x87
+                | b't'
+                | b'l'
+                | b'd'
+                | 0x91
+                | b'a'
+                | b'e'
+                | 0x90
+                | b's'
+                | b'u' => self.container_op(op)?,
+                0x94 | b'q' | b'r' | b'p' | b'h' | b'j' | b'g' => self.memo_op(op)?,
                 other => {
                     return Err(self.err(format!("unknown opcode 0x{other:02x} (not a pickle, or corrupt)")));
                 }
             }
         }
+    }
+
+    /// The opcodes that push a number, a string or bytes.
+    #[inline]
+    fn scalar(&mut self, op: u8) -> Result<()> {
+        match op {
+            b'N' => self.push(Value::None),
+            0x88 => self.push(Value::Bool(true)),
+            0x89 => self.push(Value::Bool(false)),
+            b'J' => {
+                let v = self.u32()? as i32;
+                self.push(Value::Int(i64::from(v)));
+            }
+            b'K' => {
+                let v = self.u8()?;
+                self.push(Value::Int(i64::from(v)));
+            }
+            b'M' => {
+                let v = self.u16()?;
+                self.push(Value::Int(i64::from(v)));
+            }
+            0x8a => {
+                let n = self.u8()? as usize;
+                let bytes = self.take(n)?;
+                let bytes = bytes.to_vec();
+                let v = long_from_le(&bytes);
+                self.push(v);
+            }
+            0x8b => {
+                let n = self.u32()? as u64;
+                let n = self.len_arg(n)?;
+                let start = self.pos;
+                self.take(n)?;
+                let v = long_from_le(&self.data[start..start + n]);
+                self.push(v);
+            }
+            b'I' | b'L' => {
+                let line = self.line()?.to_vec();
+                let v = self.parse_text_int(&line)?;
+                self.push(v);
+            }
+            b'G' => {
+                let v = f64::from_bits(u64::from_be_bytes({
+                    let b = self.take(8)?;
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(b);
+                    a
+                }));
+                self.push(Value::Float(v));
+            }
+            b'F' => {
+                let line = self.line()?;
+                let text = String::from_utf8_lossy(line).trim().to_owned();
+                let v = text.parse::<f64>().map_err(|_| self.err(format!("{text:?} is not a float")))?;
+                self.push(Value::Float(v));
+            }
+            0x8c => {
+                let n = self.u8()? as usize;
+                let v = self.string(n)?;
+                self.push(v);
+            }
+            b'X' => {
+                let n = self.u32()? as u64;
+                let n = self.len_arg(n)?;
+                let v = self.string(n)?;
+                self.push(v);
+            }
+            0x8d => {
+                let n = self.u64()?;
+                let n = self.len_arg(n)?;
+                let v = self.string(n)?;
+                self.push(v);
+            }
+            b'V' => {
+                // Protocol 0 text: raw-unicode-escape. Kept simple: \uXXXX escapes decoded.
+                let line = self.line()?.to_vec();
+                let text = decode_raw_unicode_escape(&line);
+                let id = self.store.interner.string(&text);
+                self.push(Value::Str(id));
+            }
+            b'S' => {
+                let line = self.line()?.to_vec();
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim();
+                let unquoted = text
+                    .strip_prefix('\'')
+                    .and_then(|t| t.strip_suffix('\''))
+                    .or_else(|| text.strip_prefix('"').and_then(|t| t.strip_suffix('"')))
+                    .ok_or_else(|| self.err("STRING argument is not quoted"))?;
+                let id = self.store.interner.string(unquoted);
+                self.push(Value::Str(id));
+            }
+            b'T' => {
+                let n = self.u32()? as u64;
+                let n = self.len_arg(n)?;
+                let v = self.string(n)?;
+                self.push(v);
+            }
+            b'U' => {
+                let n = self.u8()? as usize;
+                let v = self.string(n)?;
+                self.push(v);
+            }
+            b'B' | b'C' | 0x8e | 0x96 => {
+                let n = match op {
+                    b'B' => u64::from(self.u32()?),
+                    b'C' => u64::from(self.u8()?),
+                    _ => self.u64()?,
+                };
+                let n = self.len_arg(n)?;
+                self.take(n)?;
+                self.push(Value::Bytes(n as u64));
+            }
+            _ => return Err(self.err(format!("internal: opcode 0x{op:02x} dispatched to the wrong group"))),
+        }
+        Ok(())
+    }
+
+    /// The opcodes that build and fill containers.
+    #[inline]
+    fn container_op(&mut self, op: u8) -> Result<()> {
+        match op {
+            b']' => {
+                let h = self.store.new_container(ContainerKind::List);
+                self.push(Value::Container(h));
+            }
+            b'}' => {
+                if self.dict_fast_path()? {
+                    return Ok(());
+                }
+                let h = self.store.new_container(ContainerKind::Dict);
+                self.push(Value::Container(h));
+            }
+            b')' => {
+                let h = self.store.new_container(ContainerKind::Tuple);
+                self.push(Value::Container(h));
+            }
+            0x8f => {
+                let h = self.store.new_container(ContainerKind::Set);
+                self.push(Value::Container(h));
+            }
+            0x85..=0x87 => {
+                let n = (op - 0x84) as usize;
+                let floor = self.marks.last().map_or(0, |m| m.stack_len);
+                if self.stack.len() < floor + n {
+                    return Err(self.err("TUPLE opcode with too few values on the stack"));
+                }
+                let items: Vec<Value> = self.stack.drain(self.stack.len() - n..).collect();
+                let h = self.store.new_container(ContainerKind::Tuple);
+                self.store.append(h, &items).map_err(|m| self.err(m))?;
+                self.push(Value::Container(h));
+            }
+            b't' | b'l' | b'd' | 0x91 => {
+                let mark = self.pop_mark()?;
+                let mut items: Vec<Value> = self.stack.drain(mark.stack_len..).collect();
+                let kind = match op {
+                    b't' => ContainerKind::Tuple,
+                    b'l' => ContainerKind::List,
+                    b'd' => ContainerKind::Dict,
+                    _ => ContainerKind::Set,
+                };
+                if kind == ContainerKind::Dict && !items.len().is_multiple_of(2) {
+                    return Err(self.err("DICT with an odd number of keys and values"));
+                }
+                if kind == ContainerKind::Dict
+                    && let Some(record) = self.sink.convert_dict(&mut self.store, &items).map_err(|m| self.err(m))?
+                {
+                    self.push(record);
+                    return Ok(());
+                }
+                if kind == ContainerKind::List {
+                    if let Some(stack) = as_stack(&mut self.store, &items, &mut self.frames) {
+                        self.push(Value::Stack(stack));
+                        return Ok(());
+                    }
+                    convert_items(self.sink, &mut self.store, &mut items).map_err(|m| self.err(m))?;
+                }
+                let h = self.store.new_container(kind);
+                self.store.append(h, &items).map_err(|m| self.err(m))?;
+                self.push(Value::Container(h));
+            }
+            b'a' => {
+                let item = self.pop()?;
+                let target = self.top()?;
+                let handle = self.container_arg(target, ContainerKind::List, "APPEND")?;
+                let mut items = [item];
+                convert_items(self.sink, &mut self.store, &mut items).map_err(|m| self.err(m))?;
+                self.append_to(handle, &items)?;
+            }
+            b'e' => self.appends()?,
+            0x90 => {
+                let mark = self.pop_mark()?;
+                let Some(&target) = mark.stack_len.checked_sub(1).and_then(|i| self.stack.get(i)) else {
+                    return Err(self.err("ADDITEMS without a set below its MARK"));
+                };
+                let handle = self.container_arg(target, ContainerKind::Set, "ADDITEMS")?;
+                let items: Vec<Value> = self.stack.drain(mark.stack_len..).collect();
+                self.append_to(handle, &items)?;
+            }
+            b's' => {
+                let value = self.pop()?;
+                let key = self.pop()?;
+                let target = self.top()?;
+                let handle = self.container_arg(target, ContainerKind::Dict, "SETITEM")?;
+                self.append_to(handle, &[key, value])?;
+            }
+            b'u' => {
+                let mark = self.pop_mark()?;
+                let Some(&target) = mark.stack_len.checked_sub(1).and_then(|i| self.stack.get(i)) else {
+                    return Err(self.err("SETITEMS without a dict below its MARK"));
+                };
+                let handle = self.container_arg(target, ContainerKind::Dict, "SETITEMS")?;
+                let start = mark.stack_len;
+                let pairs = self.stack.len() - start;
+                if !pairs.is_multiple_of(2) {
+                    return Err(self.err("SETITEMS with an odd number of keys and values"));
+                }
+                // A dict filled by one short batch is complete: convert it right away, so its
+                // items never reach the pool.
+                let fresh = self.store.len(handle).map_err(|m| self.err(m))? == 0;
+                if fresh && pairs / 2 < PICKLER_BATCH {
+                    let converted = self.sink.convert_dict(&mut self.store, &self.stack[start..]);
+                    if let Some(record) = converted.map_err(|m| self.err(m))? {
+                        self.store.resolve(handle, record).map_err(|m| self.err(m))?;
+                        self.stack.truncate(start);
+                        self.stack[start - 1] = record;
+                        return Ok(());
+                    }
+                }
+                self.touched(handle);
+                if let Err(m) = self.store.append(handle, &self.stack[mark.stack_len..]) {
+                    return Err(self.err(m));
+                }
+                self.stack.truncate(mark.stack_len);
+            }
+            _ => return Err(self.err(format!("internal: opcode 0x{op:02x} dispatched to the wrong group"))),
+        }
+        Ok(())
+    }
+
+    /// The opcodes that store to and read from the memo.
+    #[inline]
+    fn memo_op(&mut self, op: u8) -> Result<()> {
+        match op {
+            0x94 => {
+                let index = self.store.memo.len();
+                self.memo_put(index)?;
+            }
+            b'q' => {
+                let index = self.u8()? as usize;
+                self.memo_put(index)?;
+            }
+            b'r' => {
+                let index = self.u32()? as usize;
+                self.memo_put(index)?;
+            }
+            b'p' => {
+                let line = self.line()?.to_vec();
+                let index = parse_index(&line).ok_or_else(|| self.err("PUT index is not a number"))?;
+                self.memo_put(index)?;
+            }
+            b'h' => {
+                let index = self.u8()? as usize;
+                self.memo_get(index)?;
+            }
+            b'j' => {
+                let index = self.u32()? as usize;
+                self.memo_get(index)?;
+            }
+            b'g' => {
+                let line = self.line()?.to_vec();
+                let index = parse_index(&line).ok_or_else(|| self.err("GET index is not a number"))?;
+                self.memo_get(index)?;
+            }
+            _ => return Err(self.err(format!("internal: opcode 0x{op:02x} dispatched to the wrong group"))),
+        }
+        Ok(())
     }
 }
 

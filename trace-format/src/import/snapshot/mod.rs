@@ -180,14 +180,20 @@ impl Parsed {
     }
 }
 
-/// Reads a snapshot pickle's contents, leaving the trace to [`Parsed::build`].
-pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
-    let mut interner = Interner::new();
-    let mut sink = SnapshotSink::new(&mut interner);
-    let loaded = pickle::load(data, interner, &mut sink, progress)?;
-    let store = loaded.store;
-    let mut warnings = Vec::new();
+/// The keys at the top of a snapshot (a dict; or, before PyTorch 2.1, a bare list of segments).
+struct TopLevel {
+    segments_value: Value,
+    traces_value: Value,
+    settings: serde_json::Value,
+    annotations_value: Value,
+    host_traces_value: Value,
+    extra: serde_json::Map<String, serde_json::Value>,
+    /// What is left of the budget for generic values.
+    budget: usize,
+}
 
+/// Reads the top of a snapshot; generic parts too large are left out with a warning.
+fn top_level(store: &Store, root: Value, warnings: &mut Vec<String>) -> Result<TopLevel> {
     let mut segments_value = Value::None;
     let mut traces_value = Value::None;
     let mut settings = serde_json::Value::Null;
@@ -195,7 +201,7 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
     let mut host_traces_value = Value::None;
     let mut extra = serde_json::Map::new();
     let mut budget = MAX_JSON_NODES;
-    match loaded.root {
+    match root {
         Value::Container(h) if store.kind(h).map_err(structure)? == ContainerKind::Dict => {
             let mut pairs = Vec::new();
             store
@@ -208,7 +214,7 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
                 match store.str(key) {
                     Some("segments") => segments_value = value,
                     Some("device_traces") => traces_value = value,
-                    Some("allocator_settings") => match to_json(&store, value, 0, &mut budget) {
+                    Some("allocator_settings") => match to_json(store, value, 0, &mut budget) {
                         Ok(json) => settings = json,
                         Err(m) => warnings.push(format!("the snapshot's allocator_settings were left out: {m}")),
                     },
@@ -220,7 +226,7 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
                         let other = other.to_owned();
                         // Keys vramscope does not read are kept for the metadata when they are small;
                         // a large one is left out rather than refusing the snapshot.
-                        match to_json(&store, value, 0, &mut budget) {
+                        match to_json(store, value, 0, &mut budget) {
                             Ok(json) => {
                                 extra.insert(other, json);
                             }
@@ -237,10 +243,24 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
             }
         }
         // Snapshots from before PyTorch 2.1 are a bare list of segments.
-        Value::Container(h) if store.kind(h).map_err(structure)? == ContainerKind::List => segments_value = loaded.root,
+        Value::Container(h) if store.kind(h).map_err(structure)? == ContainerKind::List => segments_value = root,
         _ => return Err(structure("this pickle holds neither a dict nor a list: not a PyTorch memory snapshot")),
     }
 
+    Ok(TopLevel { segments_value, traces_value, settings, annotations_value, host_traces_value, extra, budget })
+}
+
+/// Reads a snapshot pickle's contents, leaving the trace to [`Parsed::build`].
+pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
+    let mut interner = Interner::new();
+    let mut sink = SnapshotSink::new(&mut interner);
+    let loaded = pickle::load(data, interner, &mut sink, progress)?;
+    let store = loaded.store;
+    let mut warnings = Vec::new();
+
+    let top = top_level(&store, loaded.root, &mut warnings)?;
+    let TopLevel { segments_value, traces_value, settings, annotations_value, host_traces_value, extra, mut budget } =
+        top;
     let mut segments = Vec::new();
     let mut repeated_segments = 0usize;
     if let Some(h) = list_of(&store, segments_value, "segments")? {
