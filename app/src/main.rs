@@ -23,21 +23,6 @@ struct Cli {
     open: OpenArgs,
 }
 
-/// The first view of the app.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum ViewArg {
-    /// Memory over time by category.
-    Timeline,
-    /// What was alive at the peak, by category, stack and allocation.
-    Peak,
-    /// The allocator's segments at the peak.
-    Fragmentation,
-    /// Two runs side by side (with `compare`).
-    Compare,
-    /// What each remedy would do to the peak.
-    Advisor,
-}
-
 /// The app's colours.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum ThemeArg {
@@ -63,7 +48,7 @@ struct WindowArgs {
     screenshot: Option<PathBuf>,
     /// The view to show first.
     #[arg(long, value_enum)]
-    view: Option<ViewArg>,
+    view: Option<vramscope::gui::View>,
     /// Colour theme (default: the one last chosen in the app, else dark).
     #[arg(long, value_enum)]
     theme: Option<ThemeArg>,
@@ -263,13 +248,7 @@ fn open(
         // Say so at once rather than in a window.
         std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
     }
-    let view = window.view.map(|v| match v {
-        ViewArg::Timeline => vramscope::gui::View::Timeline,
-        ViewArg::Peak => vramscope::gui::View::Peak,
-        ViewArg::Fragmentation => vramscope::gui::View::Fragmentation,
-        ViewArg::Compare => vramscope::gui::View::Compare,
-        ViewArg::Advisor => vramscope::gui::View::Advisor,
-    });
+    let view = window.view;
     vramscope::gui::run(vramscope::gui::GuiOptions {
         file,
         compare,

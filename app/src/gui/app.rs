@@ -11,37 +11,9 @@ use super::document::Document;
 use super::fragmentation_view::{self, SegmentOrder};
 use super::loader::{Loader, Poll};
 use super::timeline_view::{self, TimelineAction, TimelineState};
+pub use super::views::View;
 use super::worker::{InstantView, Request, Worker};
 use crate::units;
-
-/// The views of an open trace.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum View {
-    /// The timeline, large, with the selected instant's summary beside it.
-    #[default]
-    Timeline,
-    /// What was alive at the selected instant (the peak by default).
-    Peak,
-    /// The allocator's segments at the selected instant.
-    Fragmentation,
-    /// Two runs side by side (once a second trace is open).
-    Compare,
-    /// What each remedy would do to the peak.
-    Advisor,
-}
-
-impl View {
-    /// Its name in menus and tabs.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Timeline => "Timeline",
-            Self::Peak => "Peak breakdown",
-            Self::Fragmentation => "Fragmentation",
-            Self::Compare => "Compare",
-            Self::Advisor => "Advisor",
-        }
-    }
-}
 
 /// Options that persist between runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -385,18 +357,10 @@ impl VramscopeApp {
         if pressed(Key::N) {
             self.settings.hide_noise = !self.settings.hide_noise;
         }
-        for (key, view) in [
-            (Key::Num1, View::Timeline),
-            (Key::Num2, View::Peak),
-            (Key::Num3, View::Fragmentation),
-            (Key::Num5, View::Advisor),
-        ] {
-            if pressed(key) {
-                self.settings.view = view;
+        for info in View::available(self.compare.is_some()) {
+            if pressed(info.key) {
+                self.settings.view = info.view;
             }
-        }
-        if pressed(Key::Num4) && self.compare.is_some() {
-            self.settings.view = View::Compare;
         }
         if self.doc.is_none() {
             return;
@@ -541,12 +505,13 @@ impl VramscopeApp {
                     }
                 });
                 ui.menu_button("View", |ui| {
-                    for (view, key) in [(View::Timeline, "1"), (View::Peak, "2"), (View::Fragmentation, "3")] {
+                    for info in View::available(self.compare.is_some()) {
+                        let selected = self.settings.view == info.view;
                         if ui
-                            .add(egui::Button::selectable(self.settings.view == view, view.label()).shortcut_text(key))
+                            .add(egui::Button::selectable(selected, info.label).shortcut_text(info.key_label))
                             .clicked()
                         {
-                            self.settings.view = view;
+                            self.settings.view = info.view;
                             ui.close();
                         }
                     }
@@ -577,11 +542,9 @@ impl VramscopeApp {
         let mut process = self.all_processes.as_ref().map(|(_, chosen)| *chosen);
         egui::Panel::top("toolbar").show(ui, |ui| {
             ui.horizontal(|ui| {
-                for v in [View::Timeline, View::Peak, View::Fragmentation, View::Advisor] {
-                    ui.selectable_value(&mut view, v, v.label());
-                }
-                if self.compare.is_some() {
-                    ui.selectable_value(&mut view, View::Compare, View::Compare.label());
+                for info in View::available(self.compare.is_some()) {
+                    ui.selectable_value(&mut view, info.view, info.label)
+                        .on_hover_text(format!("{} ({})", info.about, info.key_label));
                 }
                 ui.separator();
                 if let (Some((whole, _)), Some(chosen)) = (&self.all_processes, process.as_mut()) {
@@ -792,7 +755,6 @@ impl VramscopeApp {
                 for (keys, what) in [
                     ("Ctrl+O", "open a trace (or drop a file on the window)"),
                     ("Ctrl+W", "close the trace"),
-                    ("1 / 2 / 3 / 4", "timeline / peak breakdown / fragmentation / compare"),
                     ("Ctrl+Shift+O", "open a second run to compare with"),
                     ("P", "jump to the peak"),
                     ("click", "select an instant: it drives the other views"),
@@ -809,6 +771,11 @@ impl VramscopeApp {
                 ] {
                     ui.monospace(keys);
                     ui.label(what);
+                    ui.end_row();
+                }
+                for info in &super::views::VIEWS {
+                    ui.monospace(info.key_label);
+                    ui.label(format!("{}: {}", info.label.to_lowercase(), info.about));
                     ui.end_row();
                 }
             });
@@ -885,12 +852,8 @@ impl VramscopeApp {
             }
             self.settings.view = View::Timeline;
         }
-        let timeline_height = match view {
-            View::Timeline => (ui.available_height() * 0.62).max(220.0),
-            View::Peak | View::Fragmentation | View::Compare | View::Advisor => {
-                (ui.available_height() * 0.34).max(180.0)
-            }
-        };
+        let share = view.info().timeline_share;
+        let timeline_height = (ui.available_height() * share).max(if share > 0.5 { 220.0 } else { 180.0 });
         let width = ui.available_width();
         let action = timeline_view::timeline_ui(
             ui,

@@ -14,6 +14,7 @@ pub mod loader;
 pub mod palette;
 pub mod screenshot;
 pub mod timeline_view;
+pub mod views;
 pub mod worker;
 
 use std::path::PathBuf;

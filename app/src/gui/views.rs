@@ -1,0 +1,145 @@
+//! The views of an open trace, in one table: each entry gives the view's label (tabs, the View
+//! menu), its key (shortcuts, the help), its name on the command line (`--view`), what it
+//! shows, how much of the window the timeline above it takes, and whether it needs a second run.
+//! A new view is a variant, a row here, and the file that draws it.
+
+use serde::{Deserialize, Serialize};
+
+/// The views of an open trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum View {
+    /// The timeline, large, with the selected instant's summary beside it.
+    #[default]
+    Timeline,
+    /// What was alive at the selected instant (the peak by default).
+    Peak,
+    /// The allocator's segments at the selected instant.
+    Fragmentation,
+    /// Two runs side by side (once a second trace is open).
+    Compare,
+    /// What each remedy would do to the peak.
+    Advisor,
+}
+
+/// A view's entry in the table.
+#[derive(Clone, Copy, Debug)]
+pub struct ViewInfo {
+    /// The view.
+    pub view: View,
+    /// Its name in tabs and menus.
+    pub label: &'static str,
+    /// The key that shows it.
+    pub key: egui::Key,
+    /// The key as the menus and the help print it.
+    pub key_label: &'static str,
+    /// Its name for `--view`.
+    pub cli_name: &'static str,
+    /// What it shows, for `--help` and the help window.
+    pub about: &'static str,
+    /// The share of the window's height the timeline above it takes.
+    pub timeline_share: f32,
+    /// Whether it needs a second run to be open.
+    pub needs_second_run: bool,
+}
+
+/// Every view, in the order of their tabs.
+pub const VIEWS: [ViewInfo; 5] = [
+    ViewInfo {
+        view: View::Timeline,
+        label: "Timeline",
+        key: egui::Key::Num1,
+        key_label: "1",
+        cli_name: "timeline",
+        about: "memory over time by category",
+        timeline_share: 0.62,
+        needs_second_run: false,
+    },
+    ViewInfo {
+        view: View::Peak,
+        label: "Peak breakdown",
+        key: egui::Key::Num2,
+        key_label: "2",
+        cli_name: "peak",
+        about: "what was alive at the selected instant, by category, stack and allocation",
+        timeline_share: 0.34,
+        needs_second_run: false,
+    },
+    ViewInfo {
+        view: View::Fragmentation,
+        label: "Fragmentation",
+        key: egui::Key::Num3,
+        key_label: "3",
+        cli_name: "fragmentation",
+        about: "the allocator's segments at the selected instant",
+        timeline_share: 0.34,
+        needs_second_run: false,
+    },
+    ViewInfo {
+        view: View::Compare,
+        label: "Compare",
+        key: egui::Key::Num4,
+        key_label: "4",
+        cli_name: "compare",
+        about: "two runs side by side (with `compare`, or File > Compare with…)",
+        timeline_share: 0.34,
+        needs_second_run: true,
+    },
+    ViewInfo {
+        view: View::Advisor,
+        label: "Advisor",
+        key: egui::Key::Num5,
+        key_label: "5",
+        cli_name: "advisor",
+        about: "what each remedy would do to the peak",
+        timeline_share: 0.34,
+        needs_second_run: false,
+    },
+];
+
+impl View {
+    /// Its row of [`VIEWS`].
+    pub fn info(self) -> &'static ViewInfo {
+        // Every view has a row: the table is built from the enum above.
+        VIEWS.iter().find(|v| v.view == self).unwrap_or(&VIEWS[0])
+    }
+
+    /// Its name in menus and tabs.
+    pub fn label(self) -> &'static str {
+        self.info().label
+    }
+
+    /// The views that can be shown now (compare only with a second run open).
+    pub fn available(second_run: bool) -> impl Iterator<Item = &'static ViewInfo> {
+        VIEWS.iter().filter(move |v| second_run || !v.needs_second_run)
+    }
+}
+
+impl clap::ValueEnum for View {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[View::Timeline, View::Peak, View::Fragmentation, View::Compare, View::Advisor]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let info = self.info();
+        Some(clap::builder::PossibleValue::new(info.cli_name).help(info.about))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_view_has_one_row_and_its_own_key_and_name() {
+        for view in <View as clap::ValueEnum>::value_variants() {
+            assert_eq!(VIEWS.iter().filter(|v| v.view == *view).count(), 1, "{view:?}");
+        }
+        let mut keys: Vec<&str> = VIEWS.iter().map(|v| v.key_label).collect();
+        keys.dedup();
+        assert_eq!(keys.len(), VIEWS.len());
+        let mut names: Vec<&str> = VIEWS.iter().map(|v| v.cli_name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), VIEWS.len());
+    }
+}
