@@ -94,7 +94,7 @@ fn synthetic_trace(events: usize) -> Trace {
 
 fn settle(harness: &mut Harness<'_, VramscopeApp>) {
     let started = Instant::now();
-    while harness.state().is_analysing() && started.elapsed() < Duration::from_secs(120) {
+    while harness.state().session.is_analysing() && started.elapsed() < Duration::from_secs(120) {
         harness.step();
         std::thread::sleep(Duration::from_millis(5));
     }

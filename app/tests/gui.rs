@@ -48,7 +48,10 @@ fn settle(harness: &mut Harness<'_, VramscopeApp>) {
     loop {
         harness.step();
         let app = harness.state();
-        if !app.is_loading() && !app.is_analysing() && (app.doc.is_none() || app.instant.is_some()) {
+        if !app.session.is_loading()
+            && !app.session.is_analysing()
+            && (app.session.doc.is_none() || app.session.instant.is_some())
+        {
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(60), "the app did not settle within a minute");
@@ -62,7 +65,7 @@ fn open(name: &str) -> Harness<'static, VramscopeApp> {
     harness.get_by_label("Open a trace…").click();
     harness.run_steps(2);
     settle(&mut harness);
-    assert!(harness.state().doc.is_some(), "not opened: {:?}", harness.state().errors);
+    assert!(harness.state().session.doc.is_some(), "not opened: {:?}", harness.state().session.errors);
     harness
 }
 
@@ -94,7 +97,7 @@ fn opening_a_snapshot_shows_its_peak_and_categories() {
     harness.get_by_label_contains(&format!("peak: {peak} allocated"));
     // The breakdown at the peak is what `info --json` reports, category by category.
     let app = harness.state();
-    let view = app.instant.as_ref().expect("analysed");
+    let view = app.session.instant.as_ref().expect("analysed");
     let shown: std::collections::BTreeMap<&str, u64> =
         view.instant.by_category.iter().map(|(c, v)| (c.name(), *v)).collect();
     assert_eq!(shown, expected.categories_at_peak);
@@ -115,19 +118,19 @@ fn clicking_the_timeline_selects_an_instant_that_drives_the_views() {
     let mut harness = open(name);
     let trace = reference(name);
     let points = replay::timeline(&trace, 0);
-    let peak_point = harness.state().selected_point.expect("the peak is selected on open");
+    let peak_point = harness.state().session.selected_point.expect("the peak is selected on open");
     let rect = harness.get_by_label("Memory timeline").rect();
     // A third of the way in: somewhere other than the peak.
     harness.hover_at(egui::pos2(rect.left() + rect.width() / 3.0, rect.center().y));
     harness.run_steps(1);
     harness.get_by_label("Memory timeline").click();
     settle(&mut harness);
-    let point = harness.state().selected_point.expect("selected");
+    let point = harness.state().session.selected_point.expect("selected");
     assert_ne!(point, peak_point);
     let allocated = points[point].allocated_bytes;
     harness.get_by_label_contains(&format!("selected: {} allocated", units::bytes(allocated)));
     // The breakdown is of that instant: its blocks add up to the replay's allocated bytes.
-    let view = harness.state().instant.clone().expect("analysed");
+    let view = harness.state().session.instant.clone().expect("analysed");
     assert_eq!(view.request.point, point);
     assert_eq!(view.instant.blocks.iter().map(|b| b.block.size_bytes).sum::<u64>(), allocated);
     assert_eq!(view.instant.by_category.values().sum::<u64>(), allocated);
@@ -137,7 +140,7 @@ fn clicking_the_timeline_selects_an_instant_that_drives_the_views() {
     // P goes back to the peak.
     harness.key_press(egui::Key::P);
     settle(&mut harness);
-    assert_eq!(harness.state().selected_point, Some(peak_point));
+    assert_eq!(harness.state().session.selected_point, Some(peak_point));
 }
 
 #[test]
@@ -147,12 +150,12 @@ fn the_fragmentation_map_at_the_end_equals_the_snapshot_segments() {
     harness.get_by_label("Fragmentation").click();
     harness.run_steps(2);
     // Scrub to the last event.
-    let last = harness.state().doc.as_ref().map(|d| d.devices[0].timeline.len() - 1).expect("doc");
+    let last = harness.state().session.doc.as_ref().map(|d| d.devices[0].timeline.len() - 1).expect("doc");
     harness.state_mut().select(last);
     settle(&mut harness);
     let trace = reference(name);
     let expected = segments::final_state(&trace, 0).expect("segments");
-    let view = harness.state().instant.clone().expect("analysed");
+    let view = harness.state().session.instant.clone().expect("analysed");
     assert_eq!(view.instant.segments.len(), expected.segments);
     assert_eq!(view.instant.total.reserved_bytes, expected.total.reserved_bytes);
     assert_eq!(view.instant.total.allocated_bytes, expected.total.allocated_bytes);
@@ -170,14 +173,14 @@ fn a_bad_file_shows_an_error_naming_it_and_the_app_goes_on() {
     harness.get_by_label("Open a trace…").click();
     harness.run_steps(2);
     settle(&mut harness);
-    assert!(harness.state().doc.is_none());
-    let error = harness.state().errors.first().cloned().expect("an error is shown");
+    assert!(harness.state().session.doc.is_none());
+    let error = harness.state().session.errors.first().cloned().expect("an error is shown");
     assert!(error.contains("broken.pickle"), "{error}");
     harness.get_by_label_contains("broken.pickle");
     // Dismissed with its button; the welcome screen is still there.
     harness.get_by_label("Dismiss").click();
     harness.run_steps(2);
-    assert!(harness.state().errors.is_empty());
+    assert!(harness.state().session.errors.is_empty());
     harness.get_by_label("Open a trace…");
 }
 
@@ -200,7 +203,7 @@ fn the_memory_timeline_keeps_its_categories_in_the_breakdown() {
     let loaded = vramscope::load::load_with(&path, &NoProgress).expect("load");
     assert_eq!(loaded.format, SourceFormat::MemoryTimeline);
     let expected = summary::device_summary(&loaded.trace, 0);
-    let view = harness.state().instant.clone().expect("analysed");
+    let view = harness.state().session.instant.clone().expect("analysed");
     let shown: std::collections::BTreeMap<&str, u64> =
         view.instant.by_category.iter().map(|(c, v)| (c.name(), *v)).collect();
     assert_eq!(shown, expected.categories_at_peak);
@@ -227,18 +230,18 @@ fn a_dropped_file_opens_and_becomes_a_recent_file() {
     harness.input_mut().dropped_files.push(std::sync::Arc::new(Dropped(path.clone())));
     harness.step();
     settle(&mut harness);
-    let doc = harness.state().doc.as_ref().expect("opened by dropping it");
+    let doc = harness.state().session.doc.as_ref().expect("opened by dropping it");
     assert_eq!(doc.file_name(), "stanford_cs336_a2_memory_snapshot.pickle");
     let canonical = std::fs::canonicalize(&path).expect("canonical");
     assert_eq!(harness.state().settings.recent.first(), Some(&canonical));
     // Closed with Ctrl+W: the welcome screen lists it, and a click opens it again.
     harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::W);
     harness.run_steps(2);
-    assert!(harness.state().doc.is_none());
+    assert!(harness.state().session.doc.is_none());
     harness.get_by_label(&canonical.display().to_string()).click();
     harness.run_steps(2);
     settle(&mut harness);
-    assert!(harness.state().doc.is_some());
+    assert!(harness.state().session.doc.is_some());
 }
 
 #[test]
@@ -246,11 +249,11 @@ fn escape_cancels_a_load_without_an_error() {
     let mut harness = harness(Some(fixture("gpt_ctx128_fullstep_fp32.pickle")));
     harness.get_by_label("Open a trace…").click();
     harness.step();
-    assert!(harness.state().is_loading());
+    assert!(harness.state().session.is_loading());
     harness.key_press(egui::Key::Escape);
     settle(&mut harness);
-    assert!(harness.state().doc.is_none(), "a cancelled load is not shown");
-    assert!(harness.state().errors.is_empty(), "{:?}", harness.state().errors);
+    assert!(harness.state().session.doc.is_none(), "a cancelled load is not shown");
+    assert!(harness.state().session.errors.is_empty(), "{:?}", harness.state().session.errors);
 }
 
 #[test]
@@ -262,18 +265,18 @@ fn zoom_keys_and_reset_change_the_visible_time() {
     harness.run_steps(2);
     harness.get_by_label("Memory timeline").click();
     settle(&mut harness);
-    let zoomed = harness.state().selected_point;
+    let zoomed = harness.state().session.selected_point;
     harness.key_press(egui::Key::R);
     harness.run_steps(2);
     harness.get_by_label("Memory timeline").click();
     settle(&mut harness);
-    let reset = harness.state().selected_point;
+    let reset = harness.state().session.selected_point;
     assert_ne!(zoomed, reset, "zooming in changes what a click at the same place selects");
     // Reset really shows everything: the same click selects what it did before any zoom.
     let mut fresh = open("gpt_ctx128_forward_mixed.pickle");
     fresh.get_by_label("Memory timeline").click();
     settle(&mut fresh);
-    assert_eq!(fresh.state().selected_point, reset);
+    assert_eq!(fresh.state().session.selected_point, reset);
 }
 
 /// The independent reference (`scripts/reference/snapshot_reference.py`) for a snapshot's device 0.
@@ -297,7 +300,7 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
     harness.key_press_modifiers(egui::Modifiers::COMMAND | egui::Modifiers::SHIFT, egui::Key::O);
     harness.run_steps(2);
     settle(&mut harness);
-    let diff = harness.state().compare.as_ref().and_then(|c| c.diff.clone()).expect("compared");
+    let diff = harness.state().session.compare.as_ref().and_then(|c| c.diff.clone()).expect("compared");
     assert_eq!(harness.state().settings.view, vramscope::gui::View::Compare);
     harness.get_by_label(&diff.summary);
     let (ra, rb) = (python_reference(&a), python_reference(&b));
@@ -320,7 +323,7 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
     harness.get_by_label("peak").click();
     harness.run_steps(2);
     assert_eq!(
-        harness.state().compare.as_ref().map(|c| c.align.clone()),
+        harness.state().session.compare.as_ref().map(|c| c.align.clone()),
         Some(vramscope::gui::compare_view::Align::Peak)
     );
 }
@@ -329,7 +332,7 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
 fn the_built_in_sample_opens_from_the_file_menu_with_its_tags() {
     let mut harness = open_sample();
     let app = harness.state();
-    let doc = app.doc.as_ref().expect("the sample is open");
+    let doc = app.session.doc.as_ref().expect("the sample is open");
     assert!(doc.is_sample());
     // It is not a file: it never joins the recent files.
     assert!(app.settings.recent.is_empty());
@@ -355,7 +358,7 @@ fn a_distributed_runs_ranks_can_be_shown_one_at_a_time() {
     settle(&mut harness);
     let trace = vramscope_trace_format::import(&std::fs::read(&file).unwrap(), &NoProgress).unwrap().trace;
     assert_eq!(trace.metadata.processes.len(), 2);
-    let events_of = |app: &VramscopeApp| app.doc.as_ref().map_or(0, |d| d.trace.events.len());
+    let events_of = |app: &VramscopeApp| app.session.doc.as_ref().map_or(0, |d| d.trace.events.len());
     assert_eq!(events_of(harness.state()), trace.events.len());
     // Choose rank 1: the document shows that process's events only.
     harness.get_by_value("all processes").click();
@@ -370,6 +373,17 @@ fn a_distributed_runs_ranks_can_be_shown_one_at_a_time() {
     let one = trace.of_process(vramscope_trace_format::ProcessId(1));
     let peak = units::bytes(summary::device_summary(&one, -1).peak_allocated_bytes);
     harness.get_by_label(&format!("Jump to peak ({peak})"));
+    // Back to all processes: the document shares the run as opened, no second copy of it.
+    harness.get_by_value(&format!("rank {rank} (pid {})", trace.metadata.processes[1].pid.unwrap())).click();
+    harness.run_steps(2);
+    harness.get_by_label("all processes").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    assert_eq!(events_of(harness.state()), trace.events.len());
+    let session = &harness.state().session;
+    let (whole, chosen) = session.processes().expect("a run of two processes");
+    assert_eq!(chosen, None);
+    assert!(std::ptr::eq(whole, &*session.doc.as_ref().expect("open").trace), "the whole run is shared, not copied");
 }
 
 #[test]
@@ -431,13 +445,13 @@ snap = {'segments': [seg(0, 1 << 40, 64 * MB, 60 * MB), seg(1, 2 << 40, 20 * MB,
     harness.run_steps(2);
     settle(&mut harness);
     let app = harness.state();
-    let doc = app.doc.as_ref().expect("opened");
+    let doc = app.session.doc.as_ref().expect("opened");
     // Device 0 holds far more, but device 1 is the one that ran out of memory.
-    assert_eq!(doc.devices[app.device_index].device, 1);
+    assert_eq!(doc.devices[app.session.device_index].device, 1);
     // The toolbar shows device 1's peak (4 MiB), not device 0's 60 MiB.
     harness.get_by_label(&format!("Jump to peak ({})", units::bytes(4 << 20)));
     harness.get_by_label_contains("cuda:0 recorded no allocation history");
-    let view = app.instant.as_ref().expect("analysed");
+    let view = app.session.instant.as_ref().expect("analysed");
     assert_eq!(view.instant.by_metadata.len(), 1);
     let block = view.instant.blocks.first().expect("a block");
     let trace = &doc.trace;

@@ -2,11 +2,12 @@
 //! [`crate::analysis::advisor`]), worked out on a thread of its own.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
 use egui_extras::{Column, TableBuilder};
 use vramscope_trace_format::Trace;
 
+use super::jobs::Job;
+use super::views::Body;
 use crate::analysis::advisor::{self, Advice, Projection};
 use crate::units;
 
@@ -15,7 +16,7 @@ use crate::units;
 pub struct AdvisorState {
     /// The trace (by address) and device the advice is for.
     key: Option<(usize, i16)>,
-    pending: Option<Receiver<Option<Advice>>>,
+    pending: Option<Job<Option<Advice>>>,
     advice: Option<Option<Advice>>,
     /// GPUs for the sharding remedies.
     gpus: u32,
@@ -30,31 +31,19 @@ impl AdvisorState {
         if self.key != Some(key) {
             self.key = Some(key);
             self.advice = None;
-            let (send, receive) = channel();
             let trace = Arc::clone(trace);
             let ctx = ctx.clone();
             let gpus = self.gpus;
-            let spawned = std::thread::Builder::new().name("vramscope-advise".to_owned()).spawn(move || {
-                let _ = send.send(advisor::advise(&trace, Some(device), gpus, None));
-                ctx.request_repaint();
-            });
-            self.pending = spawned.is_ok().then_some(receive);
-            if spawned.is_err() {
-                self.advice = Some(None);
-            }
+            self.pending = Some(Job::spawn(
+                "advise",
+                move || ctx.request_repaint(),
+                move |_| advisor::advise(&trace, Some(device), gpus, None),
+                |_| None,
+            ));
         }
-        if let Some(pending) = &self.pending {
-            match pending.try_recv() {
-                Ok(advice) => {
-                    self.advice = Some(advice);
-                    self.pending = None;
-                }
-                Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => {
-                    self.advice = Some(None);
-                    self.pending = None;
-                }
-            }
+        if let Some(result) = self.pending.as_ref().and_then(Job::poll) {
+            self.advice = Some(result.ok().flatten());
+            self.pending = None;
         }
     }
 }
@@ -161,4 +150,9 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: i16, state: &mu
         let best: Vec<Projection> = advice.combinations.iter().take(6).cloned().collect();
         table(ui, "advisor-pairs", &best, b.peak_allocated_bytes);
     });
+}
+
+/// The advisor view.
+pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
+    advisor_ui(ui, &body.doc.trace, body.device.device, &mut body.states.advisor);
 }

@@ -1,18 +1,18 @@
 //! The application: opening files, the menus, the views and their shared selection.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::breakdown_view::{self, BreakdownState};
-use super::compare_view::{self, Compare};
+use super::advisor_view::AdvisorState;
+use super::breakdown_view::BreakdownState;
 use super::document::Document;
-use super::fragmentation_view::{self, SegmentOrder};
-use super::loader::{Loader, Poll};
+use super::fragmentation_view::SegmentOrder;
+use super::loader::Loader;
+use super::session::{Change, Session};
 use super::timeline_view::{self, TimelineAction, TimelineState};
 pub use super::views::View;
-use super::worker::{InstantView, Request, Worker};
+use super::views::{Body, ViewStates};
 use crate::units;
 
 /// Options that persist between runs.
@@ -68,35 +68,14 @@ impl FilePicker for NativePicker {
     }
 }
 
-/// The vramscope window.
+/// The vramscope window: the session it shows, the views' states and the chrome around them
+/// (menus, toolbar, status bar, help, welcome).
 pub struct VramscopeApp {
     /// Persisted options.
     pub settings: Settings,
-    /// The open trace.
-    pub doc: Option<Document>,
-    /// A trace of several processes (the ranks of a distributed run) as it was opened, while the
-    /// document may show one of them; and which one (`None`: all).
-    all_processes: Option<(Arc<vramscope_trace_format::Trace>, Option<usize>)>,
-    loader: Option<Loader>,
-    /// A second trace loading, to compare with the first.
-    second_loader: Option<Loader>,
-    /// A second trace loaded before the first was: compared once the first is there.
-    pending_second: Option<Document>,
-    /// The second run, when comparing.
-    pub compare: Option<Compare>,
-    /// Errors to show until dismissed.
-    pub errors: Vec<String>,
-    /// Index into the document's devices.
-    pub device_index: usize,
-    timeline: TimelineState,
-    /// The selected timeline point (`None`: none yet).
-    pub selected_point: Option<usize>,
-    worker: Option<Worker>,
-    /// The analysis of the selected instant, once ready.
-    pub instant: Option<Arc<InstantView>>,
-    breakdown: BreakdownState,
-    advisor: super::advisor_view::AdvisorState,
-    compare_timeline: TimelineState,
+    /// The open trace, what is selected in it, and the jobs working on it.
+    pub session: Session,
+    views: ViewStates,
     show_help: bool,
     path_input: String,
     picker: Box<dyn FilePicker>,
@@ -110,21 +89,8 @@ impl VramscopeApp {
     pub fn new(settings: Settings, picker: Box<dyn FilePicker>) -> Self {
         Self {
             settings,
-            doc: None,
-            all_processes: None,
-            loader: None,
-            second_loader: None,
-            pending_second: None,
-            compare: None,
-            errors: Vec::new(),
-            device_index: 0,
-            timeline: TimelineState::default(),
-            selected_point: None,
-            worker: None,
-            instant: None,
-            breakdown: BreakdownState::default(),
-            advisor: super::advisor_view::AdvisorState::default(),
-            compare_timeline: TimelineState::default(),
+            session: Session::default(),
+            views: ViewStates::default(),
             show_help: false,
             path_input: String::new(),
             picker,
@@ -139,37 +105,17 @@ impl VramscopeApp {
 
     /// Starts loading `path` in the background.
     pub fn open(&mut self, ctx: &egui::Context, path: &Path) {
-        if let Some(old) = self.loader.take() {
-            old.cancel();
-        }
-        let repaint_ctx = ctx.clone();
-        self.loader = Some(Loader::start(path, move || repaint_ctx.request_repaint()));
+        self.session.open(ctx, path);
     }
 
     /// Shows a load started elsewhere (before the window existed).
     pub fn adopt_loader(&mut self, loader: Loader) {
-        if let Some(old) = self.loader.replace(loader) {
-            old.cancel();
-        }
+        self.session.adopt_loader(loader);
     }
 
     /// Starts loading `path` as the run to compare the open one with.
     pub fn open_second(&mut self, ctx: &egui::Context, path: &Path) {
-        if let Some(old) = self.second_loader.take() {
-            old.cancel();
-        }
-        let repaint_ctx = ctx.clone();
-        self.second_loader = Some(Loader::start(path, move || repaint_ctx.request_repaint()));
-    }
-
-    /// Whether a file is loading.
-    pub fn is_loading(&self) -> bool {
-        self.loader.is_some() || self.second_loader.is_some() || self.pending_second.is_some()
-    }
-
-    /// Whether the selected instant's analysis (or a comparison) is still being computed.
-    pub fn is_analysing(&self) -> bool {
-        self.worker.as_ref().is_some_and(Worker::is_busy) || self.compare.as_ref().is_some_and(Compare::is_busy)
+        self.session.open_second(ctx, path);
     }
 
     fn remember(&mut self, path: &Path) {
@@ -182,131 +128,59 @@ impl VramscopeApp {
         self.settings.recent.truncate(MAX_RECENT);
     }
 
-    fn poll_second_loader(&mut self, ctx: &egui::Context) {
-        if let Some(loader) = &self.second_loader
-            && let Poll::Done(result) = loader.poll()
-        {
-            let cancelled = loader.is_cancelled();
-            let path = loader.path.clone();
-            self.second_loader = None;
-            match result {
-                _ if cancelled => {}
-                Ok(doc) => {
-                    self.remember(&path);
-                    self.pending_second = Some(doc);
+    /// Picks up what the session's jobs finished and follows it in the views.
+    fn poll(&mut self, ctx: &egui::Context) {
+        for change in self.session.poll(ctx) {
+            match change {
+                Change::Opened(path) => self.remember(&path),
+                Change::NewDocument => self.new_document(),
+                Change::CompareStarted => {
+                    self.views.compare_timeline = TimelineState::default();
+                    self.settings.view = View::Compare;
                 }
-                Err(error) => self.errors.push(format!("{error:#}")),
             }
-        }
-        // Nothing to compare with: the first run failed to load (its error is shown).
-        if self.doc.is_none() && self.loader.is_none() {
-            self.pending_second = None;
-        }
-        if self.doc.is_some()
-            && self.loader.is_none()
-            && let Some(b) = self.pending_second.take()
-            && let Some(a) = &self.doc
-        {
-            let repaint_ctx = ctx.clone();
-            self.compare = Some(Compare::new(a, self.device_index, b, move || repaint_ctx.request_repaint()));
-            self.compare_timeline = TimelineState::default();
-            self.settings.view = View::Compare;
-        }
-        if let Some(compare) = &mut self.compare {
-            compare.poll();
         }
     }
 
-    fn poll_loader(&mut self, ctx: &egui::Context) {
-        let Some(loader) = &self.loader else { return };
-        match loader.poll() {
-            Poll::Loading => {}
-            Poll::Done(result) => {
-                let cancelled = loader.is_cancelled();
-                let path = loader.path.clone();
-                self.loader = None;
-                match result {
-                    // Cancelled: whatever came back is not wanted any more.
-                    _ if cancelled => {}
-                    Ok(doc) => {
-                        self.remember(&path);
-                        self.all_processes =
-                            (doc.trace.metadata.processes.len() > 1).then(|| (Arc::clone(&doc.trace), None));
-                        self.set_document(ctx, doc);
-                    }
-                    Err(error) => self.errors.push(format!("{error:#}")),
-                }
-            }
+    /// The views start afresh on a new document.
+    fn new_document(&mut self) {
+        self.views.advisor = AdvisorState::default();
+        if self.settings.view == View::Compare {
+            self.settings.view = View::Timeline;
         }
+        self.views.timeline.reset();
+        self.views.breakdown = BreakdownState::default();
     }
 
     /// Shows a loaded document, selecting its first device's peak.
     pub fn set_document(&mut self, ctx: &egui::Context, doc: Document) {
-        self.advisor = super::advisor_view::AdvisorState::default();
-        let repaint_ctx = ctx.clone();
-        self.worker = Some(Worker::start(Arc::clone(&doc.trace), move || repaint_ctx.request_repaint()));
-        let title = format!("{} — vramscope", doc.file_name());
-        ctx.send_viewport_cmd(egui::ViewportCommand::Title(title));
-        // The device that ran out of memory first, else the one with the highest peak, is where
-        // the question is.
-        let peaks = doc.devices.iter().map(|d| (d.device, d.timeline.values(d.peak_point).0));
-        let focus = crate::analysis::summary::focus_device(&doc.trace, peaks);
-        self.device_index = doc.devices.iter().position(|d| Some(d.device) == focus).unwrap_or(0);
-        self.doc = Some(doc);
-        self.compare = None;
-        if self.settings.view == View::Compare {
-            self.settings.view = View::Timeline;
-        }
-        self.timeline.reset();
-        self.breakdown = BreakdownState::default();
-        self.instant = None;
-        self.jump_to_peak();
+        self.session.set_document(ctx, doc);
+        self.new_document();
     }
 
     /// Shows `start_ns..end_ns` in the timeline (`None`: the whole trace).
     pub fn set_visible_time(&mut self, range_ns: Option<(f64, f64)>) {
-        self.timeline.view_ns = range_ns;
+        self.views.timeline.view_ns = range_ns;
     }
 
     /// Selects the allocated peak of the current device.
     pub fn jump_to_peak(&mut self) {
-        let Some(point) = self.doc.as_ref().and_then(|d| d.devices.get(self.device_index)).map(|d| d.peak_point) else {
-            return;
-        };
-        self.select(point);
+        self.views.breakdown.picked = None;
+        self.session.jump_to_peak();
     }
 
     /// Selects a timeline point and asks for its analysis.
     pub fn select(&mut self, point: usize) {
-        let Some(doc) = &self.doc else { return };
-        let Some(device) = doc.devices.get(self.device_index) else { return };
-        let point = point.min(device.timeline.len().saturating_sub(1));
-        self.selected_point = Some(point);
-        self.breakdown.picked = None;
-        let request = Request {
-            device_index: self.device_index,
-            device: device.device,
-            point,
-            event: device.timeline.event(point),
-            time_ns: device.timeline.time_ns(point),
-        };
-        if let Some(worker) = &mut self.worker {
-            worker.request(request);
-        }
+        self.views.breakdown.picked = None;
+        self.session.select(point);
     }
 
     fn close(&mut self, ctx: &egui::Context) {
-        self.doc = None;
-        self.all_processes = None;
-        self.compare = None;
-        self.worker = None;
-        self.instant = None;
-        self.selected_point = None;
-        ctx.send_viewport_cmd(egui::ViewportCommand::Title("vramscope".to_owned()));
+        self.session.close(ctx);
     }
 
     fn compare_dialog(&mut self, ctx: &egui::Context) {
-        if self.doc.is_some()
+        if self.session.doc.is_some()
             && let Some(path) = self.picker.pick()
         {
             self.open_second(ctx, &path);
@@ -336,9 +210,7 @@ impl VramscopeApp {
             ctx.send_viewport_cmd(egui::ViewportCommand::Close);
         }
         if ctx.input(|i| i.key_pressed(Key::Escape)) {
-            for loader in self.loader.iter().chain(self.second_loader.iter()) {
-                loader.cancel();
-            }
+            self.session.cancel_loads();
             self.show_help = false;
         }
         if ctx.input(|i| i.key_pressed(Key::F1)) {
@@ -357,23 +229,23 @@ impl VramscopeApp {
         if pressed(Key::N) {
             self.settings.hide_noise = !self.settings.hide_noise;
         }
-        for info in View::available(self.compare.is_some()) {
+        for info in View::available(self.session.compare.is_some()) {
             if pressed(info.key) {
                 self.settings.view = info.view;
             }
         }
-        if self.doc.is_none() {
+        if self.session.doc.is_none() {
             return;
         }
         if pressed(Key::P) {
             self.jump_to_peak();
         }
         if pressed(Key::R) || pressed(Key::Home) {
-            self.timeline.reset();
+            self.views.timeline.reset();
         }
         let step = if ctx.input(|i| i.modifiers.shift) { 100 } else { 1 };
         let arrows = ctx.input(|i| (i.key_pressed(Key::ArrowLeft), i.key_pressed(Key::ArrowRight)));
-        if let Some(point) = self.selected_point {
+        if let Some(point) = self.session.selected_point {
             if arrows.0 {
                 self.select(point.saturating_sub(step));
             } else if arrows.1 {
@@ -388,16 +260,16 @@ impl VramscopeApp {
             1.0
         };
         if zoom != 1.0
-            && let Some(device) = self.doc.as_ref().and_then(|d| d.devices.get(self.device_index))
+            && let Some(device) = self.session.doc.as_ref().and_then(|d| d.devices.get(self.session.device_index))
         {
-            let center = self.selected_point.map_or_else(
+            let center = self.session.selected_point.map_or_else(
                 || {
-                    let (a, b) = timeline_view::visible_span(&self.timeline, device);
+                    let (a, b) = timeline_view::visible_span(&self.views.timeline, device);
                     (a + b) / 2.0
                 },
                 |p| device.timeline.time_ns(p) as f64,
             );
-            timeline_view::zoom(&mut self.timeline, device, center, zoom);
+            timeline_view::zoom(&mut self.views.timeline, device, center, zoom);
         }
     }
 
@@ -405,25 +277,21 @@ impl VramscopeApp {
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         let ctx = ui.ctx().clone();
         ctx.set_theme(if self.settings.dark_mode { egui::Theme::Dark } else { egui::Theme::Light });
-        self.poll_loader(&ctx);
-        self.poll_second_loader(&ctx);
-        if let Some(view) = self.worker.as_mut().and_then(Worker::poll) {
-            self.instant = Some(view);
-        }
+        self.poll(&ctx);
         self.shortcuts(&ctx);
         self.dropped_files(&ctx);
         self.menu_bar(ui);
         self.status_bar(ui);
         self.errors_panel(ui);
-        if self.doc.is_some() {
+        if self.session.doc.is_some() {
             self.toolbar(ui);
             self.sample_banner(ui);
-            if let Some(doc) = &self.doc {
+            if let Some(doc) = &self.session.doc {
                 super::banner::caveats_ui(ui, doc);
             }
         }
         egui::CentralPanel::default().show(ui, |ui| {
-            if self.doc.is_some() {
+            if self.session.doc.is_some() {
                 self.document_ui(ui);
                 if let Some(since) = self.report_first_frame_since.take() {
                     eprintln!(
@@ -493,7 +361,9 @@ impl VramscopeApp {
                         let ctx = ui.ctx().clone();
                         self.open(&ctx, Path::new(crate::sample::PATH));
                     }
-                    if ui.add_enabled(self.doc.is_some(), egui::Button::new("Close").shortcut_text("Ctrl+W")).clicked()
+                    if ui
+                        .add_enabled(self.session.doc.is_some(), egui::Button::new("Close").shortcut_text("Ctrl+W"))
+                        .clicked()
                     {
                         ui.close();
                         let ctx = ui.ctx().clone();
@@ -505,7 +375,7 @@ impl VramscopeApp {
                     }
                 });
                 ui.menu_button("View", |ui| {
-                    for info in View::available(self.compare.is_some()) {
+                    for info in View::available(self.session.compare.is_some()) {
                         let selected = self.settings.view == info.view;
                         if ui
                             .add(egui::Button::selectable(selected, info.label).shortcut_text(info.key_label))
@@ -519,7 +389,7 @@ impl VramscopeApp {
                     ui.checkbox(&mut self.settings.hide_noise, "Hide interpreter frames (N)");
                     ui.checkbox(&mut self.settings.dark_mode, "Dark theme (T)");
                     if ui.add(egui::Button::new("Reset zoom").shortcut_text("R")).clicked() {
-                        self.timeline.reset();
+                        self.views.timeline.reset();
                         ui.close();
                     }
                 });
@@ -535,38 +405,23 @@ impl VramscopeApp {
     }
 
     fn toolbar(&mut self, ui: &mut egui::Ui) {
-        let Some(doc) = &self.doc else { return };
-        let mut device_index = self.device_index;
+        let Some(doc) = &self.session.doc else { return };
+        let mut device_index = self.session.device_index;
         let mut jump = false;
         let mut view = self.settings.view;
-        let mut process = self.all_processes.as_ref().map(|(_, chosen)| *chosen);
+        let mut process = None;
         egui::Panel::top("toolbar").show(ui, |ui| {
             ui.horizontal(|ui| {
-                for info in View::available(self.compare.is_some()) {
+                for info in View::available(self.session.compare.is_some()) {
                     ui.selectable_value(&mut view, info.view, info.label)
                         .on_hover_text(format!("{} ({})", info.about, info.key_label));
                 }
                 ui.separator();
-                if let (Some((whole, _)), Some(chosen)) = (&self.all_processes, process.as_mut()) {
-                    let label = |index: Option<usize>| match index.and_then(|i| whole.metadata.processes.get(i)) {
-                        None => "all processes".to_owned(),
-                        Some(p) => match (p.rank, p.pid) {
-                            (Some(rank), Some(pid)) => format!("rank {rank} (pid {pid})"),
-                            (Some(rank), None) => format!("rank {rank}"),
-                            (None, Some(pid)) => format!("pid {pid}"),
-                            (None, None) => format!("process {}", index.unwrap_or(0)),
-                        },
-                    };
-                    egui::ComboBox::from_id_salt("process")
-                        .selected_text(label(*chosen))
-                        .show_ui(ui, |ui| {
-                            ui.selectable_value(chosen, None, label(None));
-                            for i in 0..whole.metadata.processes.len() {
-                                ui.selectable_value(chosen, Some(i), label(Some(i)));
-                            }
-                        })
-                        .response
-                        .on_hover_text("The ranks of a distributed run: all together, or one at a time");
+                if let Some((whole, chosen)) = self.session.processes() {
+                    process = process_combo(ui, whole, chosen).filter(|&p| p != chosen);
+                    if self.session.is_switching() {
+                        ui.spinner().on_hover_text("Preparing the process chosen");
+                    }
                 }
                 if doc.devices.len() > 1 {
                     egui::ComboBox::from_id_salt("device").selected_text(doc.device_label(device_index)).show_ui(
@@ -586,7 +441,7 @@ impl VramscopeApp {
                     .button(format!("Jump to peak ({})", units::bytes(peak)))
                     .on_hover_text("Select the instant of the highest allocated memory (P)")
                     .clicked();
-                if let Some(point) = self.selected_point {
+                if let Some(point) = self.session.selected_point {
                     let (allocated, _, reserved) = device.timeline.values(point);
                     let at_peak = point == device.peak_point;
                     let t = device.timeline.time_ns(point) - device.timeline.time_span_ns().0;
@@ -603,37 +458,20 @@ impl VramscopeApp {
                         when
                     ));
                 }
-                if self.is_analysing() {
+                if self.session.is_analysing() {
                     ui.spinner();
                 }
             });
         });
         self.settings.view = view;
-        if let (Some(process), Some((whole, chosen))) = (process, &mut self.all_processes)
-            && process != *chosen
-        {
-            *chosen = process;
-            let trace = match process {
-                Some(index) => whole.of_process(vramscope_trace_format::ProcessId(index as u32)),
-                None => (**whole).clone(),
-            };
-            let loaded = crate::load::LoadedTrace {
-                trace,
-                warnings: doc.warnings.clone(),
-                path: doc.path.clone(),
-                file_bytes: doc.file_bytes,
-                format: doc.format,
-                wrappers: doc.wrappers.clone(),
-            };
-            let rebuilt = Document::build(loaded, doc.load_time);
+        if let Some(process) = process {
             let ctx = ui.ctx().clone();
-            self.set_document(&ctx, rebuilt);
-            return;
+            self.session.choose_process(&ctx, process);
         }
-        if device_index != self.device_index {
-            self.device_index = device_index;
-            self.timeline.reset();
-            self.jump_to_peak();
+        if device_index != self.session.device_index {
+            self.session.choose_device(device_index);
+            self.views.timeline.reset();
+            self.views.breakdown.picked = None;
         } else if jump {
             self.jump_to_peak();
         }
@@ -641,7 +479,7 @@ impl VramscopeApp {
 
     fn status_bar(&mut self, ui: &mut egui::Ui) {
         egui::Panel::bottom("status").show(ui, |ui| {
-            ui.horizontal(|ui| match &self.doc {
+            ui.horizontal(|ui| match &self.session.doc {
                 Some(doc) => {
                     ui.label(doc.file_name()).on_hover_text(doc.path.display().to_string());
                     ui.separator();
@@ -677,7 +515,7 @@ impl VramscopeApp {
 
     /// Under the toolbar while the built-in sample is shown: what it is and how to get your own.
     fn sample_banner(&mut self, ui: &mut egui::Ui) {
-        if !self.doc.as_ref().is_some_and(Document::is_sample) {
+        if !self.session.doc.as_ref().is_some_and(Document::is_sample) {
             return;
         }
         let mut open = false;
@@ -698,12 +536,12 @@ impl VramscopeApp {
     }
 
     fn errors_panel(&mut self, ui: &mut egui::Ui) {
-        if self.errors.is_empty() {
+        if self.session.errors.is_empty() {
             return;
         }
         let mut dismiss = None;
         egui::Panel::bottom("errors").show(ui, |ui| {
-            for (i, error) in self.errors.iter().enumerate() {
+            for (i, error) in self.session.errors.iter().enumerate() {
                 ui.horizontal(|ui| {
                     if ui.small_button("Dismiss").clicked() {
                         dismiss = Some(i);
@@ -713,12 +551,12 @@ impl VramscopeApp {
             }
         });
         if let Some(i) = dismiss {
-            self.errors.remove(i);
+            self.session.errors.remove(i);
         }
     }
 
     fn loading_overlay(&mut self, ctx: &egui::Context) {
-        let Some(loader) = self.loader.as_ref().or(self.second_loader.as_ref()) else { return };
+        let Some(loader) = self.session.loading() else { return };
         let (done, total) = loader.progress();
         let name = loader
             .path
@@ -736,7 +574,7 @@ impl VramscopeApp {
             };
             ui.add(egui::ProgressBar::new(fraction).text(text).animate(true));
             ui.horizontal(|ui| {
-                ui.weak(format!("{:.1} s", loader.started.elapsed().as_secs_f32()));
+                ui.weak(format!("{:.1} s", loader.started().elapsed().as_secs_f32()));
                 if ui.button("Cancel").on_hover_text("Esc").clicked() {
                     cancel = true;
                 }
@@ -829,132 +667,81 @@ impl VramscopeApp {
     }
 
     fn document_ui(&mut self, ui: &mut egui::Ui) {
-        let Some(doc) = &self.doc else { return };
-        let Some(device) = doc.devices.get(self.device_index) else {
+        let session = &mut self.session;
+        let Some(doc) = &session.doc else { return };
+        let Some(device) = doc.devices.get(session.device_index) else {
             ui.label("This trace holds no memory events.");
             return;
         };
-        let view = self.settings.view;
-        if view == View::Compare {
-            if let Some(compare) = &mut self.compare {
-                let action = compare_view::compare_ui(
-                    ui,
-                    doc,
-                    self.device_index,
-                    compare,
-                    &mut self.compare_timeline,
-                    self.selected_point,
-                );
-                if let Some(compare_view::CompareAction::SelectA(point)) = action {
-                    self.select(point);
-                }
-                return;
-            }
+        if self.settings.view.info().needs_second_run && session.compare.is_none() {
             self.settings.view = View::Timeline;
         }
-        let share = view.info().timeline_share;
-        let timeline_height = (ui.available_height() * share).max(if share > 0.5 { 220.0 } else { 180.0 });
-        let width = ui.available_width();
-        let action = timeline_view::timeline_ui(
-            ui,
+        let info = self.settings.view.info();
+        let instant = session.instant.clone().filter(|v| {
+            Some(v.request.point) == session.selected_point && v.request.device_index == session.device_index
+        });
+        let mut body = Body {
             doc,
+            device_index: session.device_index,
             device,
-            &mut self.timeline,
-            self.selected_point,
-            egui::vec2(width, timeline_height),
-        );
-        ui.separator();
-        let instant = self
-            .instant
-            .clone()
-            .filter(|v| Some(v.request.point) == self.selected_point && v.request.device_index == self.device_index);
-        let trace = Arc::clone(&doc.trace);
-        if view == View::Advisor {
-            super::advisor_view::advisor_ui(ui, &trace, device.device, &mut self.advisor);
+            selected_point: session.selected_point,
+            instant: instant.as_deref(),
+            compare: session.compare.as_mut(),
+            states: &mut self.views,
+            settings: &mut self.settings,
+            select: None,
+        };
+        if let Some(share) = info.timeline_share {
+            let height = (ui.available_height() * share).max(if share > 0.5 { 220.0 } else { 180.0 });
+            let size = egui::vec2(ui.available_width(), height);
+            let action =
+                timeline_view::timeline_ui(ui, doc, device, &mut body.states.timeline, body.selected_point, size);
             if let Some(TimelineAction::Select(point)) = action {
-                self.select(point);
+                body.select = Some(point);
             }
-            return;
+            ui.separator();
         }
-        match (view, &instant) {
-            (_, None) => {
-                ui.horizontal(|ui| {
-                    ui.spinner();
-                    ui.label("Working out what is alive at the selected instant…");
-                });
-            }
-            (View::Timeline, Some(v)) => self.instant_summary_ui(ui, &trace, v),
-            (View::Peak, Some(v)) => {
-                breakdown_view::breakdown_ui(
-                    ui,
-                    &trace,
-                    v,
-                    &mut self.breakdown,
-                    &mut self.settings.hide_noise,
-                    &mut self.settings.python_only,
-                );
-            }
-            (View::Compare | View::Advisor, Some(_)) => {}
-            (View::Fragmentation, Some(v)) => {
-                self.scrubber_ui(ui);
-                fragmentation_view::fragmentation_ui(
-                    ui,
-                    &trace,
-                    v,
-                    &mut self.settings.segment_order,
-                    self.settings.hide_noise,
-                );
-            }
-        }
-        if let Some(TimelineAction::Select(point)) = action {
-            self.select(point);
-        }
-    }
-
-    /// Under the large timeline: the selected instant's categories and its largest allocations.
-    fn instant_summary_ui(&mut self, ui: &mut egui::Ui, trace: &vramscope_trace_format::Trace, v: &InstantView) {
-        ui.columns(2, |columns| {
-            let [left, right] = columns else { return };
-            left.heading("By category");
-            breakdown_view::categories_ui(left, v);
-            right.heading("Largest live allocations");
-            egui::ScrollArea::vertical().id_salt("summary-largest").show(right, |ui| {
-                egui::Grid::new("largest").num_columns(3).striped(true).show(ui, |ui| {
-                    for b in v.instant.blocks.iter().take(12) {
-                        ui.monospace(units::bytes(b.block.size_bytes));
-                        ui.horizontal(|ui| {
-                            timeline_view::swatch(ui, super::palette::category_color(b.attribution.category));
-                            ui.label(super::palette::category_label(b.attribution.category));
-                        });
-                        ui.label(breakdown_view::allocation_site(trace, b, self.settings.hide_noise));
-                        ui.end_row();
-                    }
-                });
+        if info.needs_instant && body.instant.is_none() {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("Working out what is alive at the selected instant…");
             });
-        });
-    }
-
-    /// A slider over the trace's events that moves the selected instant.
-    fn scrubber_ui(&mut self, ui: &mut egui::Ui) {
-        let Some(device) = self.doc.as_ref().and_then(|d| d.devices.get(self.device_index)) else { return };
-        let last = device.timeline.len().saturating_sub(1);
-        let mut point = self.selected_point.unwrap_or(0);
-        let before = point;
-        ui.horizontal(|ui| {
-            if ui.button("‹ prev").on_hover_text("Previous event (←)").clicked() {
-                point = point.saturating_sub(1);
-            }
-            if ui.button("next ›").on_hover_text("Next event (→)").clicked() {
-                point = (point + 1).min(last);
-            }
-            ui.spacing_mut().slider_width = (ui.available_width() - 140.0).max(100.0);
-            ui.add(egui::Slider::new(&mut point, 0..=last).text("event").clamping(egui::SliderClamping::Always))
-                .on_hover_text("Replay the allocator's state through the trace");
-        });
-        if point != before {
+        } else {
+            (info.draw)(ui, &mut body);
+        }
+        if let Some(point) = body.select {
             self.select(point);
         }
     }
+}
+
+/// The menu of a run's processes; the one picked this frame, if any.
+fn process_combo(
+    ui: &mut egui::Ui,
+    whole: &vramscope_trace_format::Trace,
+    chosen: Option<usize>,
+) -> Option<Option<usize>> {
+    let label = |index: Option<usize>| match index.and_then(|i| whole.metadata.processes.get(i)) {
+        None => "all processes".to_owned(),
+        Some(p) => match (p.rank, p.pid) {
+            (Some(rank), Some(pid)) => format!("rank {rank} (pid {pid})"),
+            (Some(rank), None) => format!("rank {rank}"),
+            (None, Some(pid)) => format!("pid {pid}"),
+            (None, None) => format!("process {}", index.unwrap_or(0)),
+        },
+    };
+    let mut picked = chosen;
+    egui::ComboBox::from_id_salt("process")
+        .selected_text(label(chosen))
+        .show_ui(ui, |ui| {
+            ui.selectable_value(&mut picked, None, label(None));
+            for i in 0..whole.metadata.processes.len() {
+                ui.selectable_value(&mut picked, Some(i), label(Some(i)));
+            }
+        })
+        .response
+        .on_hover_text("The ranks of a distributed run: all together, or one at a time");
+    (picked != chosen).then_some(picked)
 }
 
 impl eframe::App for VramscopeApp {

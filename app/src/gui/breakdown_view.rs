@@ -7,6 +7,7 @@ use vramscope_trace_format::{Category, Trace};
 
 use super::palette;
 use super::timeline_view::swatch;
+use super::views::Body;
 use super::worker::InstantView;
 use crate::analysis::attribution;
 use crate::analysis::instant::{self, AttributedBlock, StackNode};
@@ -310,4 +311,18 @@ pub fn stack_ui(
     if frames.len() > limit {
         ui.weak(format!("… {} more frames", frames.len() - limit));
     }
+}
+
+/// The peak breakdown view: what was alive at the selected instant.
+pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
+    let Some(v) = body.instant else { return };
+    let settings = &mut *body.settings;
+    breakdown_ui(
+        ui,
+        &body.doc.trace,
+        v,
+        &mut body.states.breakdown,
+        &mut settings.hide_noise,
+        &mut settings.python_only,
+    );
 }

@@ -2,14 +2,15 @@
 //! aligned where the user chooses, the deltas at each run's peak, and one sentence on top.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, channel};
 
 use egui::RichText;
 use vramscope_trace_format::{AnnotationKind, Category};
 
 use super::document::{DeviceData, Document};
+use super::jobs::Job;
 use super::palette;
 use super::timeline_view::{self, TimelineAction, TimelineState};
+use super::views::Body;
 use crate::analysis::diff::{self, Diff, SiteDelta};
 use crate::units;
 
@@ -37,7 +38,9 @@ pub struct Compare {
     pub align: Align,
     /// The comparison at the peaks, once worked out.
     pub diff: Option<Arc<Diff>>,
-    pending: Option<Receiver<Diff>>,
+    pending: Option<Job<Result<Diff, String>>>,
+    /// Why the comparison could not be worked out.
+    failed: Option<String>,
     /// B's timeline (its view follows A's, shifted by the alignment).
     b_state: TimelineState,
     /// Annotation names both runs have (for the alignment menu), found once.
@@ -46,19 +49,22 @@ pub struct Compare {
 
 impl Compare {
     /// Starts comparing `b` with `a` (the open document) on a background thread.
-    pub fn new(a: &Document, a_device: usize, b: Document, repaint: impl Fn() + Send + 'static) -> Self {
+    pub fn new(a: &Document, a_device: usize, b: Document, repaint: impl Fn() + Send + Sync + 'static) -> Self {
         let device_index = best_device(&b);
-        let (send, pending) = channel();
         let (trace_a, trace_b) = (Arc::clone(&a.trace), Arc::clone(&b.trace));
         let (name_a, name_b) = (a.file_name(), b.file_name());
         let (device_a, device_b) =
             (a.devices.get(a_device).map(|d| d.device), b.devices.get(device_index).map(|d| d.device));
-        let spawned = std::thread::Builder::new().name("vramscope-compare".to_owned()).spawn(move || {
-            let run_a = diff::run_peak(&trace_a, &name_a, device_a);
-            let run_b = diff::run_peak(&trace_b, &name_b, device_b);
-            let _ = send.send(diff::diff(run_a, run_b));
-            repaint();
-        });
+        let job = Job::spawn(
+            "compare",
+            repaint,
+            move |_| {
+                let run_a = diff::run_peak(&trace_a, &name_a, device_a);
+                let run_b = diff::run_peak(&trace_b, &name_b, device_b);
+                Ok(diff::diff(run_a, run_b))
+            },
+            Err,
+        );
         let common_annotations = common_annotations(a, &b);
         Self {
             common_annotations,
@@ -66,17 +72,19 @@ impl Compare {
             device_index,
             align: Align::Start,
             diff: None,
-            pending: spawned.ok().map(|_| pending),
+            pending: Some(job),
+            failed: None,
             b_state: TimelineState::default(),
         }
     }
 
-    /// Picks up the comparison when it is ready.
+    /// Picks up the comparison when it is ready, or why there is none.
     pub fn poll(&mut self) {
-        if let Some(rx) = &self.pending
-            && let Ok(d) = rx.try_recv()
-        {
-            self.diff = Some(Arc::new(d));
+        if let Some(result) = self.pending.as_ref().and_then(Job::poll) {
+            match result.and_then(|r| r) {
+                Ok(d) => self.diff = Some(Arc::new(d)),
+                Err(why) => self.failed = Some(why),
+            }
             self.pending = None;
         }
     }
@@ -144,6 +152,10 @@ pub fn compare_ui(
     };
     match &compare.diff {
         Some(d) => ui.label(RichText::new(&d.summary).size(17.0).strong()),
+        None if compare.failed.is_some() => ui.colored_label(
+            ui.visuals().error_fg_color,
+            format!("The runs could not be compared: {}", compare.failed.as_deref().unwrap_or_default()),
+        ),
         None => {
             ui.horizontal(|ui| {
                 ui.spinner();
@@ -291,4 +303,14 @@ fn site_row(ui: &mut egui::Ui, s: &SiteDelta) {
     ui.colored_label(color, pct(diff::percent(s.a, s.b)));
     ui.add(egui::Label::new(&s.site).truncate()).on_hover_text(&s.site);
     ui.end_row();
+}
+
+/// The compare view, when a second run is open.
+pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
+    let Some(compare) = body.compare.as_deref_mut() else { return };
+    let action =
+        compare_ui(ui, body.doc, body.device_index, compare, &mut body.states.compare_timeline, body.selected_point);
+    if let Some(CompareAction::SelectA(point)) = action {
+        body.select = Some(point);
+    }
 }

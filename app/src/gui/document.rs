@@ -51,45 +51,63 @@ pub struct Document {
     pub load_time: Duration,
 }
 
+/// Where a document's trace came from: what a process's view of it keeps from the whole.
+#[derive(Clone, Debug)]
+pub struct Origin {
+    /// The file.
+    pub path: PathBuf,
+    /// Its format.
+    pub format: SourceFormat,
+    /// What the content came wrapped in, outermost first.
+    pub wrappers: Vec<Wrapper>,
+    /// Its size.
+    pub file_bytes: u64,
+    /// What was odd about it but not fatal.
+    pub warnings: Vec<String>,
+    /// How long reading and analysing took.
+    pub load_time: Duration,
+}
+
 impl Document {
     /// Precomputes every device's data for a loaded trace.
     pub fn build(loaded: LoadedTrace, load_time: Duration) -> Self {
-        let trace = loaded.trace;
-        let devices = trace
-            .devices()
-            .into_iter()
-            .map(|device| {
-                let timeline = Timeline::build(&trace, device);
-                let peak_point = timeline.peak_allocated_point();
-                let mut annotations: Vec<usize> = trace
-                    .annotations
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, a)| a.device == device || a.device == vramscope_trace_format::Annotation::ALL_DEVICES)
-                    .map(|(i, _)| i)
-                    .collect();
-                annotations.sort_by_key(|&i| trace.annotations.get(i).map_or(0, |a| a.start_ns));
-                let info = trace.metadata.devices.iter().find(|d| d.device == device);
-                DeviceData {
-                    device,
-                    timeline,
-                    peak_point,
-                    annotations,
-                    total_memory_bytes: info.and_then(|d| d.total_memory_bytes),
-                    name: info.and_then(|d| d.name.clone()),
-                }
-            })
-            .collect();
-        Self {
+        let origin = Origin {
             path: loaded.path,
             format: loaded.format,
             wrappers: loaded.wrappers,
-            caveats: crate::analysis::caveats::caveats(&trace),
             file_bytes: loaded.file_bytes,
             warnings: loaded.warnings,
-            trace: Arc::new(trace),
-            devices,
             load_time,
+        };
+        Self::build_shared(Arc::new(loaded.trace), origin)
+    }
+
+    /// Precomputes every device's data for a trace that may be shared with another document
+    /// (the whole run and the view of one of its processes).
+    pub fn build_shared(trace: Arc<Trace>, origin: Origin) -> Self {
+        let devices = trace.devices().into_iter().map(|device| device_data(&trace, device)).collect();
+        Self {
+            path: origin.path,
+            format: origin.format,
+            wrappers: origin.wrappers,
+            caveats: crate::analysis::caveats::caveats(&trace),
+            file_bytes: origin.file_bytes,
+            warnings: origin.warnings,
+            trace,
+            devices,
+            load_time: origin.load_time,
+        }
+    }
+
+    /// Where the trace came from.
+    pub fn origin(&self) -> Origin {
+        Origin {
+            path: self.path.clone(),
+            format: self.format,
+            wrappers: self.wrappers.clone(),
+            file_bytes: self.file_bytes,
+            warnings: self.warnings.clone(),
+            load_time: self.load_time,
         }
     }
 
@@ -119,5 +137,27 @@ impl Document {
             Some(name) => format!("{base} ({name})"),
             None => base,
         }
+    }
+}
+
+fn device_data(trace: &Trace, device: i16) -> DeviceData {
+    let timeline = Timeline::build(trace, device);
+    let peak_point = timeline.peak_allocated_point();
+    let mut annotations: Vec<usize> = trace
+        .annotations
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.device == device || a.device == vramscope_trace_format::Annotation::ALL_DEVICES)
+        .map(|(i, _)| i)
+        .collect();
+    annotations.sort_by_key(|&i| trace.annotations.get(i).map_or(0, |a| a.start_ns));
+    let info = trace.metadata.devices.iter().find(|d| d.device == device);
+    DeviceData {
+        device,
+        timeline,
+        peak_point,
+        annotations,
+        total_memory_bytes: info.and_then(|d| d.total_memory_bytes),
+        name: info.and_then(|d| d.name.clone()),
     }
 }

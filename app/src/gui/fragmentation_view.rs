@@ -7,6 +7,7 @@ use vramscope_trace_format::{SegmentPool, Trace};
 
 use super::breakdown_view::{allocation_site, stack_ui};
 use super::palette;
+use super::views::Body;
 use super::worker::InstantView;
 use crate::analysis::attribution;
 use crate::analysis::instant::SegmentAt;
@@ -218,5 +219,33 @@ fn segment_row_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, segment:
                 );
             }
         });
+    }
+}
+
+/// The fragmentation view: a scrubber over the events, and the segments at the selected instant.
+pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
+    let Some(v) = body.instant else { return };
+    scrubber_ui(ui, body);
+    fragmentation_ui(ui, &body.doc.trace, v, &mut body.settings.segment_order, body.settings.hide_noise);
+}
+
+/// A slider over the trace's events that moves the selected instant.
+fn scrubber_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
+    let last = body.device.timeline.len().saturating_sub(1);
+    let mut point = body.selected_point.unwrap_or(0);
+    let before = point;
+    ui.horizontal(|ui| {
+        if ui.button("‹ prev").on_hover_text("Previous event (←)").clicked() {
+            point = point.saturating_sub(1);
+        }
+        if ui.button("next ›").on_hover_text("Next event (→)").clicked() {
+            point = (point + 1).min(last);
+        }
+        ui.spacing_mut().slider_width = (ui.available_width() - 140.0).max(100.0);
+        ui.add(egui::Slider::new(&mut point, 0..=last).text("event").clamping(egui::SliderClamping::Always))
+            .on_hover_text("Replay the allocator's state through the trace");
+    });
+    if point != before {
+        body.select = Some(point);
     }
 }

@@ -90,9 +90,9 @@ impl eframe::App for ScreenshotApp {
             self.finish(&ctx, Err(format!("gave up after {} s without a finished render", TIMEOUT.as_secs())));
             return;
         }
-        if self.app.doc.is_none()
-            && !self.app.is_loading()
-            && let Some(error) = self.app.errors.first()
+        if self.app.session.doc.is_none()
+            && !self.app.session.is_loading()
+            && let Some(error) = self.app.session.errors.first()
         {
             let error = error.clone();
             self.finish(&ctx, Err(error));
@@ -104,10 +104,13 @@ impl eframe::App for ScreenshotApp {
             self.finish(&ctx, result);
             return;
         }
-        let ready =
-            self.app.doc.is_some() && !self.app.is_loading() && self.app.instant.is_some() && !self.app.is_analysing();
+        let ready = self.app.session.doc.is_some()
+            && !self.app.session.is_loading()
+            && self.app.session.instant.is_some()
+            && !self.app.session.is_analysing();
         // Without a file, the welcome screen is what there is to show.
-        let nothing_to_wait_for = self.app.doc.is_none() && !self.app.is_loading() && self.app.errors.is_empty();
+        let nothing_to_wait_for =
+            self.app.session.doc.is_none() && !self.app.session.is_loading() && self.app.session.errors.is_empty();
         if (ready || nothing_to_wait_for) && !self.requested {
             self.ready_frames += 1;
             if self.ready_frames > SETTLE_FRAMES {

@@ -8,8 +8,10 @@
 use egui::{Color32, CornerRadius, Mesh, Pos2, Rect, Sense, Shape, Stroke, StrokeKind, Vec2, pos2, vec2};
 use vramscope_trace_format::{AnnotationKind, Category, Trace};
 
+use super::breakdown_view;
 use super::document::{DeviceData, Document};
 use super::palette;
+use super::views::Body;
 use crate::analysis::timeline::{CATEGORIES, Column};
 use crate::units;
 
@@ -563,6 +565,32 @@ fn annotation_band(
             }
         }
     }
+}
+
+/// Under the large timeline: the selected instant's categories and its largest allocations.
+pub fn summary_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
+    let Some(v) = body.instant else { return };
+    let trace = &body.doc.trace;
+    let hide_noise = body.settings.hide_noise;
+    ui.columns(2, |columns| {
+        let [left, right] = columns else { return };
+        left.heading("By category");
+        breakdown_view::categories_ui(left, v);
+        right.heading("Largest live allocations");
+        egui::ScrollArea::vertical().id_salt("summary-largest").show(right, |ui| {
+            egui::Grid::new("largest").num_columns(3).striped(true).show(ui, |ui| {
+                for b in v.instant.blocks.iter().take(12) {
+                    ui.monospace(units::bytes(b.block.size_bytes));
+                    ui.horizontal(|ui| {
+                        swatch(ui, palette::category_color(b.attribution.category));
+                        ui.label(palette::category_label(b.attribution.category));
+                    });
+                    ui.label(breakdown_view::allocation_site(trace, b, hide_noise));
+                    ui.end_row();
+                }
+            });
+        });
+    });
 }
 
 #[cfg(test)]

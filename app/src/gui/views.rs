@@ -1,9 +1,19 @@
 //! The views of an open trace, in one table: each entry gives the view's label (tabs, the View
 //! menu), its key (shortcuts, the help), its name on the command line (`--view`), what it
-//! shows, how much of the window the timeline above it takes, and whether it needs a second run.
+//! shows, how much of the window the timeline above it takes, whether it needs a second run or
+//! the selected instant's analysis, and the function that draws it (the window's dispatch).
 //! A new view is a variant, a row here, and the file that draws it.
 
 use serde::{Deserialize, Serialize};
+
+use super::advisor_view::{self, AdvisorState};
+use super::app::Settings;
+use super::breakdown_view::{self, BreakdownState};
+use super::compare_view::{self, Compare};
+use super::document::{DeviceData, Document};
+use super::fragmentation_view;
+use super::timeline_view::{self, TimelineState};
+use super::worker::InstantView;
 
 /// The views of an open trace.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,10 +46,50 @@ pub struct ViewInfo {
     pub cli_name: &'static str,
     /// What it shows, for `--help` and the help window.
     pub about: &'static str,
-    /// The share of the window's height the timeline above it takes.
-    pub timeline_share: f32,
+    /// The share of the window's height the timeline above it takes (`None`: the view draws
+    /// its own timelines).
+    pub timeline_share: Option<f32>,
     /// Whether it needs a second run to be open.
     pub needs_second_run: bool,
+    /// Whether it shows the selected instant's analysis (a spinner stands in until it is ready).
+    pub needs_instant: bool,
+    /// Draws it below the timeline.
+    pub draw: fn(&mut egui::Ui, &mut Body<'_>),
+}
+
+/// Each view's own state (zoom, scroll, picks), kept while another view is shown.
+#[derive(Default)]
+pub struct ViewStates {
+    /// The timeline's zoom and pan.
+    pub timeline: TimelineState,
+    /// The peak breakdown's pick.
+    pub breakdown: BreakdownState,
+    /// The advice shown and the one being worked out.
+    pub advisor: AdvisorState,
+    /// The compare view's zoom and pan.
+    pub compare_timeline: TimelineState,
+}
+
+/// What a view draws from, and what it may change.
+pub struct Body<'a> {
+    /// The open trace.
+    pub doc: &'a Document,
+    /// Index of the device shown.
+    pub device_index: usize,
+    /// The device shown.
+    pub device: &'a DeviceData,
+    /// The selected timeline point.
+    pub selected_point: Option<usize>,
+    /// The selected instant's analysis, when ready.
+    pub instant: Option<&'a InstantView>,
+    /// The second run, when comparing.
+    pub compare: Option<&'a mut Compare>,
+    /// The views' states.
+    pub states: &'a mut ViewStates,
+    /// The persisted options (some views have toggles).
+    pub settings: &'a mut Settings,
+    /// A timeline point the view asks to select.
+    pub select: Option<usize>,
 }
 
 /// Every view, in the order of their tabs.
@@ -51,8 +101,10 @@ pub const VIEWS: [ViewInfo; 5] = [
         key_label: "1",
         cli_name: "timeline",
         about: "memory over time by category",
-        timeline_share: 0.62,
+        timeline_share: Some(0.62),
         needs_second_run: false,
+        needs_instant: true,
+        draw: timeline_view::summary_ui,
     },
     ViewInfo {
         view: View::Peak,
@@ -61,8 +113,10 @@ pub const VIEWS: [ViewInfo; 5] = [
         key_label: "2",
         cli_name: "peak",
         about: "what was alive at the selected instant, by category, stack and allocation",
-        timeline_share: 0.34,
+        timeline_share: Some(0.34),
         needs_second_run: false,
+        needs_instant: true,
+        draw: breakdown_view::view_ui,
     },
     ViewInfo {
         view: View::Fragmentation,
@@ -71,8 +125,10 @@ pub const VIEWS: [ViewInfo; 5] = [
         key_label: "3",
         cli_name: "fragmentation",
         about: "the allocator's segments at the selected instant",
-        timeline_share: 0.34,
+        timeline_share: Some(0.34),
         needs_second_run: false,
+        needs_instant: true,
+        draw: fragmentation_view::view_ui,
     },
     ViewInfo {
         view: View::Compare,
@@ -81,8 +137,10 @@ pub const VIEWS: [ViewInfo; 5] = [
         key_label: "4",
         cli_name: "compare",
         about: "two runs side by side (with `compare`, or File > Compare with…)",
-        timeline_share: 0.34,
+        timeline_share: None,
         needs_second_run: true,
+        needs_instant: false,
+        draw: compare_view::view_ui,
     },
     ViewInfo {
         view: View::Advisor,
@@ -91,8 +149,10 @@ pub const VIEWS: [ViewInfo; 5] = [
         key_label: "5",
         cli_name: "advisor",
         about: "what each remedy would do to the peak",
-        timeline_share: 0.34,
+        timeline_share: Some(0.34),
         needs_second_run: false,
+        needs_instant: false,
+        draw: advisor_view::view_ui,
     },
 ];
 

@@ -1,13 +1,13 @@
-//! The analysis of a selected instant, on a background thread: the newest request wins.
+//! The analysis of a selected instant, as a background job: the newest request wins.
 //!
 //! Working out what was alive at an instant replays the trace up to it, which takes a while on
 //! millions of events; the UI thread only sends requests and picks up results.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
 
 use vramscope_trace_format::Trace;
 
+use super::jobs::Job;
 use crate::analysis::instant::{self, Instant, StackNode};
 
 /// What an instant's analysis is asked for.
@@ -42,66 +42,64 @@ pub struct InstantView {
     pub by_site: Vec<instant::SiteBytes>,
 }
 
-/// The worker thread and its mailboxes.
+/// The instant being analysed, and the newest one asked for meanwhile.
 pub struct Worker {
-    requests: Sender<Request>,
-    results: Receiver<Arc<InstantView>>,
+    trace: Arc<Trace>,
+    repaint: Arc<dyn Fn() + Send + Sync>,
+    running: Option<(Request, Job<InstantView>)>,
+    /// Asked for while another was running: started when that one ends. Requests in between
+    /// (a scrubber sends many) are dropped.
+    queued: Option<Request>,
+    /// The last request made.
     pending: Option<Request>,
-    /// Set when no thread could be started: requests are then answered on the caller's thread.
-    inline: Option<(Arc<Trace>, Sender<Arc<InstantView>>)>,
 }
 
 impl Worker {
-    /// Starts a worker over `trace`; `repaint` is called when a result is ready.
-    pub fn start(trace: Arc<Trace>, repaint: impl Fn() + Send + 'static) -> Self {
-        let (requests, inbox) = channel::<Request>();
-        let (outbox, results) = channel::<Arc<InstantView>>();
-        let inline = Some((Arc::clone(&trace), outbox.clone()));
-        let spawned = std::thread::Builder::new().name("vramscope-instant".to_owned()).spawn(move || {
-            while let Ok(mut request) = inbox.recv() {
-                // Skip to the newest request: a scrubber sends many.
-                while let Ok(newer) = inbox.try_recv() {
-                    request = newer;
-                }
-                let view = analyse(&trace, request);
-                if outbox.send(Arc::new(view)).is_err() {
-                    return;
-                }
-                repaint();
-            }
-        });
-        // Without a thread the UI still works, only slower.
-        let inline = if spawned.is_err() { inline } else { None };
-        Self { requests, results, pending: None, inline }
+    /// A worker over `trace`; `repaint` is called when a result is ready.
+    pub fn start(trace: Arc<Trace>, repaint: impl Fn() + Send + Sync + 'static) -> Self {
+        Self { trace, repaint: Arc::new(repaint), running: None, queued: None, pending: None }
     }
 
     /// Asks for an instant (nothing happens if it is the one pending).
     pub fn request(&mut self, request: Request) {
         if self.pending != Some(request) {
             self.pending = Some(request);
-            match &self.inline {
-                Some((trace, outbox)) => {
-                    let _ = outbox.send(Arc::new(analyse(trace, request)));
-                }
-                None => {
-                    let _ = self.requests.send(request);
-                }
+            if self.running.is_some() {
+                self.queued = Some(request);
+            } else {
+                self.run(request);
             }
         }
     }
 
+    fn run(&mut self, request: Request) {
+        let trace = Arc::clone(&self.trace);
+        let repaint = Arc::clone(&self.repaint);
+        // Without a thread the UI still works, only slower: the analysis runs here then.
+        let fallback_trace = Arc::clone(&self.trace);
+        let job = Job::spawn(
+            "instant",
+            move || repaint(),
+            move |_| analyse(&trace, request),
+            move |_| analyse(&fallback_trace, request),
+        );
+        self.running = Some((request, job));
+    }
+
     /// The newest finished result, if one came in.
     pub fn poll(&mut self) -> Option<Arc<InstantView>> {
-        let mut newest = None;
-        while let Ok(view) = self.results.try_recv() {
-            newest = Some(view);
+        let (request, job) = self.running.as_ref()?;
+        let request = *request;
+        let result = job.poll()?;
+        self.running = None;
+        if let Some(next) = self.queued.take() {
+            self.run(next);
         }
-        if let Some(view) = &newest
-            && self.pending == Some(view.request)
-        {
+        if self.pending == Some(request) {
             self.pending = None;
         }
-        newest
+        // A thread that died leaves the instant unanswered; asking again retries.
+        result.ok().map(Arc::new)
     }
 
     /// Whether a request is still being worked on.
