@@ -14,3 +14,4 @@ pub mod mapped;
 pub mod report;
 pub mod sample;
 pub mod units;
+pub mod words;

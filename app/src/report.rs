@@ -277,7 +277,7 @@ fn draw_compare<DB: DrawingBackend>(
     root.fill(&WHITE).map_err(err)?;
     let (header, rest) = root.split_vertically(90);
     text(&header, &format!("vramscope — A: {}   B: {}", a.name, b.name), 14, 10, 24, &BLACK)?;
-    text(&header, &d.summary, 14, 50, 20, &RGBColor(30, 30, 30))?;
+    text(&header, &crate::words::diff_summary(d), 14, 50, 20, &RGBColor(30, 30, 30))?;
     // Same time axis from each run's start, same byte scale.
     let x_max = x_extent(a).max(x_extent(b));
     let y_max = y_extent(a).max(y_extent(b));

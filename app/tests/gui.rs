@@ -302,7 +302,7 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
     settle(&mut harness);
     let diff = harness.state().session.compare.as_ref().and_then(|c| c.diff.clone()).expect("compared");
     assert_eq!(harness.state().settings.view, vramscope::gui::View::Compare);
-    harness.get_by_label(&diff.summary);
+    harness.get_by_label(&vramscope::words::diff_summary(&diff));
     let (ra, rb) = (python_reference(&a), python_reference(&b));
     let bytes = |r: &serde_json::Value, key: &str| r[key].as_u64().expect(key);
     // The table shows each run's peaks and categories as the reference computes them.
@@ -455,5 +455,5 @@ snap = {'segments': [seg(0, 1 << 40, 64 * MB, 60 * MB), seg(1, 2 << 40, 20 * MB,
     assert_eq!(view.instant.by_metadata.len(), 1);
     let block = view.instant.blocks.first().expect("a block");
     let trace = &doc.trace;
-    assert_eq!(vramscope::analysis::instant::context_lines(trace, &block.block), ["user metadata: step=4"]);
+    assert_eq!(vramscope::words::context_lines(trace, &block.block), ["user metadata: step=4"]);
 }

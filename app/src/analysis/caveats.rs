@@ -1,14 +1,23 @@
-//! What a trace cannot show, said in words once for `info` and the app: a snapshot taken without
-//! allocation history, a profiler trace that cannot see memory from before it began.
+//! What a trace cannot show: a snapshot taken without allocation history, a profiler trace that
+//! cannot see memory from before it began. Found here once for `info` and the app, which word it.
 
 use vramscope_trace_format::{SourceFormat, Trace};
 
-/// How to record a snapshot with history, for the notes that need it.
-pub const HOW_TO_RECORD_HISTORY: &str = "call torch.cuda.memory._record_memory_history(max_entries=100000) \
-     before the code to look at, then torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")";
+/// Something the trace cannot show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caveat {
+    /// A snapshot without allocation history on any device: its state when taken is its only
+    /// instant, and every peak is that state.
+    NoHistory,
+    /// These devices of a snapshot recorded no history (the others did).
+    NoHistoryOn(Vec<i16>),
+    /// On these devices memory allocated before the profiler started is not seen: the trace's
+    /// events carry only sizes, so the curve is their running sum.
+    UnseenBeforeStart(Vec<i16>),
+}
 
-/// Notes on what the trace cannot show, each one sentence or two, for people.
-pub fn caveats(trace: &Trace) -> Vec<String> {
+/// What `trace` cannot show.
+pub fn caveats(trace: &Trace) -> Vec<Caveat> {
     let mut notes = Vec::new();
     let devices = trace.devices();
     if trace.metadata.source_format == SourceFormat::PytorchSnapshot {
@@ -18,33 +27,15 @@ pub fn caveats(trace: &Trace) -> Vec<String> {
         }
         let without: Vec<i16> = devices.iter().copied().filter(|&d| !with_history[d as u16 as usize]).collect();
         if !without.is_empty() && without.len() == devices.len() {
-            notes.push(format!(
-                "No allocation history was recorded: this snapshot holds only the allocator's state when it \
-                 was taken, so that state is its only instant and every peak below is that state. To see \
-                 memory over time, {HOW_TO_RECORD_HISTORY}."
-            ));
+            notes.push(Caveat::NoHistory);
         } else if !without.is_empty() {
-            let names: Vec<String> = without.iter().map(|&d| trace.metadata.device_label(d)).collect();
-            notes.push(format!(
-                "{} recorded no allocation history (only the allocator's final state): its peak is that state.",
-                names.join(", ")
-            ));
+            notes.push(Caveat::NoHistoryOn(without));
         }
     }
-    let unseen: Vec<String> = trace
-        .metadata
-        .devices
-        .iter()
-        .filter(|d| d.allocated_before_unknown)
-        .map(|d| trace.metadata.device_label(d.device))
-        .collect();
+    let unseen: Vec<i16> =
+        trace.metadata.devices.iter().filter(|d| d.allocated_before_unknown).map(|d| d.device).collect();
     if !unseen.is_empty() {
-        notes.push(format!(
-            "{}: memory allocated before the profiler started is not seen. The trace's memory events carry \
-             only sizes (no addresses or running totals, as in PyTorch 1.8-1.9), so the curve is their running \
-             sum, starting at the least memory that its frees imply was already there.",
-            unseen.join(", ")
-        ));
+        notes.push(Caveat::UnseenBeforeStart(unseen));
     }
     notes
 }
@@ -79,26 +70,20 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_without_history_says_so_and_how_to_record_one() {
+    fn a_snapshot_without_history_is_found_per_device() {
         let mut trace = Trace::default();
         trace.metadata.source_format = SourceFormat::PytorchSnapshot;
         trace.segments = vec![segment(0), segment(1)];
-        let notes = caveats(&trace);
-        assert_eq!(notes.len(), 1, "{notes:?}");
-        assert!(notes[0].contains("_record_memory_history"), "{notes:?}");
+        assert_eq!(caveats(&trace), [Caveat::NoHistory]);
         // One device with history, one without: only that one is named.
         trace.events.push(Event::new(EventKind::Alloc, 5, 1, 0x9000, 512));
-        let notes = caveats(&trace);
-        assert_eq!(
-            notes,
-            ["cuda:0 recorded no allocation history (only the allocator's final state): its peak is that state."]
-        );
+        assert_eq!(caveats(&trace), [Caveat::NoHistoryOn(vec![0])]);
         trace.events.push(Event::new(EventKind::Alloc, 6, 0, 0x9000, 512));
         assert!(caveats(&trace).is_empty());
     }
 
     #[test]
-    fn a_running_sum_says_what_it_cannot_see() {
+    fn a_running_sum_is_found() {
         let mut trace = Trace::default();
         trace.metadata.source_format = SourceFormat::ChromeTrace;
         trace.metadata.devices = vec![DeviceInfo {
@@ -107,8 +92,6 @@ mod tests {
             allocated_before_unknown: true,
             ..DeviceInfo::default()
         }];
-        let notes = caveats(&trace);
-        assert_eq!(notes.len(), 1);
-        assert!(notes[0].starts_with("hip:2: memory allocated before the profiler started is not seen"), "{notes:?}");
+        assert_eq!(caveats(&trace), [Caveat::UnseenBeforeStart(vec![2])]);
     }
 }

@@ -1,5 +1,5 @@
 //! Comparing two runs at their peaks: the peaks, bytes by category, and the allocation sites
-//! that grew, shrank, appeared or disappeared, with one sentence that says what changed.
+//! that grew, shrank, appeared or disappeared, with what changed most (the front ends word it).
 //!
 //! Allocations are matched across runs by their allocation site (the innermost Python frame,
 //! `function  file:line`, else the operator): stack ids differ between traces, and a site is
@@ -8,12 +8,11 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramscope_trace_format::{Category, Trace};
+use vramscope_trace_format::Trace;
 
 use super::instant;
 use super::peak;
 use super::summary::time_us;
-use crate::units;
 
 /// One run at its allocated peak.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -106,8 +105,23 @@ pub struct Diff {
     pub grown: Vec<SiteDelta>,
     /// Sites in both that shrank, most first.
     pub shrunk: Vec<SiteDelta>,
-    /// What changed, in one sentence.
-    pub summary: String,
+    /// What changed most, for the sentence on top.
+    pub headline: Headline,
+}
+
+/// What the sentence on top of a comparison says, as data.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Headline {
+    /// B's allocated peak minus A's.
+    pub delta_bytes: i64,
+    /// A's allocated peak.
+    pub peak_a_bytes: u64,
+    /// The change as a percentage of A's peak (none when A's is 0).
+    pub percent: Option<f64>,
+    /// The category that moved most the same way as the peak, and by how much.
+    pub mostly: Option<(&'static str, i64)>,
+    /// Then the allocation site that moved most the same way.
+    pub site: Option<String>,
 }
 
 fn signed(a: u64, b: u64) -> i64 {
@@ -154,48 +168,23 @@ pub fn diff(a: RunPeak, b: RunPeak) -> Diff {
     for list in [&mut only_in_a, &mut only_in_b, &mut grown, &mut shrunk] {
         list.sort_by(|x, y| y.delta.unsigned_abs().cmp(&x.delta.unsigned_abs()).then(x.site.cmp(&y.site)));
     }
-    let summary = sentence(&a, &b, &categories, [&only_in_a, &only_in_b, &grown, &shrunk]);
-    Diff { a, b, categories, only_in_a, only_in_b, grown, shrunk, summary }
+    let headline = headline(&a, &b, &categories, [&only_in_a, &only_in_b, &grown, &shrunk]);
+    Diff { a, b, categories, only_in_a, only_in_b, grown, shrunk, headline }
 }
 
-fn sentence(a: &RunPeak, b: &RunPeak, categories: &[CategoryDelta], sites: [&Vec<SiteDelta>; 4]) -> String {
+fn headline(a: &RunPeak, b: &RunPeak, categories: &[CategoryDelta], sites: [&Vec<SiteDelta>; 4]) -> Headline {
     let delta = signed(a.peak_allocated_bytes, b.peak_allocated_bytes);
-    if delta == 0 {
-        return format!("Both peaks are {}.", units::bytes(a.peak_allocated_bytes));
-    }
-    let direction = if delta < 0 { "lower" } else { "higher" };
-    let pct =
-        percent(a.peak_allocated_bytes, b.peak_allocated_bytes).map_or_else(String::new, |p| format!(" ({p:+.0}%)"));
-    let mut text = format!("B's peak is {} {direction}{pct}", units::bytes(delta.unsigned_abs()));
     let same_way = |d: i64| (d < 0) == (delta < 0) && d != 0;
-    if let Some(c) = categories.iter().find(|c| same_way(c.delta)) {
-        let name = Category::ALL.iter().find(|x| x.name() == c.category).map_or(c.category, |x| plural(*x));
-        text.push_str(&format!(", mostly {name} ({})", units::signed_bytes(c.delta)));
-        let top_site = sites
-            .iter()
-            .flat_map(|list| list.iter())
-            .filter(|s| same_way(s.delta))
-            .max_by_key(|s| s.delta.unsigned_abs());
-        if let Some(site) = top_site {
-            text.push_str(&format!(" at {}", site.site));
-        }
-    }
-    text.push('.');
-    text
-}
-
-fn plural(category: Category) -> &'static str {
-    match category {
-        Category::Parameter => "parameters",
-        Category::Gradient => "gradients",
-        Category::OptimizerState => "optimizer state",
-        Category::Activation => "activations",
-        Category::Temporary => "temporaries",
-        Category::Input => "inputs",
-        Category::AllocatorCache => "allocator cache",
-        Category::NonFramework => "non-framework memory",
-        Category::AutogradDetail => "autograd detail",
-        Category::Unknown => "unattributed memory",
+    let mostly = if delta == 0 { None } else { categories.iter().find(|c| same_way(c.delta)) };
+    let site = mostly.and_then(|_| {
+        sites.iter().flat_map(|list| list.iter()).filter(|s| same_way(s.delta)).max_by_key(|s| s.delta.unsigned_abs())
+    });
+    Headline {
+        delta_bytes: delta,
+        peak_a_bytes: a.peak_allocated_bytes,
+        percent: percent(a.peak_allocated_bytes, b.peak_allocated_bytes),
+        mostly: mostly.map(|c| (c.category, c.delta)),
+        site: site.map(|s| s.site.clone()),
     }
 }
 
@@ -241,6 +230,9 @@ mod tests {
         assert_eq!(d.only_in_b.iter().map(|s| s.site.as_str()).collect::<Vec<_>>(), ["cast  m.py:5"]);
         assert_eq!(d.shrunk[0].delta, -4 * gib as i64);
         assert!(d.grown.is_empty());
-        assert_eq!(d.summary, "B's peak is 4.00 GiB lower (-20%), mostly activations (-4.00 GiB) at forward  m.py:1.");
+        assert_eq!(d.headline.delta_bytes, -4 * gib as i64);
+        assert_eq!(d.headline.percent, Some(-20.0));
+        assert_eq!(d.headline.mostly, Some(("activation", -4 * gib as i64)));
+        assert_eq!(d.headline.site.as_deref(), Some("forward  m.py:1"));
     }
 }

@@ -131,22 +131,6 @@ pub fn block_context(trace: &Trace, block: &LiveBlock) -> Context {
         .unwrap_or_default()
 }
 
-/// The parts of a block's context worth showing, as `label: text` lines (`N/A`, PyTorch's
-/// default compile context, is not).
-pub fn context_lines(trace: &Trace, block: &LiveBlock) -> Vec<String> {
-    let context = block_context(trace, block);
-    let mut lines = Vec::new();
-    let metadata = trace.interner.resolve(context.user_metadata);
-    if !metadata.is_empty() {
-        lines.push(format!("user metadata: {metadata}"));
-    }
-    let compile = trace.interner.resolve(context.compile_context);
-    if !compile.is_empty() && compile != "N/A" {
-        lines.push(format!("compile context: {compile}"));
-    }
-    lines
-}
-
 fn is_segment_event(kind: EventKind) -> bool {
     matches!(kind, EventKind::SegmentAlloc | EventKind::SegmentMap | EventKind::SegmentFree | EventKind::SegmentUnmap)
 }

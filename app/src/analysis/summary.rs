@@ -79,8 +79,10 @@ pub struct Summary {
     /// The distributed rank the trace says it is, when it says so.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
-    /// What the trace cannot show (no allocation history, memory from before a profiler started).
-    pub notes: Vec<String>,
+    /// What the trace cannot show (no allocation history, memory from before a profiler started);
+    /// `info` words them (in the JSON as `notes`).
+    #[serde(skip)]
+    pub caveats: Vec<super::caveats::Caveat>,
     /// Other facts the source recorded (a profiler trace's `distributedInfo` and top-level
     /// metadata, a snapshot's keys vramscope does not read, a recording's driver version).
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
@@ -178,7 +180,7 @@ pub fn summary(trace: &Trace, format: SourceFormat, wrappers: &[Wrapper]) -> Sum
     Summary {
         wrapped_in: wrappers.iter().map(|w| w.name()).collect(),
         rank: trace.metadata.processes.first().and_then(|p| p.rank).filter(|_| trace.metadata.processes.len() == 1),
-        notes: super::caveats::caveats(trace),
+        caveats: super::caveats::caveats(trace),
         metadata: trace.metadata.extra.clone(),
         focus_device: focus_device(trace, devices.iter().map(|d| (d.device, d.peak_allocated_bytes))),
         format: format.name(),

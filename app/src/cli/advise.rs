@@ -5,9 +5,67 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 
-use crate::analysis::advisor::{self, Projection};
+use serde::Serialize;
+
+use crate::analysis::advisor::{self, Advice, Baseline, Projection};
 use crate::load;
 use crate::units::bytes;
+use crate::words;
+
+/// `advise --json`: the advice with its words.
+#[derive(Serialize)]
+struct Json<'a> {
+    baseline: &'a Baseline,
+    target_bytes: Option<u64>,
+    baseline_fits: bool,
+    remedies: Vec<ProjectionJson<'a>>,
+    combinations: Vec<ProjectionJson<'a>>,
+    smallest_change_that_fits: Option<&'a str>,
+    fragmentation: Option<String>,
+    autocast: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct ProjectionJson<'a> {
+    id: &'a str,
+    change: String,
+    projected_peak_allocated_bytes: u64,
+    projected_peak_reserved_bytes: u64,
+    saving_bytes: i64,
+    uncertainty: f64,
+    cost: String,
+    reason: String,
+    fits: bool,
+}
+
+fn projections<'a>(list: &'a [Projection], advice: &Advice) -> Vec<ProjectionJson<'a>> {
+    list.iter()
+        .map(|p| ProjectionJson {
+            id: &p.id,
+            change: words::change(p, advice),
+            projected_peak_allocated_bytes: p.projected_peak_allocated_bytes,
+            projected_peak_reserved_bytes: p.projected_peak_reserved_bytes,
+            saving_bytes: p.saving_bytes,
+            uncertainty: p.uncertainty,
+            cost: words::cost(p),
+            reason: words::reason(p, advice),
+            fits: p.fits,
+        })
+        .collect()
+}
+
+fn with_words(advice: &Advice) -> Json<'_> {
+    Json {
+        baseline: &advice.baseline,
+        target_bytes: advice.target_bytes,
+        baseline_fits: advice.baseline_fits,
+        remedies: projections(&advice.remedies, advice),
+        combinations: projections(&advice.combinations, advice),
+        smallest_change_that_fits: advice.smallest_change_that_fits.as_deref(),
+        fragmentation: advice.fragmentation.as_ref().map(words::fragmentation),
+        autocast: advice.autocast.as_deref(),
+    }
+}
 
 /// Reads a size: a number of bytes, or with a unit (`80GiB`, `512MiB`, `40GB`, `1.5TiB`).
 pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
@@ -60,7 +118,7 @@ pub fn run(
         bail!("{}: the trace holds no memory events to advise on", path.display());
     };
     if json {
-        serde_json::to_writer_pretty(&mut *out, &advice)?;
+        serde_json::to_writer_pretty(&mut *out, &with_words(&advice))?;
         writeln!(out)?;
         return Ok(());
     }
@@ -86,15 +144,15 @@ pub fn run(
     writeln!(out, "\nremedies, lowest projected peak first (allocated; ± the rule's uncertainty):")?;
     for p in &advice.remedies {
         line(out, p, b.peak_allocated_bytes)?;
-        writeln!(out, "      {}", p.reason)?;
-        writeln!(out, "      cost: {}", p.cost)?;
+        writeln!(out, "      {}", words::reason(p, &advice))?;
+        writeln!(out, "      cost: {}", words::cost(p))?;
     }
     writeln!(out, "\nbest combinations:")?;
     for p in advice.combinations.iter().take(5) {
         line(out, p, b.peak_allocated_bytes)?;
     }
     if let Some(fragmentation) = &advice.fragmentation {
-        writeln!(out, "\nfragmentation: {fragmentation}")?;
+        writeln!(out, "\nfragmentation: {}", words::fragmentation(fragmentation))?;
     }
     match (&advice.smallest_change_that_fits, advice.target_bytes) {
         _ if advice.baseline_fits => writeln!(out, "\nthe baseline fits under the target already")?,

@@ -140,11 +140,12 @@ pub fn run(a: &Path, b: &Path, json: bool, gates: &[Gate], device: Option<i16>, 
             peak_allocated_percent: percent(d.a.peak_allocated_bytes, d.b.peak_allocated_bytes),
             categories_at_peak: d.categories.iter().map(|c| (c.category, c.delta)).collect(),
         };
+        let summary = crate::words::diff_summary(&d);
         let doc = Json {
             a: side(&d.a),
             b: side(&d.b),
             delta,
-            summary: &d.summary,
+            summary: &summary,
             top_grown: top(&d.grown),
             top_shrunk: top(&d.shrunk),
             only_in_a: top(&d.only_in_a),
@@ -167,7 +168,7 @@ fn write_text(d: &Diff, gates: &[GateResult], out: &mut dyn Write) -> Result<()>
     writeln!(out, "A  {}", d.a.file)?;
     writeln!(out, "B  {}", d.b.file)?;
     writeln!(out)?;
-    writeln!(out, "{}", d.summary)?;
+    writeln!(out, "{}", crate::words::diff_summary(d))?;
     writeln!(out)?;
     writeln!(out, "{:<28}{:>12}{:>12}{:>13}{:>10}", "", "A", "B", "B - A", "")?;
     let rows = [

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use vramscope_trace_format::{AnnotationKind, Clock, SourceFormat, Trace};
 
 use crate::analysis::summary::{self, DeviceSummary, Summary};
-use crate::analysis::{attribution, instant, peak};
+use crate::analysis::{instant, peak};
 use crate::load::{self, LoadedTrace};
 use crate::units::{bytes, count, duration_ns};
 
@@ -114,9 +114,9 @@ fn largest_blocks(trace: &Trace, when: Option<&When>, text: &str, n: usize) -> R
                 .map(|b| BlockOut {
                     size_bytes: b.block.size_bytes,
                     category: b.attribution.category.name(),
-                    why: attribution::describe(trace, b.attribution.evidence),
+                    why: crate::words::evidence(trace, b.attribution.evidence),
                     site: instant::allocation_site(trace, b.block.stack, true),
-                    context: instant::context_lines(trace, &b.block),
+                    context: crate::words::context_lines(trace, &b.block),
                 })
                 .collect();
             Ok((device, blocks))
@@ -174,6 +174,10 @@ pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, ou
     let at = at.map(|(text, when)| at_instant(&loaded.trace, when, text)).transpose()?;
     if json {
         let mut value = serde_json::to_value(&summary)?;
+        if let Some(object) = value.as_object_mut() {
+            let notes = crate::words::caveats(&loaded.trace, &summary.caveats);
+            object.insert("notes".to_owned(), serde_json::to_value(notes)?);
+        }
         if let (Some(at), Some(object)) = (&at, value.as_object_mut()) {
             object.insert("at".to_owned(), serde_json::to_value(at)?);
         }
@@ -295,8 +299,8 @@ fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn Write) -> R
         let world = trace.metadata.extra.get("world_size").and_then(serde_json::Value::as_u64);
         writeln!(out, "  rank {rank}{}", world.map(|w| format!(" of {w}")).unwrap_or_default())?;
     }
-    for note in &summary.notes {
-        for (i, line) in wrap(note, 92).iter().enumerate() {
+    for note in crate::words::caveats(&loaded.trace, &summary.caveats) {
+        for (i, line) in wrap(&note, 92).iter().enumerate() {
             writeln!(out, "  {}{line}", if i == 0 { "note: " } else { "      " })?;
         }
     }

@@ -9,7 +9,7 @@ use vramscope_trace_format::Trace;
 use super::jobs::Job;
 use super::views::Body;
 use crate::analysis::advisor::{self, Advice, Projection};
-use crate::units;
+use crate::{units, words};
 
 /// The advice shown, and the one being worked out.
 #[derive(Default)]
@@ -48,7 +48,8 @@ impl AdvisorState {
     }
 }
 
-fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], baseline: u64) {
+fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], advice: &Advice) {
+    let baseline = advice.baseline.peak_allocated_bytes;
     TableBuilder::new(ui)
         .id_salt(id)
         .striped(true)
@@ -70,7 +71,11 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], baseline: u64) {
             body.rows(20.0, rows.len(), |mut row| {
                 let Some(p) = rows.get(row.index()) else { return };
                 row.col(|ui| {
-                    ui.add(egui::Label::new(&p.id).truncate()).on_hover_text(format!("{}\n\n{}", p.change, p.reason));
+                    ui.add(egui::Label::new(&p.id).truncate()).on_hover_text(format!(
+                        "{}\n\n{}",
+                        words::change(p, advice),
+                        words::reason(p, advice)
+                    ));
                 });
                 row.col(|ui| {
                     ui.monospace(units::bytes(p.projected_peak_allocated_bytes));
@@ -91,7 +96,7 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], baseline: u64) {
                     ui.label(if p.fits { "yes" } else { "" });
                 });
                 row.col(|ui| {
-                    ui.add(egui::Label::new(&p.cost).truncate()).on_hover_text(&p.reason);
+                    ui.add(egui::Label::new(words::cost(p)).truncate()).on_hover_text(words::reason(p, advice));
                 });
             });
         });
@@ -139,16 +144,16 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: i16, state: &mu
         }
     });
     if let Some(fragmentation) = &advice.fragmentation {
-        ui.label(format!("Fragmentation: {fragmentation}"));
+        ui.label(format!("Fragmentation: {}", words::fragmentation(fragmentation)));
     }
     ui.weak("Hover a remedy for what to change and the reasoning from this trace.");
     ui.add_space(4.0);
     egui::ScrollArea::vertical().show(ui, |ui| {
-        table(ui, "advisor-remedies", &advice.remedies, b.peak_allocated_bytes);
+        table(ui, "advisor-remedies", &advice.remedies, advice);
         ui.add_space(8.0);
         ui.strong("Best pairs");
         let best: Vec<Projection> = advice.combinations.iter().take(6).cloned().collect();
-        table(ui, "advisor-pairs", &best, b.peak_allocated_bytes);
+        table(ui, "advisor-pairs", &best, advice);
     });
 }
 

@@ -9,7 +9,6 @@ use super::palette;
 use super::timeline_view::swatch;
 use super::views::Body;
 use super::worker::InstantView;
-use crate::analysis::attribution;
 use crate::analysis::instant::{self, AttributedBlock, StackNode};
 use crate::units;
 
@@ -230,7 +229,7 @@ fn allocations_table_ui(
                     ui.horizontal(|ui| {
                         swatch(ui, palette::category_color(b.attribution.category));
                         ui.label(palette::category_label(b.attribution.category))
-                            .on_hover_text(attribution::describe(trace, b.attribution.evidence));
+                            .on_hover_text(crate::words::evidence(trace, b.attribution.evidence));
                     });
                 });
                 row.col(|ui| {
@@ -244,7 +243,7 @@ fn allocations_table_ui(
                 });
                 row.col(|ui| {
                     let response = ui.label(allocation_site(trace, b, hide_noise));
-                    let context = instant::context_lines(trace, &b.block);
+                    let context = crate::words::context_lines(trace, &b.block);
                     if !context.is_empty() {
                         response.on_hover_text(context.join("\n"));
                     }
@@ -268,12 +267,12 @@ pub fn block_details_ui(ui: &mut egui::Ui, trace: &Trace, b: &AttributedBlock, n
             palette::category_label(b.attribution.category)
         ));
     });
-    ui.label(format!("why: {}", attribution::describe(trace, b.attribution.evidence)));
+    ui.label(format!("why: {}", crate::words::evidence(trace, b.attribution.evidence)));
     match b.alloc_ns {
         Some(t) => ui.label(format!("allocated {} before this instant", units::duration_ns(now_ns - t))),
         None => ui.label("allocated before the trace began"),
     };
-    for line in instant::context_lines(trace, &b.block) {
+    for line in crate::words::context_lines(trace, &b.block) {
         ui.label(line);
     }
     egui::CollapsingHeader::new("stack").id_salt("picked-stack").default_open(true).show(ui, |ui| {

@@ -151,7 +151,7 @@ pub fn compare_ui(
         return None;
     };
     match &compare.diff {
-        Some(d) => ui.label(RichText::new(&d.summary).size(17.0).strong()),
+        Some(d) => ui.label(RichText::new(crate::words::diff_summary(d)).size(17.0).strong()),
         None if compare.failed.is_some() => ui.colored_label(
             ui.visuals().error_fg_color,
             format!("The runs could not be compared: {}", compare.failed.as_deref().unwrap_or_default()),

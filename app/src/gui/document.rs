@@ -90,7 +90,7 @@ impl Document {
             path: origin.path,
             format: origin.format,
             wrappers: origin.wrappers,
-            caveats: crate::analysis::caveats::caveats(&trace),
+            caveats: crate::words::caveats(&trace, &crate::analysis::caveats::caveats(&trace)),
             file_bytes: origin.file_bytes,
             warnings: origin.warnings,
             trace,

@@ -9,7 +9,6 @@ use super::breakdown_view::{allocation_site, stack_ui};
 use super::palette;
 use super::views::Body;
 use super::worker::InstantView;
-use crate::analysis::attribution;
 use crate::analysis::instant::SegmentAt;
 use crate::analysis::segments::Fragmentation;
 use crate::units;
@@ -185,7 +184,7 @@ fn segment_row_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, segment:
             ui.label(format!(
                 "{}: {}",
                 palette::category_label(b.attribution.category),
-                attribution::describe(trace, b.attribution.evidence)
+                crate::words::evidence(trace, b.attribution.evidence)
             ));
             ui.label(format!("allocated at {}", allocation_site(trace, b, hide_noise)));
             ui.separator();

@@ -92,7 +92,8 @@ pub struct Body<'a> {
     pub select: Option<usize>,
 }
 
-/// Every view, in the order of their tabs.
+/// Every view, in the order of their tabs (compare last: its tab shows once a second run is
+/// open).
 pub const VIEWS: [ViewInfo; 5] = [
     ViewInfo {
         view: View::Timeline,
@@ -131,18 +132,6 @@ pub const VIEWS: [ViewInfo; 5] = [
         draw: fragmentation_view::view_ui,
     },
     ViewInfo {
-        view: View::Compare,
-        label: "Compare",
-        key: egui::Key::Num4,
-        key_label: "4",
-        cli_name: "compare",
-        about: "two runs side by side (with `compare`, or File > Compare with…)",
-        timeline_share: None,
-        needs_second_run: true,
-        needs_instant: false,
-        draw: compare_view::view_ui,
-    },
-    ViewInfo {
         view: View::Advisor,
         label: "Advisor",
         key: egui::Key::Num5,
@@ -153,6 +142,18 @@ pub const VIEWS: [ViewInfo; 5] = [
         needs_second_run: false,
         needs_instant: false,
         draw: advisor_view::view_ui,
+    },
+    ViewInfo {
+        view: View::Compare,
+        label: "Compare",
+        key: egui::Key::Num4,
+        key_label: "4",
+        cli_name: "compare",
+        about: "two runs side by side (with `compare`, or File > Compare with…)",
+        timeline_share: None,
+        needs_second_run: true,
+        needs_instant: false,
+        draw: compare_view::view_ui,
     },
 ];
 
@@ -176,7 +177,7 @@ impl View {
 
 impl clap::ValueEnum for View {
     fn value_variants<'a>() -> &'a [Self] {
-        &[View::Timeline, View::Peak, View::Fragmentation, View::Compare, View::Advisor]
+        &[View::Timeline, View::Peak, View::Fragmentation, View::Advisor, View::Compare]
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {

@@ -6,7 +6,8 @@
 //! peak is the highest of the changed instants, since a remedy can move the peak to another
 //! phase, and it carries an uncertainty: the share of the projected bytes its rule can be wrong
 //! by), and the search for the smallest change that fits. Fragmentation is said apart, from the
-//! allocator's segments at the peak and at the first OOM.
+//! allocator's segments at the peak and at the first OOM. What it returns is data (bytes, shares,
+//! ids and the numbers each reason rests on); the front ends word it.
 
 mod parts;
 mod remedy;
@@ -17,13 +18,12 @@ use serde::Serialize;
 use vramscope_trace_format::{AnnotationKind, Trace};
 
 use self::parts::{Parts, parts_at, phase_at};
-pub use self::remedy::Remedy;
 use self::remedy::{Context, PAGE_BYTES};
+pub use self::remedy::{Reason, Remedy};
 use super::attribution::Attributor;
 use super::instant;
 use super::peak;
 use super::replay;
-use crate::units;
 
 /// Where in the step an instant is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -57,12 +57,12 @@ pub struct Baseline {
 }
 
 /// One remedy (or a combination) and what it would do.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct Projection {
     /// E.g. `amp_bf16`, or `amp_bf16+activation_checkpointing`.
     pub id: String,
-    /// What to change, in words.
-    pub change: String,
+    /// The remedies applied (one, or a pair).
+    pub remedies: Vec<Remedy>,
     /// The projected peak of allocated bytes.
     pub projected_peak_allocated_bytes: u64,
     /// The projected peak of reserved bytes.
@@ -71,18 +71,15 @@ pub struct Projection {
     pub saving_bytes: i64,
     /// The share of the projected bytes the rule may be off by.
     pub uncertainty: f64,
-    /// What it costs besides memory.
-    pub cost: String,
-    /// The reasoning, from the trace.
-    pub reason: String,
+    /// The numbers from the trace its reasoning rests on.
+    pub reason: Reason,
     /// Whether it fits under the target.
     pub fits: bool,
-    #[serde(skip)]
     rank: u32,
 }
 
 /// The advice for one device.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct Advice {
     /// Where it starts.
     pub baseline: Baseline,
@@ -97,11 +94,50 @@ pub struct Advice {
     /// The cheapest change that fits under the target, if one does.
     pub smallest_change_that_fits: Option<String>,
     /// Fragmentation: reserved but not allocated at the peak, and what `expandable_segments`
-    /// would give back.
-    pub fragmentation: Option<String>,
+    /// would give back (none when it is small).
+    pub fragmentation: Option<Unused>,
     /// The autocast the run already used (`cuda:bfloat16`), when the recorder saw one; the
     /// mixed-precision remedies are left out then.
     pub autocast: Option<String>,
+    /// The GPUs the sharding remedies shard over.
+    pub gpus: u32,
+}
+
+/// Reserved memory not allocated at the peak, from the allocator's segments, and at the first
+/// OOM. Expandable segments map memory in 2 MiB pages as blocks need it, so what stays reserved
+/// is the allocated bytes, their rounding and part of a page.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unused {
+    /// Reserved but not allocated at the peak.
+    pub unused_bytes: u64,
+    /// Its share of the reserved peak (0 to 1).
+    pub share_of_reserved: f64,
+    /// Rounding inside allocated blocks.
+    pub rounding_bytes: u64,
+    /// The largest free range inside segments.
+    pub largest_free_bytes: u64,
+    /// About what expandable segments would not reserve.
+    pub expandable_gives_back_bytes: u64,
+    /// At the first OOM, if any.
+    pub at_oom: Option<FreeAtOom>,
+}
+
+/// What the allocator had free when an allocation failed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FreeAtOom {
+    /// Bytes asked for.
+    pub requested_bytes: u64,
+    /// Free inside segments.
+    pub free_bytes: u64,
+    /// The largest free range.
+    pub largest_free_bytes: u64,
+}
+
+impl FreeAtOom {
+    /// Whether fragmentation failed it: enough was free, but in no range large enough.
+    pub fn fragmentation_failed_it(&self) -> bool {
+        self.free_bytes >= self.requested_bytes && self.largest_free_bytes < self.requested_bytes
+    }
 }
 
 /// The memory of a device taken apart at the instants that matter: the peak first, then the
@@ -178,30 +214,26 @@ fn project(instants: &[Parts], applied: &[Remedy], ctx: &Context) -> (f64, f64) 
 }
 
 /// A projection's row.
-#[allow(clippy::too_many_arguments)]
 fn projection(
-    id: String,
-    change: String,
-    cost: String,
-    rank: u32,
+    remedies: Vec<Remedy>,
     (worst, uncertainty): (f64, f64),
     reserved: u64,
-    reason: String,
+    reason: Reason,
     ctx: &Context,
     target: Option<u64>,
 ) -> Projection {
     let allocated = worst.round() as u64;
+    let id = remedies.iter().map(|r| r.id()).collect::<Vec<_>>().join("+");
     Projection {
         id,
-        change,
+        rank: remedies.iter().map(|r| r.rank()).sum(),
+        remedies,
         projected_peak_allocated_bytes: allocated,
         projected_peak_reserved_bytes: reserved,
         saving_bytes: ctx.peak_allocated_bytes as i64 - allocated as i64,
         uncertainty: (uncertainty * 100.0).round() / 100.0,
-        cost,
         reason,
         fits: target.is_some_and(|t| reserved <= t),
-        rank,
     }
 }
 
@@ -217,10 +249,7 @@ fn singles(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64
                 (ctx.peak_allocated_bytes as f64, r.uncertainty())
             };
             projection(
-                r.id().to_owned(),
-                r.change(ctx),
-                r.cost().to_owned(),
-                r.rank(),
+                vec![r],
                 projected,
                 r.reserved_bytes(projected.0, ctx),
                 r.reason(b.base(), ctx, projected.0),
@@ -244,19 +273,10 @@ fn pairs(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64>)
             }
             let projected = project(&b.instants, &[a, b2], ctx);
             out.push(projection(
-                format!("{}+{}", a.id(), b2.id()),
-                format!("{}; and {}", a.change(ctx), b2.change(ctx)),
-                format!("{}; {}", a.cost(), b2.cost()),
-                a.rank() + b2.rank(),
+                vec![a, b2],
                 projected,
                 a.reserved_bytes(projected.0, ctx),
-                format!(
-                    "{} and {} together: {} -> {}",
-                    a.id(),
-                    b2.id(),
-                    units::bytes(ctx.peak_allocated_bytes),
-                    units::bytes(projected.0.max(0.0) as u64)
-                ),
+                Reason::Together(a, b2),
                 ctx,
                 target,
             ));
@@ -274,45 +294,31 @@ fn smallest_that_fits(singles: &[Projection], pairs: &[Projection], target: Opti
     fitting.first().map(|p| p.id.clone())
 }
 
-/// Fragmentation, in words: from the allocator's segments at the peak (and at the first OOM),
-/// what expandable segments would give back. They map memory in 2 MiB pages as blocks need it,
-/// so what stays reserved is the allocated bytes, their rounding waste, and part of a page.
-fn fragmentation(trace: &Trace, device: i16, ctx: &Context, at_peak: &instant::Instant) -> Option<String> {
+/// Fragmentation: from the allocator's segments at the peak (and at the first OOM), what
+/// expandable segments would give back.
+fn fragmentation(trace: &Trace, device: i16, ctx: &Context, at_peak: &instant::Instant) -> Option<Unused> {
     let waste = ctx.waste_bytes();
     let peak_reserved = ctx.peak_reserved_bytes;
     if waste <= peak_reserved / 20 || waste <= PAGE_BYTES {
         return None;
     }
-    let oom = trace.ooms.iter().filter(|o| o.device == device).min_by_key(|o| o.time_ns).map(|o| {
+    let at_oom = trace.ooms.iter().filter(|o| o.device == device).min_by_key(|o| o.time_ns).map(|o| {
         let upto = trace.events.partition_point(|e| e.time_ns <= o.time_ns).checked_sub(1);
         let state = instant::instant(trace, device, upto, o.time_ns);
-        (o.requested_bytes, state.total.free_external_bytes, state.total.largest_free_bytes)
+        FreeAtOom {
+            requested_bytes: o.requested_bytes,
+            free_bytes: state.total.free_external_bytes,
+            largest_free_bytes: state.total.largest_free_bytes,
+        }
     });
-    let mut text = format!(
-        "{} reserved but not allocated at the peak ({:.0}% of reserved; {} of it rounding inside blocks, largest free \
-         range {}). With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True segments grow and shrink in 2 MiB pages, so \
-         about {} of it would not be reserved; max_split_size_mb keeps large cached blocks from being split for \
-         small requests, which helps when the free space is scattered in large segments",
-        units::bytes(waste),
-        100.0 * waste as f64 / peak_reserved as f64,
-        units::bytes(ctx.internal_bytes),
-        units::bytes(at_peak.total.largest_free_bytes),
-        units::bytes(waste.saturating_sub(ctx.internal_bytes + PAGE_BYTES))
-    );
-    if let Some((requested, free, largest)) = oom {
-        text.push_str(&format!(
-            ". At the first OOM, {} was asked for while {} was free inside segments (largest range {}){}",
-            units::bytes(requested),
-            units::bytes(free),
-            units::bytes(largest),
-            if free >= requested && largest < requested {
-                ": fragmentation, not a lack of memory, failed it; expandable segments would have served it"
-            } else {
-                ""
-            }
-        ));
-    }
-    Some(text)
+    Some(Unused {
+        unused_bytes: waste,
+        share_of_reserved: waste as f64 / peak_reserved as f64,
+        rounding_bytes: ctx.internal_bytes,
+        largest_free_bytes: at_peak.total.largest_free_bytes,
+        expandable_gives_back_bytes: waste.saturating_sub(ctx.internal_bytes + PAGE_BYTES),
+        at_oom,
+    })
 }
 
 /// Works out the advice for `device` (the one with the highest peak when `None`); `gpus` for the
@@ -372,5 +378,6 @@ pub fn advise(trace: &Trace, device: Option<i16>, gpus: u32, target: Option<u64>
         smallest_change_that_fits,
         fragmentation: fragmentation(trace, device, &ctx, &at_peak),
         autocast,
+        gpus,
     })
 }

@@ -1,10 +1,10 @@
-//! The remedies, as one typed list: each carries in one place its id, what to change, its cost,
-//! its uncertainty, how much it asks of the user, which remedies it excludes, when it applies,
-//! how it changes the memory taken apart, and why, from the trace. A new remedy is a variant and
-//! an arm in each `match` here; the compiler names every arm that is missing.
+//! The remedies, as one typed list: each carries in one place its id, its uncertainty, how much
+//! it asks of the user, which remedies it excludes, when it applies, how it changes the memory
+//! taken apart, and the numbers its reasoning rests on ([`Reason`]). A new remedy is a variant
+//! and an arm in each `match` here (and one in the front end's words: what to change and what it
+//! costs); the compiler names every arm that is missing.
 
 use super::parts::Parts;
-use crate::units;
 
 /// A remedy the advisor projects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,55 +159,8 @@ impl Remedy {
         self != Self::ExpandableSegments
     }
 
-    /// What to change, in words.
-    pub fn change(self, ctx: &Context) -> String {
-        match self {
-            Self::AmpBf16 => "run forward and backward under torch.autocast(dtype=torch.bfloat16)".to_owned(),
-            Self::AmpFp16 => {
-                "run forward and backward under torch.autocast(dtype=torch.float16) with a GradScaler".to_owned()
-            }
-            Self::MicroBatchHalf => "halve the micro-batch and accumulate gradients over 2 micro-batches".to_owned(),
-            Self::Adam8bit => "an 8-bit Adam (bitsandbytes' Adam8bit): optimizer state in 8 bits".to_owned(),
-            Self::Adafactor => "Adafactor: factored second moments, no first moment".to_owned(),
-            Self::Sgd => "plain SGD (no momentum): no optimizer state".to_owned(),
-            Self::ActivationCheckpointing => format!(
-                "checkpoint each of the {} repeated blocks (torch.utils.checkpoint, use_reentrant=False)",
-                ctx.blocks
-            ),
-            Self::Zero1 | Self::Zero2 | Self::Zero3 => {
-                format!("ZeRO stage {} (FSDP) over {} GPUs", self.zero_stage(), ctx.gpus)
-            }
-            Self::ExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
-        }
-    }
-
-    /// What it costs besides memory.
-    pub fn cost(self) -> &'static str {
-        match self {
-            Self::AmpBf16 => "precision: bf16 matrix products (fp32 weights, optimizer and reductions); usually faster",
-            Self::AmpFp16 => "precision: fp16 range, needs loss scaling; usually faster",
-            Self::MicroBatchHalf => {
-                "time: 2 smaller steps per update (lower GPU utilisation); the same effective batch"
-            }
-            Self::Adam8bit => "precision: quantised moments; a dependency",
-            Self::Adafactor => "convergence: a different optimizer, may need tuning",
-            Self::Sgd => "convergence: usually slower for transformers",
-            Self::ActivationCheckpointing => {
-                "time: each block's forward runs again in backward (about a third more compute)"
-            }
-            Self::Zero1 | Self::Zero2 => {
-                "communication: a reduce-scatter and an all-gather of the gradients per step, as much as data \
-                 parallelism's all-reduce"
-            }
-            Self::Zero3 => {
-                "communication: parameters all-gathered in forward and again in backward, about 1.5x data \
-                 parallelism's volume"
-            }
-            Self::ExpandableSegments => "none known; virtual-memory mappings instead of fixed segments",
-        }
-    }
-
-    fn zero_stage(self) -> u32 {
+    /// Its ZeRO stage (0 for the other remedies).
+    pub fn zero_stage(self) -> u32 {
         match self {
             Self::Zero1 => 1,
             Self::Zero2 => 2,
@@ -261,60 +214,116 @@ impl Remedy {
         }
     }
 
-    /// Why, from the trace: the parts it changes at the peak, and the peak before and after.
-    pub fn reason(self, base: &Parts, ctx: &Context, projected: f64) -> String {
-        let gib = |b: f64| units::bytes(b.max(0.0) as u64);
-        let share = |part: f64| 100.0 * part / base.total().max(1.0);
-        let before = gib(ctx.peak_allocated_bytes as f64);
-        let after = gib(projected);
+    /// Why, from the trace: the parts it changes at the peak.
+    pub fn reason(self, base: &Parts, ctx: &Context, projected: f64) -> Reason {
+        let bytes = |b: f64| b.max(0.0) as u64;
+        let share = |part: f64| part / base.total().max(1.0);
         match self {
-            Self::AmpBf16 | Self::AmpFp16 => format!(
-                "activations are {:.0}% of the peak ({}); all but {} (residual sums, the loss, embeddings) would be \
-                 16-bit, and autocast keeps 16-bit copies of {} of weights for backward: {before} -> {after}",
-                share(base.activation),
-                gib(base.activation),
-                gib(base.fp32_activation),
-                gib(base.matmul_parameter)
-            ),
-            Self::ActivationCheckpointing => format!(
-                "activations are {:.0}% of the peak ({}), {} of them in {} repeated blocks; checkpointing keeps each \
-                 block's input ({} each) and one block's activations ({}) live: {before} -> {after}",
-                share(base.activation),
-                gib(base.activation),
-                gib(base.blocks.values().sum()),
-                base.blocks.len(),
-                gib(base.boundary),
-                gib(base.blocks.values().copied().fold(0.0, f64::max))
-            ),
-            Self::MicroBatchHalf => format!(
-                "what scales with the batch (activations, temporaries, inputs) is {} at the peak; half of it \
-                 goes: {before} -> {after}",
-                gib(base.activation + base.temporary + base.input)
-            ),
-            Self::Adam8bit | Self::Adafactor | Self::Sgd => format!(
-                "optimizer state is {:.0}% of the peak ({}): {before} -> {after} (the highest point may move to \
-                 another phase)",
-                share(base.optimizer_state),
-                gib(base.optimizer_state)
-            ),
-            Self::Zero1 | Self::Zero2 | Self::Zero3 => format!(
-                "parameters {}, gradients {}, optimizer state {} at the peak, sharded over {} GPUs: {before} -> \
-                 {after}",
-                gib(base.parameter),
-                gib(base.gradient),
-                gib(base.optimizer_state),
-                ctx.gpus
-            ),
-            Self::ExpandableSegments => format!(
-                "{} of the reserved peak is free space inside segments; expandable segments reserve what is \
-                 allocated plus its rounding ({}) and part of a page: {} -> {} reserved",
-                units::bytes(ctx.waste_bytes()),
-                units::bytes(ctx.internal_bytes),
-                units::bytes(ctx.peak_reserved_bytes),
-                units::bytes(self.reserved_bytes(projected, ctx))
-            ),
+            Self::AmpBf16 | Self::AmpFp16 => Reason::Precision {
+                activation_bytes: bytes(base.activation),
+                share_of_peak: share(base.activation),
+                fp32_activation_bytes: bytes(base.fp32_activation),
+                matmul_parameter_bytes: bytes(base.matmul_parameter),
+            },
+            Self::ActivationCheckpointing => Reason::Checkpointing {
+                activation_bytes: bytes(base.activation),
+                share_of_peak: share(base.activation),
+                in_blocks_bytes: bytes(base.blocks.values().sum()),
+                blocks: base.blocks.len(),
+                boundary_bytes: bytes(base.boundary),
+                largest_block_bytes: bytes(base.blocks.values().copied().fold(0.0, f64::max)),
+            },
+            Self::MicroBatchHalf => {
+                Reason::Batch { scaling_bytes: bytes(base.activation + base.temporary + base.input) }
+            }
+            Self::Adam8bit | Self::Adafactor | Self::Sgd => Reason::OptimizerState {
+                optimizer_state_bytes: bytes(base.optimizer_state),
+                share_of_peak: share(base.optimizer_state),
+            },
+            Self::Zero1 | Self::Zero2 | Self::Zero3 => Reason::Sharding {
+                parameter_bytes: bytes(base.parameter),
+                gradient_bytes: bytes(base.gradient),
+                optimizer_state_bytes: bytes(base.optimizer_state),
+                gpus: ctx.gpus,
+            },
+            Self::ExpandableSegments => Reason::Reserved {
+                unused_bytes: ctx.waste_bytes(),
+                rounding_bytes: ctx.internal_bytes,
+                reserved_before_bytes: ctx.peak_reserved_bytes,
+                reserved_after_bytes: self.reserved_bytes(projected, ctx),
+            },
         }
     }
+}
+
+/// Why a projection is what it is: the numbers of the trace its rule rests on. Shares are of
+/// the peak taken apart (0 to 1); the words are the front end's.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reason {
+    /// Mixed precision: the activations at the peak, what of them stays in 32 bits (residual
+    /// sums, the loss, embeddings), and the weights autocast keeps 16-bit copies of.
+    Precision {
+        /// Activations at the peak.
+        activation_bytes: u64,
+        /// Their share of the peak.
+        share_of_peak: f64,
+        /// Activations that stay 32-bit.
+        fp32_activation_bytes: u64,
+        /// Weights of matrix products (16-bit copies kept for backward).
+        matmul_parameter_bytes: u64,
+    },
+    /// Checkpointing: the activations, those inside the repeated blocks, and what stays live.
+    Checkpointing {
+        /// Activations at the peak.
+        activation_bytes: u64,
+        /// Their share of the peak.
+        share_of_peak: f64,
+        /// Activations inside the repeated blocks.
+        in_blocks_bytes: u64,
+        /// The repeated blocks.
+        blocks: usize,
+        /// Each block's input (kept by checkpointing).
+        boundary_bytes: u64,
+        /// The largest block's activations (recomputed one at a time).
+        largest_block_bytes: u64,
+    },
+    /// A smaller micro-batch: what scales with it (activations, temporaries, inputs).
+    Batch {
+        /// Bytes that scale with the batch at the peak.
+        scaling_bytes: u64,
+    },
+    /// Another optimizer: its state at the peak.
+    OptimizerState {
+        /// Optimizer state at the peak.
+        optimizer_state_bytes: u64,
+        /// Its share of the peak.
+        share_of_peak: f64,
+    },
+    /// Sharding: what is sharded, over how many GPUs.
+    Sharding {
+        /// Parameters at the peak.
+        parameter_bytes: u64,
+        /// Gradients at the peak.
+        gradient_bytes: u64,
+        /// Optimizer state at the peak.
+        optimizer_state_bytes: u64,
+        /// GPUs.
+        gpus: u32,
+    },
+    /// Expandable segments: reserved memory not allocated, and the reserved peak before and
+    /// after.
+    Reserved {
+        /// Reserved but not allocated at the peak.
+        unused_bytes: u64,
+        /// Rounding inside allocated blocks.
+        rounding_bytes: u64,
+        /// The reserved peak now.
+        reserved_before_bytes: u64,
+        /// The reserved peak projected.
+        reserved_after_bytes: u64,
+    },
+    /// Two remedies applied together.
+    Together(Remedy, Remedy),
 }
 
 /// Reserved per allocated byte at the baseline's peak.

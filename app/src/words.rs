@@ -1,0 +1,370 @@
+//! The analysis in words, for people: the sentence on top of a comparison, each remedy's change,
+//! cost and reasoning, fragmentation, and what a trace cannot show. The analysis crate returns
+//! numbers and ids; the CLI, the app and the report word them here, once, in the same words.
+
+use vramscope_trace_format::{Category, Trace};
+
+use crate::analysis::advisor::{Advice, FreeAtOom, Projection, Reason, Remedy, Unused};
+use crate::analysis::attribution::Evidence;
+use crate::analysis::caveats::Caveat;
+use crate::analysis::diff::{Diff, Headline};
+use crate::analysis::peak::LiveBlock;
+use crate::units::{bytes, signed_bytes};
+
+/// How to record a snapshot with history, for the notes that need it.
+pub const HOW_TO_RECORD_HISTORY: &str = "call torch.cuda.memory._record_memory_history(max_entries=100000) \
+     before the code to look at, then torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")";
+
+/// The sentence on top of a comparison: how B's peak differs, mostly in what, and where.
+pub fn diff_summary(d: &Diff) -> String {
+    headline(&d.headline)
+}
+
+fn headline(h: &Headline) -> String {
+    if h.delta_bytes == 0 {
+        return format!("Both peaks are {}.", bytes(h.peak_a_bytes));
+    }
+    let direction = if h.delta_bytes < 0 { "lower" } else { "higher" };
+    let pct = h.percent.map_or_else(String::new, |p| format!(" ({p:+.0}%)"));
+    let mut text = format!("B's peak is {} {direction}{pct}", bytes(h.delta_bytes.unsigned_abs()));
+    if let Some((category, delta)) = h.mostly {
+        let name = Category::ALL.iter().find(|x| x.name() == category).map_or(category, |x| plural(*x));
+        text.push_str(&format!(", mostly {name} ({})", signed_bytes(delta)));
+        if let Some(site) = &h.site {
+            text.push_str(&format!(" at {site}"));
+        }
+    }
+    text.push('.');
+    text
+}
+
+/// A category as the sentence names it: `activations`, `optimizer state`.
+pub fn plural(category: Category) -> &'static str {
+    match category {
+        Category::Parameter => "parameters",
+        Category::Gradient => "gradients",
+        Category::OptimizerState => "optimizer state",
+        Category::Activation => "activations",
+        Category::Temporary => "temporaries",
+        Category::Input => "inputs",
+        Category::AllocatorCache => "allocator cache",
+        Category::NonFramework => "non-framework memory",
+        Category::AutogradDetail => "autograd detail",
+        Category::Unknown => "unattributed memory",
+    }
+}
+
+/// What to change for one remedy.
+pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
+    match remedy {
+        Remedy::AmpBf16 => "run forward and backward under torch.autocast(dtype=torch.bfloat16)".to_owned(),
+        Remedy::AmpFp16 => {
+            "run forward and backward under torch.autocast(dtype=torch.float16) with a GradScaler".to_owned()
+        }
+        Remedy::MicroBatchHalf => "halve the micro-batch and accumulate gradients over 2 micro-batches".to_owned(),
+        Remedy::Adam8bit => "an 8-bit Adam (bitsandbytes' Adam8bit): optimizer state in 8 bits".to_owned(),
+        Remedy::Adafactor => "Adafactor: factored second moments, no first moment".to_owned(),
+        Remedy::Sgd => "plain SGD (no momentum): no optimizer state".to_owned(),
+        Remedy::ActivationCheckpointing => format!(
+            "checkpoint each of the {} repeated blocks (torch.utils.checkpoint, use_reentrant=False)",
+            advice.baseline.repeated_blocks
+        ),
+        Remedy::Zero1 | Remedy::Zero2 | Remedy::Zero3 => {
+            format!("ZeRO stage {} (FSDP) over {} GPUs", remedy.zero_stage(), advice.gpus)
+        }
+        Remedy::ExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
+    }
+}
+
+/// What one remedy costs besides memory.
+pub fn remedy_cost(remedy: Remedy) -> &'static str {
+    match remedy {
+        Remedy::AmpBf16 => "precision: bf16 matrix products (fp32 weights, optimizer and reductions); usually faster",
+        Remedy::AmpFp16 => "precision: fp16 range, needs loss scaling; usually faster",
+        Remedy::MicroBatchHalf => "time: 2 smaller steps per update (lower GPU utilisation); the same effective batch",
+        Remedy::Adam8bit => "precision: quantised moments; a dependency",
+        Remedy::Adafactor => "convergence: a different optimizer, may need tuning",
+        Remedy::Sgd => "convergence: usually slower for transformers",
+        Remedy::ActivationCheckpointing => {
+            "time: each block's forward runs again in backward (about a third more compute)"
+        }
+        Remedy::Zero1 | Remedy::Zero2 => {
+            "communication: a reduce-scatter and an all-gather of the gradients per step, as much as data \
+             parallelism's all-reduce"
+        }
+        Remedy::Zero3 => {
+            "communication: parameters all-gathered in forward and again in backward, about 1.5x data \
+             parallelism's volume"
+        }
+        Remedy::ExpandableSegments => "none known; virtual-memory mappings instead of fixed segments",
+    }
+}
+
+/// What to change for a projection (a pair: both changes).
+pub fn change(p: &Projection, advice: &Advice) -> String {
+    p.remedies.iter().map(|&r| remedy_change(r, advice)).collect::<Vec<_>>().join("; and ")
+}
+
+/// What a projection costs besides memory (a pair: both costs).
+pub fn cost(p: &Projection) -> String {
+    p.remedies.iter().map(|&r| remedy_cost(r)).collect::<Vec<_>>().join("; ")
+}
+
+/// Why a projection is what it is, from the trace's numbers: the parts it changes at the peak,
+/// and the peak before and after.
+pub fn reason(p: &Projection, advice: &Advice) -> String {
+    let before = bytes(advice.baseline.peak_allocated_bytes);
+    let after = bytes(p.projected_peak_allocated_bytes);
+    let pct = |share: f64| 100.0 * share;
+    match &p.reason {
+        Reason::Precision { activation_bytes, share_of_peak, fp32_activation_bytes, matmul_parameter_bytes } => {
+            format!(
+                "activations are {:.0}% of the peak ({}); all but {} (residual sums, the loss, embeddings) would be \
+                 16-bit, and autocast keeps 16-bit copies of {} of weights for backward: {before} -> {after}",
+                pct(*share_of_peak),
+                bytes(*activation_bytes),
+                bytes(*fp32_activation_bytes),
+                bytes(*matmul_parameter_bytes)
+            )
+        }
+        Reason::Checkpointing {
+            activation_bytes,
+            share_of_peak,
+            in_blocks_bytes,
+            blocks,
+            boundary_bytes,
+            largest_block_bytes,
+        } => format!(
+            "activations are {:.0}% of the peak ({}), {} of them in {} repeated blocks; checkpointing keeps each \
+             block's input ({} each) and one block's activations ({}) live: {before} -> {after}",
+            pct(*share_of_peak),
+            bytes(*activation_bytes),
+            bytes(*in_blocks_bytes),
+            blocks,
+            bytes(*boundary_bytes),
+            bytes(*largest_block_bytes)
+        ),
+        Reason::Batch { scaling_bytes } => format!(
+            "what scales with the batch (activations, temporaries, inputs) is {} at the peak; half of it goes: \
+             {before} -> {after}",
+            bytes(*scaling_bytes)
+        ),
+        Reason::OptimizerState { optimizer_state_bytes, share_of_peak } => format!(
+            "optimizer state is {:.0}% of the peak ({}): {before} -> {after} (the highest point may move to another \
+             phase)",
+            pct(*share_of_peak),
+            bytes(*optimizer_state_bytes)
+        ),
+        Reason::Sharding { parameter_bytes, gradient_bytes, optimizer_state_bytes, gpus } => format!(
+            "parameters {}, gradients {}, optimizer state {} at the peak, sharded over {gpus} GPUs: {before} -> \
+             {after}",
+            bytes(*parameter_bytes),
+            bytes(*gradient_bytes),
+            bytes(*optimizer_state_bytes)
+        ),
+        Reason::Reserved { unused_bytes, rounding_bytes, reserved_before_bytes, reserved_after_bytes } => format!(
+            "{} of the reserved peak is free space inside segments; expandable segments reserve what is allocated \
+             plus its rounding ({}) and part of a page: {} -> {} reserved",
+            bytes(*unused_bytes),
+            bytes(*rounding_bytes),
+            bytes(*reserved_before_bytes),
+            bytes(*reserved_after_bytes)
+        ),
+        Reason::Together(a, b) => format!("{} and {} together: {before} -> {after}", a.id(), b.id()),
+    }
+}
+
+/// Fragmentation at the peak (and at the first OOM), and what the allocator settings would do.
+pub fn fragmentation(u: &Unused) -> String {
+    let mut text = format!(
+        "{} reserved but not allocated at the peak ({:.0}% of reserved; {} of it rounding inside blocks, largest free \
+         range {}). With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True segments grow and shrink in 2 MiB pages, so \
+         about {} of it would not be reserved; max_split_size_mb keeps large cached blocks from being split for \
+         small requests, which helps when the free space is scattered in large segments",
+        bytes(u.unused_bytes),
+        100.0 * u.share_of_reserved,
+        bytes(u.rounding_bytes),
+        bytes(u.largest_free_bytes),
+        bytes(u.expandable_gives_back_bytes)
+    );
+    if let Some(oom) = &u.at_oom {
+        text.push_str(&at_oom(oom));
+    }
+    text
+}
+
+fn at_oom(oom: &FreeAtOom) -> String {
+    format!(
+        ". At the first OOM, {} was asked for while {} was free inside segments (largest range {}){}",
+        bytes(oom.requested_bytes),
+        bytes(oom.free_bytes),
+        bytes(oom.largest_free_bytes),
+        if oom.fragmentation_failed_it() {
+            ": fragmentation, not a lack of memory, failed it; expandable segments would have served it"
+        } else {
+            ""
+        }
+    )
+}
+
+/// What a trace cannot show, one sentence or two for each caveat.
+pub fn caveat(trace: &Trace, c: &Caveat) -> String {
+    let names = |devices: &[i16]| devices.iter().map(|&d| trace.metadata.device_label(d)).collect::<Vec<_>>();
+    match c {
+        Caveat::NoHistory => format!(
+            "No allocation history was recorded: this snapshot holds only the allocator's state when it was taken, \
+             so that state is its only instant and every peak below is that state. To see memory over time, \
+             {HOW_TO_RECORD_HISTORY}."
+        ),
+        Caveat::NoHistoryOn(devices) => format!(
+            "{} recorded no allocation history (only the allocator's final state): its peak is that state.",
+            names(devices).join(", ")
+        ),
+        Caveat::UnseenBeforeStart(devices) => format!(
+            "{}: memory allocated before the profiler started is not seen. The trace's memory events carry only \
+             sizes (no addresses or running totals, as in PyTorch 1.8-1.9), so the curve is their running sum, \
+             starting at the least memory that its frees imply was already there.",
+            names(devices).join(", ")
+        ),
+    }
+}
+
+/// Every caveat of a trace, worded.
+pub fn caveats(trace: &Trace, caveats: &[Caveat]) -> Vec<String> {
+    caveats.iter().map(|c| caveat(trace, c)).collect()
+}
+
+/// Why a block is in its category.
+pub fn evidence(trace: &Trace, evidence: Evidence) -> String {
+    match evidence {
+        Evidence::Tag(name) => format!("tagged by the recorder: {}", trace.interner.resolve(name)),
+        Evidence::Frame { rule, frame } => match trace.interner.frame_of(frame) {
+            Some(f) => format!(
+                "{rule}: {} at {}:{}",
+                trace.interner.resolve(f.function),
+                trace.interner.resolve(f.file),
+                f.line
+            ),
+            None => rule.to_owned(),
+        },
+        Evidence::Phase { rule, module: Some(module) } => {
+            format!("{rule} (in the forward of {})", trace.interner.resolve(module))
+        }
+        Evidence::Phase { rule, module: None } => rule.to_owned(),
+        Evidence::Nothing => "no tag, and no stack-frame rule matched".to_owned(),
+    }
+}
+
+/// The parts of a block's context worth showing, as `label: text` lines (`N/A`, PyTorch's
+/// default compile context, is not).
+pub fn context_lines(trace: &Trace, block: &LiveBlock) -> Vec<String> {
+    let context = crate::analysis::instant::block_context(trace, block);
+    let mut lines = Vec::new();
+    let metadata = trace.interner.resolve(context.user_metadata);
+    if !metadata.is_empty() {
+        lines.push(format!("user metadata: {metadata}"));
+    }
+    let compile = trace.interner.resolve(context.compile_context);
+    if !compile.is_empty() && compile != "N/A" {
+        lines.push(format!("compile context: {compile}"));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_trace_format::{Block, BlockState, DeviceInfo, Event, EventKind, ProcessId, Segment, SegmentPool};
+    use vramscope_trace_format::{SourceFormat, StackId};
+
+    use super::*;
+    use crate::analysis::caveats;
+    use crate::analysis::diff::{self, RunPeak};
+    use crate::analysis::instant::SiteBytes;
+
+    fn run(peak: u64, categories: &[(&'static str, u64)], sites: &[(&str, u64)]) -> RunPeak {
+        RunPeak {
+            file: String::new(),
+            device: 0,
+            label: "cuda:0".to_owned(),
+            peak_allocated_bytes: peak,
+            peak_allocated_time_us: None,
+            peak_reserved_bytes: peak,
+            categories_at_peak: categories.iter().copied().collect(),
+            sites: sites.iter().map(|(s, b)| SiteBytes { site: (*s).to_owned(), bytes: *b, blocks: 1 }).collect(),
+        }
+    }
+
+    #[test]
+    fn the_diff_sentence_names_the_change_its_category_and_site() {
+        let gib = 1u64 << 30;
+        let a = run(
+            20 * gib,
+            &[("activation", 12 * gib), ("parameter", 8 * gib)],
+            &[("forward  m.py:1", 10 * gib), ("attn  m.py:9", 2 * gib), ("init  m.py:3", 8 * gib)],
+        );
+        let b = run(
+            16 * gib,
+            &[("activation", 8 * gib), ("parameter", 8 * gib)],
+            &[("forward  m.py:1", 6 * gib), ("init  m.py:3", 8 * gib), ("cast  m.py:5", 2 * gib)],
+        );
+        let d = diff::diff(a.clone(), b);
+        assert_eq!(
+            diff_summary(&d),
+            "B's peak is 4.00 GiB lower (-20%), mostly activations (-4.00 GiB) at forward  m.py:1."
+        );
+        assert_eq!(diff_summary(&diff::diff(a.clone(), a)), "Both peaks are 20.0 GiB.");
+    }
+
+    fn segment(device: i16) -> Segment {
+        Segment {
+            device,
+            process: ProcessId(0),
+            address: 0x1000,
+            size_bytes: 2 << 20,
+            stream: 0,
+            pool: SegmentPool::Small,
+            pool_id: (0, 0),
+            is_expandable: false,
+            stack: StackId(0),
+            blocks: vec![Block {
+                address: 0x1000,
+                size_bytes: 2 << 20,
+                requested_bytes: 100,
+                state: BlockState::ActiveAllocated,
+                stack: StackId(0),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_snapshot_without_history_says_so_and_how_to_record_one() {
+        let mut trace = Trace::default();
+        trace.metadata.source_format = SourceFormat::PytorchSnapshot;
+        trace.segments = vec![segment(0), segment(1)];
+        let notes = caveats(&trace, &caveats::caveats(&trace));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("_record_memory_history"), "{notes:?}");
+        // One device with history, one without: only that one is named.
+        trace.events.push(Event::new(EventKind::Alloc, 5, 1, 0x9000, 512));
+        let notes = caveats(&trace, &caveats::caveats(&trace));
+        assert_eq!(
+            notes,
+            ["cuda:0 recorded no allocation history (only the allocator's final state): its peak is that state."]
+        );
+    }
+
+    #[test]
+    fn a_running_sum_says_what_it_cannot_see() {
+        let mut trace = Trace::default();
+        trace.metadata.source_format = SourceFormat::ChromeTrace;
+        trace.metadata.devices = vec![DeviceInfo {
+            device: 2,
+            kind: Some("hip".to_owned()),
+            allocated_before_unknown: true,
+            ..DeviceInfo::default()
+        }];
+        let notes = caveats(&trace, &caveats::caveats(&trace));
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].starts_with("hip:2: memory allocated before the profiler started is not seen"), "{notes:?}");
+    }
+}
