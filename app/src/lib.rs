@@ -4,7 +4,8 @@
 //! files with progress ([`load`]), the analysis ([`analysis`]), which is plain functions over
 //! the trace model of `vramscope-trace-format`, and the desktop app ([`gui`]).
 
-pub mod analysis;
+/// The analysis (the `vramscope-analysis` crate), under the name the app has always used.
+pub use vramscope_analysis as analysis;
 pub mod atomic;
 pub mod cli;
 pub mod colors;

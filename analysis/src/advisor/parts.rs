@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use vramscope_trace_format::{AnnotationKind, Category, StackId, Trace};
 
 use super::Phase;
-use crate::analysis::attribution::{Attribution, Attributor, Evidence};
-use crate::analysis::peak;
+use crate::attribution::{Attribution, Attributor, Evidence};
+use crate::peak;
 
 /// Memory at one instant, taken apart.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -1,4 +1,7 @@
-//! Analysis of a trace: plain functions over the model, with no GUI types.
+//! Analysis of a trace: plain functions over the model of `vramscope-trace-format`. It knows no
+//! screen (no egui here; the crate does not depend on it) and says nothing in words: what it
+//! returns is data (bytes, times, ids, categories, structured reasons), which the app's CLI, GUI
+//! and report word.
 //!
 //! - [`replay`]: allocated, requested and reserved bytes over time per device, counting memory
 //!   that was allocated before a snapshot's trace window began.
@@ -10,7 +13,7 @@
 //! - [`instant`]: everything alive at one instant, and the segments it sits in.
 //! - [`summary`]: the per-device numbers `vramscope info` prints.
 //! - [`advisor`]: what each remedy would do to the peak.
-//! - [`caveats`]: what a trace cannot show, in words.
+//! - [`caveats`]: what a trace cannot show.
 
 pub mod advisor;
 pub mod attribution;
