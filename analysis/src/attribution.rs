@@ -10,7 +10,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use vramscope_trace_format::{AnnotationKind, Category, EventKind, FrameId, StackId, StringId, Trace};
+use vramscope_trace_format::{AnnotationKind, Category, DeviceId, EventKind, FrameId, StackId, StringId, Trace};
 
 /// Why a block has its category.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,7 +119,7 @@ pub struct Attributor<'a> {
 
 impl<'a> Attributor<'a> {
     /// Prepares attribution for the blocks of `device`.
-    pub fn new(trace: &'a Trace, device: i16) -> Self {
+    pub fn new(trace: &'a Trace, device: DeviceId) -> Self {
         let mut tags: HashMap<u64, Vec<(i64, Category, StringId)>> = HashMap::default();
         for tag in trace.tags.iter().filter(|t| t.device == device) {
             tags.entry(tag.address).or_default().push((tag.time_ns, tag.category, tag.name));
@@ -305,7 +305,7 @@ mod tests {
         );
         let fwd = stack(&mut trace, &[("??", "at::native::forward_impl"), ("C:\\m\\model.py", "forward")]);
         let none = stack(&mut trace, &[("train.py", "main")]);
-        let mut a = Attributor::new(&trace, 0);
+        let mut a = Attributor::new(&trace, DeviceId(0));
         assert_eq!(a.stack(adam).category, Category::OptimizerState);
         assert_eq!(a.stack(fwd).category, Category::Activation);
         assert_eq!(a.stack(none), Attribution::UNKNOWN);
@@ -313,13 +313,13 @@ mod tests {
         let name = trace.interner.string("layer.weight");
         trace.tags.push(Tag {
             time_ns: 15,
-            device: 0,
+            device: DeviceId(0),
             process: Default::default(),
             address: 0x100,
             category: Category::Parameter,
             name,
         });
-        let mut a = Attributor::new(&trace, 0);
+        let mut a = Attributor::new(&trace, DeviceId(0));
         // Tagged during its lifetime.
         assert_eq!(a.block(0x100, 10, 20, fwd).category, Category::Parameter);
         // A later block at the same address, after the tag: the stack decides.

@@ -1,7 +1,7 @@
 //! What a trace cannot show: a snapshot taken without allocation history, a profiler trace that
 //! cannot see memory from before it began. Found here once for `info` and the app, which word it.
 
-use vramscope_trace_format::{SourceFormat, Trace};
+use vramscope_trace_format::{DeviceId, SourceFormat, Trace};
 
 /// Something the trace cannot show.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -10,10 +10,10 @@ pub enum Caveat {
     /// instant, and every peak is that state.
     NoHistory,
     /// These devices of a snapshot recorded no history (the others did).
-    NoHistoryOn(Vec<i16>),
+    NoHistoryOn(Vec<DeviceId>),
     /// On these devices memory allocated before the profiler started is not seen: the trace's
     /// events carry only sizes, so the curve is their running sum.
-    UnseenBeforeStart(Vec<i16>),
+    UnseenBeforeStart(Vec<DeviceId>),
 }
 
 /// What `trace` cannot show.
@@ -23,16 +23,16 @@ pub fn caveats(trace: &Trace) -> Vec<Caveat> {
     if trace.metadata.source_format == SourceFormat::PytorchSnapshot {
         let mut with_history = vec![false; 1 << 16];
         for event in &trace.events {
-            with_history[event.device as u16 as usize] = true;
+            with_history[event.device.slot()] = true;
         }
-        let without: Vec<i16> = devices.iter().copied().filter(|&d| !with_history[d as u16 as usize]).collect();
+        let without: Vec<DeviceId> = devices.iter().copied().filter(|&d| !with_history[d.slot()]).collect();
         if !without.is_empty() && without.len() == devices.len() {
             notes.push(Caveat::NoHistory);
         } else if !without.is_empty() {
             notes.push(Caveat::NoHistoryOn(without));
         }
     }
-    let unseen: Vec<i16> =
+    let unseen: Vec<DeviceId> =
         trace.metadata.devices.iter().filter(|d| d.allocated_before_unknown).map(|d| d.device).collect();
     if !unseen.is_empty() {
         notes.push(Caveat::UnseenBeforeStart(unseen));
@@ -48,7 +48,7 @@ mod tests {
 
     use super::*;
 
-    fn segment(device: i16) -> Segment {
+    fn segment(device: DeviceId) -> Segment {
         Segment {
             device,
             process: ProcessId(0),
@@ -73,11 +73,11 @@ mod tests {
     fn a_snapshot_without_history_is_found_per_device() {
         let mut trace = Trace::default();
         trace.metadata.source_format = SourceFormat::PytorchSnapshot;
-        trace.segments = vec![segment(0), segment(1)];
+        trace.segments = vec![segment(DeviceId(0)), segment(DeviceId(1))];
         assert_eq!(caveats(&trace), [Caveat::NoHistory]);
         // One device with history, one without: only that one is named.
         trace.events.push(Event::new(EventKind::Alloc, 5, 1, 0x9000, 512));
-        assert_eq!(caveats(&trace), [Caveat::NoHistoryOn(vec![0])]);
+        assert_eq!(caveats(&trace), [Caveat::NoHistoryOn(vec![DeviceId(0)])]);
         trace.events.push(Event::new(EventKind::Alloc, 6, 0, 0x9000, 512));
         assert!(caveats(&trace).is_empty());
     }
@@ -87,11 +87,11 @@ mod tests {
         let mut trace = Trace::default();
         trace.metadata.source_format = SourceFormat::ChromeTrace;
         trace.metadata.devices = vec![DeviceInfo {
-            device: 2,
+            device: DeviceId(2),
             kind: Some("hip".to_owned()),
             allocated_before_unknown: true,
             ..DeviceInfo::default()
         }];
-        assert_eq!(caveats(&trace), [Caveat::UnseenBeforeStart(vec![2])]);
+        assert_eq!(caveats(&trace), [Caveat::UnseenBeforeStart(vec![DeviceId(2)])]);
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramscope_trace_format::Trace;
+use vramscope_trace_format::{DeviceId, Trace};
 
 use super::instant;
 use super::peak;
@@ -20,7 +20,7 @@ pub struct RunPeak {
     /// The file it was read from.
     pub file: String,
     /// The device compared (the one with the highest allocated peak).
-    pub device: i16,
+    pub device: DeviceId,
     /// Its name (`cuda:0`, `hip:1`, `host`).
     pub label: String,
     /// Peak of allocated bytes.
@@ -37,16 +37,16 @@ pub struct RunPeak {
 }
 
 /// The device of `trace` with the highest allocated peak, and that peak's analysis.
-pub fn run_peak(trace: &Trace, file: &str, device: Option<i16>) -> RunPeak {
+pub fn run_peak(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak {
     let devices = trace.devices();
-    let mut best: Option<(i16, peak::Peaks)> = None;
+    let mut best: Option<(DeviceId, peak::Peaks)> = None;
     for d in devices.into_iter().filter(|d| device.is_none_or(|want| want == *d)) {
         let peaks = peak::peaks(trace, d);
         if best.as_ref().is_none_or(|(_, b)| peaks.allocated.bytes > b.allocated.bytes) {
             best = Some((d, peaks));
         }
     }
-    let (device, peaks) = best.unwrap_or((device.unwrap_or(0), peak::Peaks::default()));
+    let (device, peaks) = best.unwrap_or((device.unwrap_or(DeviceId(0)), peak::Peaks::default()));
     let at_peak = instant::instant(trace, device, peaks.allocated.event, peaks.allocated.time_ns);
     RunPeak {
         file: file.to_owned(),
@@ -195,7 +195,7 @@ mod tests {
     fn run(peak: u64, categories: &[(&'static str, u64)], sites: &[(&str, u64)]) -> RunPeak {
         RunPeak {
             file: String::new(),
-            device: 0,
+            device: DeviceId(0),
             label: "cuda:0".to_owned(),
             peak_allocated_bytes: peak,
             peak_allocated_time_us: None,

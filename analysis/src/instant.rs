@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use vramscope_trace_format::{Category, Context, EventKind, SegmentPool, StackId, StringId, Trace};
+use vramscope_trace_format::{Category, Context, DeviceId, EventKind, SegmentPool, StackId, StringId, Trace};
 
 use super::attribution::{Attribution, Attributor, Evidence};
 use super::peak::{self, LiveBlock};
@@ -68,7 +68,7 @@ pub struct Instant {
 
 /// Works out the state of `device` right after event `event` (before the first when `None`), at
 /// `time_ns` (sources without events, like the memory timeline, have only the time).
-pub fn instant(trace: &Trace, device: i16, event: Option<usize>, time_ns: i64) -> Instant {
+pub fn instant(trace: &Trace, device: DeviceId, event: Option<usize>, time_ns: i64) -> Instant {
     let live = peak::live_at(trace, device, event);
     let mut attributor = Attributor::new(trace, device);
     let mut blocks: Vec<AttributedBlock> = live
@@ -150,7 +150,7 @@ impl Shape {
     }
 }
 
-fn segments_at(trace: &Trace, device: i16, event: Option<usize>, blocks: &[AttributedBlock]) -> Vec<SegmentAt> {
+fn segments_at(trace: &Trace, device: DeviceId, event: Option<usize>, blocks: &[AttributedBlock]) -> Vec<SegmentAt> {
     let mut segments: BTreeMap<u64, Shape> = BTreeMap::new();
     if !trace.segments.is_empty() {
         // A snapshot: its final state, with the segment events after the instant undone.
@@ -466,15 +466,15 @@ mod tests {
             Event::new(EventKind::SegmentAlloc, 3, 0, 0x2000_0000, mib),
             Event::new(EventKind::SegmentFree, 4, 0, 0x2000_0000, mib),
         ];
-        let at = instant(&trace, 0, Some(2), 3);
+        let at = instant(&trace, DeviceId(0), Some(2), 3);
         assert_eq!(at.segments.iter().map(|s| s.address).collect::<Vec<_>>(), [0x1000_0000, 0x2000_0000]);
         let first = &at.segments[0];
         assert_eq!(first.blocks.len(), 1);
         assert_eq!(first.fragmentation.free_external_bytes, mib);
         assert_eq!(at.total.reserved_bytes, 3 * mib);
-        let end = instant(&trace, 0, Some(3), 4);
+        let end = instant(&trace, DeviceId(0), Some(3), 4);
         assert_eq!(end.segments.len(), 1);
-        assert!(instant(&trace, 0, None, 0).segments.is_empty());
+        assert!(instant(&trace, DeviceId(0), None, 0).segments.is_empty());
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use vramscope_trace_format::{Category, CounterKind, CounterSeries, EventKind, StackId, Trace};
+use vramscope_trace_format::{Category, CounterKind, CounterSeries, DeviceId, EventKind, StackId, Trace};
 
 use super::attribution::Attributor;
 use super::replay::{self, Point};
@@ -42,7 +42,7 @@ fn raise(peak: &mut Peak, bytes: u64, event: Option<usize>, time_ns: i64, first:
 }
 
 /// Finds the peaks of a device in one pass.
-pub fn peaks(trace: &Trace, device: i16) -> Peaks {
+pub fn peaks(trace: &Trace, device: DeviceId) -> Peaks {
     let mut peaks = Peaks::default();
     let end = replay::replay(trace, device, |event, p| {
         let first = peaks.points == 0;
@@ -71,7 +71,7 @@ pub struct LiveBlock {
 }
 
 /// The blocks of a device alive right after event `upto` (before the first event when `None`).
-pub fn live_at(trace: &Trace, device: i16, upto: Option<usize>) -> Vec<LiveBlock> {
+pub fn live_at(trace: &Trace, device: DeviceId, upto: Option<usize>) -> Vec<LiveBlock> {
     let events = replay::device_events(trace, device);
     let initial = replay::initial_state(trace, device, &events);
     let mut live: HashMap<u64, LiveBlock> = HashMap::default();
@@ -123,7 +123,7 @@ pub fn live_at(trace: &Trace, device: i16, upto: Option<usize>) -> Vec<LiveBlock
 }
 
 /// A device's counters of bytes by category (the profiler's memory timeline has them).
-pub fn category_counters(trace: &Trace, device: i16) -> Vec<(Category, &CounterSeries)> {
+pub fn category_counters(trace: &Trace, device: DeviceId) -> Vec<(Category, &CounterSeries)> {
     trace
         .counters
         .iter()
@@ -137,7 +137,7 @@ pub fn category_counters(trace: &Trace, device: i16) -> Vec<(Category, &CounterS
 
 /// Bytes by category at an instant: from the source's category counters when it has them (the
 /// profiler's memory timeline), else from [`attribution`](super::attribution) of the live blocks.
-pub fn categories_at(trace: &Trace, device: i16, time_ns: i64, live: &[LiveBlock]) -> BTreeMap<Category, u64> {
+pub fn categories_at(trace: &Trace, device: DeviceId, time_ns: i64, live: &[LiveBlock]) -> BTreeMap<Category, u64> {
     let mut totals = BTreeMap::new();
     let counters = category_counters(trace, device);
     if !counters.is_empty() {

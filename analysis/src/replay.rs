@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use vramscope_trace_format::{BlockState, CounterKind, Event, EventKind, Trace};
+use vramscope_trace_format::{BlockState, CounterKind, DeviceId, Event, EventKind, Trace};
 
 /// Memory in use after one event (or counter sample).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,7 +62,7 @@ impl Initial {
 }
 
 /// Indices of a device's events in [`Trace::events`].
-pub fn device_events(trace: &Trace, device: i16) -> Vec<usize> {
+pub fn device_events(trace: &Trace, device: DeviceId) -> Vec<usize> {
     trace.events.iter().enumerate().filter(|(_, e)| e.device == device).map(|(i, _)| i).collect()
 }
 
@@ -79,7 +79,7 @@ fn removes_reserved(kind: EventKind) -> bool {
 }
 
 /// Works out what a device's replay starts from.
-pub fn initial_state(trace: &Trace, device: i16, events: &[usize]) -> Initial {
+pub fn initial_state(trace: &Trace, device: DeviceId, events: &[usize]) -> Initial {
     let mut initial = Initial::default();
     // Blocks: an address whose first block event frees it was allocated before the window.
     // The value is the index of the pre-existing block the address holds, if it is one.
@@ -202,7 +202,7 @@ impl StepReader<'_> {
 ///
 /// Devices without events but with category counters (the profiler's memory timeline) replay
 /// their counters' totals instead.
-pub fn replay(trace: &Trace, device: i16, visit: impl FnMut(Option<usize>, Point)) -> Point {
+pub fn replay(trace: &Trace, device: DeviceId, visit: impl FnMut(Option<usize>, Point)) -> Point {
     let events = device_events(trace, device);
     if replays_counters(trace, device, &events) {
         return replay_counters(trace, device, visit);
@@ -214,7 +214,7 @@ pub fn replay(trace: &Trace, device: i16, visit: impl FnMut(Option<usize>, Point
 /// Whether a device's memory comes from its counters (a profiler's totals) rather than from its
 /// events: it has no events but has counters. A device with neither (a snapshot taken without
 /// allocation history) replays its final segment state as its only instant.
-pub fn replays_counters(trace: &Trace, device: i16, events: &[usize]) -> bool {
+pub fn replays_counters(trace: &Trace, device: DeviceId, events: &[usize]) -> bool {
     events.is_empty() && trace.counters.iter().any(|c| c.device == device)
 }
 
@@ -222,7 +222,7 @@ pub fn replays_counters(trace: &Trace, device: i16, events: &[usize]) -> bool {
 /// (with no events: one point, the initial state, which is then also the final one).
 pub fn replay_from(
     trace: &Trace,
-    device: i16,
+    device: DeviceId,
     events: &[usize],
     initial: &Initial,
     mut visit: impl FnMut(Option<usize>, Point),
@@ -273,7 +273,7 @@ fn apply(point: &mut Point, e: &Event) {
     }
 }
 
-fn replay_counters(trace: &Trace, device: i16, mut visit: impl FnMut(Option<usize>, Point)) -> Point {
+fn replay_counters(trace: &Trace, device: DeviceId, mut visit: impl FnMut(Option<usize>, Point)) -> Point {
     let categories: Vec<_> =
         trace.counters.iter().filter(|c| c.device == device && matches!(c.kind, CounterKind::Category(_))).collect();
     let allocated = trace.counters.iter().find(|c| c.device == device && c.kind == CounterKind::Allocated);
@@ -310,7 +310,7 @@ fn replay_counters(trace: &Trace, device: i16, mut visit: impl FnMut(Option<usiz
 
 /// allocated, requested and reserved bytes of a device after each event, in time order (the
 /// first point is the state before the first event).
-pub fn timeline(trace: &Trace, device: i16) -> Vec<Point> {
+pub fn timeline(trace: &Trace, device: DeviceId) -> Vec<Point> {
     let mut points = Vec::new();
     replay(trace, device, |_, point| points.push(point));
     points
@@ -332,7 +332,7 @@ mod tests {
         let mut trace = Trace::default();
         let base = 0x1000_0000;
         trace.segments.push(Segment {
-            device: 0,
+            device: DeviceId(0),
             process: ProcessId(0),
             address: base,
             size_bytes: 8192,
@@ -353,7 +353,7 @@ mod tests {
         let mut alloc = Event::new(EventKind::Alloc, 10, 0, base + 2048, 2048);
         alloc.requested_bytes = 1024;
         trace.events = vec![alloc, free];
-        let points = timeline(&trace, 0);
+        let points = timeline(&trace, DeviceId(0));
         let allocated: Vec<u64> = points.iter().map(|p| p.allocated_bytes).collect();
         let requested: Vec<u64> = points.iter().map(|p| p.requested_bytes).collect();
         // Start: 1024 (alive at the end, never allocated in the window) + 1024 (freed in it).

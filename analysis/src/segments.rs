@@ -5,7 +5,7 @@
 //! `size - requested_size`; every other block (free, or freed and waiting for a stream) is
 //! external free space. So `reserved = requested + free_internal + free_external`.
 
-use vramscope_trace_format::{BlockState, Segment, Trace};
+use vramscope_trace_format::{BlockState, DeviceId, Segment, Trace};
 
 /// Fragmentation of one segment (or of all of a device's, added up).
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
@@ -84,7 +84,7 @@ pub struct FinalState {
 }
 
 /// The final segment state of a device, or `None` when the trace recorded no segments at all.
-pub fn final_state(trace: &Trace, device: i16) -> Option<FinalState> {
+pub fn final_state(trace: &Trace, device: DeviceId) -> Option<FinalState> {
     if trace.segments.is_empty() {
         return None;
     }
@@ -116,7 +116,7 @@ mod tests {
         let base = 0x1000_0000;
         let rest = (2 << 20) - 512 - 1024 - 1536;
         let segment = Segment {
-            device: 0,
+            device: DeviceId(0),
             process: ProcessId(0),
             address: base,
             size_bytes: 2 << 20,

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use vramscope_trace_format::import::Wrapper;
-use vramscope_trace_format::{Clock, SourceFormat, Trace};
+use vramscope_trace_format::{Clock, DeviceId, SourceFormat, Trace};
 
 use super::peak::{self, Peak};
 use super::segments;
@@ -13,7 +13,7 @@ use super::segments;
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct DeviceSummary {
     /// Device index; -1 for host memory.
-    pub device: i16,
+    pub device: DeviceId,
     /// Its name: `cuda:0`, `hip:1`, `host`.
     pub label: String,
     /// Product name, when the trace knows it.
@@ -89,7 +89,7 @@ pub struct Summary {
     pub metadata: serde_json::Map<String, serde_json::Value>,
     /// The device to look at first: the first that ran out of memory, else the largest peak.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub focus_device: Option<i16>,
+    pub focus_device: Option<DeviceId>,
     /// Per device.
     pub devices: Vec<DeviceSummary>,
 }
@@ -100,7 +100,7 @@ pub fn time_us(trace: &Trace, peak: &Peak) -> Option<i64> {
 }
 
 /// Summarises one device.
-pub fn device_summary(trace: &Trace, device: i16) -> DeviceSummary {
+pub fn device_summary(trace: &Trace, device: DeviceId) -> DeviceSummary {
     let peaks = peak::peaks(trace, device);
     let live = peak::live_at(trace, device, peaks.allocated.event);
     let categories = peak::categories_at(trace, device, peaks.allocated.time_ns, &live);
@@ -142,11 +142,11 @@ pub fn device_summary(trace: &Trace, device: i16) -> DeviceSummary {
 
 /// The device a person should look at first: the one that ran out of memory first, else the one
 /// with the highest allocated peak (the first of equals), else none (no devices).
-pub fn focus_device(trace: &Trace, peaks: impl IntoIterator<Item = (i16, u64)>) -> Option<i16> {
+pub fn focus_device(trace: &Trace, peaks: impl IntoIterator<Item = (DeviceId, u64)>) -> Option<DeviceId> {
     if let Some(first_oom) = trace.ooms.iter().min_by_key(|o| o.time_ns) {
         return Some(first_oom.device);
     }
-    let mut best: Option<(i16, u64)> = None;
+    let mut best: Option<(DeviceId, u64)> = None;
     for (device, peak) in peaks {
         if best.is_none_or(|(_, b)| peak > b) {
             best = Some((device, peak));

@@ -11,7 +11,7 @@
 //! the rest replayed from there. Sources whose categories come as counters (the profiler's memory
 //! timeline) keep full totals at every point.
 
-use vramscope_trace_format::{Category, EventKind, Trace};
+use vramscope_trace_format::{Category, DeviceId, EventKind, Trace};
 
 use super::attribution::Attributor;
 use super::replay;
@@ -77,7 +77,7 @@ pub struct Column {
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
     /// The device.
-    pub device: i16,
+    pub device: DeviceId,
     time_ns: Vec<i64>,
     allocated: Vec<u64>,
     requested: Vec<u64>,
@@ -101,7 +101,7 @@ pub struct Timeline {
 
 impl Timeline {
     /// Builds the timeline of `device`.
-    pub fn build(trace: &Trace, device: i16) -> Self {
+    pub fn build(trace: &Trace, device: DeviceId) -> Self {
         let mut t = Self { device, checkpoint_every: BLOCK, ..Self::default() };
         let device_events = replay::device_events(trace, device);
         if replay::replays_counters(trace, device, &device_events) {
@@ -136,7 +136,7 @@ impl Timeline {
         k.checked_sub(1).and_then(|k| self.reserved_changes.get(k)).map_or(0, |c| c.1)
     }
 
-    fn build_from_events(&mut self, trace: &Trace, device: i16, device_events: &[usize]) {
+    fn build_from_events(&mut self, trace: &Trace, device: DeviceId, device_events: &[usize]) {
         let mut attributor = Attributor::new(trace, device);
         // The category of each block, decided at its alloc; frees look it up by address.
         let end_ns = trace.events.last().map_or(i64::MAX, |e| e.time_ns);
@@ -204,7 +204,7 @@ impl Timeline {
         });
     }
 
-    fn build_from_counters(&mut self, trace: &Trace, device: i16) {
+    fn build_from_counters(&mut self, trace: &Trace, device: DeviceId) {
         self.checkpoint_every = 1;
         let series = super::peak::category_counters(trace, device);
         let mut next = vec![0usize; series.len()];
@@ -425,8 +425,8 @@ mod tests {
             }
         }
         let trace = trace_with(&events);
-        let t = Timeline::build(&trace, 0);
-        let points = replay::timeline(&trace, 0);
+        let t = Timeline::build(&trace, DeviceId(0));
+        let points = replay::timeline(&trace, DeviceId(0));
         assert_eq!(t.len(), points.len());
         for (start, end) in [(0, 1), (0, 64), (3, 4100), (63, 65), (100, 9000), (0, t.len())] {
             let r = t.range(start, end);

@@ -16,7 +16,7 @@ use vramscope::gui::document::Document;
 use vramscope::gui::{FilePicker, Settings, View, VramscopeApp};
 use vramscope::load::LoadedTrace;
 use vramscope_trace_format::{
-    Annotation, AnnotationKind, Event, EventKind, Frame, ProcessId, SourceFormat, StackId, Trace,
+    Annotation, AnnotationKind, DeviceId, Event, EventKind, Frame, ProcessId, SourceFormat, StackId, Trace,
 };
 
 struct NoDialog;
@@ -80,7 +80,7 @@ fn synthetic_trace(events: usize) -> Trace {
             let name = trace.interner.string(name);
             trace.annotations.push(Annotation {
                 kind,
-                device: 0,
+                device: Some(DeviceId(0)),
                 process: ProcessId(0),
                 start_ns: at + iteration_ns * from / 10,
                 end_ns: at + iteration_ns * to / 10,

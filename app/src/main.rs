@@ -142,9 +142,10 @@ enum Command {
         /// input, allocator_cache, non_framework, autograd_detail, unknown).
         #[arg(long, value_name = "CAT=PCT", value_parser = vramscope::cli::diff::parse_category_gate)]
         fail_if_category_grows: Vec<(vramscope_trace_format::Category, f64)>,
-        /// Compare this device (default: each file's device with the highest peak).
-        #[arg(long)]
-        device: Option<i16>,
+        /// Compare this device: its index (0, 1, …), cuda:N or host (default: each file's device
+        /// with the highest peak).
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<vramscope_trace_format::DeviceId>,
     },
     /// Draw a report image: the timeline by category and the breakdown at the peak; with two
     /// files, both timelines on one time axis and byte scale, and what changed.
@@ -213,9 +214,10 @@ enum Command {
         /// The memory to fit under (default: the device's, when the trace knows it), e.g. 80GiB.
         #[arg(long, value_name = "BYTES", value_parser = vramscope::cli::advise::parse_bytes)]
         target_bytes: Option<u64>,
-        /// The device to advise on (default: the one with the highest peak).
-        #[arg(long)]
-        device: Option<i16>,
+        /// The device to advise on: its index (0, 1, …) or cuda:N (default: the one with the
+        /// highest peak).
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<vramscope_trace_format::DeviceId>,
     },
     /// Convert any supported file to a compact `.vtrace`.
     ///

@@ -2,7 +2,7 @@
 //! cost and reasoning, fragmentation, and what a trace cannot show. The analysis crate returns
 //! numbers and ids; the CLI, the app and the report word them here, once, in the same words.
 
-use vramscope_trace_format::{Category, Trace};
+use vramscope_trace_format::{Category, DeviceId, Trace};
 
 use crate::analysis::advisor::{Advice, FreeAtOom, Projection, Reason, Remedy, Unused};
 use crate::analysis::attribution::Evidence;
@@ -209,7 +209,7 @@ fn at_oom(oom: &FreeAtOom) -> String {
 
 /// What a trace cannot show, one sentence or two for each caveat.
 pub fn caveat(trace: &Trace, c: &Caveat) -> String {
-    let names = |devices: &[i16]| devices.iter().map(|&d| trace.metadata.device_label(d)).collect::<Vec<_>>();
+    let names = |devices: &[DeviceId]| devices.iter().map(|&d| trace.metadata.device_label(d)).collect::<Vec<_>>();
     match c {
         Caveat::NoHistory => format!(
             "No allocation history was recorded: this snapshot holds only the allocator's state when it was taken, \
@@ -284,7 +284,7 @@ mod tests {
     fn run(peak: u64, categories: &[(&'static str, u64)], sites: &[(&str, u64)]) -> RunPeak {
         RunPeak {
             file: String::new(),
-            device: 0,
+            device: DeviceId(0),
             label: "cuda:0".to_owned(),
             peak_allocated_bytes: peak,
             peak_allocated_time_us: None,
@@ -315,7 +315,7 @@ mod tests {
         assert_eq!(diff_summary(&diff::diff(a.clone(), a)), "Both peaks are 20.0 GiB.");
     }
 
-    fn segment(device: i16) -> Segment {
+    fn segment(device: DeviceId) -> Segment {
         Segment {
             device,
             process: ProcessId(0),
@@ -340,7 +340,7 @@ mod tests {
     fn a_snapshot_without_history_says_so_and_how_to_record_one() {
         let mut trace = Trace::default();
         trace.metadata.source_format = SourceFormat::PytorchSnapshot;
-        trace.segments = vec![segment(0), segment(1)];
+        trace.segments = vec![segment(DeviceId(0)), segment(DeviceId(1))];
         let notes = caveats(&trace, &caveats::caveats(&trace));
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].contains("_record_memory_history"), "{notes:?}");
@@ -358,7 +358,7 @@ mod tests {
         let mut trace = Trace::default();
         trace.metadata.source_format = SourceFormat::ChromeTrace;
         trace.metadata.devices = vec![DeviceInfo {
-            device: 2,
+            device: DeviceId(2),
             kind: Some("hip".to_owned()),
             allocated_before_unknown: true,
             ..DeviceInfo::default()

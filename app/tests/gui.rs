@@ -12,7 +12,7 @@ use egui_kittest::kittest::Queryable;
 use vramscope::analysis::{peak, replay, segments, summary};
 use vramscope::gui::{FilePicker, Settings, VramscopeApp};
 use vramscope::units;
-use vramscope_trace_format::{NoProgress, SourceFormat};
+use vramscope_trace_format::{DeviceId, NoProgress, SourceFormat};
 
 /// This package's directory, at run time: a target directory shared between clones can hold a
 /// test binary built in another clone, whose compile-time path would point there.
@@ -90,7 +90,7 @@ fn opening_a_snapshot_shows_its_peak_and_categories() {
     let name = "gpt_ctx128_fullstep_fp32.pickle";
     let harness = open(name);
     let trace = reference(name);
-    let expected = summary::device_summary(&trace, 0);
+    let expected = summary::device_summary(&trace, DeviceId(0));
     // The toolbar's readout and the button name the peak that `info` computes.
     let peak = units::bytes(expected.peak_allocated_bytes);
     harness.get_by_label(&format!("Jump to peak ({peak})"));
@@ -117,7 +117,7 @@ fn clicking_the_timeline_selects_an_instant_that_drives_the_views() {
     let name = "gpt_ctx128_forward_mixed.pickle";
     let mut harness = open(name);
     let trace = reference(name);
-    let points = replay::timeline(&trace, 0);
+    let points = replay::timeline(&trace, DeviceId(0));
     let peak_point = harness.state().session.selected_point.expect("the peak is selected on open");
     let rect = harness.get_by_label("Memory timeline").rect();
     // A third of the way in: somewhere other than the peak.
@@ -134,7 +134,7 @@ fn clicking_the_timeline_selects_an_instant_that_drives_the_views() {
     assert_eq!(view.request.point, point);
     assert_eq!(view.instant.blocks.iter().map(|b| b.block.size_bytes).sum::<u64>(), allocated);
     assert_eq!(view.instant.by_category.values().sum::<u64>(), allocated);
-    let live = peak::live_at(&trace, 0, view.request.event);
+    let live = peak::live_at(&trace, DeviceId(0), view.request.event);
     assert_eq!(live.len(), view.instant.blocks.len());
 
     // P goes back to the peak.
@@ -154,7 +154,7 @@ fn the_fragmentation_map_at_the_end_equals_the_snapshot_segments() {
     harness.state_mut().select(last);
     settle(&mut harness);
     let trace = reference(name);
-    let expected = segments::final_state(&trace, 0).expect("segments");
+    let expected = segments::final_state(&trace, DeviceId(0)).expect("segments");
     let view = harness.state().session.instant.clone().expect("analysed");
     assert_eq!(view.instant.segments.len(), expected.segments);
     assert_eq!(view.instant.total.reserved_bytes, expected.total.reserved_bytes);
@@ -202,7 +202,7 @@ fn the_memory_timeline_keeps_its_categories_in_the_breakdown() {
     settle(&mut harness);
     let loaded = vramscope::load::load_with(&path, &NoProgress).expect("load");
     assert_eq!(loaded.format, SourceFormat::MemoryTimeline);
-    let expected = summary::device_summary(&loaded.trace, 0);
+    let expected = summary::device_summary(&loaded.trace, DeviceId(0));
     let view = harness.state().session.instant.clone().expect("analysed");
     let shown: std::collections::BTreeMap<&str, u64> =
         view.instant.by_category.iter().map(|(c, v)| (c.name(), *v)).collect();
@@ -337,7 +337,7 @@ fn the_built_in_sample_opens_from_the_file_menu_with_its_tags() {
     // It is not a file: it never joins the recent files.
     assert!(app.settings.recent.is_empty());
     let trace = vramscope_trace_format::import(vramscope::sample::BYTES, &NoProgress).expect("import").trace;
-    let expected = summary::device_summary(&trace, 0);
+    let expected = summary::device_summary(&trace, DeviceId(0));
     // The GPU is the device shown, at its peak, with the recorder's categories.
     let peak = units::bytes(expected.peak_allocated_bytes);
     harness.get_by_label(&format!("Jump to peak ({peak})"));
@@ -371,7 +371,7 @@ fn a_distributed_runs_ranks_can_be_shown_one_at_a_time() {
     assert!(expected > 0 && expected < trace.events.len());
     assert_eq!(events_of(harness.state()), expected);
     let one = trace.of_process(vramscope_trace_format::ProcessId(1));
-    let peak = units::bytes(summary::device_summary(&one, -1).peak_allocated_bytes);
+    let peak = units::bytes(summary::device_summary(&one, DeviceId::HOST).peak_allocated_bytes);
     harness.get_by_label(&format!("Jump to peak ({peak})"));
     // Back to all processes: the document shares the run as opened, no second copy of it.
     harness.get_by_value(&format!("rank {rank} (pid {})", trace.metadata.processes[1].pid.unwrap())).click();
@@ -391,7 +391,7 @@ fn the_advisor_lists_the_remedies_with_the_cli_numbers() {
     let mut harness = open_sample();
     harness.get_by_label("Advisor").click();
     let trace = vramscope_trace_format::import(vramscope::sample::BYTES, &NoProgress).expect("import").trace;
-    let advice = vramscope::analysis::advisor::advise(&trace, Some(0), 8, None).expect("advice");
+    let advice = vramscope::analysis::advisor::advise(&trace, Some(DeviceId(0)), 8, None).expect("advice");
     let checkpointing = advice.remedies.iter().find(|r| r.id == "activation_checkpointing").expect("remedy");
     let started = Instant::now();
     // The advice is worked out on its own thread.
@@ -447,7 +447,7 @@ snap = {'segments': [seg(0, 1 << 40, 64 * MB, 60 * MB), seg(1, 2 << 40, 20 * MB,
     let app = harness.state();
     let doc = app.session.doc.as_ref().expect("opened");
     // Device 0 holds far more, but device 1 is the one that ran out of memory.
-    assert_eq!(doc.devices[app.session.device_index].device, 1);
+    assert_eq!(doc.devices[app.session.device_index].device, DeviceId(1));
     // The toolbar shows device 1's peak (4 MiB), not device 0's 60 MiB.
     harness.get_by_label(&format!("Jump to peak ({})", units::bytes(4 << 20)));
     harness.get_by_label_contains("cuda:0 recorded no allocation history");

@@ -4,7 +4,7 @@
 #![allow(unsafe_code)]
 
 use cudarc::driver::{result, sys};
-use vramscope_trace_format::DeviceInfo;
+use vramscope_trace_format::{DeviceId, DeviceInfo};
 
 /// The driver's devices, or nothing when there is no driver (or it fails).
 pub fn device_facts() -> (Vec<DeviceInfo>, Option<i32>) {
@@ -28,7 +28,7 @@ pub fn device_facts() -> (Vec<DeviceInfo>, Option<i32>) {
                 // SAFETY: `device` came from the driver just now.
                 let total = unsafe { result::device::total_mem(device) }.ok();
                 Some(DeviceInfo {
-                    device: i16::try_from(ordinal).ok()?,
+                    device: DeviceId(i16::try_from(ordinal).ok()?),
                     name,
                     total_memory_bytes: total.map(|t| t as u64),
                     ..DeviceInfo::default()

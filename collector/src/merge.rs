@@ -18,7 +18,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use vramscope_trace_format::{Clock, DeviceInfo, Event, EventKind, Oom, ProcessId, ProcessInfo, SourceFormat, Trace};
+use vramscope_trace_format::{
+    Clock, DeviceId, DeviceInfo, Event, EventKind, Oom, ProcessId, ProcessInfo, SourceFormat, Trace,
+};
 
 use crate::wire::{Api, RECORD_BYTES, Record};
 
@@ -41,7 +43,7 @@ enum Backing {
 #[derive(Debug, Default)]
 struct Pool {
     chunks: Vec<(u64, u64)>,
-    device: i16,
+    device: DeviceId,
     /// Where its segment is drawn: pools have no address range of their own, so each gets one
     /// of its own, 1 TiB apart, far above real device addresses.
     base: u64,
@@ -121,14 +123,14 @@ pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[
     trace.metadata.tool_version = env!("CARGO_PKG_VERSION").to_owned();
     let mut processes: BTreeMap<u32, ProcessId> = BTreeMap::new();
     // Live allocations by (process, address): size, what backs them, device.
-    let mut live: HashMap<(ProcessId, u64), (u64, Backing, i16)> = HashMap::new();
+    let mut live: HashMap<(ProcessId, u64), (u64, Backing, DeviceId)> = HashMap::new();
     // Processes whose pools were followed, and what each pool (process, handle) reserves.
     let pooled: HashSet<u32> = records.iter().filter(|r| r.api == Api::PoolReserved).map(|r| r.pid).collect();
     let mut pools: BTreeMap<(ProcessId, u64), Pool> = BTreeMap::new();
     for r in records {
         let next = ProcessId(processes.len() as u32);
         let process = *processes.entry(r.pid).or_insert(next);
-        let device = i16::try_from(r.device.max(-1)).unwrap_or(0);
+        let device = DeviceId(i16::try_from(r.device.max(-1)).unwrap_or(0));
         let time_ns = i64::try_from(r.time_ns).unwrap_or(i64::MAX);
         let event = |kind: EventKind| {
             let mut e = Event::new(kind, time_ns, device, r.address, r.size_bytes);
@@ -162,7 +164,7 @@ pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[
             }
             // Destroying or resetting a context frees everything it held, its pools' memory too.
             (Api::ContextDestroy, 0) => {
-                let mut held: Vec<(u64, u64, Backing, i16)> = live
+                let mut held: Vec<(u64, u64, Backing, DeviceId)> = live
                     .iter()
                     .filter(|((p, _), (_, _, d))| *p == process && *d == device)
                     .map(|((_, address), (size, backing, d))| (*address, *size, *backing, *d))
@@ -238,7 +240,7 @@ pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[
             command_line: command_line.to_vec(),
         })
         .collect();
-    let mut devices: Vec<i16> = trace.events.iter().map(|e| e.device).collect();
+    let mut devices: Vec<DeviceId> = trace.events.iter().map(|e| e.device).collect();
     devices.sort_unstable();
     devices.dedup();
     trace.metadata.devices = devices.into_iter().map(|device| DeviceInfo { device, ..DeviceInfo::default() }).collect();

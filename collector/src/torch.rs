@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use vramscope_trace_format::{
-    Annotation, AnnotationKind, Category, Event, EventKind, Frame, FrameId, Oom, ProcessId, StackId, Tag, Trace,
+    Annotation, AnnotationKind, Category, DeviceId, Event, EventKind, Frame, FrameId, Oom, ProcessId, StackId, Tag,
+    Trace,
 };
 
 /// The shim's files, written into the recording directory's `python/` folder, which `record`
@@ -72,7 +73,7 @@ pub enum Line {
         /// When.
         time: i64,
         /// Device.
-        dev: i16,
+        dev: DeviceId,
         /// Bytes asked for.
         size: u64,
         /// Free device memory then.
@@ -84,7 +85,7 @@ pub enum Line {
         /// When it was learnt.
         time: i64,
         /// Device (-1: CPU).
-        dev: i16,
+        dev: DeviceId,
         /// Storage data pointer.
         addr: u64,
         /// Category name.
@@ -118,7 +119,7 @@ pub struct Block {
     /// When (ns, `CLOCK_MONOTONIC`).
     pub time: i64,
     /// Device (-1: CPU).
-    pub dev: i16,
+    pub dev: DeviceId,
     /// Address.
     pub addr: u64,
     /// Bytes.
@@ -194,7 +195,7 @@ impl Ranges {
 #[derive(Default)]
 struct Merging {
     /// The framework's segments, per process and device.
-    framework_segments: HashMap<(ProcessId, i16), Ranges>,
+    framework_segments: HashMap<(ProcessId, DeviceId), Ranges>,
     /// Events to add.
     added: Vec<Event>,
     /// OOMs the framework's allocator reported.
@@ -207,7 +208,7 @@ fn add_log(
     trace: &mut Trace,
     log: &Log,
     process: ProcessId,
-    driver_devices: &HashSet<(ProcessId, i16)>,
+    driver_devices: &HashSet<(ProcessId, DeviceId)>,
     m: &mut Merging,
 ) {
     let cpu = log.lines.iter().any(|l| matches!(l, Line::Meta { source, .. } if source == "cpu"));
@@ -217,7 +218,7 @@ fn add_log(
     // The allocator's history is in the order things happened, but its clock is approximate
     // and can step back by a microsecond: times are kept from going back, so that sorting
     // by time never puts a free before its allocation.
-    let mut latest: HashMap<i16, i64> = HashMap::new();
+    let mut latest: HashMap<DeviceId, i64> = HashMap::new();
     for line in &log.lines {
         let (kind, block) = match line {
             Line::Meta { .. } => continue,
@@ -243,7 +244,7 @@ fn add_log(
                     let name = trace.interner.string(name);
                     trace.annotations.push(Annotation {
                         kind,
-                        device: Annotation::ALL_DEVICES,
+                        device: None,
                         process,
                         start_ns: *begin,
                         end_ns: (*end).max(*begin),
@@ -294,7 +295,7 @@ fn add_log(
         event.process = process;
         event.stream = block.stream;
         event.stack = stack;
-        if cpu && block.dev < 0 {
+        if cpu && block.dev.is_host() {
             // CPU memory: each block is what the process holds from the system, too.
             match kind {
                 EventKind::Alloc => {
@@ -349,7 +350,7 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
         })
         .collect();
     // Devices on which the driver-level hook saw segments, per process.
-    let driver_devices: HashSet<(ProcessId, i16)> = trace
+    let driver_devices: HashSet<(ProcessId, DeviceId)> = trace
         .events
         .iter()
         .filter(|e| matches!(e.kind, EventKind::SegmentAlloc | EventKind::SegmentMap))
@@ -408,7 +409,8 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
         let file = trace.interner.string("");
         let frame = trace.interner.frame(Frame { function, file, line: 0 });
         let engine = trace.interner.stack(&[frame]);
-        for e in added.iter_mut().filter(|e| e.kind == EventKind::Alloc && e.stack == StackId(0) && e.device >= 0) {
+        for e in added.iter_mut().filter(|e| e.kind == EventKind::Alloc && e.stack == StackId(0) && !e.device.is_host())
+        {
             let i = backward.partition_point(|b| (b.0, b.1) <= (e.process, e.time_ns));
             if i.checked_sub(1).and_then(|i| backward.get(i)).is_some_and(|b| b.0 == e.process && b.2 >= e.time_ns) {
                 e.stack = engine;

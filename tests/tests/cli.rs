@@ -88,3 +88,26 @@ fn help_explains_the_commands() {
         assert!(text.contains(expected), "{expected:?} missing from --help:\n{text}");
     }
 }
+
+#[test]
+fn a_device_the_trace_lacks_is_refused_by_name() {
+    let file = fixtures_dir().join("pytorch-snapshots/mosaic_output.pickle");
+    for command in ["advise", "diff"] {
+        let mut args: Vec<&OsStr> = vec![command.as_ref(), file.as_os_str()];
+        let other = fixtures_dir().join("pytorch-snapshots/gpt_ctx128_fullstep_fp32.pickle");
+        if command == "diff" {
+            args.push(other.as_os_str());
+        }
+        args.push("--device=cuda:3".as_ref());
+        let (code, stderr) = stderr_of(&args);
+        assert_eq!(code, 2, "{command}: {stderr}");
+        assert!(stderr.contains("has no device cuda:3; its devices: cuda:0"), "{command}: {stderr}");
+        args.pop();
+        args.push("--device=gpu".as_ref());
+        let (code, stderr) = stderr_of(&args);
+        assert_eq!(code, 2, "{command}: {stderr}");
+        assert!(stderr.contains("is not a device"), "{command}: {stderr}");
+    }
+    let output = vramscope(&["advise".as_ref(), file.as_os_str(), "--device=cuda:0".as_ref()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}

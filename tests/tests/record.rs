@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use vramscope_e2e::vramscope_bin;
-use vramscope_trace_format::{EventKind, NoProgress, Trace};
+use vramscope_trace_format::{DeviceId, EventKind, NoProgress, Trace};
 
 /// What the client printed: ("alloc", address, size), ("free", address, 0), ("oom", 0, size).
 fn client_calls(stdout: &str) -> Vec<(String, u64, u64)> {
@@ -215,7 +215,10 @@ fn stream_ordered_pitched_managed_and_pinned_host_memory_are_recorded() {
         let device: Vec<Call> = calls.iter().filter(|c| c.0 == "alloc" || c.0 == "free").cloned().collect();
         let (expected, got) = same_calls(
             &device,
-            &Trace { events: trace.events.iter().filter(|e| e.device == 0).copied().collect(), ..Trace::default() },
+            &Trace {
+                events: trace.events.iter().filter(|e| e.device == DeviceId(0)).copied().collect(),
+                ..Trace::default()
+            },
         );
         assert_eq!(got, expected, "{mode}: device memory");
         assert_eq!(expected.len(), 8, "{mode}");
@@ -227,13 +230,16 @@ fn stream_ordered_pitched_managed_and_pinned_host_memory_are_recorded() {
             .collect();
         let (expected, got) = same_calls(
             &host,
-            &Trace { events: trace.events.iter().filter(|e| e.device == -1).copied().collect(), ..Trace::default() },
+            &Trace {
+                events: trace.events.iter().filter(|e| e.device == DeviceId::HOST).copied().collect(),
+                ..Trace::default()
+            },
         );
         assert_eq!(got, expected, "{mode}: host memory");
         assert_eq!(expected.len(), 4, "{mode}");
         // Stream-ordered calls keep their stream.
         let streams: Vec<u64> =
-            trace.events.iter().filter(|e| e.device == 0 && e.stream != 0).map(|e| e.stream).collect();
+            trace.events.iter().filter(|e| e.device == DeviceId(0) && e.stream != 0).map(|e| e.stream).collect();
         assert!(streams.iter().all(|&s| s == 0x51) && streams.len() >= 2 * 2, "{mode}: {streams:?}");
     }
 }
@@ -302,7 +308,7 @@ fn a_stream_ordered_pool_is_reserved_memory_until_it_gives_it_back() {
         // events of one instant).
         let mut reserved = 0i64;
         let mut walked: Vec<(i64, u64)> = Vec::new();
-        for e in trace.events.iter().filter(|e| e.device == 0) {
+        for e in trace.events.iter().filter(|e| e.device == DeviceId(0)) {
             match e.kind {
                 EventKind::SegmentAlloc | EventKind::SegmentMap => reserved += e.size_bytes as i64,
                 EventKind::SegmentFree | EventKind::SegmentUnmap => reserved -= e.size_bytes as i64,
@@ -390,11 +396,11 @@ fn each_call_is_on_its_current_contexts_device() {
     assert_eq!(allocs.len(), 2);
     for (address, device) in allocs {
         let e = trace.events.iter().find(|e| e.kind == EventKind::Alloc && e.address == address).expect("recorded");
-        assert_eq!(e.device, device, "{address:#x}");
+        assert_eq!(e.device, DeviceId(device), "{address:#x}");
     }
     let free = trace.events.iter().find(|e| e.kind == EventKind::FreeCompleted).expect("free recorded");
-    assert_eq!(free.device, 1);
-    assert_eq!(trace.metadata.devices.iter().map(|d| d.device).collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!(free.device, DeviceId(1));
+    assert_eq!(trace.metadata.devices.iter().map(|d| d.device).collect::<Vec<_>>(), vec![DeviceId(0), DeviceId(1)]);
 }
 
 #[test]
@@ -413,7 +419,7 @@ fn device_facts_come_from_the_driver_when_there_is_one() {
         .expect("runs");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let trace = read_trace(&out);
-    let device = trace.metadata.devices.iter().find(|d| d.device == 0).expect("device 0");
+    let device = trace.metadata.devices.iter().find(|d| d.device == DeviceId(0)).expect("device 0");
     assert_eq!(device.name.as_deref(), Some("vramscope fake GPU"));
     assert_eq!(device.total_memory_bytes, Some(1 << 30));
     assert_eq!(trace.metadata.extra.get("cuda_driver_version").and_then(|v| v.as_i64()), Some(12040));

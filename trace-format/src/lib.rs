@@ -31,7 +31,7 @@ pub use model::annotation::{Annotation, AnnotationKind};
 pub use model::category::Category;
 pub use model::counter::{CounterKind, CounterSample, CounterSeries};
 pub use model::event::{Event, EventKind, event_flags};
-pub use model::ids::{ContextId, FrameId, ProcessId, StackId, StringId};
+pub use model::ids::{ContextId, DeviceId, FrameId, ProcessId, StackId, StringId};
 pub use model::interner::{Context, Frame, Interner};
 pub use model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
 pub use model::oom::Oom;

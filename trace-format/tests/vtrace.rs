@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use common::generate::chunk;
 use vramscope_trace_format::vtrace::{self, CHUNK_HEADER_BYTES, HEADER_BYTES, MAGIC};
-use vramscope_trace_format::{Error, Event, EventKind, NoProgress, Trace};
+use vramscope_trace_format::{DeviceId, Error, Event, EventKind, NoProgress, Trace};
 
 fn fixture_path() -> PathBuf {
     (std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from))
@@ -60,7 +60,7 @@ fn version_1_fixture_reads_forever() {
     assert_eq!(trace.events[1].address, 0x7f3a_0000_0000);
     assert_eq!(trace.events[1].requested_bytes, (4 << 20) - 100);
     assert_eq!(trace.events[5].address, u64::MAX - 4095);
-    assert_eq!(trace.events[5].device, -1);
+    assert_eq!(trace.events[5].device, DeviceId::HOST);
     assert_eq!(trace.segments[0].blocks.len(), 3);
     assert_eq!(trace.ooms[0].device_free_bytes, Some(1 << 30));
     assert_eq!(trace.ooms[1].device_free_bytes, None);

@@ -1,6 +1,6 @@
 //! The advisor: what each remedy would do to the peak, projected from what the trace measured.
 //!
-//! Three steps ([`advise`]): the breakdown ([`breakdown`]: the memory of a device taken apart,
+//! Three steps ([`advise`]): the breakdown (`breakdown`: the memory of a device taken apart,
 //! `parts.rs`, at a few instants: the peak, and the highest point of each recorded phase), the
 //! projections (each [`Remedy`] of `remedy.rs` changes those parts by its rule; its projected
 //! peak is the highest of the changed instants, since a remedy can move the peak to another
@@ -15,7 +15,7 @@ mod remedy;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramscope_trace_format::{AnnotationKind, Trace};
+use vramscope_trace_format::{AnnotationKind, DeviceId, Trace};
 
 use self::parts::{Parts, parts_at, phase_at};
 use self::remedy::{Context, PAGE_BYTES};
@@ -43,7 +43,7 @@ pub enum Phase {
 #[derive(Clone, Debug, Serialize)]
 pub struct Baseline {
     /// The device.
-    pub device: i16,
+    pub device: DeviceId,
     /// Peak of allocated bytes.
     pub peak_allocated_bytes: u64,
     /// Peak of reserved bytes.
@@ -176,7 +176,7 @@ fn phase_spans(trace: &Trace) -> Vec<(i64, i64, AnnotationKind)> {
 }
 
 /// Step one: the breakdown of `device`.
-fn breakdown(trace: &Trace, device: i16) -> Breakdown {
+fn breakdown(trace: &Trace, device: DeviceId) -> Breakdown {
     let peaks = peak::peaks(trace, device);
     let spans = phase_spans(trace);
     // The highest point of each phase, and the peak.
@@ -296,7 +296,7 @@ fn smallest_that_fits(singles: &[Projection], pairs: &[Projection], target: Opti
 
 /// Fragmentation: from the allocator's segments at the peak (and at the first OOM), what
 /// expandable segments would give back.
-fn fragmentation(trace: &Trace, device: i16, ctx: &Context, at_peak: &instant::Instant) -> Option<Unused> {
+fn fragmentation(trace: &Trace, device: DeviceId, ctx: &Context, at_peak: &instant::Instant) -> Option<Unused> {
     let waste = ctx.waste_bytes();
     let peak_reserved = ctx.peak_reserved_bytes;
     if waste <= peak_reserved / 20 || waste <= PAGE_BYTES {
@@ -323,7 +323,7 @@ fn fragmentation(trace: &Trace, device: i16, ctx: &Context, at_peak: &instant::I
 
 /// Works out the advice for `device` (the one with the highest peak when `None`); `gpus` for the
 /// sharding remedies, `target` to fit under (else the device's memory when known).
-pub fn advise(trace: &Trace, device: Option<i16>, gpus: u32, target: Option<u64>) -> Option<Advice> {
+pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: u32, target: Option<u64>) -> Option<Advice> {
     let device = match device {
         Some(d) => d,
         None => trace.devices().into_iter().max_by_key(|&d| peak::peaks(trace, d).allocated.bytes)?,

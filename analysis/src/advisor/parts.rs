@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use vramscope_trace_format::{AnnotationKind, Category, StackId, Trace};
+use vramscope_trace_format::{AnnotationKind, Category, DeviceId, StackId, Trace};
 
 use super::Phase;
 use crate::attribution::{Attribution, Attributor, Evidence};
@@ -56,7 +56,7 @@ impl Parts {
 /// Whether autocast leaves what this block holds in 32 bits: sums that mix the 32-bit residual
 /// stream in, the loss's (log-)softmax and reductions, embedding lookups (by the operator the CPU
 /// profiler names, or the Python function of a recorded stack).
-fn stays_fp32(trace: &Trace, device: i16, stack: StackId) -> bool {
+fn stays_fp32(trace: &Trace, device: DeviceId, stack: StackId) -> bool {
     let interner = &trace.interner;
     interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).take(2).any(|frame| {
         let function = interner.resolve(frame.function);
@@ -75,7 +75,7 @@ fn stays_fp32(trace: &Trace, device: i16, stack: StackId) -> bool {
                 | "mse_loss"
                 | "sum"
                 | "mean"
-        ) || (device >= 0 && matches!(name, "softmax" | "_softmax" | "layer_norm" | "native_layer_norm"))
+        ) || (!device.is_host() && matches!(name, "softmax" | "_softmax" | "layer_norm" | "native_layer_norm"))
     })
 }
 
@@ -109,7 +109,7 @@ pub fn phase_at(spans: &[(i64, i64, AnnotationKind)], time_ns: i64) -> Option<Ph
 /// every instant of a trace.
 pub fn parts_at(
     trace: &Trace,
-    device: i16,
+    device: DeviceId,
     attributor: &mut Attributor<'_>,
     (event, time_ns): (Option<usize>, i64),
     phase: Option<Phase>,

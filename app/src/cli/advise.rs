@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Result, bail};
 
 use serde::Serialize;
+use vramscope_trace_format::DeviceId;
 
 use crate::analysis::advisor::{self, Advice, Baseline, Projection};
 use crate::load;
@@ -110,10 +111,11 @@ pub fn run(
     json: bool,
     gpus: u32,
     target: Option<u64>,
-    device: Option<i16>,
+    device: Option<DeviceId>,
     out: &mut dyn Write,
 ) -> Result<()> {
     let loaded = load::load(path)?;
+    super::check_device(path, &loaded.trace, device)?;
     let Some(advice) = advisor::advise(&loaded.trace, device, gpus, target) else {
         bail!("{}: the trace holds no memory events to advise on", path.display());
     };

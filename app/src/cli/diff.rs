@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 use serde::Serialize;
-use vramscope_trace_format::Category;
+use vramscope_trace_format::{Category, DeviceId};
 
 use crate::analysis::diff::{self, Diff, SiteDelta, percent};
 use crate::load;
@@ -69,7 +69,7 @@ fn check(gate: &Gate, d: &Diff) -> GateResult {
 #[derive(Serialize)]
 struct Side<'a> {
     file: &'a str,
-    device: i16,
+    device: DeviceId,
     peak_allocated_bytes: u64,
     peak_allocated_time_us: Option<i64>,
     peak_reserved_bytes: u64,
@@ -115,7 +115,14 @@ fn top(list: &[SiteDelta]) -> &[SiteDelta] {
 }
 
 /// Compares the traces at `a` and `b`. Returns whether every gate held.
-pub fn run(a: &Path, b: &Path, json: bool, gates: &[Gate], device: Option<i16>, out: &mut dyn Write) -> Result<bool> {
+pub fn run(
+    a: &Path,
+    b: &Path,
+    json: bool,
+    gates: &[Gate],
+    device: Option<DeviceId>,
+    out: &mut dyn Write,
+) -> Result<bool> {
     if a == b {
         bail!("{} is compared with itself: give two different traces", a.display());
     }
@@ -124,11 +131,7 @@ pub fn run(a: &Path, b: &Path, json: bool, gates: &[Gate], device: Option<i16>, 
         for warning in &loaded.warnings {
             eprintln!("warning: {}: {warning}", path.display());
         }
-        if let Some(want) = device
-            && !loaded.trace.devices().contains(&want)
-        {
-            bail!("{} has no device {want}", path.display());
-        }
+        super::check_device(path, &loaded.trace, device)?;
         Ok(diff::run_peak(&loaded.trace, &path.display().to_string(), device))
     };
     let d = diff::diff(load_run(a)?, load_run(b)?);

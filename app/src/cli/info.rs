@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Result, bail};
-use vramscope_trace_format::{AnnotationKind, Clock, SourceFormat, Trace};
+use vramscope_trace_format::{AnnotationKind, Clock, DeviceId, SourceFormat, Trace};
 
 use crate::analysis::summary::{self, DeviceSummary, Summary};
 use crate::analysis::{instant, peak};
@@ -58,7 +58,7 @@ pub fn parse_when_arg(text: &str) -> std::result::Result<(String, When), String>
 /// What was alive on one device at an instant.
 #[derive(serde::Serialize)]
 struct AtDevice {
-    device: i16,
+    device: DeviceId,
     allocated_bytes: u64,
     live_blocks: usize,
     categories: std::collections::BTreeMap<&'static str, u64>,
@@ -88,7 +88,7 @@ struct BlockOut {
 #[derive(serde::Serialize)]
 struct Largest {
     when: String,
-    devices: Vec<(i16, Vec<BlockOut>)>,
+    devices: Vec<(DeviceId, Vec<BlockOut>)>,
 }
 
 fn largest_blocks(trace: &Trace, when: Option<&When>, text: &str, n: usize) -> Result<Largest> {
@@ -257,8 +257,8 @@ fn format_name(format: SourceFormat) -> &'static str {
     }
 }
 
-fn device_name(trace: &Trace, device: i16) -> String {
-    if device < 0 { "host (CPU)".to_owned() } else { trace.metadata.device_label(device) }
+fn device_name(trace: &Trace, device: DeviceId) -> String {
+    if device < DeviceId(0) { "host (CPU)".to_owned() } else { trace.metadata.device_label(device) }
 }
 
 fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn Write) -> Result<()> {
@@ -330,7 +330,7 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
         (None, Some(total)) => format!(" ({})", bytes(total)),
         (None, None) => String::new(),
     };
-    let name = if d.device < 0 { "host (CPU)" } else { d.label.as_str() };
+    let name = if d.device < DeviceId(0) { "host (CPU)" } else { d.label.as_str() };
     writeln!(out, "\n{name}{facts} — {} allocator events", count(d.events))?;
     writeln!(
         out,

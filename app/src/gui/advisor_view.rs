@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use egui_extras::{Column, TableBuilder};
-use vramscope_trace_format::Trace;
+use vramscope_trace_format::{DeviceId, Trace};
 
 use super::jobs::Job;
 use super::views::Body;
@@ -15,7 +15,7 @@ use crate::{units, words};
 #[derive(Default)]
 pub struct AdvisorState {
     /// The trace (by address) and device the advice is for.
-    key: Option<(usize, i16)>,
+    key: Option<(usize, DeviceId)>,
     pending: Option<Job<Option<Advice>>>,
     advice: Option<Option<Advice>>,
     /// GPUs for the sharding remedies.
@@ -23,7 +23,7 @@ pub struct AdvisorState {
 }
 
 impl AdvisorState {
-    fn refresh(&mut self, ctx: &egui::Context, trace: &Arc<Trace>, device: i16) {
+    fn refresh(&mut self, ctx: &egui::Context, trace: &Arc<Trace>, device: DeviceId) {
         let key = (Arc::as_ptr(trace) as usize, device);
         if self.gpus == 0 {
             self.gpus = 8;
@@ -103,7 +103,7 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], advice: &Advice) {
 }
 
 /// Draws the Advisor for `device` of `trace`.
-pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: i16, state: &mut AdvisorState) {
+pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state: &mut AdvisorState) {
     let ctx = ui.ctx().clone();
     state.refresh(&ctx, trace, device);
     let Some(advice) = &state.advice else {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vramscope_trace_format::import::Wrapper;
-use vramscope_trace_format::{Clock, SourceFormat, Trace};
+use vramscope_trace_format::{Clock, DeviceId, SourceFormat, Trace};
 
 use crate::analysis::timeline::Timeline;
 use crate::load::LoadedTrace;
@@ -14,7 +14,7 @@ use crate::load::LoadedTrace;
 #[derive(Debug)]
 pub struct DeviceData {
     /// The device (-1: host memory).
-    pub device: i16,
+    pub device: DeviceId,
     /// Memory over time with its level-of-detail index.
     pub timeline: Timeline,
     /// The point of the allocated peak.
@@ -140,16 +140,11 @@ impl Document {
     }
 }
 
-fn device_data(trace: &Trace, device: i16) -> DeviceData {
+fn device_data(trace: &Trace, device: DeviceId) -> DeviceData {
     let timeline = Timeline::build(trace, device);
     let peak_point = timeline.peak_allocated_point();
-    let mut annotations: Vec<usize> = trace
-        .annotations
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| a.device == device || a.device == vramscope_trace_format::Annotation::ALL_DEVICES)
-        .map(|(i, _)| i)
-        .collect();
+    let mut annotations: Vec<usize> =
+        trace.annotations.iter().enumerate().filter(|(_, a)| a.applies_to(device)).map(|(i, _)| i).collect();
     annotations.sort_by_key(|&i| trace.annotations.get(i).map_or(0, |a| a.start_ns));
     let info = trace.metadata.devices.iter().find(|d| d.device == device);
     DeviceData {

@@ -62,22 +62,12 @@ pub fn save_png(image: &egui::ColorImage, path: &std::path::Path) -> Result<()> 
     let bytes: Vec<u8> = image.pixels.iter().flat_map(|c| c.to_array()).collect();
     let buffer = image::RgbaImage::from_raw(width as u32, height as u32, bytes)
         .ok_or_else(|| anyhow!("the screenshot has an inconsistent size"))?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let temp = tempfile::Builder::new()
-        .prefix(".vramscope-")
-        .suffix(".png")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    let mut png = Vec::new();
     buffer
-        .write_to(&mut std::io::BufWriter::new(temp.as_file()), image::ImageFormat::Png)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    // A screenshot is an ordinary file, not a private one like the temporary it was written as.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = temp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    temp.persist(path).map_err(|e| anyhow!("cannot write {}: {}", path.display(), e.error))?;
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .with_context(|| format!("cannot encode {}", path.display()))?;
+    // The one atomic writer: a screenshot replaces an older one of the same name.
+    crate::atomic::write(path, &png, true)?;
     Ok(())
 }
 

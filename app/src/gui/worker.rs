@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use vramscope_trace_format::Trace;
+use vramscope_trace_format::{DeviceId, Trace};
 
 use super::jobs::Job;
 use crate::analysis::instant::{self, Instant, StackNode};
@@ -16,7 +16,7 @@ pub struct Request {
     /// Index into the document's devices.
     pub device_index: usize,
     /// The device.
-    pub device: i16,
+    pub device: DeviceId,
     /// The timeline point.
     pub point: usize,
     /// The event the point follows.

@@ -2,7 +2,7 @@
 //! place and with no dependencies (the hook links this and `libc`, nothing else):
 //!
 //! - [`record`]: the fixed-size records the hook appends for every driver call;
-//! - [`env`]: the environment variables that connect the three.
+//! - [`env`](mod@env): the environment variables that connect the three.
 
 pub mod env;
 pub mod record;

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::counter::{CounterKind, CounterSample, CounterSeries};
 use crate::model::event::{Event, EventKind};
-use crate::model::ids::{ProcessId, StackId};
+use crate::model::ids::{DeviceId, ProcessId, StackId};
 use crate::model::interner::Interner;
 use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
 use crate::model::oom::Oom;
@@ -281,7 +281,7 @@ struct State {
     events: Vec<Event>,
     annotations: Vec<Annotation>,
     ooms: Vec<Oom>,
-    series: BTreeMap<i16, DeviceSeries>,
+    series: BTreeMap<DeviceId, DeviceSeries>,
     pids: BTreeSet<u64>,
     memory_events: usize,
     /// `[memory]` events that do not follow PyTorch's schema, and their argument names.
@@ -357,7 +357,8 @@ impl State {
             _ => return,
         };
         let dur_ns = (raw.dur.and_then(Num::as_f64).unwrap_or(0.0).max(0.0) * 1000.0).round() as i64;
-        let device = if raw.cat.as_deref() == Some("gpu_user_annotation") { Annotation::ALL_DEVICES } else { -1 };
+        // A GPU annotation spans every device; a CPU one is the host's.
+        let device = if raw.cat.as_deref() == Some("gpu_user_annotation") { None } else { Some(DeviceId::HOST) };
         self.annotations.push(Annotation {
             kind,
             device,
@@ -372,8 +373,14 @@ impl State {
         }
     }
 
-    /// The device of an event in PyTorch's schema.
-    fn device_of(&mut self, args: &Args<'_>) -> (i16, Option<&'static str>) {
+    /// The device of an event in PyTorch's schema, and its kind (`None`: one device too many,
+    /// counted and refused at the end).
+    fn device_of(&mut self, args: &Args<'_>) -> Option<(DeviceId, Option<&'static str>)> {
+        let (device, kind) = self.device_number(args);
+        (device != i16::MIN).then_some((DeviceId(device), kind))
+    }
+
+    fn device_number(&mut self, args: &Args<'_>) -> (i16, Option<&'static str>) {
         let device_type = args.device_type.and_then(Num::as_i64);
         let device_id = args.device_id.and_then(Num::as_i64);
         let kind = device_kind(device_type, device_id, &mut self.unknown_types);
@@ -402,10 +409,7 @@ impl State {
     /// `[OutOfMemory]`: an allocation of `Bytes` that failed, with the totals at that moment.
     fn oom_event(&mut self, time_ns: i64, args: Args<'_>) {
         let Some(bytes) = args.bytes.and_then(Num::as_i64) else { return };
-        let (device, _) = self.device_of(&args);
-        if device == i16::MIN {
-            return;
-        }
+        let Some((device, _)) = self.device_of(&args) else { return };
         self.ooms.push(Oom {
             time_ns,
             device,
@@ -441,10 +445,7 @@ impl State {
             }
             return;
         };
-        let (device, kind) = self.device_of(&args);
-        if device == i16::MIN {
-            return;
-        }
+        let Some((device, kind)) = self.device_of(&args) else { return };
         let entry = self.series.entry(device).or_insert_with(|| DeviceSeries { kind, ..DeviceSeries::default() });
         // A negative total is the profiler's "not known".
         if let Some(total) = args.total_allocated.and_then(Num::as_i64).filter(|&t| t >= 0) {

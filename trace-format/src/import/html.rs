@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::Imported;
 use crate::error::{Error, Result};
 use crate::model::event::{Event, EventKind, event_flags};
-use crate::model::ids::{StackId, StringId};
+use crate::model::ids::{DeviceId, StackId, StringId};
 use crate::model::interner::{Frame, Interner};
 use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
 use crate::model::trace::Trace;
@@ -208,7 +208,7 @@ fn plot_trace(json: &[u8]) -> Result<Imported> {
         source_format: SourceFormat::PytorchSnapshot,
         clock: Clock::EventIndex,
         tool_version: String::new(),
-        devices: vec![DeviceInfo { device: 0, ..DeviceInfo::default() }],
+        devices: vec![DeviceInfo { device: DeviceId(0), ..DeviceInfo::default() }],
         processes: vec![ProcessInfo::default()],
         allocator_settings: serde_json::Value::Null,
         extra,

@@ -17,7 +17,7 @@ use super::Imported;
 use crate::error::{Error, Result};
 use crate::model::category::Category;
 use crate::model::counter::{CounterKind, CounterSample, CounterSeries};
-use crate::model::ids::ProcessId;
+use crate::model::ids::{DeviceId, ProcessId};
 use crate::model::interner::Interner;
 use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
 use crate::model::trace::Trace;
@@ -58,7 +58,7 @@ fn build(interner: Interner, mut series: Vec<CounterSeries>, samples: usize) -> 
         clock: Clock::UnixNs,
         tool_version: String::new(),
         // The export does not say which device it was made for: not claimed to be CUDA.
-        devices: vec![DeviceInfo { device: 0, kind: Some("device".to_owned()), ..DeviceInfo::default() }],
+        devices: vec![DeviceInfo { device: DeviceId(0), kind: Some("device".to_owned()), ..DeviceInfo::default() }],
         processes: vec![ProcessInfo::default()],
         allocator_settings: serde_json::Value::Null,
         extra: serde_json::Map::new(),
@@ -77,7 +77,7 @@ fn empty_series(interner: &mut Interner) -> Vec<CounterSeries> {
         .map(|&category| CounterSeries {
             kind: CounterKind::Category(category),
             name: interner.string(category.name()),
-            device: 0,
+            device: DeviceId(0),
             process: ProcessId(0),
             samples: Vec::new(),
         })

@@ -1,6 +1,6 @@
 //! Time spans and instants that give a timeline its structure.
 
-use super::ids::{ProcessId, StackId, StringId};
+use super::ids::{DeviceId, ProcessId, StackId, StringId};
 
 /// What an annotation marks.
 ///
@@ -79,8 +79,8 @@ impl AnnotationKind {
 pub struct Annotation {
     /// What it marks.
     pub kind: AnnotationKind,
-    /// Device it belongs to; -1 for host, [`Annotation::ALL_DEVICES`] for all.
-    pub device: i16,
+    /// The device it belongs to; `None`: every device of its process.
+    pub device: Option<DeviceId>,
     /// Which process.
     pub process: ProcessId,
     /// Start on the trace's clock.
@@ -94,6 +94,8 @@ pub struct Annotation {
 }
 
 impl Annotation {
-    /// Device value of an annotation that applies to every device of its process.
-    pub const ALL_DEVICES: i16 = i16::MIN;
+    /// Whether it applies to `device` (it is that device's, or every device's).
+    pub fn applies_to(&self, device: DeviceId) -> bool {
+        self.device.is_none_or(|d| d == device)
+    }
 }

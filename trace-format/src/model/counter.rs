@@ -1,7 +1,7 @@
 //! Sampled values over time: device-wide usage, and category totals of profiler timelines.
 
 use super::category::Category;
-use super::ids::{ProcessId, StringId};
+use super::ids::{DeviceId, ProcessId, StringId};
 
 /// What a counter measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -60,7 +60,7 @@ pub struct CounterSeries {
     /// A display name.
     pub name: StringId,
     /// Device index; -1 for host.
-    pub device: i16,
+    pub device: DeviceId,
     /// Which process.
     pub process: ProcessId,
     /// Samples in time order.

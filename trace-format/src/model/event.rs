@@ -1,6 +1,6 @@
 //! Allocator and driver events: the rows of a trace's timeline.
 
-use super::ids::{ContextId, ProcessId, StackId};
+use super::ids::{ContextId, DeviceId, ProcessId, StackId};
 
 /// What happened to memory at one instant.
 ///
@@ -85,7 +85,7 @@ pub struct Event {
     /// Which process of the trace.
     pub process: ProcessId,
     /// Device index; -1 for host (CPU) memory.
-    pub device: i16,
+    pub device: DeviceId,
     /// What happened.
     pub kind: EventKind,
     /// [`event_flags`] bits.
@@ -94,7 +94,7 @@ pub struct Event {
 
 impl Event {
     /// An event with the given kind, time and place and everything else zero.
-    pub fn new(kind: EventKind, time_ns: i64, device: i16, address: u64, size_bytes: u64) -> Self {
+    pub fn new(kind: EventKind, time_ns: i64, device: impl Into<DeviceId>, address: u64, size_bytes: u64) -> Self {
         Self {
             time_ns,
             address,
@@ -104,7 +104,7 @@ impl Event {
             stack: StackId(0),
             context: ContextId(0),
             process: ProcessId(0),
-            device,
+            device: device.into(),
             kind,
             flags: 0,
         }

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::ids::DeviceId;
+
 /// The kind of file a trace was read from or recorded as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -46,7 +48,7 @@ pub enum Clock {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct DeviceInfo {
     /// Device index; -1 for host memory.
-    pub device: i16,
+    pub device: DeviceId,
     /// Product name, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -69,8 +71,8 @@ pub struct DeviceInfo {
 
 impl Metadata {
     /// How a device is named: `cuda:0`, `hip:1`, `xpu:0`; `host` for -1.
-    pub fn device_label(&self, device: i16) -> String {
-        if device < 0 {
+    pub fn device_label(&self, device: DeviceId) -> String {
+        if device.is_host() {
             return "host".to_owned();
         }
         let kind = self.devices.iter().find(|d| d.device == device).and_then(|d| d.kind.as_deref()).unwrap_or("cuda");

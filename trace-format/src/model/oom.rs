@@ -1,6 +1,6 @@
 //! Out-of-memory events.
 
-use super::ids::{ProcessId, StackId};
+use super::ids::{DeviceId, ProcessId, StackId};
 
 /// A failed allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -8,7 +8,7 @@ pub struct Oom {
     /// When it failed.
     pub time_ns: i64,
     /// Device index.
-    pub device: i16,
+    pub device: DeviceId,
     /// Which process.
     pub process: ProcessId,
     /// Stream of the request.

@@ -1,6 +1,6 @@
 //! The allocator's segments and their blocks at one instant (a snapshot's final state).
 
-use super::ids::{ProcessId, StackId};
+use super::ids::{DeviceId, ProcessId, StackId};
 
 /// State of a block inside a segment.
 ///
@@ -81,7 +81,7 @@ pub struct Block {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Segment {
     /// Device index; -1 for host memory.
-    pub device: i16,
+    pub device: DeviceId,
     /// Which process of the trace.
     pub process: ProcessId,
     /// Device address of the segment's start.

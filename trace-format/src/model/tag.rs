@@ -1,7 +1,7 @@
 //! Tags: what a live block is, from hooks inside the framework.
 
 use super::category::Category;
-use super::ids::{ProcessId, StringId};
+use super::ids::{DeviceId, ProcessId, StringId};
 
 /// From `time_ns` on (until the block at `address` is freed), the block is `category` named `name`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -9,7 +9,7 @@ pub struct Tag {
     /// When the tag was learnt.
     pub time_ns: i64,
     /// Device index.
-    pub device: i16,
+    pub device: DeviceId,
     /// Which process.
     pub process: ProcessId,
     /// Address of the block (a storage's data pointer).

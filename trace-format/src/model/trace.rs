@@ -3,7 +3,7 @@
 use super::annotation::Annotation;
 use super::counter::CounterSeries;
 use super::event::Event;
-use super::ids::ProcessId;
+use super::ids::{DeviceId, ProcessId};
 use super::interner::Interner;
 use super::metadata::Metadata;
 use super::oom::Oom;
@@ -36,19 +36,19 @@ pub struct Trace {
 
 impl Trace {
     /// Every device index that appears anywhere in the trace, sorted.
-    pub fn devices(&self) -> Vec<i16> {
-        let mut devices: Vec<i16> = self.metadata.devices.iter().map(|d| d.device).collect();
+    pub fn devices(&self) -> Vec<DeviceId> {
+        let mut devices: Vec<DeviceId> = self.metadata.devices.iter().map(|d| d.device).collect();
         devices.extend(self.segments.iter().map(|s| s.device));
         devices.extend(self.counters.iter().map(|c| c.device));
         devices.extend(self.ooms.iter().map(|o| o.device));
         // Events are the bulk: scan them without collecting every value.
         let mut seen = [false; 1 << 16];
         for event in &self.events {
-            seen[event.device as u16 as usize] = true;
+            seen[event.device.slot()] = true;
         }
-        for (index, was_seen) in seen.iter().enumerate() {
+        for (slot, was_seen) in seen.iter().enumerate() {
             if *was_seen {
-                devices.push(index as u16 as i16);
+                devices.push(DeviceId::from_slot(slot));
             }
         }
         devices.sort_unstable();

@@ -44,6 +44,8 @@ pub const CHUNK_HEADER_BYTES: usize = 16;
 pub const MAX_CHUNK_BYTES: u32 = 256 << 20;
 /// Events per events chunk written by [`Writer`].
 pub const EVENTS_PER_CHUNK: usize = 1 << 16;
+/// An annotation's device on disk when it applies to every device of its process.
+pub const ANNOTATION_ALL_DEVICES: i16 = i16::MIN;
 
 /// What a chunk holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,13 +3,13 @@
 use std::fmt;
 
 use super::codec::{Cursor, Malformed};
-use super::{CHUNK_HEADER_BYTES, ChunkKind, HEADER_BYTES, MAGIC, MAX_CHUNK_BYTES, VERSION};
+use super::{ANNOTATION_ALL_DEVICES, CHUNK_HEADER_BYTES, ChunkKind, HEADER_BYTES, MAGIC, MAX_CHUNK_BYTES, VERSION};
 use crate::error::{Error, Result};
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::category::Category;
 use crate::model::counter::{CounterKind, CounterSample, CounterSeries};
 use crate::model::event::{Event, EventKind};
-use crate::model::ids::{ContextId, FrameId, ProcessId, StackId, StringId};
+use crate::model::ids::{ContextId, DeviceId, FrameId, ProcessId, StackId, StringId};
 use crate::model::interner::{Context, Frame};
 use crate::model::oom::Oom;
 use crate::model::segment::{Block, BlockState, Segment, SegmentPool};
@@ -98,8 +98,13 @@ impl Ids {
     }
 }
 
-fn device(v: i64) -> Result<i16, String> {
-    i16::try_from(v).map_err(|_| format!("device {v} is out of range"))
+fn device(v: i64) -> Result<DeviceId, String> {
+    i16::try_from(v).map(DeviceId).map_err(|_| format!("device {v} is out of range"))
+}
+
+/// An annotation's device: `i16::MIN` on disk is every device.
+fn annotation_device(v: i64) -> Result<Option<DeviceId>, String> {
+    device(v).map(|d| (d.0 != ANNOTATION_ALL_DEVICES).then_some(d))
 }
 
 fn process(v: u64) -> Result<ProcessId, String> {
@@ -185,7 +190,7 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
             let mut previous = 0i64;
             for _ in 0..n {
                 let kind = AnnotationKind::from_u8(c.u8().map_err(malformed)?).ok_or("unknown annotation kind")?;
-                let device = device(c.sv().map_err(malformed)?)?;
+                let device = annotation_device(c.sv().map_err(malformed)?)?;
                 let process = process(c.uv().map_err(malformed)?)?;
                 let start_ns = previous.wrapping_add(c.sv().map_err(malformed)?);
                 let end_ns = start_ns.wrapping_add(c.uv().map_err(malformed)? as i64);

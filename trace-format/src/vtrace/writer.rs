@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use super::codec::{put_sv, put_uv};
-use super::{CHUNK_HEADER_BYTES, ChunkKind, EVENTS_PER_CHUNK, MAGIC, VERSION};
+use super::{ANNOTATION_ALL_DEVICES, CHUNK_HEADER_BYTES, ChunkKind, EVENTS_PER_CHUNK, MAGIC, VERSION};
 use crate::error::{Error, Result};
 use crate::model::annotation::Annotation;
 use crate::model::counter::CounterSeries;
@@ -155,7 +155,7 @@ impl<W: Write> Writer<W> {
         for chunk in segments.chunks(1024) {
             put_uv(&mut self.payload, chunk.len() as u64);
             for s in chunk {
-                put_sv(&mut self.payload, i64::from(s.device));
+                put_sv(&mut self.payload, i64::from(s.device.0));
                 put_uv(&mut self.payload, u64::from(s.process.0));
                 put_uv(&mut self.payload, s.address);
                 put_uv(&mut self.payload, s.size_bytes);
@@ -189,7 +189,7 @@ impl<W: Write> Writer<W> {
             let mut previous = 0i64;
             for a in chunk {
                 self.payload.push(a.kind as u8);
-                put_sv(&mut self.payload, i64::from(a.device));
+                put_sv(&mut self.payload, i64::from(a.device.map_or(ANNOTATION_ALL_DEVICES, |d| d.0)));
                 put_uv(&mut self.payload, u64::from(a.process.0));
                 put_sv(&mut self.payload, a.start_ns.wrapping_sub(previous));
                 put_uv(&mut self.payload, a.end_ns.wrapping_sub(a.start_ns) as u64);
@@ -210,7 +210,7 @@ impl<W: Write> Writer<W> {
             let mut previous = 0i64;
             for o in chunk {
                 put_sv(&mut self.payload, o.time_ns.wrapping_sub(previous));
-                put_sv(&mut self.payload, i64::from(o.device));
+                put_sv(&mut self.payload, i64::from(o.device.0));
                 put_uv(&mut self.payload, u64::from(o.process.0));
                 put_uv(&mut self.payload, o.stream);
                 put_uv(&mut self.payload, o.requested_bytes);
@@ -237,7 +237,7 @@ impl<W: Write> Writer<W> {
                 put_uv(&mut self.payload, 1);
                 self.payload.extend_from_slice(&series.kind.to_bytes());
                 put_uv(&mut self.payload, u64::from(series.name.0));
-                put_sv(&mut self.payload, i64::from(series.device));
+                put_sv(&mut self.payload, i64::from(series.device.0));
                 put_uv(&mut self.payload, u64::from(series.process.0));
                 put_uv(&mut self.payload, part.len() as u64);
                 let (mut time, mut value) = (0i64, 0i64);
@@ -261,7 +261,7 @@ impl<W: Write> Writer<W> {
             let mut previous = 0i64;
             for t in chunk {
                 put_sv(&mut self.payload, t.time_ns.wrapping_sub(previous));
-                put_sv(&mut self.payload, i64::from(t.device));
+                put_sv(&mut self.payload, i64::from(t.device.0));
                 put_uv(&mut self.payload, u64::from(t.process.0));
                 put_uv(&mut self.payload, t.address);
                 self.payload.push(t.category as u8);
@@ -299,8 +299,8 @@ fn encode_events(out: &mut Vec<u8>, events: &[Event]) {
     }
     let mut previous = 0i64;
     for e in events {
-        put_sv(out, i64::from(e.device) - previous);
-        previous = i64::from(e.device);
+        put_sv(out, i64::from(e.device.0) - previous);
+        previous = i64::from(e.device.0);
     }
     for e in events {
         put_uv(out, u64::from(e.process.0));

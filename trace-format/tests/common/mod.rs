@@ -6,8 +6,8 @@ pub mod generate;
 
 use vramscope_trace_format::{
     Annotation, AnnotationKind, Block, BlockState, Category, Clock, Context, CounterKind, CounterSample, CounterSeries,
-    DeviceInfo, Event, EventKind, Frame, Metadata, Oom, ProcessId, ProcessInfo, Segment, SegmentPool, SourceFormat,
-    StackId, Tag, Trace, event_flags,
+    DeviceId, DeviceInfo, Event, EventKind, Frame, Metadata, Oom, ProcessId, ProcessInfo, Segment, SegmentPool,
+    SourceFormat, StackId, Tag, Trace, event_flags,
 };
 
 /// Builds the trace stored in `fixtures/v1/small.vtrace`. Never change it: the fixture is frozen.
@@ -51,7 +51,7 @@ pub fn small_trace() -> Trace {
     trace.events = vec![seg_alloc, a1, a2, fr, fc, host, map, unmap, seg_free];
 
     trace.segments = vec![Segment {
-        device: 0,
+        device: DeviceId(0),
         process: ProcessId(0),
         address: base,
         size_bytes: 20 << 20,
@@ -87,7 +87,7 @@ pub fn small_trace() -> Trace {
     trace.annotations = vec![
         Annotation {
             kind: AnnotationKind::OptimizerStep,
-            device: Annotation::ALL_DEVICES,
+            device: None,
             process: ProcessId(0),
             start_ns: t0 + 100,
             end_ns: t0 + 5_100,
@@ -96,7 +96,7 @@ pub fn small_trace() -> Trace {
         },
         Annotation {
             kind: AnnotationKind::Snapshot,
-            device: 0,
+            device: Some(DeviceId(0)),
             process: ProcessId(0),
             start_ns: t0 + 7_000,
             end_ns: t0 + 7_000,
@@ -107,7 +107,7 @@ pub fn small_trace() -> Trace {
     trace.ooms = vec![
         Oom {
             time_ns: t0 + 6_500,
-            device: 0,
+            device: DeviceId(0),
             process: ProcessId(0),
             stream: 7,
             requested_bytes: 80 << 30,
@@ -116,7 +116,7 @@ pub fn small_trace() -> Trace {
         },
         Oom {
             time_ns: t0 + 6_600,
-            device: 0,
+            device: DeviceId(0),
             process: ProcessId(0),
             stream: 0,
             requested_bytes: 1,
@@ -127,7 +127,7 @@ pub fn small_trace() -> Trace {
     trace.counters = vec![CounterSeries {
         kind: CounterKind::DeviceUsed,
         name: counter_name,
-        device: 0,
+        device: DeviceId(0),
         process: ProcessId(0),
         samples: vec![
             CounterSample { time_ns: t0, value: 500 << 20 },
@@ -137,7 +137,7 @@ pub fn small_trace() -> Trace {
     }];
     trace.tags = vec![Tag {
         time_ns: t0 + 2_600,
-        device: 0,
+        device: DeviceId(0),
         process: ProcessId(0),
         address: base + (4 << 20),
         category: Category::Parameter,
@@ -154,14 +154,14 @@ fn small_metadata() -> Metadata {
         clock: Clock::UnixNs,
         tool_version: "0.1.0".to_owned(),
         devices: vec![
-            DeviceInfo { device: -1, ..DeviceInfo::default() },
+            DeviceInfo { device: DeviceId::HOST, ..DeviceInfo::default() },
             DeviceInfo {
-                device: 0,
+                device: DeviceId(0),
                 name: Some("NVIDIA H100 80GB HBM3".to_owned()),
                 total_memory_bytes: Some(85_520_809_984),
                 ..DeviceInfo::default()
             },
-            DeviceInfo { device: 1, ..DeviceInfo::default() },
+            DeviceInfo { device: DeviceId(1), ..DeviceInfo::default() },
         ],
         processes: vec![
             ProcessInfo {

@@ -9,7 +9,7 @@ use super::entries::{Action, Entries};
 use crate::error::Result;
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::event::{Event, EventKind, event_flags};
-use crate::model::ids::{ProcessId, StackId, StringId};
+use crate::model::ids::{DeviceId, ProcessId, StackId, StringId};
 use crate::model::interner::Interner;
 use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
 use crate::model::oom::Oom;
@@ -107,7 +107,7 @@ fn external_spans(
         let mut push = |start_ns: i64, end_ns: i64, interner: &mut Interner| {
             spans.push(Annotation {
                 kind: AnnotationKind::UserRange,
-                device: i16::try_from(device).unwrap_or(Annotation::ALL_DEVICES),
+                device: i16::try_from(device).ok().map(DeviceId),
                 process: ProcessId(0),
                 start_ns,
                 end_ns: end_ns.max(start_ns),
@@ -132,7 +132,7 @@ fn external_spans(
     for (start_ns, name, device) in unclosed {
         spans.push(Annotation {
             kind: AnnotationKind::UserRange,
-            device: i16::try_from(device).unwrap_or(Annotation::ALL_DEVICES),
+            device: i16::try_from(device).ok().map(DeviceId),
             process: ProcessId(0),
             start_ns,
             end_ns: trace_end_ns.max(start_ns),
@@ -167,11 +167,12 @@ pub(super) fn build_trace(
     let mut annotations = Vec::new();
     let mut unknown_actions: HashMap<String, usize> = HashMap::new();
     let snapshot_name = interner.string("snapshot");
-    let mut devices: Vec<i16> = segments.iter().map(|s| s.device).collect();
+    let mut devices: Vec<DeviceId> = segments.iter().map(|s| s.device).collect();
     for &(device, ref entries) in &per_device {
         if entries.is_empty() {
             continue;
         }
+        let device = DeviceId(device);
         devices.push(device);
         // Segments are sorted by device: this device's are one range, found without a scan.
         let first = segments.partition_point(|s| s.device < device);
@@ -267,7 +268,7 @@ pub(super) fn build_trace(
                         } else {
                             AnnotationKind::Marker
                         },
-                        device,
+                        device: Some(device),
                         process: ProcessId(0),
                         start_ns: time_ns,
                         end_ns: time_ns,
@@ -298,7 +299,7 @@ pub(super) fn build_trace(
     annotations.extend(external_spans(external, &mut interner, start_ns, end_ns, warnings));
     annotations.sort_by_key(|a| (a.start_ns, a.end_ns));
     if devices.is_empty() {
-        devices.push(0);
+        devices.push(DeviceId(0));
     }
     devices.sort_unstable();
     devices.dedup();

@@ -362,7 +362,7 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
              each is counted once"
         ));
     }
-    if let Some(segment) = segments.iter().find(|s| s.device > MAX_DEVICE_INDEX || s.device < 0) {
+    if let Some(segment) = segments.iter().find(|s| s.device.0 > MAX_DEVICE_INDEX || s.device.0 < 0) {
         return Err(structure(format!(
             "a segment's 'device' is {}, but PyTorch numbers devices 0 to {MAX_DEVICE_INDEX}",
             segment.device

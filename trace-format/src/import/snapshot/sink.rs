@@ -4,7 +4,7 @@
 use super::entries::{Action, Entries, Entry};
 use crate::import::pickle::{ContainerKind, Handle, RecordKind, Sink, Store, Value};
 use crate::model::event::EventKind;
-use crate::model::ids::{ContextId, FrameId, ProcessId, StackId, StringId};
+use crate::model::ids::{ContextId, DeviceId, FrameId, ProcessId, StackId, StringId};
 use crate::model::interner::{Context, Frame, Interner};
 use crate::model::segment::{Block, BlockState, Segment, SegmentPool};
 
@@ -444,7 +444,7 @@ impl SnapshotSink {
     fn segment(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
         let k = &self.keys;
         let mut segment = Segment {
-            device: 0,
+            device: DeviceId(0),
             process: ProcessId(0),
             address: 0,
             size_bytes: 0,
@@ -464,6 +464,7 @@ impl SnapshotSink {
                 segment.device = value
                     .as_i64()
                     .and_then(|d| i16::try_from(d).ok())
+                    .map(DeviceId)
                     .ok_or("a segment's 'device' is not a device index")?;
             } else if key == k.address {
                 segment.address = int_field("address", value)?;
