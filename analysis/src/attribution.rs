@@ -8,6 +8,8 @@
 //! recorded without hooks); otherwise `unknown`. Every answer keeps its evidence so the GUI can
 //! say why.
 
+use std::collections::BTreeMap;
+
 use rustc_hash::FxHashMap as HashMap;
 
 use vramscope_trace_format::{AnnotationKind, Category, DeviceId, EventKind, FrameId, StackId, StringId, Trace};
@@ -30,6 +32,19 @@ pub enum Evidence {
         rule: &'static str,
         /// The innermost module whose forward was running, when one was.
         module: Option<StringId>,
+    },
+    /// Allocated before the recording began, with no tag and no rule; `persistent`: never
+    /// freed in it either (model state, most likely: parameters, or what the program keeps).
+    BeforeRecording {
+        /// Alive from before the recording to its end.
+        persistent: bool,
+    },
+    /// Allocated before the recording began and never freed, and its size is one of the
+    /// gradients' (or, with no gradients, the optimizer state's) sizes, matched one for one as a
+    /// model's parameters match them.
+    SizeMatches {
+        /// Whose sizes it matched.
+        of: Category,
     },
     /// No tag and no rule.
     Nothing,
@@ -115,7 +130,23 @@ pub struct Attributor<'a> {
     /// backward or a step without such a tag are something else).
     gradients_tagged: bool,
     state_tagged: bool,
+    /// Blocks from before the recording named parameters by their sizes (worked out when the
+    /// first such block is asked for).
+    persistent: Option<Persistent>,
+    device: DeviceId,
 }
+
+/// The blocks alive from before the recording to its end, and those of them whose sizes match
+/// the gradients' (or the optimizer state's) one for one.
+struct Persistent {
+    alive_throughout: rustc_hash::FxHashSet<u64>,
+    parameters: rustc_hash::FxHashSet<u64>,
+    matched: Category,
+}
+
+/// Fewer model tensors than this are not matched by size: a handful of equal sizes can meet by
+/// chance.
+const MIN_SIZE_MATCHES: usize = 4;
 
 impl<'a> Attributor<'a> {
     /// Prepares attribution for the blocks of `device`.
@@ -167,7 +198,106 @@ impl<'a> Attributor<'a> {
         }
         let tagged = |category: Category| tags.values().flatten().any(|t| t.1 == category);
         let (gradients_tagged, state_tagged) = (tagged(Category::Gradient), tagged(Category::OptimizerState));
-        Self { trace, by_stack: HashMap::default(), tags, frees, phases, modules, gradients_tagged, state_tagged }
+        Self {
+            trace,
+            by_stack: HashMap::default(),
+            tags,
+            frees,
+            phases,
+            modules,
+            gradients_tagged,
+            state_tagged,
+            persistent: None,
+            device,
+        }
+    }
+
+    /// Works out which blocks alive from before the recording to its end are parameters by
+    /// their sizes. A model has one gradient of each parameter's size (and, under Adam, two
+    /// optimizer-state tensors): when the gradients are most (in bytes), the blocks alive
+    /// throughout that have a size exactly as often as those gradients have it are the
+    /// parameters, provided they hold nine tenths of the gradients' bytes. Sizes are the ones
+    /// asked for (what a snapshot records exactly). Where a size is held more often (the
+    /// optimizer's state from before the recording too), which is which cannot be told, and none
+    /// of that size is named.
+    fn find_persistent(&mut self) {
+        if self.persistent.is_some() {
+            return;
+        }
+        let trace = self.trace;
+        let events = crate::replay::device_events(trace, self.device);
+        let initial = crate::replay::initial_state(trace, self.device, &events);
+        let before: Vec<(u64, u64)> =
+            initial.blocks.iter().filter(|b| b.freed_by.is_none()).map(|b| (b.address, b.requested_bytes)).collect();
+        let mut persistent = Persistent {
+            alive_throughout: before.iter().map(|b| b.0).collect(),
+            parameters: Default::default(),
+            matched: Category::Gradient,
+        };
+        let mut before_by_size: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for &(address, size) in &before {
+            before_by_size.entry(size).or_default().push(address);
+        }
+        for (category, per_parameter) in [(Category::Gradient, 1), (Category::OptimizerState, 2)] {
+            let (most_bytes, at_most) = self.most_alive(&events, category);
+            let mut matched = Vec::new();
+            let mut matched_bytes = 0u64;
+            for (size, &count) in &at_most {
+                if let Some(addresses) = before_by_size.get(size).filter(|a| a.len() * per_parameter == count) {
+                    matched.extend_from_slice(addresses);
+                    matched_bytes += size * addresses.len() as u64;
+                }
+            }
+            let parameter_bytes = most_bytes / per_parameter as u64;
+            if matched.len() >= MIN_SIZE_MATCHES && parameter_bytes > 0 && matched_bytes * 10 >= parameter_bytes * 9 {
+                persistent.parameters = matched.into_iter().collect();
+                persistent.matched = category;
+                break;
+            }
+        }
+        self.persistent = Some(persistent);
+    }
+
+    /// The blocks of `category` alive together when their bytes (as asked for) are most: those
+    /// bytes, and how many blocks of each size (a second pass counts them up to that point).
+    fn most_alive(&mut self, events: &[usize], category: Category) -> (u64, BTreeMap<u64, usize>) {
+        let trace = self.trace;
+        let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+        let (mut most, mut most_at) = (0u64, None);
+        for pass in 0..2 {
+            let mut live: HashMap<u64, u64> = HashMap::default();
+            let mut bytes = 0u64;
+            for (n, &i) in events.iter().enumerate() {
+                if pass == 1 && Some(n) > most_at {
+                    break;
+                }
+                let Some(e) = trace.events.get(i) else { continue };
+                match e.kind {
+                    EventKind::Alloc if self.known(e.address, e.time_ns, i64::MAX, e.stack).category == category => {
+                        live.insert(e.address, e.requested_bytes);
+                        bytes += e.requested_bytes;
+                        if pass == 0 && bytes > most {
+                            (most, most_at) = (bytes, Some(n));
+                        }
+                    }
+                    EventKind::FreeCompleted => {
+                        if let Some(size) = live.remove(&e.address) {
+                            bytes -= size;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if pass == 1 {
+                for size in live.values() {
+                    *counts.entry(*size).or_default() += 1;
+                }
+            }
+            if most_at.is_none() {
+                break;
+            }
+        }
+        (most, counts)
     }
 
     /// When the block at `address` allocated at `alloc_ns` was freed (`i64::MAX`: never, or not
@@ -230,6 +360,24 @@ impl<'a> Attributor<'a> {
     /// The category of a block at `address` alive from `alloc_ns` (`i64::MIN` when allocated
     /// before the trace) until `until_ns`, allocated by `stack`.
     pub fn block(&mut self, address: u64, alloc_ns: i64, until_ns: i64, stack: StackId) -> Attribution {
+        let found = self.known(address, alloc_ns, until_ns, stack);
+        if found.category != Category::Unknown || alloc_ns != i64::MIN || found.evidence != Evidence::Nothing {
+            return found;
+        }
+        self.find_persistent();
+        let Some(persistent) = &self.persistent else { return found };
+        if persistent.parameters.contains(&address) {
+            return Attribution {
+                category: Category::Parameter,
+                evidence: Evidence::SizeMatches { of: persistent.matched },
+            };
+        }
+        let persistent = persistent.alive_throughout.contains(&address);
+        Attribution { category: Category::Unknown, evidence: Evidence::BeforeRecording { persistent } }
+    }
+
+    /// What the tags, the phases and the stack rules say of a block (see [`Attributor::block`]).
+    fn known(&mut self, address: u64, alloc_ns: i64, until_ns: i64, stack: StackId) -> Attribution {
         // Its whole life counts where it is known, else up to `until_ns`.
         let free_ns = self.freed_at(address, alloc_ns);
         let end_ns = if free_ns == i64::MAX && self.frees.is_empty() { until_ns } else { free_ns };
@@ -329,5 +477,100 @@ mod tests {
             matches!(evidence, Evidence::Tag(tag) if trace.interner.resolve(tag).contains("layer.weight")),
             "{evidence:?}"
         );
+    }
+
+    /// A snapshot whose recording began after the model was built: its parameters are blocks
+    /// from before, alive to the end, one of each gradient's size.
+    fn persistent_trace(sizes: &[u64], extra_before: usize) -> Trace {
+        use vramscope_trace_format::{Block, BlockState, Event, Segment};
+        let mut trace = Trace::default();
+        let grad = stack(&mut trace, &[("??", "torch::autograd::AccumulateGrad::apply")]);
+        let mut blocks = Vec::new();
+        let mut address = 0x10_0000u64;
+        for (i, &size) in sizes.iter().enumerate() {
+            for _ in 0..=(if i == 0 { extra_before } else { 0 }) {
+                blocks.push(Block {
+                    address,
+                    size_bytes: size,
+                    requested_bytes: size,
+                    state: BlockState::ActiveAllocated,
+                    stack: StackId(0),
+                });
+                address += size;
+            }
+        }
+        // One block from before that matches no gradient.
+        blocks.push(Block {
+            address,
+            size_bytes: 12_345 * 512,
+            requested_bytes: 12_345 * 512,
+            state: BlockState::ActiveAllocated,
+            stack: StackId(0),
+        });
+        trace.segments.push(Segment {
+            device: DeviceId(0),
+            address: 0x10_0000,
+            size_bytes: address + (12_345 * 512) - 0x10_0000,
+            process: vramscope_trace_format::ProcessId(0),
+            stream: 0,
+            pool: vramscope_trace_format::SegmentPool::Large,
+            pool_id: (0, 0),
+            is_expandable: false,
+            stack: StackId(0),
+            blocks,
+        });
+        // Two steps of gradients: allocated in backward, freed by zero_grad(set_to_none=True).
+        let mut t = 0;
+        for _ in 0..2 {
+            for (i, &size) in sizes.iter().enumerate() {
+                let mut e = Event::new(EventKind::Alloc, t, 0, 0x1000_0000 + i as u64 * 0x100_0000, size);
+                e.stack = grad;
+                trace.events.push(e);
+                t += 1;
+            }
+            for (i, &size) in sizes.iter().enumerate() {
+                trace.events.push(Event::new(
+                    EventKind::FreeCompleted,
+                    t,
+                    0,
+                    0x1000_0000 + i as u64 * 0x100_0000,
+                    size,
+                ));
+                t += 1;
+            }
+        }
+        trace
+    }
+
+    #[test]
+    fn blocks_from_before_the_recording_are_parameters_when_their_sizes_meet_the_gradients() {
+        let sizes = [4096 * 512, 1024 * 512, 512, 8 * 512, 4096 * 512 * 3];
+        let trace = persistent_trace(&sizes, 0);
+        let mut a = Attributor::new(&trace, DeviceId(0));
+        let first = a.block(0x10_0000, i64::MIN, 100, StackId(0));
+        assert_eq!(first.category, Category::Parameter, "{first:?}");
+        assert_eq!(first.evidence, Evidence::SizeMatches { of: Category::Gradient });
+        let odd = trace.segments[0].blocks.last().map_or(0, |b| b.address);
+        let other = a.block(odd, i64::MIN, 100, StackId(0));
+        assert_eq!(
+            other,
+            Attribution { category: Category::Unknown, evidence: Evidence::BeforeRecording { persistent: true } }
+        );
+        // A block allocated in the window is not one of them, whatever its size.
+        assert_eq!(a.block(0x10_0000, 5, 100, StackId(0)).category, Category::Unknown);
+
+        // Two blocks of the first size from before for one gradient of it (a parameter and
+        // something else): which is which cannot be told; the others still match, but the
+        // first size no longer does, and four sizes in five is below nine in ten.
+        let trace = persistent_trace(&sizes, 1);
+        let mut a = Attributor::new(&trace, DeviceId(0));
+        assert_eq!(
+            a.block(0x10_0000, i64::MIN, 100, StackId(0)).evidence,
+            Evidence::BeforeRecording { persistent: true }
+        );
+        // Too few tensors to tell from chance.
+        let trace = persistent_trace(&sizes[..3], 0);
+        let mut a = Attributor::new(&trace, DeviceId(0));
+        assert_eq!(a.block(0x10_0000, i64::MIN, 100, StackId(0)).category, Category::Unknown);
     }
 }

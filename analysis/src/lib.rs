@@ -14,8 +14,10 @@
 //! - [`summary`]: the per-device numbers `vramscope info` prints.
 //! - [`advisor`]: what each remedy would do to the peak.
 //! - [`caveats`]: what a trace cannot show.
+//! - [`allocator`]: the caching allocator's settings a run used.
 
 pub mod advisor;
+pub mod allocator;
 pub mod attribution;
 pub mod caveats;
 pub mod diff;

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use vramscope_trace_format::import::Wrapper;
-use vramscope_trace_format::{Clock, DeviceId, SourceFormat, Trace};
+use vramscope_trace_format::{Category, Clock, DeviceId, SourceFormat, Trace};
 
+use super::attribution::{Attributor, Evidence};
 use super::peak::{self, Peak};
 use super::segments;
 
@@ -48,6 +49,11 @@ pub struct DeviceSummary {
     pub categories_at_peak: BTreeMap<&'static str, u64>,
     /// Blocks alive at the allocated peak.
     pub live_blocks_at_peak: usize,
+    /// Of the unknown bytes at the peak, those allocated before the recording began and alive
+    /// to its end: model state, most likely (a snapshot whose history started after the model
+    /// was built, with no gradients of the same sizes to name them by).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unknown_from_before_recording_bytes: u64,
     /// Failed allocations.
     pub oom_events: usize,
     /// The largest allocation that failed, when one did.
@@ -99,11 +105,25 @@ pub fn time_us(trace: &Trace, peak: &Peak) -> Option<i64> {
     (trace.metadata.clock != Clock::EventIndex).then_some(peak.time_ns.div_euclid(1000))
 }
 
+fn is_zero(bytes: &u64) -> bool {
+    *bytes == 0
+}
+
 /// Summarises one device.
 pub fn device_summary(trace: &Trace, device: DeviceId) -> DeviceSummary {
     let peaks = peak::peaks(trace, device);
     let live = peak::live_at(trace, device, peaks.allocated.event);
     let categories = peak::categories_at(trace, device, peaks.allocated.time_ns, &live);
+    let mut unknown_from_before_recording_bytes = 0;
+    if categories.contains_key(&Category::Unknown) {
+        let mut attributor = Attributor::new(trace, device);
+        for block in live.iter().filter(|b| b.alloc_event.is_none()) {
+            let found = attributor.block(block.address, i64::MIN, peaks.allocated.time_ns, block.stack);
+            if found.evidence == (Evidence::BeforeRecording { persistent: true }) {
+                unknown_from_before_recording_bytes += block.size_bytes;
+            }
+        }
+    }
     let final_state = segments::final_state(trace, device);
     let total = match &final_state {
         Some(state) => state.total,
@@ -135,6 +155,7 @@ pub fn device_summary(trace: &Trace, device: DeviceId) -> DeviceSummary {
         peak_reserved_time_us: time_us(trace, &peaks.reserved),
         categories_at_peak: categories.into_iter().map(|(c, v)| (c.name(), v)).collect(),
         live_blocks_at_peak: live.len(),
+        unknown_from_before_recording_bytes,
         oom_events: trace.ooms.iter().filter(|o| o.device == device).count(),
         largest_failed_request_bytes: trace.ooms.iter().filter(|o| o.device == device).map(|o| o.requested_bytes).max(),
     }

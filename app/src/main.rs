@@ -208,9 +208,10 @@ enum Command {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
-        /// GPUs to shard over, for the ZeRO remedies.
-        #[arg(long, default_value_t = 8, value_name = "N")]
-        gpus: u32,
+        /// GPUs to shard over, for the ZeRO remedies (default: the ranks or GPUs the trace
+        /// shows; with one, sharding is not projected).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+        gpus: Option<u32>,
         /// The memory to fit under (default: the device's, when the trace knows it), e.g. 80GiB.
         #[arg(long, value_name = "BYTES", value_parser = vramscope::cli::advise::parse_bytes)]
         target_bytes: Option<u64>,

@@ -4,7 +4,7 @@
 
 use vramscope_trace_format::{Category, DeviceId, Trace};
 
-use crate::analysis::advisor::{Advice, FreeAtOom, Projection, Reason, Remedy, Unused};
+use crate::analysis::advisor::{Advice, FreeAtOom, Gpus, GpusFrom, Projection, Reason, Remedy, Unused};
 use crate::analysis::attribution::Evidence;
 use crate::analysis::caveats::Caveat;
 use crate::analysis::diff::{Diff, Headline};
@@ -61,6 +61,7 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
         Remedy::AmpFp16 => {
             "run forward and backward under torch.autocast(dtype=torch.float16) with a GradScaler".to_owned()
         }
+        Remedy::MicroBatchHalf if !advice.training => "halve the batch (2 passes for the same inputs)".to_owned(),
         Remedy::MicroBatchHalf => "halve the micro-batch and accumulate gradients over 2 micro-batches".to_owned(),
         Remedy::Adam8bit => "an 8-bit Adam (bitsandbytes' Adam8bit): optimizer state in 8 bits".to_owned(),
         Remedy::Adafactor => "Adafactor: factored second moments, no first moment".to_owned(),
@@ -70,10 +71,91 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
             advice.baseline.repeated_blocks
         ),
         Remedy::Zero1 | Remedy::Zero2 | Remedy::Zero3 => {
-            format!("ZeRO stage {} (FSDP) over {} GPUs", remedy.zero_stage(), advice.gpus)
+            let gpus = advice.gpus.map_or(1, |g| g.count);
+            format!("ZeRO stage {} (FSDP) over {gpus} GPUs", remedy.zero_stage())
         }
         Remedy::ExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
     }
+}
+
+/// What the advice read from the trace before advising, and what it assumed: the allocator's
+/// settings (what is on is not proposed), the GPUs sharding is projected over (`set_gpus` says
+/// how to change them: `--gpus N` on the command line), and whether the run trained.
+pub fn advice_notes(advice: &Advice, set_gpus: &str) -> Vec<String> {
+    use crate::analysis::allocator::Source;
+    let from = |source: Source| match source {
+        Source::Snapshot => "the snapshot's allocator_settings",
+        Source::Conf => "the run's PYTORCH_CUDA_ALLOC_CONF",
+        Source::Events => "segments mapped piecewise in the trace",
+    };
+    let mut notes = Vec::new();
+    let allocator = &advice.allocator;
+    if allocator.is_async() {
+        notes.push(
+            "allocator: backend:cudaMallocAsync (the driver's pools, not the caching allocator): its settings are not \
+             proposed"
+                .to_owned(),
+        );
+    } else if let Some(known) = allocator.expandable_segments.filter(|k| k.value) {
+        notes.push(format!("allocator: expandable_segments on ({}): not proposed", from(known.source)));
+    } else if let Some(known) = allocator.expandable_segments {
+        notes.push(format!("allocator: expandable_segments off ({})", from(known.source)));
+    } else {
+        notes.push("allocator: the trace does not say its settings (default settings assumed)".to_owned());
+    }
+    match advice.gpus {
+        Some(Gpus { count, from: GpusFrom::Given }) => notes.push(format!("sharding: over {count} GPUs, as given")),
+        Some(Gpus { count, from: GpusFrom::Ranks }) => {
+            notes.push(format!("sharding: over {count} GPUs, the ranks in the trace ({set_gpus} to change)"))
+        }
+        Some(Gpus { count, from: GpusFrom::Devices }) => {
+            notes.push(format!("sharding: over {count} GPUs, the devices in the trace ({set_gpus} to change)"))
+        }
+        None => notes.push(format!("sharding: not projected, the trace shows one GPU ({set_gpus} to project ZeRO)")),
+    }
+    let known = &advice.evidence;
+    let total = known.total();
+    if total > 0.0 {
+        let share = |bytes: f64| 100.0 * bytes / total;
+        let parts: Vec<String> = [
+            (known.tagged, "tagged by the recorder"),
+            (known.phase, "from the phases"),
+            (known.size_match, "matched to the gradients by size"),
+            (known.stack_rule, "guessed from stack frames"),
+            (known.before_recording, "allocated before recording"),
+            (known.unknown, "unknown"),
+        ]
+        .into_iter()
+        .filter(|(bytes, _)| share(*bytes) >= 0.5)
+        .map(|(bytes, how)| format!("{:.0}% {how}", share(bytes)))
+        .collect();
+        let guessed = share(known.guessed());
+        let mut note = format!("categories at the peak: {}", parts.join(", "));
+        if guessed >= 0.5 {
+            note.push_str(&format!(
+                "; the ± counts {guessed:.0}% of the peak as possibly in the wrong category (what is unknown or from \
+                 before the recording, and a quarter of what stack frames guessed)"
+            ));
+        }
+        notes.push(note);
+    }
+    if let Some(scale) = advice.batch_scale_that_fits {
+        let what = "activations, temporaries and inputs scale with it; model state does not";
+        notes.push(if scale >= 1.0 {
+            format!("batch: up to {scale:.2}x the recorded batch fits under the target ({what})")
+        } else if scale > 0.0 {
+            format!("batch: to fit under the target the batch must shrink to {scale:.2}x ({what})")
+        } else {
+            "batch: what does not scale with the batch (model state) alone is over the target".to_owned()
+        });
+    }
+    if !advice.training {
+        notes.push(
+            "no backward pass in the trace (an inference run): no checkpointing, gradient or optimizer advice"
+                .to_owned(),
+        );
+    }
+    notes
 }
 
 /// What one remedy costs besides memory.
@@ -251,6 +333,20 @@ pub fn evidence(trace: &Trace, evidence: Evidence) -> String {
             format!("{rule} (in the forward of {})", trace.interner.resolve(module))
         }
         Evidence::Phase { rule, module: None } => rule.to_owned(),
+        Evidence::BeforeRecording { persistent: true } => {
+            "allocated before the recording began and alive to its end (model state, most likely)".to_owned()
+        }
+        Evidence::BeforeRecording { persistent: false } => {
+            "allocated before the recording began; no tag, and no stack-frame rule matched".to_owned()
+        }
+        Evidence::SizeMatches { of } => format!(
+            "allocated before the recording and never freed, its size one of the {}' one for one, as a model's \
+             parameters are",
+            match of {
+                Category::OptimizerState => "optimizer state tensors",
+                _ => "gradients",
+            }
+        ),
         Evidence::Nothing => "no tag, and no stack-frame rule matched".to_owned(),
     }
 }

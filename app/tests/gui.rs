@@ -391,7 +391,7 @@ fn the_advisor_lists_the_remedies_with_the_cli_numbers() {
     let mut harness = open_sample();
     harness.get_by_label("Advisor").click();
     let trace = vramscope_trace_format::import(vramscope::sample::BYTES, &NoProgress).expect("import").trace;
-    let advice = vramscope::analysis::advisor::advise(&trace, Some(DeviceId(0)), 8, None).expect("advice");
+    let advice = vramscope::analysis::advisor::advise(&trace, Some(DeviceId(0)), None, None).expect("advice");
     let checkpointing = advice.remedies.iter().find(|r| r.id == "activation_checkpointing").expect("remedy");
     let started = Instant::now();
     // The advice is worked out on its own thread.

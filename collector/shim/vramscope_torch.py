@@ -18,7 +18,9 @@ Line types (field `t`): `meta`, `frame` (id, file, line, name), `alloc` / `free_
 `free` / `segment_alloc` / `segment_free` / `segment_map` / `segment_unmap` (time, dev, addr,
 size, stream, stack: frame ids innermost first), `oom` (time, dev, size, free), `tag` (time, dev,
 addr, cat, name), `span` (kind: forward, backward, optimizer_step, iteration, module; name, begin,
-end), `autocast` (device_type, dtype: forward ran under autocast).
+end), `autocast` (device_type, dtype: forward ran under autocast), `allocator_conf` (conf: the
+allocator's configuration string, from the environment when torch is imported and from each
+`torch.cuda.memory._set_allocator_settings` call).
 """
 
 import atexit
@@ -218,6 +220,7 @@ class _Recorder:
                     "argv": sys.argv, "time": self.now(),
                     "rank": int(rank) if rank is not None and rank.isdigit() else None})
         if mode == "cuda":
+            self.note_allocator_conf()
             # Not now: starting the history initialises CUDA, which a program may not want yet
             # (it may fork first, or set CUDA_VISIBLE_DEVICES). PyTorch runs this when it
             # initialises CUDA itself (at once if it already has).
@@ -521,6 +524,27 @@ class _Recorder:
             for index, value in enumerate(args if isinstance(args, tuple) else (args,)):
                 for j, tensor in enumerate(value if isinstance(value, (list, tuple)) else (value,)):
                     self.tag(tensor, "input", f"input[{index}]" + (f"[{j}]" if isinstance(value, (list, tuple)) else ""))
+
+    def note_allocator_conf(self):
+        """Records the caching allocator's configuration as the program has it (the environment
+        when torch is imported, then each change it makes at run time)."""
+        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+        if conf:
+            self.write({"t": "allocator_conf", "conf": conf})
+        memory = getattr(self.torch.cuda, "memory", None)
+        real = getattr(memory, "_set_allocator_settings", None)
+        if real is None or getattr(real, "_vramscope", False):
+            return
+        recorder = self
+
+        def set_allocator_settings(settings, *args, **kwargs):
+            result = real(settings, *args, **kwargs)
+            if isinstance(settings, str) and not recorder.closed:
+                recorder.safe(recorder.write, {"t": "allocator_conf", "conf": settings})
+            return result
+
+        set_allocator_settings._vramscope = True
+        memory._set_allocator_settings = set_allocator_settings
 
     def note_autocast(self):
         """Records once whether forward runs under autocast, and in which type."""

@@ -93,6 +93,12 @@ pub enum Line {
         /// Qualified name.
         name: String,
     },
+    /// The caching allocator's configuration string (`PYTORCH_CUDA_ALLOC_CONF`), as the program
+    /// had it when torch was imported or set it later.
+    AllocatorConf {
+        /// `key:value` pairs separated by commas.
+        conf: String,
+    },
     /// Forward ran under autocast.
     Autocast {
         /// `cuda` or `cpu`.
@@ -222,6 +228,14 @@ fn add_log(
     for line in &log.lines {
         let (kind, block) = match line {
             Line::Meta { .. } => continue,
+            Line::AllocatorConf { conf } => {
+                // Later settings override earlier ones pair by pair: the string keeps them in order.
+                let settings = &mut trace.metadata.allocator_settings;
+                let before = settings.get("PYTORCH_CUDA_ALLOC_CONF").and_then(|v| v.as_str()).unwrap_or("");
+                let joined = if before.is_empty() { conf.clone() } else { format!("{before},{conf}") };
+                *settings = serde_json::json!({ "PYTORCH_CUDA_ALLOC_CONF": joined });
+                continue;
+            }
             Line::Autocast { device_type, dtype } => {
                 trace.metadata.extra.insert("autocast".to_owned(), format!("{device_type}:{dtype}").into());
                 continue;
@@ -521,5 +535,22 @@ mod tests {
         };
         assert!(function(&trace.events[0]).is_some_and(|f| f.starts_with("autograd engine")));
         assert_eq!(function(&trace.events[1]), None);
+    }
+
+    #[test]
+    fn the_allocator_configuration_is_kept_in_the_order_it_was_set() {
+        let log = parse(concat!(
+            r#"{"t":"meta","pid":7,"torch":"2.11","source":"cuda"}"#,
+            "\n",
+            r#"{"t":"allocator_conf","conf":"max_split_size_mb:128"}"#,
+            "\n",
+            r#"{"t":"allocator_conf","conf":"expandable_segments:True"}"#,
+        ));
+        let mut trace = Trace::default();
+        add_to_trace(&mut trace, &[log], &mut BTreeMap::new());
+        assert_eq!(
+            trace.metadata.allocator_settings,
+            serde_json::json!({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"})
+        );
     }
 }

@@ -353,11 +353,54 @@ def categories_at_peak(trace, segments):
             continue
         if total > best:
             best, best_live = total, dict(live)
+    named = parameters_by_size(trace, segments, open_alloc)
     out = {}
-    for size, frames in best_live.values():
+    for addr, (size, frames) in best_live.items():
         c = category_of(frames)
+        if c == "unknown" and addr in named:
+            c = "parameter"
         out[c] = out.get(c, 0) + size
     return {k: v for k, v in sorted(out.items()) if v > 0}
+
+
+def parameters_by_size(trace, segments, open_at_end):
+    """Addresses of blocks held from before the trace to its end that are parameters by size.
+
+    DESIGN.md's rule: when the gradients (by the stack rules) are most in requested bytes,
+    take how many of each requested size are alive; a size held by exactly that many blocks
+    from before the trace (half as many for optimizer state, two per parameter under Adam)
+    names those blocks parameters, when at least 4 blocks and nine tenths of the parameters'
+    bytes are matched. Gradients first, then optimizer state.
+    """
+    held = {}
+    for seg in segments:
+        for addr, block in iter_blocks(seg):
+            if block["state"] != "inactive" and addr not in open_at_end:
+                held.setdefault(block_requested(block), []).append(addr)
+    for category, per_parameter in (("gradient", 1), ("optimizer_state", 2)):
+        alive, counts, total, most, at_most = {}, {}, 0, 0, {}
+        for e in trace:
+            if e["action"] == "alloc" and category_of(e.get("frames")) == category:
+                alive[e["addr"]] = e["size"]
+                counts[e["size"]] = counts.get(e["size"], 0) + 1
+                total += e["size"]
+                if total > most:
+                    most, at_most = total, {k: v for k, v in counts.items() if v}
+            elif e["action"] in FREE_ACTIONS and e["addr"] in alive:
+                size = alive.pop(e["addr"])
+                counts[size] -= 1
+                total -= size
+        matched = []
+        for size, n in at_most.items():
+            blocks = held.get(size, [])
+            if len(blocks) * per_parameter == n:
+                matched.extend(blocks)
+        matched_bytes = sum(size * len(held[size]) for size, n in at_most.items()
+                            if len(held.get(size, [])) * per_parameter == n)
+        wanted = most // per_parameter
+        if len(matched) >= 4 and wanted > 0 and matched_bytes * 10 >= wanted * 9:
+            return set(matched)
+    return set()
 
 
 def analyze_snapshot(snap):

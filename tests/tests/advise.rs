@@ -109,7 +109,90 @@ fn the_bf16_projection_on_the_h200_recording_matches_the_bf16_run() {
         assert!(remedy["reason"].as_str().is_some_and(|r| r.len() > 20), "{id}");
         assert!(remedy["projected_peak_reserved_bytes"].as_u64().is_some(), "{id}");
     }
+    // One GPU in the trace and no --gpus: sharding is not projected, and the output says so.
+    let has = |advice: &serde_json::Value, id: &str| {
+        advice["remedies"].as_array().is_some_and(|r| r.iter().any(|r| r["id"] == id))
+    };
+    let says = |advice: &serde_json::Value, text: &str| {
+        advice["notes"].as_array().is_some_and(|n| n.iter().any(|n| n.as_str().is_some_and(|n| n.contains(text))))
+    };
+    assert!(advice["gpus"].is_null(), "{}", advice["gpus"]);
+    assert!(says(&advice, "sharding: not projected, the trace shows one GPU"), "{}", advice["notes"]);
+    assert!(["zero1", "zero2", "zero3"].iter().all(|id| !has(&advice, id)));
+    let sharded = json(&[OsStr::new("advise"), OsStr::new("--json"), OsStr::new("--gpus=4"), fp32.as_os_str()]);
+    assert_eq!(sharded["gpus"]["count"], 4);
+    assert_eq!(sharded["gpus"]["from"], "given");
     for id in ["zero1", "zero2", "zero3"] {
-        assert!(advice["remedies"].as_array().is_some_and(|r| r.iter().any(|r| r["id"] == id)), "{id}");
+        assert!(has(&sharded, id), "{id}");
     }
+    // The run that had expandable segments is not told to turn them on: its segments are mapped
+    // piecewise, which is what the allocator does with them.
+    let expandable =
+        json(&[OsStr::new("advise"), OsStr::new("--json"), traces.join("h200-torch-expandable.vtrace").as_os_str()]);
+    assert!(!has(&expandable, "expandable_segments"), "{}", expandable["remedies"]);
+    assert!(says(&expandable, "expandable_segments on (segments mapped piecewise"), "{}", expandable["notes"]);
+    assert_eq!(expandable["allocator"]["expandable_segments"]["value"], true);
+    // A recording that trained: backward ran.
+    assert_eq!(advice["training"], true);
+}
+
+/// A real snapshot, with the settings it was recorded under changed by Python's own pickle (the
+/// fixture itself is read, never copied into the project).
+fn snapshot_with_settings(dir: &Path, name: &str, settings: &str) -> PathBuf {
+    let source = vramscope_e2e::fixtures_dir().join("pytorch-snapshots").join(name);
+    let out = dir.join(name);
+    let script = format!(
+        "import pickle, sys\n\
+         snapshot = pickle.load(open(sys.argv[1], 'rb'))\n\
+         snapshot['allocator_settings'].update({settings})\n\
+         pickle.dump(snapshot, open(sys.argv[2], 'wb'), protocol=4)\n"
+    );
+    let status = std::process::Command::new(vramscope_e2e::python())
+        .args(["-c", &script])
+        .arg(&source)
+        .arg(&out)
+        .status()
+        .expect("python runs");
+    assert!(status.success());
+    out
+}
+
+#[test]
+fn imported_snapshots_are_read_before_advising() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let has = |advice: &serde_json::Value, id: &str| {
+        advice["remedies"].as_array().is_some_and(|r| r.iter().any(|r| r["id"] == id))
+    };
+    let says = |advice: &serde_json::Value, text: &str| {
+        advice["notes"].as_array().is_some_and(|n| n.iter().any(|n| n.as_str().is_some_and(|n| n.contains(text))))
+    };
+    // The full step with its own settings (the default allocator): expandable segments are
+    // proposed; recorded with them on, they are not.
+    let plain = vramscope_e2e::fixtures_dir().join("pytorch-snapshots/gpt_ctx128_fullstep_fp32.pickle");
+    let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), plain.as_os_str()]);
+    assert!(has(&advice, "expandable_segments"), "{}", advice["remedies"]);
+    assert_eq!(advice["allocator"]["expandable_segments"]["source"], "snapshot");
+    assert_eq!(advice["training"], true);
+    assert!(has(&advice, "activation_checkpointing") || advice["baseline"]["repeated_blocks"].as_u64() < Some(2));
+    let on = snapshot_with_settings(
+        dir.path(),
+        "gpt_ctx128_fullstep_fp32.pickle",
+        "{'expandable_segments': True, 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}",
+    );
+    let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), on.as_os_str()]);
+    assert!(!has(&advice, "expandable_segments"), "{}", advice["remedies"]);
+    assert!(
+        says(&advice, "expandable_segments on (the snapshot's allocator_settings): not proposed"),
+        "{}",
+        advice["notes"]
+    );
+    // A forward pass only (an inference run): no checkpointing, gradient or optimizer advice.
+    let forward = vramscope_e2e::fixtures_dir().join("pytorch-snapshots/gpt_ctx128_forward_fp32.pickle");
+    let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), OsStr::new("--gpus=4"), forward.as_os_str()]);
+    assert_eq!(advice["training"], false);
+    for id in ["activation_checkpointing", "zero1", "zero2", "sgd", "adafactor", "adam_8bit"] {
+        assert!(!has(&advice, id), "{id} for an inference run: {}", advice["remedies"]);
+    }
+    assert!(says(&advice, "no backward pass in the trace"), "{}", advice["notes"]);
+    assert!(has(&advice, "micro_batch_half"));
 }

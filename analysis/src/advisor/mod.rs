@@ -17,9 +17,11 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use vramscope_trace_format::{AnnotationKind, DeviceId, Trace};
 
+pub use self::parts::EvidenceBytes;
 use self::parts::{Parts, parts_at, phase_at};
 use self::remedy::{Context, PAGE_BYTES};
 pub use self::remedy::{Reason, Remedy};
+use super::allocator::AllocatorSettings;
 use super::attribution::Attributor;
 use super::instant;
 use super::peak;
@@ -99,8 +101,58 @@ pub struct Advice {
     /// The autocast the run already used (`cuda:bfloat16`), when the recorder saw one; the
     /// mixed-precision remedies are left out then.
     pub autocast: Option<String>,
-    /// The GPUs the sharding remedies shard over.
-    pub gpus: u32,
+    /// The GPUs the sharding remedies shard over, and how that count was chosen (none: the
+    /// trace shows one GPU and none was given, so sharding is not projected).
+    pub gpus: Option<Gpus>,
+    /// Whether the run trained (went backward); an inference run gets no checkpointing or
+    /// gradient advice.
+    pub training: bool,
+    /// The allocator's settings as the trace tells them; what is on is not proposed.
+    pub allocator: AllocatorSettings,
+    /// How the categories at the peak were known: the uncertainties count what is guessed.
+    pub evidence: EvidenceBytes,
+    /// The largest multiple of the recorded batch that fits under the target (below 1: how far
+    /// it must shrink), when there is a target: what is alive scales with the batch where it
+    /// is activations, temporaries or inputs, and stays where it is model state.
+    pub batch_scale_that_fits: Option<f64>,
+}
+
+/// How many GPUs to shard over, and where that number came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Gpus {
+    /// The count.
+    pub count: u32,
+    /// Where it came from.
+    pub from: GpusFrom,
+}
+
+/// Where a GPU count came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpusFrom {
+    /// The user gave it (`--gpus`).
+    Given,
+    /// The ranks recorded in the trace.
+    Ranks,
+    /// The GPUs in the trace.
+    Devices,
+}
+
+impl Gpus {
+    /// `given`, else the ranks of the trace, else its GPUs, when more than one.
+    pub fn of(trace: &Trace, given: Option<u32>) -> Option<Self> {
+        if let Some(count) = given {
+            return Some(Self { count, from: GpusFrom::Given });
+        }
+        let mut ranks: Vec<u32> = trace.metadata.processes.iter().filter_map(|p| p.rank).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        if ranks.len() > 1 {
+            return Some(Self { count: ranks.len() as u32, from: GpusFrom::Ranks });
+        }
+        let gpus = trace.devices().iter().filter(|d| !d.is_host()).count() as u32;
+        (gpus > 1).then_some(Self { count: gpus, from: GpusFrom::Devices })
+    }
 }
 
 /// Reserved memory not allocated at the peak, from the allocator's segments, and at the first
@@ -209,8 +261,13 @@ fn project(instants: &[Parts], applied: &[Remedy], ctx: &Context) -> (f64, f64) 
         }
         worst = worst.max(p.total());
     }
-    let uncertainty = applied.iter().map(|r| r.uncertainty() * r.uncertainty()).sum::<f64>().sqrt();
-    (worst, uncertainty)
+    // The rules' own error, and the bytes whose category is a guess: each could belong to what
+    // the remedies change, or not, and move the projection by as much as they reach.
+    let rules = applied.iter().map(|r| r.uncertainty() * r.uncertainty()).sum::<f64>();
+    let reach = 1.0 - applied.iter().map(|r| 1.0 - r.reach(ctx)).product::<f64>();
+    let guessed = instants.first().map_or(0.0, |p| p.evidence.guessed());
+    let evidence = if worst > 0.0 { guessed * reach / worst } else { 0.0 };
+    (worst, (rules + evidence * evidence).sqrt())
 }
 
 /// A projection's row.
@@ -322,8 +379,8 @@ fn fragmentation(trace: &Trace, device: DeviceId, ctx: &Context, at_peak: &insta
 }
 
 /// Works out the advice for `device` (the one with the highest peak when `None`); `gpus` for the
-/// sharding remedies, `target` to fit under (else the device's memory when known).
-pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: u32, target: Option<u64>) -> Option<Advice> {
+/// sharding remedies (else the trace's ranks or GPUs, when more than one), `target` to fit under (else the device's memory when known).
+pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target: Option<u64>) -> Option<Advice> {
     let device = match device {
         Some(d) => d,
         None => trace.devices().into_iter().max_by_key(|&d| peak::peaks(trace, d).allocated.bytes)?,
@@ -336,13 +393,19 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: u32, target: Option
     // A run already under autocast gains nothing from it.
     let autocast = trace.metadata.extra.get("autocast").and_then(|v| v.as_str()).map(str::to_owned);
     let at_peak = instant::instant(trace, device, b.peaks.allocated.event, b.peaks.allocated.time_ns);
+    let allocator = AllocatorSettings::of(trace, device);
+    let gpus = Gpus::of(trace, gpus);
+    let training = ran_backward(trace) || b.instants.iter().any(|p| p.gradient > 0.0);
     let ctx = Context {
-        gpus,
+        gpus: gpus.map_or(1, |g| g.count),
         blocks: base.blocks.len(),
         autocast: autocast.is_some(),
         peak_allocated_bytes: peak_allocated,
         peak_reserved_bytes: peak_reserved,
         internal_bytes: at_peak.total.free_internal_bytes,
+        training,
+        optimizer_state: b.instants.iter().any(|p| p.optimizer_state > 0.0),
+        expandable: allocator.expandable() || allocator.is_async(),
     };
     let remedies: Vec<Remedy> = Remedy::ALL.iter().copied().filter(|r| r.applies(&ctx)).collect();
     let singles = singles(&b, &remedies, &ctx, target);
@@ -379,5 +442,41 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: u32, target: Option
         fragmentation: fragmentation(trace, device, &ctx, &at_peak),
         autocast,
         gpus,
+        training,
+        allocator,
+        evidence: b.base().evidence,
+        batch_scale_that_fits: target.and_then(|t| batch_scale(&b.instants, &ctx, t)),
+    })
+}
+
+/// The largest multiple of the batch whose reserved peak fits under `target`: at each instant
+/// taken apart, what stays (model state and the rest) plus what scales times the multiple, with
+/// the baseline's reserved-to-allocated ratio; the lowest over the instants. `None` when nothing
+/// scales.
+fn batch_scale(instants: &[Parts], ctx: &Context, target: u64) -> Option<f64> {
+    let allowed = target as f64 / remedy::reserve_ratio(ctx);
+    instants
+        .iter()
+        .filter(|p| p.activation + p.temporary + p.input > 0.0)
+        .map(|p| {
+            let scales = p.activation + p.temporary + p.input;
+            ((allowed - (p.total() - scales)) / scales).max(0.0)
+        })
+        .min_by(f64::total_cmp)
+        .map(|scale| (scale * 100.0).floor() / 100.0)
+}
+
+/// Whether the run went backward: a recorded backward phase, or autograd's backward in a stack.
+fn ran_backward(trace: &Trace) -> bool {
+    if trace.annotations.iter().any(|a| a.kind == AnnotationKind::Backward) {
+        return true;
+    }
+    let interner = &trace.interner;
+    interner.frames().iter().any(|f| {
+        let function = interner.resolve(f.function);
+        let file = interner.resolve(f.file);
+        (function.contains("backward") && (file.contains("autograd") || file.contains("_tensor.py")))
+            || function.contains("autograd::Engine::")
+            || function.contains("torch::autograd::engine")
     })
 }

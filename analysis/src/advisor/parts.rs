@@ -33,6 +33,44 @@ pub struct Parts {
     pub matmul_parameter: f64,
     /// The largest block's parameters (ZeRO-3 gathers one block at a time).
     pub block_parameter: f64,
+    /// How the categories were known, in bytes.
+    pub evidence: EvidenceBytes,
+}
+
+/// Bytes of an instant by how their category was known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct EvidenceBytes {
+    /// Tagged by the recorder.
+    pub tagged: f64,
+    /// From the phase they were allocated in and their lifetime.
+    pub phase: f64,
+    /// Allocated before the recording, sizes matched to the gradients' or the optimizer state's.
+    pub size_match: f64,
+    /// Guessed from a stack frame.
+    pub stack_rule: f64,
+    /// Allocated before the recording, nothing else known.
+    pub before_recording: f64,
+    /// Not known at all.
+    pub unknown: f64,
+}
+
+/// The share of the bytes a stack-frame rule attributes that is taken to be in the wrong
+/// category. The rules name a frame that allocated the block (`torch/optim/`, `AccumulateGrad`, a
+/// module's `forward`), right for most blocks; what the frame ran for is not always what the
+/// block was (a workspace allocated under `AccumulateGrad`, a cache under `forward`).
+pub const STACK_RULE_DOUBT: f64 = 0.25;
+
+impl EvidenceBytes {
+    /// The bytes that may be in the wrong category: those not known at all, those from before
+    /// the recording, and a share ([`STACK_RULE_DOUBT`]) of those a stack-frame rule guessed.
+    pub fn guessed(&self) -> f64 {
+        STACK_RULE_DOUBT * self.stack_rule + self.before_recording + self.unknown
+    }
+
+    /// All of them.
+    pub fn total(&self) -> f64 {
+        self.tagged + self.phase + self.size_match + self.stack_rule + self.before_recording + self.unknown
+    }
 }
 
 impl Parts {
@@ -121,6 +159,16 @@ pub fn parts_at(
         let alloc_ns = block.alloc_event.and_then(|i| trace.events.get(i)).map_or(i64::MIN, |e| e.time_ns);
         let bytes = block.size_bytes as f64;
         let Attribution { category, evidence } = attributor.block(block.address, alloc_ns, time_ns, block.stack);
+        let known = &mut parts.evidence;
+        *match evidence {
+            Evidence::Tag(_) => &mut known.tagged,
+            Evidence::Phase { .. } if category == Category::Unknown => &mut known.unknown,
+            Evidence::Phase { .. } => &mut known.phase,
+            Evidence::SizeMatches { .. } => &mut known.size_match,
+            Evidence::Frame { .. } => &mut known.stack_rule,
+            Evidence::BeforeRecording { .. } => &mut known.before_recording,
+            Evidence::Nothing => &mut known.unknown,
+        } += bytes;
         match category {
             Category::Parameter => {
                 parts.parameter += bytes;

@@ -55,6 +55,12 @@ pub struct Context {
     pub peak_reserved_bytes: u64,
     /// Rounding waste inside allocated blocks at the peak.
     pub internal_bytes: u64,
+    /// Whether the run trained (backward ran): checkpointing and the gradient remedies need it.
+    pub training: bool,
+    /// Whether the run held optimizer state: the optimizer remedies need it.
+    pub optimizer_state: bool,
+    /// Whether the run already had expandable segments (or no caching allocator at all).
+    pub expandable: bool,
 }
 
 /// The page expandable segments map memory in.
@@ -140,16 +146,32 @@ impl Remedy {
         }
     }
 
-    /// Whether it is worth projecting for this run: checkpointing needs repeated blocks,
-    /// sharding several GPUs, mixed precision a run that does not use it already, expandable
-    /// segments reserved memory to give back.
+    /// The most of one byte it can take away: what a byte of the wrong category can move its
+    /// projection by (the uncertainty from evidence scales with it).
+    pub fn reach(self, ctx: &Context) -> f64 {
+        match self {
+            Self::AmpBf16 | Self::AmpFp16 | Self::MicroBatchHalf => 0.5,
+            Self::Adam8bit => 0.75,
+            Self::Adafactor | Self::Sgd | Self::ActivationCheckpointing => 1.0,
+            Self::Zero1 | Self::Zero2 | Self::Zero3 => 1.0 - 1.0 / f64::from(ctx.gpus.max(1)),
+            Self::ExpandableSegments => 0.0,
+        }
+    }
+
+    /// Whether it is worth projecting for this run: never what the run already does (autocast,
+    /// expandable segments); checkpointing needs repeated blocks and a backward pass, which is
+    /// what it saves activations for; the optimizer remedies need optimizer state, ZeRO 1 and 2
+    /// a training run, sharding several GPUs; expandable segments reserved memory to give back.
     pub fn applies(self, ctx: &Context) -> bool {
         match self {
             Self::AmpBf16 | Self::AmpFp16 => !ctx.autocast,
-            Self::ActivationCheckpointing => ctx.blocks >= 2,
-            Self::Zero1 | Self::Zero2 | Self::Zero3 => ctx.gpus > 1,
-            Self::ExpandableSegments => ctx.waste_bytes() > PAGE_BYTES,
-            Self::MicroBatchHalf | Self::Adam8bit | Self::Adafactor | Self::Sgd => true,
+            Self::ActivationCheckpointing => ctx.blocks >= 2 && ctx.training,
+            Self::Zero1 => ctx.gpus > 1 && ctx.optimizer_state,
+            Self::Zero2 => ctx.gpus > 1 && ctx.training,
+            Self::Zero3 => ctx.gpus > 1,
+            Self::ExpandableSegments => !ctx.expandable && ctx.waste_bytes() > PAGE_BYTES,
+            Self::Adam8bit | Self::Adafactor | Self::Sgd => ctx.optimizer_state,
+            Self::MicroBatchHalf => true,
         }
     }
 
@@ -327,7 +349,8 @@ pub enum Reason {
 }
 
 /// Reserved per allocated byte at the baseline's peak.
-fn reserve_ratio(ctx: &Context) -> f64 {
+/// Reserved over allocated at the baseline's peak: what a projected allocated peak reserves.
+pub(super) fn reserve_ratio(ctx: &Context) -> f64 {
     if ctx.peak_allocated_bytes > 0 { ctx.peak_reserved_bytes as f64 / ctx.peak_allocated_bytes as f64 } else { 1.0 }
 }
 

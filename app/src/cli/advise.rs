@@ -9,6 +9,7 @@ use serde::Serialize;
 use vramscope_trace_format::DeviceId;
 
 use crate::analysis::advisor::{self, Advice, Baseline, Projection};
+use crate::analysis::allocator::AllocatorSettings;
 use crate::load;
 use crate::units::bytes;
 use crate::words;
@@ -24,6 +25,12 @@ struct Json<'a> {
     smallest_change_that_fits: Option<&'a str>,
     fragmentation: Option<String>,
     autocast: Option<&'a str>,
+    gpus: Option<advisor::Gpus>,
+    training: bool,
+    allocator: &'a AllocatorSettings,
+    evidence_at_peak: advisor::EvidenceBytes,
+    batch_scale_that_fits: Option<f64>,
+    notes: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -65,6 +72,12 @@ fn with_words(advice: &Advice) -> Json<'_> {
         smallest_change_that_fits: advice.smallest_change_that_fits.as_deref(),
         fragmentation: advice.fragmentation.as_ref().map(words::fragmentation),
         autocast: advice.autocast.as_deref(),
+        gpus: advice.gpus,
+        training: advice.training,
+        allocator: &advice.allocator,
+        evidence_at_peak: advice.evidence,
+        batch_scale_that_fits: advice.batch_scale_that_fits,
+        notes: words::advice_notes(advice, "--gpus N"),
     }
 }
 
@@ -109,7 +122,7 @@ fn line(out: &mut dyn Write, p: &Projection, baseline: u64) -> std::io::Result<(
 pub fn run(
     path: &Path,
     json: bool,
-    gpus: u32,
+    gpus: Option<u32>,
     target: Option<u64>,
     device: Option<DeviceId>,
     out: &mut dyn Write,
@@ -142,6 +155,9 @@ pub fn run(
     }
     if let Some(autocast) = &advice.autocast {
         writeln!(out, "  already under autocast ({autocast}): mixed precision is not proposed")?;
+    }
+    for note in words::advice_notes(&advice, "--gpus N") {
+        writeln!(out, "  {note}")?;
     }
     writeln!(out, "\nremedies, lowest projected peak first (allocated; ± the rule's uncertainty):")?;
     for p in &advice.remedies {

@@ -356,6 +356,14 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
             })
             .collect();
         writeln!(out, "  at the peak     {} live blocks: {}", count(d.live_blocks_at_peak), parts.join(", "))?;
+        if d.unknown_from_before_recording_bytes > 0 {
+            writeln!(
+                out,
+                "                  of the unknown, {} was allocated before the recording began and alive to its end \
+                 (model state, most likely)",
+                bytes(d.unknown_from_before_recording_bytes)
+            )?;
+        }
     }
     writeln!(
         out,

@@ -14,20 +14,17 @@ use crate::{units, words};
 /// The advice shown, and the one being worked out.
 #[derive(Default)]
 pub struct AdvisorState {
-    /// The trace (by address) and device the advice is for.
-    key: Option<(usize, DeviceId)>,
+    /// The trace (by address), device and GPU count the advice is for.
+    key: Option<(usize, DeviceId, Option<u32>)>,
     pending: Option<Job<Option<Advice>>>,
     advice: Option<Option<Advice>>,
-    /// GPUs for the sharding remedies.
-    gpus: u32,
+    /// GPUs for the sharding remedies, when the user set them (else the trace's).
+    gpus: Option<u32>,
 }
 
 impl AdvisorState {
     fn refresh(&mut self, ctx: &egui::Context, trace: &Arc<Trace>, device: DeviceId) {
-        let key = (Arc::as_ptr(trace) as usize, device);
-        if self.gpus == 0 {
-            self.gpus = 8;
-        }
+        let key = (Arc::as_ptr(trace) as usize, device, self.gpus);
         if self.key != Some(key) {
             self.key = Some(key);
             self.advice = None;
@@ -117,6 +114,7 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
         ui.label("This device holds no memory events to advise on.");
         return;
     };
+    let shown_gpus = advice.gpus.map_or(1, |g| g.count);
     let b = &advice.baseline;
     ui.horizontal_wrapped(|ui| {
         ui.strong("Baseline:");
@@ -145,6 +143,21 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
     });
     if let Some(fragmentation) = &advice.fragmentation {
         ui.label(format!("Fragmentation: {}", words::fragmentation(fragmentation)));
+    }
+    ui.horizontal(|ui| {
+        let mut gpus = state.gpus.unwrap_or(shown_gpus);
+        ui.label("Shard over");
+        let changed = ui
+            .add(egui::DragValue::new(&mut gpus).range(1..=4096))
+            .on_hover_text("The GPUs the ZeRO/FSDP remedies shard over (default: the ranks or GPUs the trace shows)")
+            .changed();
+        ui.label(if gpus == 1 { "GPU (ZeRO/FSDP)" } else { "GPUs (ZeRO/FSDP)" });
+        if changed {
+            state.gpus = Some(gpus);
+        }
+    });
+    for note in words::advice_notes(advice, "set Shard over") {
+        ui.weak(note);
     }
     ui.weak("Hover a remedy for what to change and the reasoning from this trace.");
     ui.add_space(4.0);
