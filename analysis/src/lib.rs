@@ -15,9 +15,11 @@
 //! - [`advisor`]: what each remedy would do to the peak.
 //! - [`caveats`]: what a trace cannot show.
 //! - [`allocator`]: the caching allocator's settings a run used.
+//! - [`allocsim`]: a model of the caching allocator to replay a trace through.
 
 pub mod advisor;
 pub mod allocator;
+pub mod allocsim;
 pub mod attribution;
 pub mod caveats;
 pub mod diff;

@@ -75,6 +75,10 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
             format!("ZeRO stage {} (FSDP) over {gpus} GPUs", remedy.zero_stage())
         }
         Remedy::ExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
+        Remedy::MaxSplitSize => format!(
+            "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{}",
+            advice.max_split.map_or(0, |m| m.setting_bytes >> 20)
+        ),
     }
 }
 
@@ -102,6 +106,20 @@ pub fn advice_notes(advice: &Advice, set_gpus: &str) -> Vec<String> {
         notes.push(format!("allocator: expandable_segments off ({})", from(known.source)));
     } else {
         notes.push("allocator: the trace does not say its settings (default settings assumed)".to_owned());
+    }
+    if let Some(m) = advice.max_split
+        && !advice.remedies.iter().any(|p| p.remedies == [Remedy::MaxSplitSize])
+    {
+        let model = format!(
+            "allocator model: replayed under the run's settings it reserves {} at the peak, the trace recorded {}",
+            bytes(m.simulated_baseline_bytes),
+            bytes(m.recorded_bytes)
+        );
+        notes.push(if m.model_error() > 0.05 {
+            format!("{model}; {:.0}% apart, too far to project max_split_size_mb from", 100.0 * m.model_error())
+        } else {
+            format!("{model}; no max_split_size_mb from 64 to 512 (MiB) would reserve less, so none is proposed")
+        });
     }
     match advice.gpus {
         Some(Gpus { count, from: GpusFrom::Given }) => notes.push(format!("sharding: over {count} GPUs, as given")),
@@ -179,6 +197,9 @@ pub fn remedy_cost(remedy: Remedy) -> &'static str {
              parallelism's volume"
         }
         Remedy::ExpandableSegments => "none known; virtual-memory mappings instead of fixed segments",
+        Remedy::MaxSplitSize => {
+            "more cudaMalloc calls: cached blocks of that size or more are not split for smaller requests"
+        }
     }
 }
 
@@ -251,6 +272,17 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
             bytes(*rounding_bytes),
             bytes(*reserved_before_bytes),
             bytes(*reserved_after_bytes)
+        ),
+        Reason::Simulated(m) => format!(
+            "replayed through the caching allocator's model: under the run's own settings it reserves {} at the peak \
+             (the trace recorded {}, {:.1}% apart); with max_split_size_mb:{} it reserves {}: {} -> {} reserved",
+            bytes(m.simulated_baseline_bytes),
+            bytes(m.recorded_bytes),
+            100.0 * m.model_error(),
+            m.setting_bytes >> 20,
+            bytes(m.simulated_bytes),
+            bytes(m.recorded_bytes),
+            bytes(m.projected_bytes())
         ),
         Reason::Together(a, b) => format!("{} and {} together: {before} -> {after}", a.id(), b.id()),
     }

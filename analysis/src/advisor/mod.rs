@@ -20,8 +20,9 @@ use vramscope_trace_format::{AnnotationKind, DeviceId, Trace};
 pub use self::parts::EvidenceBytes;
 use self::parts::{Parts, parts_at, phase_at};
 use self::remedy::{Context, PAGE_BYTES};
-pub use self::remedy::{Reason, Remedy};
+pub use self::remedy::{Reason, Remedy, SplitProjection};
 use super::allocator::AllocatorSettings;
+use super::allocsim;
 use super::attribution::Attributor;
 use super::instant;
 use super::peak;
@@ -115,6 +116,8 @@ pub struct Advice {
     /// it must shrink), when there is a target: what is alive scales with the batch where it
     /// is activations, temporaries or inputs, and stays where it is model state.
     pub batch_scale_that_fits: Option<f64>,
+    /// The best `max_split_size` the allocator's model found, when it was tried.
+    pub max_split: Option<SplitProjection>,
 }
 
 /// How many GPUs to shard over, and where that number came from.
@@ -303,7 +306,8 @@ fn singles(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64
             let projected = if r.changes_allocated() {
                 project(&b.instants, &[r], ctx)
             } else {
-                (ctx.peak_allocated_bytes as f64, r.uncertainty())
+                let model = ctx.max_split.filter(|_| r == Remedy::MaxSplitSize).map_or(0.0, |m| m.model_error());
+                (ctx.peak_allocated_bytes as f64, r.uncertainty() + model)
             };
             projection(
                 vec![r],
@@ -406,6 +410,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         training,
         optimizer_state: b.instants.iter().any(|p| p.optimizer_state > 0.0),
         expandable: allocator.expandable() || allocator.is_async(),
+        max_split: best_max_split(trace, device, &allocator, peak_reserved),
     };
     let remedies: Vec<Remedy> = Remedy::ALL.iter().copied().filter(|r| r.applies(&ctx)).collect();
     let singles = singles(&b, &remedies, &ctx, target);
@@ -446,6 +451,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         allocator,
         evidence: b.base().evidence,
         batch_scale_that_fits: target.and_then(|t| batch_scale(&b.instants, &ctx, t)),
+        max_split: ctx.max_split,
     })
 }
 
@@ -464,6 +470,51 @@ fn batch_scale(instants: &[Parts], ctx: &Context, target: u64) -> Option<f64> {
         })
         .min_by(f64::total_cmp)
         .map(|scale| (scale * 100.0).floor() / 100.0)
+}
+
+/// Traces with more allocations than this on the device are not replayed for `max_split_size`.
+const MAX_SIMULATED_ALLOCATIONS: usize = 2_000_000;
+
+/// The `max_split_size` settings tried.
+const MAX_SPLIT_CANDIDATES_MB: [u64; 4] = [64, 128, 256, 512];
+
+/// Replays the trace through the allocator's model under its own settings and with each
+/// `max_split_size` of [`MAX_SPLIT_CANDIDATES_MB`]: the one that reserves least, if the run did not
+/// set one, uses the caching allocator, and recorded its allocations.
+fn best_max_split(
+    trace: &Trace,
+    device: DeviceId,
+    allocator: &AllocatorSettings,
+    recorded: u64,
+) -> Option<SplitProjection> {
+    if allocator.expandable()
+        || allocator.is_async()
+        || allocator.max_split_size_bytes.is_some_and(|k| k.value.is_some())
+    {
+        return None;
+    }
+    // Five replays: bounded to keep `advise` on a huge trace in seconds.
+    let allocations = trace
+        .events
+        .iter()
+        .filter(|e| e.device == device && e.kind == vramscope_trace_format::EventKind::Alloc)
+        .count();
+    if allocations == 0 || allocations > MAX_SIMULATED_ALLOCATIONS {
+        return None;
+    }
+    let baseline = allocsim::simulate(trace, device, allocsim::Settings::default()).peak_reserved_bytes;
+    MAX_SPLIT_CANDIDATES_MB
+        .iter()
+        .map(|&mb| {
+            let settings = allocsim::Settings { max_split_size_bytes: Some(mb << 20), ..allocsim::Settings::default() };
+            SplitProjection {
+                setting_bytes: mb << 20,
+                recorded_bytes: recorded,
+                simulated_baseline_bytes: baseline,
+                simulated_bytes: allocsim::simulate(trace, device, settings).peak_reserved_bytes,
+            }
+        })
+        .min_by_key(|p| (p.simulated_bytes, std::cmp::Reverse(p.setting_bytes)))
 }
 
 /// Whether the run went backward: a recorded backward phase, or autograd's backward in a stack.

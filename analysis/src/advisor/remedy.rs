@@ -31,6 +31,9 @@ pub enum Remedy {
     Zero3,
     /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
     ExpandableSegments,
+    /// `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N`, projected by replaying the trace through
+    /// the allocator's model ([`crate::allocsim`]).
+    MaxSplitSize,
 }
 
 /// Remedies of one group exclude each other (one precision, one optimizer, one sharding).
@@ -61,6 +64,34 @@ pub struct Context {
     pub optimizer_state: bool,
     /// Whether the run already had expandable segments (or no caching allocator at all).
     pub expandable: bool,
+    /// The best `max_split_size` the allocator's model found for this trace, if one saves.
+    pub max_split: Option<SplitProjection>,
+}
+
+/// What the allocator's model projects for a `max_split_size`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SplitProjection {
+    /// The setting, in bytes.
+    pub setting_bytes: u64,
+    /// The recorded reserved peak.
+    pub recorded_bytes: u64,
+    /// The model's reserved peak under the run's own settings.
+    pub simulated_baseline_bytes: u64,
+    /// The model's reserved peak with the setting.
+    pub simulated_bytes: u64,
+}
+
+impl SplitProjection {
+    /// How far the model is off on this trace under its own settings (a share of the recorded).
+    pub fn model_error(&self) -> f64 {
+        self.simulated_baseline_bytes.abs_diff(self.recorded_bytes) as f64 / self.recorded_bytes.max(1) as f64
+    }
+
+    /// The reserved peak projected: the recorded one, changed as the model's changed.
+    pub fn projected_bytes(&self) -> u64 {
+        let ratio = self.simulated_bytes as f64 / self.simulated_baseline_bytes.max(1) as f64;
+        (self.recorded_bytes as f64 * ratio).round() as u64
+    }
 }
 
 /// The page expandable segments map memory in.
@@ -75,7 +106,7 @@ impl Context {
 
 impl Remedy {
     /// Every remedy, in the order they are listed.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::AmpBf16,
         Self::AmpFp16,
         Self::MicroBatchHalf,
@@ -87,6 +118,7 @@ impl Remedy {
         Self::Zero2,
         Self::Zero3,
         Self::ExpandableSegments,
+        Self::MaxSplitSize,
     ];
 
     /// Its id in `advise --json` and in combinations (`amp_bf16+activation_checkpointing`).
@@ -103,6 +135,7 @@ impl Remedy {
             Self::Zero2 => "zero2",
             Self::Zero3 => "zero3",
             Self::ExpandableSegments => "expandable_segments",
+            Self::MaxSplitSize => "max_split_size",
         }
     }
 
@@ -111,7 +144,9 @@ impl Remedy {
             Self::AmpBf16 | Self::AmpFp16 => Some(Group::Precision),
             Self::Adam8bit | Self::Adafactor | Self::Sgd => Some(Group::Optimizer),
             Self::Zero1 | Self::Zero2 | Self::Zero3 => Some(Group::Sharding),
-            Self::MicroBatchHalf | Self::ActivationCheckpointing | Self::ExpandableSegments => None,
+            Self::MicroBatchHalf | Self::ActivationCheckpointing | Self::ExpandableSegments | Self::MaxSplitSize => {
+                None
+            }
         }
     }
 
@@ -123,7 +158,7 @@ impl Remedy {
     /// How much it asks of the user; lower first.
     pub fn rank(self) -> u32 {
         match self {
-            Self::ExpandableSegments => 0,
+            Self::ExpandableSegments | Self::MaxSplitSize => 0,
             Self::AmpBf16 => 1,
             Self::AmpFp16 | Self::MicroBatchHalf => 2,
             Self::Adam8bit | Self::ActivationCheckpointing => 3,
@@ -143,6 +178,8 @@ impl Remedy {
             Self::Adam8bit | Self::Zero1 | Self::Zero2 | Self::Zero3 | Self::ExpandableSegments => 0.1,
             Self::Adafactor => 0.3,
             Self::ActivationCheckpointing => 0.2,
+            // Plus the model's own error on the trace (see `singles`).
+            Self::MaxSplitSize => 0.02,
         }
     }
 
@@ -154,7 +191,7 @@ impl Remedy {
             Self::Adam8bit => 0.75,
             Self::Adafactor | Self::Sgd | Self::ActivationCheckpointing => 1.0,
             Self::Zero1 | Self::Zero2 | Self::Zero3 => 1.0 - 1.0 / f64::from(ctx.gpus.max(1)),
-            Self::ExpandableSegments => 0.0,
+            Self::ExpandableSegments | Self::MaxSplitSize => 0.0,
         }
     }
 
@@ -170,6 +207,12 @@ impl Remedy {
             Self::Zero2 => ctx.gpus > 1 && ctx.training,
             Self::Zero3 => ctx.gpus > 1,
             Self::ExpandableSegments => !ctx.expandable && ctx.waste_bytes() > PAGE_BYTES,
+            Self::MaxSplitSize => {
+                // Only where the model reserves what the run reserved, near enough to trust it.
+                ctx.max_split.is_some_and(|m| {
+                    m.model_error() <= 0.05 && m.projected_bytes() + PAGE_BYTES < ctx.peak_reserved_bytes
+                })
+            }
             Self::Adam8bit | Self::Adafactor | Self::Sgd => ctx.optimizer_state,
             Self::MicroBatchHalf => true,
         }
@@ -178,7 +221,7 @@ impl Remedy {
     /// Whether it changes the allocated memory (and so combines with the others); expandable
     /// segments change only what is reserved.
     pub fn changes_allocated(self) -> bool {
-        self != Self::ExpandableSegments
+        !matches!(self, Self::ExpandableSegments | Self::MaxSplitSize)
     }
 
     /// Its ZeRO stage (0 for the other remedies).
@@ -220,7 +263,7 @@ impl Remedy {
                     p.parameter = p.parameter / n + p.block_parameter;
                 }
             }
-            Self::ExpandableSegments => {}
+            Self::ExpandableSegments | Self::MaxSplitSize => {}
         }
     }
 
@@ -232,6 +275,7 @@ impl Remedy {
             Self::ExpandableSegments => {
                 (ctx.peak_allocated_bytes + ctx.internal_bytes + PAGE_BYTES).min(ctx.peak_reserved_bytes)
             }
+            Self::MaxSplitSize => ctx.max_split.map_or(ctx.peak_reserved_bytes, |m| m.projected_bytes()),
             _ => (projected_allocated * reserve_ratio(ctx)).round() as u64,
         }
     }
@@ -274,6 +318,12 @@ impl Remedy {
                 reserved_before_bytes: ctx.peak_reserved_bytes,
                 reserved_after_bytes: self.reserved_bytes(projected, ctx),
             },
+            Self::MaxSplitSize => Reason::Simulated(ctx.max_split.unwrap_or(SplitProjection {
+                setting_bytes: 0,
+                recorded_bytes: ctx.peak_reserved_bytes,
+                simulated_baseline_bytes: ctx.peak_reserved_bytes,
+                simulated_bytes: ctx.peak_reserved_bytes,
+            })),
         }
     }
 }
@@ -332,6 +382,8 @@ pub enum Reason {
         /// GPUs.
         gpus: u32,
     },
+    /// An allocator setting, replayed through the allocator's model.
+    Simulated(SplitProjection),
     /// Expandable segments: reserved memory not allocated, and the reserved peak before and
     /// after.
     Reserved {
