@@ -237,6 +237,7 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
             blocks,
             boundary_bytes,
             largest_block_bytes,
+            simulated: false,
         } => format!(
             "activations are {:.0}% of the peak ({}), {} of them in {} repeated blocks; checkpointing keeps each \
              block's input ({} each) and one block's activations ({}) live: {before} -> {after}",
@@ -247,6 +248,17 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
             bytes(*boundary_bytes),
             bytes(*largest_block_bytes)
         ),
+        Reason::Checkpointing { activation_bytes, share_of_peak, in_blocks_bytes, blocks, simulated: true, .. } => {
+            format!(
+                "activations are {:.0}% of the peak ({}), {} of them in {} repeated blocks; replayed with each block \
+                 keeping only its output in forward and its activations allocated again when backward reaches it: \
+                 {before} -> {after}",
+                pct(*share_of_peak),
+                bytes(*activation_bytes),
+                bytes(*in_blocks_bytes),
+                blocks
+            )
+        }
         Reason::Batch { scaling_bytes } => format!(
             "what scales with the batch (activations, temporaries, inputs) is {} at the peak; half of it goes: \
              {before} -> {after}",

@@ -317,11 +317,16 @@ class _Recorder:
             if parent is not None and size > 0:
                 record["op"] = parent.name
             records.append(record)
-        # The event tree's objects refer to each other: free them now, while the profiler's
-        # library is alive, not in the collection at interpreter exit.
-        del events, stack, event, profiler
+        # The event tree's objects refer to each other and into the profiler's results: they are
+        # collected first, while the results they point into still exist (every local that holds
+        # one is dropped), and only then the profiler; never in the collection at interpreter
+        # exit, where the order is not kept (that crashed at exit, now and then, under load).
         import gc
 
+        fields = parent = None
+        del events, stack, event, fields, parent
+        gc.collect()
+        del profiler
         gc.collect()
         for record in records:
             self.write(record)

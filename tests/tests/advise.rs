@@ -69,6 +69,10 @@ fn projections_from_one_run_land_within_15_percent_of_the_changed_runs() {
         let error = (projected as f64 - measured as f64) / measured as f64;
         assert!(error.abs() <= 0.15, "{id}: projected {projected}, measured {measured} ({:+.1}%)", 100.0 * error);
         assert!(error.abs() <= uncertainty + 0.01, "{id}: off by {:.1}%, said ±{uncertainty}", 100.0 * error);
+        if id == "activation_checkpointing" {
+            // Replayed from the changed event stream, not scaled by a rule: the 3%.
+            assert!(error.abs() <= 0.03, "{id}: off by {:.2}%", 100.0 * error);
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 
 mod parts;
 mod remedy;
+pub mod simulate;
 
 use std::collections::BTreeMap;
 
@@ -303,7 +304,13 @@ fn singles(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64
         .iter()
         .map(|&r| {
             // Expandable segments change nothing allocated: their projection is the baseline's.
-            let projected = if r.changes_allocated() {
+            let projected = if let (Remedy::ActivationCheckpointing, Some(bytes)) = (r, ctx.checkpointed) {
+                // Replayed: the rule's own error is gone, the evidence's stays.
+                let (_, evidence) = project(&b.instants, &[r], ctx);
+                let rule = r.uncertainty();
+                let evidence = (evidence * evidence - rule * rule).max(0.0).sqrt();
+                (bytes as f64, (SIMULATED_UNCERTAINTY * SIMULATED_UNCERTAINTY + evidence * evidence).sqrt())
+            } else if r.changes_allocated() {
                 project(&b.instants, &[r], ctx)
             } else {
                 let model = ctx.max_split.filter(|_| r == Remedy::MaxSplitSize).map_or(0.0, |m| m.model_error());
@@ -332,7 +339,18 @@ fn pairs(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64>)
             if a.excludes(b2) {
                 continue;
             }
-            let projected = project(&b.instants, &[a, b2], ctx);
+            let mut projected = project(&b.instants, &[a, b2], ctx);
+            // With checkpointing replayed alone, the pair's rule is corrected by as much as the
+            // replay corrected checkpointing's own rule.
+            if let Some(replayed) = ctx
+                .checkpointed
+                .filter(|_| a == Remedy::ActivationCheckpointing || b2 == Remedy::ActivationCheckpointing)
+            {
+                let (rule, _) = project(&b.instants, &[Remedy::ActivationCheckpointing], ctx);
+                if rule > 0.0 {
+                    projected.0 *= replayed as f64 / rule;
+                }
+            }
             out.push(projection(
                 vec![a, b2],
                 projected,
@@ -411,6 +429,13 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         optimizer_state: b.instants.iter().any(|p| p.optimizer_state > 0.0),
         expandable: allocator.expandable() || allocator.is_async(),
         max_split: best_max_split(trace, device, &allocator, peak_reserved),
+        checkpointed: training
+            .then(|| simulate::checkpointing(trace, device))
+            .flatten()
+            // The replay counts what the trace's own replay counts: where they differ, the
+            // stream is not the whole story and the rule stands.
+            .filter(|_| simulate::baseline(trace, device).bytes == peak_allocated)
+            .map(|p| p.bytes),
     };
     let remedies: Vec<Remedy> = Remedy::ALL.iter().copied().filter(|r| r.applies(&ctx)).collect();
     let singles = singles(&b, &remedies, &ctx, target);
@@ -471,6 +496,10 @@ fn batch_scale(instants: &[Parts], ctx: &Context, target: u64) -> Option<f64> {
         .min_by(f64::total_cmp)
         .map(|scale| (scale * 100.0).floor() / 100.0)
 }
+
+/// What a projection replayed from the changed event stream may be off by: what the replay
+/// does not change (temporaries of the recomputation, the allocator's rounding of new sizes).
+const SIMULATED_UNCERTAINTY: f64 = 0.05;
 
 /// Traces with more allocations than this on the device are not replayed for `max_split_size`.
 const MAX_SIMULATED_ALLOCATIONS: usize = 2_000_000;

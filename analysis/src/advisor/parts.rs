@@ -118,7 +118,7 @@ fn stays_fp32(trace: &Trace, device: DeviceId, stack: StackId) -> bool {
 }
 
 /// `blocks.3` for `blocks.3.attn.q_proj`: the shortest prefix that ends in a number.
-pub fn repeated_block(name: &str) -> Option<&str> {
+pub(super) fn repeated_block(name: &str) -> Option<&str> {
     let mut end = 0;
     for part in name.split('.') {
         let next = end + part.len();

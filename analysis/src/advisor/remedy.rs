@@ -66,6 +66,9 @@ pub struct Context {
     pub expandable: bool,
     /// The best `max_split_size` the allocator's model found for this trace, if one saves.
     pub max_split: Option<SplitProjection>,
+    /// The allocated peak with each repeated block checkpointed, replayed from the event stream
+    /// (`None`: the stream does not show the blocks' activations).
+    pub checkpointed: Option<u64>,
 }
 
 /// What the allocator's model projects for a `max_split_size`.
@@ -298,6 +301,7 @@ impl Remedy {
                 blocks: base.blocks.len(),
                 boundary_bytes: bytes(base.boundary),
                 largest_block_bytes: bytes(base.blocks.values().copied().fold(0.0, f64::max)),
+                simulated: ctx.checkpointed.is_some(),
             },
             Self::MicroBatchHalf => {
                 Reason::Batch { scaling_bytes: bytes(base.activation + base.temporary + base.input) }
@@ -358,6 +362,8 @@ pub enum Reason {
         boundary_bytes: u64,
         /// The largest block's activations (recomputed one at a time).
         largest_block_bytes: u64,
+        /// Whether the projection is the replay of the changed event stream (else the rule's).
+        simulated: bool,
     },
     /// A smaller micro-batch: what scales with it (activations, temporaries, inputs).
     Batch {
