@@ -259,10 +259,16 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
                 blocks
             )
         }
-        Reason::Batch { scaling_bytes } => format!(
+        Reason::Batch { scaling_bytes, accumulated_gradient_bytes: 0 } => format!(
             "what scales with the batch (activations, temporaries, inputs) is {} at the peak; half of it goes: \
              {before} -> {after}",
             bytes(*scaling_bytes)
+        ),
+        Reason::Batch { scaling_bytes, accumulated_gradient_bytes } => format!(
+            "what scales with the batch (activations, temporaries, inputs) is {} at the peak; half of it goes, and \
+             the first micro-batch's gradients ({}) stay alive through the second: {before} -> {after}",
+            bytes(*scaling_bytes),
+            bytes(*accumulated_gradient_bytes)
         ),
         Reason::OptimizerState { optimizer_state_bytes, share_of_peak } => format!(
             "optimizer state is {:.0}% of the peak ({}): {before} -> {after} (the highest point may move to another \

@@ -361,15 +361,18 @@ def train(args: argparse.Namespace) -> dict:
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
     start_s = time.perf_counter()
     for step in range(args.steps):
-        with autocast:
-            if counter is not None and step == 0:
-                with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+        # --accumulate K: K micro-batches of --batch-size each, their gradients summed before
+        # the optimizer's step (the first micro-batch's gradients live through the others).
+        for micro in range(args.accumulate):
+            with autocast:
+                if counter is not None and step == 0 and micro == 0:
+                    with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+                        logits = forward(inputs)
+                else:
                     logits = forward(inputs)
-            else:
-                logits = forward(inputs)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
-        loss.backward()
-        del logits
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+            (loss / args.accumulate if args.accumulate > 1 else loss).backward()
+            del logits
         if step == 0:
             grads = [p.grad for p in params if p.grad is not None]
             summary["gradient_bytes"] = sum(tensor_bytes(g) for g in grads)
@@ -440,6 +443,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train_group.add_argument("--momentum", type=float, default=0.0,
                              help="SGD momentum; non-zero gives SGD one buffer per parameter")
     train_group.add_argument("--batch-size", type=int, default=8, help="sequences (MLP: rows) per step")
+    train_group.add_argument("--accumulate", type=int, default=1, metavar="K",
+                             help="micro-batches of --batch-size per optimizer step, gradients "
+                                  "accumulated over them")
     train_group.add_argument("--steps", type=int, default=3,
                              help="training steps (forward, backward, optimizer step, zero_grad)")
     train_group.add_argument("--checkpoint", action="store_true",
@@ -462,7 +468,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      help="print a one-line human summary")
     args = parser.parse_args(argv)
 
-    for name in ("layers", "d_model", "heads", "vocab", "seq_len", "batch_size", "steps"):
+    for name in ("layers", "d_model", "heads", "vocab", "seq_len", "batch_size", "steps", "accumulate"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.d_model % args.heads != 0:

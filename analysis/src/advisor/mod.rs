@@ -429,6 +429,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         optimizer_state: b.instants.iter().any(|p| p.optimizer_state > 0.0),
         expandable: allocator.expandable() || allocator.is_async(),
         max_split: best_max_split(trace, device, &allocator, peak_reserved),
+        gradient_bytes: b.instants.iter().map(|p| p.gradient).fold(0.0, f64::max),
         checkpointed: training
             .then(|| simulate::checkpointing(trace, device))
             .flatten()

@@ -69,6 +69,9 @@ pub struct Context {
     /// The allocated peak with each repeated block checkpointed, replayed from the event stream
     /// (`None`: the stream does not show the blocks' activations).
     pub checkpointed: Option<u64>,
+    /// The most gradient bytes at any instant taken apart: all of the model's gradients, which
+    /// gradient accumulation keeps alive from the first micro-batch through the others.
+    pub gradient_bytes: f64,
 }
 
 /// What the allocator's model projects for a `max_split_size`.
@@ -243,6 +246,10 @@ impl Remedy {
             Self::AmpBf16 | Self::AmpFp16 => amp(p),
             Self::MicroBatchHalf => {
                 if !p.in_step() {
+                    // Accumulating: the first micro-batch's gradients live through the second.
+                    if ctx.training {
+                        p.gradient = p.gradient.max(ctx.gradient_bytes);
+                    }
                     p.activation /= 2.0;
                     p.fp32_activation /= 2.0;
                     p.temporary /= 2.0;
@@ -303,9 +310,10 @@ impl Remedy {
                 largest_block_bytes: bytes(base.blocks.values().copied().fold(0.0, f64::max)),
                 simulated: ctx.checkpointed.is_some(),
             },
-            Self::MicroBatchHalf => {
-                Reason::Batch { scaling_bytes: bytes(base.activation + base.temporary + base.input) }
-            }
+            Self::MicroBatchHalf => Reason::Batch {
+                scaling_bytes: bytes(base.activation + base.temporary + base.input),
+                accumulated_gradient_bytes: if ctx.training { bytes(ctx.gradient_bytes) } else { 0 },
+            },
             Self::Adam8bit | Self::Adafactor | Self::Sgd => Reason::OptimizerState {
                 optimizer_state_bytes: bytes(base.optimizer_state),
                 share_of_peak: share(base.optimizer_state),
@@ -369,6 +377,8 @@ pub enum Reason {
     Batch {
         /// Bytes that scale with the batch at the peak.
         scaling_bytes: u64,
+        /// The gradients the first micro-batch leaves alive through the second (0: inference).
+        accumulated_gradient_bytes: u64,
     },
     /// Another optimizer: its state at the peak.
     OptimizerState {
