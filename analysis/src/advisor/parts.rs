@@ -62,7 +62,7 @@ pub const STACK_RULE_DOUBT: f64 = 0.25;
 
 impl EvidenceBytes {
     /// The bytes that may be in the wrong category: those not known at all, those from before
-    /// the recording, and a share ([`STACK_RULE_DOUBT`]) of those a stack-frame rule guessed.
+    /// the recording, and a share (`STACK_RULE_DOUBT`) of those a stack-frame rule guessed.
     pub fn guessed(&self) -> f64 {
         STACK_RULE_DOUBT * self.stack_rule + self.before_recording + self.unknown
     }
