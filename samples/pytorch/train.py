@@ -294,6 +294,8 @@ def make_optimizer(args: argparse.Namespace, params: list[nn.Parameter]) -> torc
         return torch.optim.Adam(params, lr=args.lr)
     if args.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=args.lr)
+    if args.optimizer == "adafactor":
+        return torch.optim.Adafactor(params, lr=args.lr)
     return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum)
 
 
@@ -436,9 +438,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--tie-weights", action="store_true",
                        help="share the token embedding and LM head weight (gpt only)")
     train_group = parser.add_argument_group("training")
-    train_group.add_argument("--optimizer", choices=["adam", "adamw", "sgd"], default="adamw",
+    train_group.add_argument("--optimizer", choices=["adam", "adamw", "adafactor", "sgd"], default="adamw",
                              help="adam and adamw keep two buffers per parameter (plus a step "
-                                  "counter), sgd none (one with --momentum)")
+                                  "counter), adafactor factored second moments (torch 2.5+), sgd "
+                                  "none (one with --momentum)")
     train_group.add_argument("--lr", type=float, default=1e-3, help="learning rate")
     train_group.add_argument("--momentum", type=float, default=0.0,
                              help="SGD momentum; non-zero gives SGD one buffer per parameter")

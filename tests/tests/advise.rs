@@ -1,8 +1,8 @@
 //! `vramscope advise` against measurement: projections made from one recorded run of
 //! `samples/pytorch/train.py` (CPU, AdamW, batch 8, fp32) must land within 15% of the peak measured
-//! in a run with the change made (checkpointing, batch 4 accumulated over 2 micro-batches, SGD, bf16
-//! autocast); and on the H200 recordings, the bf16 projection from the fp32 run against the bf16
-//! run.
+//! in a run with the change made (checkpointing, batch 4 accumulated over 2 micro-batches, SGD,
+//! Adafactor, bf16 autocast); and on the H200 recordings, the bf16 projection from the fp32 run
+//! against the bf16 run.
 
 #![allow(clippy::expect_used)]
 
@@ -52,6 +52,7 @@ fn projections_from_one_run_land_within_15_percent_of_the_changed_runs() {
         ("activation_checkpointing", &["--checkpoint"][..]),
         ("micro_batch_half", &["--batch-size", "4", "--accumulate", "2"][..]),
         ("sgd", &["--optimizer", "sgd"][..]),
+        ("adafactor", &["--optimizer", "adafactor"][..]),
         ("amp_bf16", &["--bf16"][..]),
     ] {
         let changed = record(dir.path(), id, args);

@@ -181,8 +181,11 @@ impl Remedy {
         match self {
             Self::AmpBf16 | Self::AmpFp16 => 0.15,
             Self::MicroBatchHalf | Self::Sgd => 0.05,
-            Self::Adam8bit | Self::Zero1 | Self::Zero2 | Self::Zero3 | Self::ExpandableSegments => 0.1,
-            Self::Adafactor => 0.3,
+            // Adafactor's state is a few percent of Adam's whatever its share is (0.9% measured on
+            // the CPU GPT, 2% assumed): the projection is off by a share of that share.
+            Self::Adam8bit | Self::Adafactor | Self::Zero1 | Self::Zero2 | Self::Zero3 | Self::ExpandableSegments => {
+                0.1
+            }
             Self::ActivationCheckpointing => 0.2,
             // Plus the model's own error on the trace (see `singles`).
             Self::MaxSplitSize => 0.02,
