@@ -401,7 +401,8 @@ fn fragmentation(trace: &Trace, device: DeviceId, ctx: &Context, at_peak: &insta
 }
 
 /// Works out the advice for `device` (the one with the highest peak when `None`); `gpus` for the
-/// sharding remedies (else the trace's ranks or GPUs, when more than one), `target` to fit under (else the device's memory when known).
+/// sharding remedies (else the trace's ranks or GPUs, when more than one); `target` to fit under
+/// (else the device's memory, when known).
 pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target: Option<u64>) -> Option<Advice> {
     let device = match device {
         Some(d) => d,
