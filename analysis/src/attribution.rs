@@ -507,18 +507,7 @@ mod tests {
             state: BlockState::ActiveAllocated,
             stack: StackId(0),
         });
-        trace.segments.push(Segment {
-            device: DeviceId(0),
-            address: 0x10_0000,
-            size_bytes: address + (12_345 * 512) - 0x10_0000,
-            process: vramscope_trace_format::ProcessId(0),
-            stream: 0,
-            pool: vramscope_trace_format::SegmentPool::Large,
-            pool_id: (0, 0),
-            is_expandable: false,
-            stack: StackId(0),
-            blocks,
-        });
+        trace.segments.push(Segment::new(DeviceId(0), 0x10_0000, address + (12_345 * 512) - 0x10_0000, blocks));
         // Two steps of gradients: allocated in backward, freed by zero_grad(set_to_none=True).
         let mut t = 0;
         for _ in 0..2 {

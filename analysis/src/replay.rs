@@ -318,7 +318,7 @@ pub fn timeline(trace: &Trace, device: DeviceId) -> Vec<Point> {
 
 #[cfg(test)]
 mod tests {
-    use vramscope_trace_format::{Block, BlockState, Event, EventKind, ProcessId, Segment, SegmentPool, StackId};
+    use vramscope_trace_format::{Block, BlockState, Event, EventKind, Segment, StackId};
 
     use super::*;
 
@@ -331,23 +331,17 @@ mod tests {
     fn replay_counts_memory_from_before_the_window() {
         let mut trace = Trace::default();
         let base = 0x1000_0000;
-        trace.segments.push(Segment {
-            device: DeviceId(0),
-            process: ProcessId(0),
-            address: base,
-            size_bytes: 8192,
-            stream: 0,
-            pool: SegmentPool::Small,
-            pool_id: (0, 0),
-            is_expandable: false,
-            stack: StackId(0),
-            blocks: vec![
+        trace.segments.push(Segment::new(
+            DeviceId(0),
+            base,
+            8192,
+            vec![
                 block(base, 1024, BlockState::ActiveAllocated),        // alive all along
                 block(base + 1024, 1024, BlockState::Inactive),        // freed in the window
                 block(base + 2048, 2048, BlockState::ActiveAllocated), // allocated in the window
                 block(base + 4096, 4096, BlockState::Inactive),
             ],
-        });
+        ));
         let mut free = Event::new(EventKind::FreeCompleted, 20, 0, base + 1024, 1024);
         free.requested_bytes = 512;
         let mut alloc = Event::new(EventKind::Alloc, 10, 0, base + 2048, 2048);

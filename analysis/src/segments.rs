@@ -102,7 +102,7 @@ pub fn final_state(trace: &Trace, device: DeviceId) -> Option<FinalState> {
 
 #[cfg(test)]
 mod tests {
-    use vramscope_trace_format::{Block, ProcessId, SegmentPool, StackId};
+    use vramscope_trace_format::{Block, StackId};
 
     use super::*;
 
@@ -115,23 +115,17 @@ mod tests {
         // 2 MiB segment: [512 alloc (req 100)] [1024 free] [1536 free] [rest alloc (req exact)]
         let base = 0x1000_0000;
         let rest = (2 << 20) - 512 - 1024 - 1536;
-        let segment = Segment {
-            device: DeviceId(0),
-            process: ProcessId(0),
-            address: base,
-            size_bytes: 2 << 20,
-            stream: 0,
-            pool: SegmentPool::Small,
-            pool_id: (0, 0),
-            is_expandable: false,
-            stack: StackId(0),
-            blocks: vec![
+        let segment = Segment::new(
+            DeviceId(0),
+            base,
+            2 << 20,
+            vec![
                 block(base, 512, 100, BlockState::ActiveAllocated),
                 block(base + 512, 1024, 0, BlockState::Inactive),
                 block(base + 1536, 1536, 0, BlockState::ActivePendingFree),
                 block(base + 3072, rest, rest, BlockState::ActiveAllocated),
             ],
-        };
+        );
         let f = segment_fragmentation(&segment);
         assert_eq!(f.allocated_bytes, 512 + rest);
         assert_eq!(f.requested_bytes, 100 + rest);

@@ -419,8 +419,7 @@ pub fn context_lines(trace: &Trace, block: &LiveBlock) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use vramscope_trace_format::{Block, BlockState, DeviceInfo, Event, EventKind, ProcessId, Segment, SegmentPool};
-    use vramscope_trace_format::{SourceFormat, StackId};
+    use vramscope_trace_format::{Block, BlockState, DeviceInfo, Event, EventKind, Segment, SourceFormat};
 
     use super::*;
     use crate::analysis::caveats;
@@ -462,24 +461,7 @@ mod tests {
     }
 
     fn segment(device: DeviceId) -> Segment {
-        Segment {
-            device,
-            process: ProcessId(0),
-            address: 0x1000,
-            size_bytes: 2 << 20,
-            stream: 0,
-            pool: SegmentPool::Small,
-            pool_id: (0, 0),
-            is_expandable: false,
-            stack: StackId(0),
-            blocks: vec![Block {
-                address: 0x1000,
-                size_bytes: 2 << 20,
-                requested_bytes: 100,
-                state: BlockState::ActiveAllocated,
-                stack: StackId(0),
-            }],
-        }
+        Segment::new(device, 0x1000, 2 << 20, vec![Block::new(0x1000, 2 << 20, 100, BlockState::ActiveAllocated)])
     }
 
     #[test]

@@ -23,8 +23,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::Deserialize;
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::Imported;
 use crate::error::{Error, Result};
@@ -37,6 +36,10 @@ use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFor
 use crate::model::oom::Oom;
 use crate::model::trace::Trace;
 use crate::progress::Progress;
+
+mod fields;
+
+use self::fields::{Args, Num, RawEvent};
 
 /// `c10::DeviceType` values (`c10/core/DeviceType.h`) and the names PyTorch gives them.
 const DEVICE_TYPES: [&str; 21] = [
@@ -73,192 +76,6 @@ const KINETO_KEYS: [&str; 5] = ["schemaVersion", "deviceProperties", "distribute
 /// Event categories only PyTorch's profiler writes.
 const KINETO_CATEGORIES: [&str; 8] =
     ["cpu_op", "user_annotation", "python_function", "cuda_runtime", "kernel", "gpu_memcpy", "ac2g", "Trace"];
-
-/// A number as any JSON writer may spell it: an integer, a float, or a string holding one.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-enum Num {
-    Int(i64),
-    UInt(u64),
-    Float(f64),
-    /// Present but not a number.
-    #[default]
-    Other,
-}
-
-impl Num {
-    fn as_i64(self) -> Option<i64> {
-        match self {
-            Self::Int(v) => Some(v),
-            Self::UInt(v) => i64::try_from(v).ok(),
-            Self::Float(v) if v.fract() == 0.0 && v.abs() < 9.0e18 => Some(v as i64),
-            _ => None,
-        }
-    }
-
-    fn as_u64(self) -> Option<u64> {
-        match self {
-            Self::Int(v) => u64::try_from(v).ok(),
-            Self::UInt(v) => Some(v),
-            Self::Float(v) if v.fract() == 0.0 && (0.0..1.8e19).contains(&v) => Some(v as u64),
-            _ => None,
-        }
-    }
-
-    fn as_f64(self) -> Option<f64> {
-        match self {
-            Self::Int(v) => Some(v as f64),
-            Self::UInt(v) => Some(v as f64),
-            Self::Float(v) if v.is_finite() => Some(v),
-            _ => None,
-        }
-    }
-
-    fn parse(text: &str) -> Self {
-        let text = text.trim();
-        if let Some(hex) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
-            return u64::from_str_radix(hex, 16).map_or(Self::Other, Self::UInt);
-        }
-        if let Ok(v) = text.parse::<i64>() {
-            Self::Int(v)
-        } else if let Ok(v) = text.parse::<u64>() {
-            Self::UInt(v)
-        } else if let Ok(v) = text.parse::<f64>() {
-            Self::Float(v)
-        } else {
-            Self::Other
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Num {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Num;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a number")
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Num, E> {
-                Ok(Num::Int(v))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Num, E> {
-                Ok(Num::UInt(v))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Num, E> {
-                Ok(Num::Float(v))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Num, E> {
-                Ok(Num::parse(v))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Num, E> {
-                Ok(Num::Other)
-            }
-            fn visit_unit<E>(self) -> Result<Num, E> {
-                Ok(Num::Other)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Num, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Num::Other)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Num, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Num::Other)
-            }
-        }
-        deserializer.deserialize_any(V)
-    }
-}
-
-/// The arguments of an event, as far as `[memory]` events use them; other keys are skipped and
-/// the first few of their names kept (borrowed from the input), to say what a foreign schema is.
-#[derive(Default)]
-struct Args<'a> {
-    addr: Option<Num>,
-    bytes: Option<Num>,
-    total_allocated: Option<Num>,
-    total_reserved: Option<Num>,
-    device_type: Option<Num>,
-    device_id: Option<Num>,
-    other_keys: [Option<Cow<'a, str>>; 4],
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Args<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Args<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object of arguments")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Args<'a>, A::Error> {
-                let mut args = Args::default();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    let slot = match key.as_ref() {
-                        "Addr" => &mut args.addr,
-                        "Bytes" => &mut args.bytes,
-                        // Nightlies of mid-2021 spelt the totals "Allocated Bytes" and "Reserved Bytes".
-                        "Total Allocated" | "Allocated Bytes" => &mut args.total_allocated,
-                        "Total Reserved" | "Reserved Bytes" => &mut args.total_reserved,
-                        "Device Type" => &mut args.device_type,
-                        "Device Id" => &mut args.device_id,
-                        _ => {
-                            if let Some(free) = args.other_keys.iter_mut().find(|k| k.is_none()) {
-                                *free = Some(key);
-                            }
-                            map.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                    };
-                    *slot = Some(map.next_value::<Num>()?);
-                }
-                Ok(args)
-            }
-            // Arguments that are not an object (a foreign schema) count as none.
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Args<'a>, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Args::default())
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Args<'a>, E> {
-                Ok(Args::default())
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Args<'a>, E> {
-                Ok(Args::default())
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Args<'a>, E> {
-                Ok(Args::default())
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Args<'a>, E> {
-                Ok(Args::default())
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Args<'a>, E> {
-                Ok(Args::default())
-            }
-            fn visit_unit<E>(self) -> Result<Args<'a>, E> {
-                Ok(Args::default())
-            }
-        }
-        deserializer.deserialize_any(V(std::marker::PhantomData))
-    }
-}
-
-/// One trace event, with only the fields read; the rest are skipped as the parser passes them.
-#[derive(Deserialize)]
-struct RawEvent<'a> {
-    #[serde(borrow, default)]
-    ph: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    cat: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(default)]
-    ts: Option<Num>,
-    #[serde(default)]
-    dur: Option<Num>,
-    #[serde(default)]
-    pid: Option<Num>,
-    #[serde(borrow, default)]
-    args: Option<Args<'a>>,
-}
 
 /// Memory of one device as the trace reports it.
 #[derive(Default)]
@@ -843,44 +660,4 @@ fn assemble(state: State, facts: TopFacts) -> Imported {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_running_sum_starts_at_the_least_memory_its_frees_imply() {
-        // 100 bytes freed that the trace never saw allocated: at least 100 were alive at the start.
-        let mut changes = vec![(30, 50), (10, -100), (20, 200)];
-        let values: Vec<i64> = running_sum(&mut changes).iter().map(|s| s.value).collect();
-        assert_eq!(values, [0, 200, 250]);
-    }
-
-    #[test]
-    fn extreme_sizes_saturate_instead_of_overflowing() {
-        let mut changes = vec![(1, i64::MAX), (2, i64::MIN)];
-        let values: Vec<i64> = running_sum(&mut changes).iter().map(|s| s.value).collect();
-        assert_eq!(values, [i64::MAX, 0]);
-        // The same through the importer, with two device types on one index.
-        let trace = br#"{"traceEvents": [
-            {"ph": "i", "name": "[memory]", "ts": 1, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 9223372036854775807}},
-            {"ph": "i", "name": "[memory]", "ts": 2, "args": {"Device Type": 1, "Device Id": 0, "Bytes": -9223372036854775808}},
-            {"ph": "i", "name": "[memory]", "ts": 3, "args": {"Device Type": 12, "Device Id": 0, "Bytes": 512}},
-            {"ph": "i", "name": "[memory]", "ts": 4, "args": {"Device Type": 12, "Device Id": 99999, "Bytes": 512}}]}"#;
-        let imported = import_chrome_trace(trace, &crate::progress::NoProgress).unwrap_or_else(|e| panic!("{e}"));
-        let labels: Vec<String> =
-            imported.trace.devices().into_iter().map(|d| imported.trace.metadata.device_label(d)).collect();
-        assert_eq!(labels.len(), 3, "{labels:?}");
-        assert!(labels.contains(&"cuda:0".to_owned()) && labels.iter().filter(|l| l.starts_with("xpu:")).count() == 2);
-        assert!(imported.warnings.iter().any(|w| w.contains("xpu:0 is shown as device")), "{:?}", imported.warnings);
-    }
-
-    #[test]
-    fn numbers_in_any_spelling() {
-        assert_eq!(Num::parse("0x7f00"), Num::UInt(0x7f00));
-        assert_eq!(Num::parse(" -12 "), Num::Int(-12));
-        assert_eq!(Num::parse("1.5"), Num::Float(1.5));
-        assert_eq!(Num::parse("x"), Num::Other);
-        assert_eq!(Num::Float(3.0).as_i64(), Some(3));
-        assert_eq!(Num::Float(3.5).as_i64(), None);
-        assert_eq!(Num::UInt(u64::MAX).as_u64(), Some(u64::MAX));
-    }
-}
+mod tests;

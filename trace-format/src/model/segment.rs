@@ -101,3 +101,33 @@ pub struct Segment {
     /// Blocks in address order.
     pub blocks: Vec<Block>,
 }
+
+/// The largest segment of the caching allocator's small pool (its segments are 2 MiB; the large
+/// pool's are 20 MiB, or 10 MiB and more).
+const SMALL_SEGMENT_BYTES: u64 = 2 << 20;
+
+impl Segment {
+    /// A segment of the default pool (small when it is 2 MiB or less) on the default stream, of
+    /// the first process, with no recorded stack, holding `blocks`.
+    pub fn new(device: DeviceId, address: u64, size_bytes: u64, blocks: Vec<Block>) -> Self {
+        Self {
+            device,
+            process: ProcessId(0),
+            address,
+            size_bytes,
+            stream: 0,
+            pool: if size_bytes <= SMALL_SEGMENT_BYTES { SegmentPool::Small } else { SegmentPool::Large },
+            pool_id: (0, 0),
+            is_expandable: false,
+            stack: StackId(0),
+            blocks,
+        }
+    }
+}
+
+impl Block {
+    /// A block with no recorded stack.
+    pub fn new(address: u64, size_bytes: u64, requested_bytes: u64, state: BlockState) -> Self {
+        Self { address, size_bytes, requested_bytes, state, stack: StackId(0) }
+    }
+}

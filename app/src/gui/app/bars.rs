@@ -1,0 +1,220 @@
+//! The window's bars: the menu bar, the toolbar (views, device and process, the peak) and the
+//! status bar.
+
+use std::path::Path;
+
+use super::{View, VramscopeApp};
+use crate::units;
+
+impl VramscopeApp {
+    pub(super) fn menu_bar(&mut self, ui: &mut egui::Ui) {
+        egui::Panel::top("menu").show(ui, |ui| {
+            egui::MenuBar::new().ui(ui, |ui| {
+                ui.menu_button("File", |ui| {
+                    if ui.add(egui::Button::new("Open…").shortcut_text("Ctrl+O")).clicked() {
+                        ui.close();
+                        let ctx = ui.ctx().clone();
+                        self.open_dialog(&ctx);
+                    }
+                    ui.menu_button("Open recent", |ui| {
+                        if self.settings.recent.is_empty() {
+                            ui.weak("nothing yet");
+                        }
+                        let mut chosen = None;
+                        for path in &self.settings.recent {
+                            if ui.button(path.display().to_string()).clicked() {
+                                chosen = Some(path.clone());
+                            }
+                        }
+                        if let Some(path) = chosen {
+                            ui.close();
+                            let ctx = ui.ctx().clone();
+                            self.open(&ctx, &path);
+                        }
+                    });
+                    if ui.button("Open the built-in sample").on_hover_text(crate::sample::TITLE).clicked() {
+                        ui.close();
+                        let ctx = ui.ctx().clone();
+                        self.open(&ctx, Path::new(crate::sample::PATH));
+                    }
+                    if ui
+                        .add_enabled(self.session.doc.is_some(), egui::Button::new("Close").shortcut_text("Ctrl+W"))
+                        .clicked()
+                    {
+                        ui.close();
+                        let ctx = ui.ctx().clone();
+                        self.close(&ctx);
+                    }
+                    ui.separator();
+                    if ui.add(egui::Button::new("Quit").shortcut_text("Ctrl+Q")).clicked() {
+                        ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
+                    }
+                });
+                ui.menu_button("View", |ui| {
+                    for info in View::available(self.session.compare.is_some()) {
+                        let selected = self.settings.view == info.view;
+                        if ui
+                            .add(egui::Button::selectable(selected, info.label).shortcut_text(info.key_label))
+                            .clicked()
+                        {
+                            self.settings.view = info.view;
+                            ui.close();
+                        }
+                    }
+                    ui.separator();
+                    ui.checkbox(&mut self.settings.hide_noise, "Hide interpreter frames (N)");
+                    ui.checkbox(&mut self.settings.dark_mode, "Dark theme (T)");
+                    if ui.add(egui::Button::new("Reset zoom").shortcut_text("R")).clicked() {
+                        self.views.timeline.reset();
+                        ui.close();
+                    }
+                });
+                ui.menu_button("Help", |ui| {
+                    if ui.add(egui::Button::new("Keyboard shortcuts").shortcut_text("F1")).clicked() {
+                        self.show_help = true;
+                        ui.close();
+                    }
+                    ui.label(format!("vramscope {}", env!("CARGO_PKG_VERSION")));
+                });
+            });
+        });
+    }
+
+    pub(super) fn toolbar(&mut self, ui: &mut egui::Ui) {
+        let Some(doc) = &self.session.doc else { return };
+        let mut device_index = self.session.device_index;
+        let mut jump = false;
+        let mut view = self.settings.view;
+        let mut process = None;
+        egui::Panel::top("toolbar").show(ui, |ui| {
+            ui.horizontal(|ui| {
+                for info in View::available(self.session.compare.is_some()) {
+                    ui.selectable_value(&mut view, info.view, info.label)
+                        .on_hover_text(format!("{} ({})", info.about, info.key_label));
+                }
+                ui.separator();
+                if let Some((whole, chosen)) = self.session.processes() {
+                    process = process_combo(ui, whole, chosen).filter(|&p| p != chosen);
+                    if self.session.is_switching() {
+                        ui.spinner().on_hover_text("Preparing the process chosen");
+                    }
+                }
+                if doc.devices.len() > 1 {
+                    egui::ComboBox::from_id_salt("device").selected_text(doc.device_label(device_index)).show_ui(
+                        ui,
+                        |ui| {
+                            for i in 0..doc.devices.len() {
+                                ui.selectable_value(&mut device_index, i, doc.device_label(i));
+                            }
+                        },
+                    );
+                } else {
+                    ui.label(doc.device_label(device_index));
+                }
+                let Some(device) = doc.devices.get(device_index) else { return };
+                let (peak, _, _) = device.timeline.values(device.peak_point);
+                jump = ui
+                    .button(format!("Jump to peak ({})", units::bytes(peak)))
+                    .on_hover_text("Select the instant of the highest allocated memory (P)")
+                    .clicked();
+                if let Some(point) = self.session.selected_point {
+                    let (allocated, _, reserved) = device.timeline.values(point);
+                    let at_peak = point == device.peak_point;
+                    let t = device.timeline.time_ns(point) - device.timeline.time_span_ns().0;
+                    let when = if doc.has_no_clock() {
+                        format!("event #{}", device.timeline.time_ns(point))
+                    } else {
+                        units::duration_ns(t)
+                    };
+                    ui.label(format!(
+                        "{}: {} allocated, {} reserved at {}",
+                        if at_peak { "peak" } else { "selected" },
+                        units::bytes(allocated),
+                        units::bytes(reserved),
+                        when
+                    ));
+                }
+                if self.session.is_analysing() {
+                    ui.spinner();
+                }
+            });
+        });
+        self.settings.view = view;
+        if let Some(process) = process {
+            let ctx = ui.ctx().clone();
+            self.session.choose_process(&ctx, process);
+        }
+        if device_index != self.session.device_index {
+            self.session.choose_device(device_index);
+            self.views.timeline.reset();
+            self.views.breakdown.picked = None;
+        } else if jump {
+            self.jump_to_peak();
+        }
+    }
+
+    pub(super) fn status_bar(&mut self, ui: &mut egui::Ui) {
+        egui::Panel::bottom("status").show(ui, |ui| {
+            ui.horizontal(|ui| match &self.session.doc {
+                Some(doc) => {
+                    ui.label(doc.file_name()).on_hover_text(doc.path.display().to_string());
+                    ui.separator();
+                    ui.label(doc.format.name());
+                    ui.separator();
+                    ui.label(format!("{} records", units::count(doc.trace.record_count())))
+                        .on_hover_text("Allocator events, annotations, counter samples, tags and OOMs");
+                    ui.separator();
+                    ui.label(format!(
+                        "{} ({} in {})",
+                        units::bytes(doc.file_bytes),
+                        "read and analysed",
+                        units::duration_ns(doc.load_time.as_nanos() as i64)
+                    ));
+                    if !doc.warnings.is_empty() {
+                        ui.separator();
+                        ui.colored_label(
+                            ui.visuals().warn_fg_color,
+                            match doc.warnings.len() {
+                                1 => "1 warning".to_owned(),
+                                n => format!("{n} warnings"),
+                            },
+                        )
+                        .on_hover_text(doc.warnings.join("\n"));
+                    }
+                }
+                None => {
+                    ui.weak("No trace open. Ctrl+O to open one, or drop a file on the window.");
+                }
+            });
+        });
+    }
+}
+
+/// The menu of a run's processes; the one picked this frame, if any.
+fn process_combo(
+    ui: &mut egui::Ui,
+    whole: &vramscope_trace_format::Trace,
+    chosen: Option<usize>,
+) -> Option<Option<usize>> {
+    let label = |index: Option<usize>| match index.and_then(|i| whole.metadata.processes.get(i)) {
+        None => "all processes".to_owned(),
+        Some(p) => match (p.rank, p.pid) {
+            (Some(rank), Some(pid)) => format!("rank {rank} (pid {pid})"),
+            (Some(rank), None) => format!("rank {rank}"),
+            (None, Some(pid)) => format!("pid {pid}"),
+            (None, None) => format!("process {}", index.unwrap_or(0)),
+        },
+    };
+    let mut picked = chosen;
+    egui::ComboBox::from_id_salt("process")
+        .selected_text(label(chosen))
+        .show_ui(ui, |ui| {
+            ui.selectable_value(&mut picked, None, label(None));
+            for i in 0..whole.metadata.processes.len() {
+                ui.selectable_value(&mut picked, Some(i), label(Some(i)));
+            }
+        })
+        .response
+        .on_hover_text("The ranks of a distributed run: all together, or one at a time");
+    (picked != chosen).then_some(picked)
+}
