@@ -63,6 +63,7 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
         }
         Remedy::MicroBatchHalf if !advice.training => "halve the batch (2 passes for the same inputs)".to_owned(),
         Remedy::MicroBatchHalf => "halve the micro-batch and accumulate gradients over 2 micro-batches".to_owned(),
+        Remedy::SequenceHalf => "halve the sequence length (tokens per sample)".to_owned(),
         Remedy::Adam8bit => "an 8-bit Adam (bitsandbytes' Adam8bit): optimizer state in 8 bits".to_owned(),
         Remedy::Adafactor => "Adafactor: factored second moments, no first moment".to_owned(),
         Remedy::Sgd => "plain SGD (no momentum): no optimizer state".to_owned(),
@@ -166,6 +167,12 @@ pub fn advice_notes(advice: &Advice, set_gpus: &str) -> Vec<String> {
         } else {
             "batch: what does not scale with the batch (model state) alone is over the target".to_owned()
         });
+        if advice.sequence && scale > 0.0 {
+            notes.push(format!(
+                "sequence: at most {scale:.2}x the recorded length fits (what scales with it grows at least \
+                 linearly; attention's scores grow with its square, so a longer one fits less)"
+            ));
+        }
     }
     if !advice.training {
         notes.push(
@@ -176,12 +183,29 @@ pub fn advice_notes(advice: &Advice, set_gpus: &str) -> Vec<String> {
     notes
 }
 
+/// The heading of the plan: the order to try the remedies in, and whether they reach `target`.
+pub fn plan_heading(advice: &Advice, target: u64) -> String {
+    let reached = advice.plan.last().is_some_and(|s| s.fits);
+    if reached {
+        format!(
+            "to fit under {}, try in this order (each step with those before it; cheapest to try first)",
+            bytes(target)
+        )
+    } else {
+        format!(
+            "toward {}, in this order (each step with those before it); all of them together do not fit",
+            bytes(target)
+        )
+    }
+}
+
 /// What one remedy costs besides memory.
 pub fn remedy_cost(remedy: Remedy) -> &'static str {
     match remedy {
         Remedy::AmpBf16 => "precision: bf16 matrix products (fp32 weights, optimizer and reductions); usually faster",
         Remedy::AmpFp16 => "precision: fp16 range, needs loss scaling; usually faster",
         Remedy::MicroBatchHalf => "time: 2 smaller steps per update (lower GPU utilisation); the same effective batch",
+        Remedy::SequenceHalf => "context: the model sees half as many tokens at a time (more, shorter samples)",
         Remedy::Adam8bit => "precision: quantised moments; a dependency",
         Remedy::Adafactor => "convergence: a different optimizer, may need tuning",
         Remedy::Sgd => "convergence: usually slower for transformers",
@@ -269,6 +293,12 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
              the first micro-batch's gradients ({}) stay alive through the second: {before} -> {after}",
             bytes(*scaling_bytes),
             bytes(*accumulated_gradient_bytes)
+        ),
+        Reason::Sequence { scaling_bytes } => format!(
+            "what scales with the sequence (activations, temporaries, inputs) is {} at the peak; at least half of it \
+             goes (attention's scores, quadratic in the length, lose three quarters, so the run may peak lower): \
+             {before} -> {after}",
+            bytes(*scaling_bytes)
         ),
         Reason::OptimizerState { optimizer_state_bytes, share_of_peak } => format!(
             "optimizer state is {:.0}% of the peak ({}): {before} -> {after} (the highest point may move to another \

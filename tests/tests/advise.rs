@@ -1,7 +1,7 @@
 //! `vramscope advise` against measurement: projections made from one recorded run of
 //! `samples/pytorch/train.py` (CPU, AdamW, batch 8, fp32) must land within 15% of the peak measured
-//! in a run with the change made (checkpointing, batch 4 accumulated over 2 micro-batches, SGD,
-//! Adafactor, bf16 autocast); and on the H200 recordings, the bf16 projection from the fp32 run
+//! in a run with the change made (checkpointing, batch 4 accumulated over 2 micro-batches, half
+//! the sequence, SGD, Adafactor, bf16 autocast); and on the H200 recordings, the bf16 projection from the fp32 run
 //! against the bf16 run.
 
 #![allow(clippy::expect_used)]
@@ -48,9 +48,23 @@ fn projections_from_one_run_land_within_15_percent_of_the_changed_runs() {
     let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), base.as_os_str()]);
     assert_eq!(advice["baseline"]["peak_allocated_bytes"].as_u64(), Some(peak(&base, -1)));
     assert_eq!(advice["baseline"]["repeated_blocks"], 2);
+    assert_eq!(advice["sequence"], true);
+    // A target below the peak: the order to try the remedies in, each step lower than the one
+    // before, the first the cheapest that saves, and the last fitting.
+    let reserved = advice["baseline"]["peak_reserved_bytes"].as_u64().expect("bytes");
+    let target = format!("--target-bytes={}", reserved * 55 / 100);
+    let planned = json(&[OsStr::new("advise"), OsStr::new("--json"), OsStr::new(&target), base.as_os_str()]);
+    let plan = planned["plan"].as_array().expect("a plan");
+    assert!(plan.len() >= 2, "{plan:?}");
+    let steps: Vec<u64> = plan.iter().map(|s| s["projected_peak_reserved_bytes"].as_u64().expect("bytes")).collect();
+    assert!(steps.windows(2).all(|w| w[1] < w[0]) && steps[0] < reserved, "{steps:?}");
+    assert_eq!(plan.last().map(|s| &s["fits"]), Some(&serde_json::Value::Bool(true)), "{plan:?}");
+    assert!(plan.iter().rev().skip(1).all(|s| s["fits"] == false), "{plan:?}");
+    assert_eq!(plan[0]["id"], "amp_bf16", "{plan:?}");
     for (id, args) in [
         ("activation_checkpointing", &["--checkpoint"][..]),
         ("micro_batch_half", &["--batch-size", "4", "--accumulate", "2"][..]),
+        ("sequence_half", &["--seq-len", "32"][..]),
         ("sgd", &["--optimizer", "sgd"][..]),
         ("adafactor", &["--optimizer", "adafactor"][..]),
         ("amp_bf16", &["--bf16"][..]),

@@ -109,6 +109,8 @@ pub struct Advice {
     /// Whether the run trained (went backward); an inference run gets no checkpointing or
     /// gradient advice.
     pub training: bool,
+    /// Whether the model works on sequences (attention seen): a shorter sequence is projected.
+    pub sequence: bool,
     /// The allocator's settings as the trace tells them; what is on is not proposed.
     pub allocator: AllocatorSettings,
     /// How the categories at the peak were known: the uncertainties count what is guessed.
@@ -119,6 +121,9 @@ pub struct Advice {
     pub batch_scale_that_fits: Option<f64>,
     /// The best `max_split_size` the allocator's model found, when it was tried.
     pub max_split: Option<SplitProjection>,
+    /// The order to try the remedies in to fit under the target (empty when the baseline fits
+    /// or there is no target): each step with what it and those before it project.
+    pub plan: Vec<PlanStep>,
 }
 
 /// How many GPUs to shard over, and where that number came from.
@@ -339,18 +344,7 @@ fn pairs(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64>)
             if a.excludes(b2) {
                 continue;
             }
-            let mut projected = project(&b.instants, &[a, b2], ctx);
-            // With checkpointing replayed alone, the pair's rule is corrected by as much as the
-            // replay corrected checkpointing's own rule.
-            if let Some(replayed) = ctx
-                .checkpointed
-                .filter(|_| a == Remedy::ActivationCheckpointing || b2 == Remedy::ActivationCheckpointing)
-            {
-                let (rule, _) = project(&b.instants, &[Remedy::ActivationCheckpointing], ctx);
-                if rule > 0.0 {
-                    projected.0 *= replayed as f64 / rule;
-                }
-            }
+            let projected = project_together(&b.instants, &[a, b2], ctx);
             out.push(projection(
                 vec![a, b2],
                 projected,
@@ -363,6 +357,92 @@ fn pairs(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64>)
     }
     out.sort_by_key(|p| p.projected_peak_allocated_bytes);
     out
+}
+
+/// Several remedies' rules applied together; with checkpointing among them and replayed alone,
+/// the rules' projection is corrected by as much as the replay corrected checkpointing's own.
+fn project_together(instants: &[Parts], applied: &[Remedy], ctx: &Context) -> (f64, f64) {
+    let mut projected = project(instants, applied, ctx);
+    if let Some(replayed) = ctx.checkpointed.filter(|_| applied.contains(&Remedy::ActivationCheckpointing)) {
+        let (rule, _) = project(instants, &[Remedy::ActivationCheckpointing], ctx);
+        if rule > 0.0 {
+            projected.0 *= replayed as f64 / rule;
+        }
+    }
+    projected
+}
+
+/// The reserved peak of remedies applied together, from their allocated peak: with expandable
+/// segments what is allocated, its rounding and part of a page; with a `max_split_size` the
+/// allocator model's ratio of reserved to allocated; else the baseline's ratio.
+fn reserved_together(applied: &[Remedy], allocated: f64, ctx: &Context) -> u64 {
+    let ratio = remedy::reserve_ratio(ctx);
+    if applied.contains(&Remedy::ExpandableSegments) {
+        let expandable = allocated + ctx.internal_bytes as f64 + PAGE_BYTES as f64;
+        return expandable.min(allocated * ratio).round() as u64;
+    }
+    if let Some(m) = ctx.max_split.filter(|_| applied.contains(&Remedy::MaxSplitSize)) {
+        return (allocated * m.projected_bytes() as f64 / ctx.peak_allocated_bytes.max(1) as f64).round() as u64;
+    }
+    (allocated * ratio).round() as u64
+}
+
+/// One step of the plan: a remedy added to those before it, and what they project together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanStep {
+    /// The remedy added.
+    pub remedy: Remedy,
+    /// The allocated peak with it and those before it.
+    pub projected_peak_allocated_bytes: u64,
+    /// The reserved peak with them.
+    pub projected_peak_reserved_bytes: u64,
+    /// The share of the projected bytes the rules may be off by.
+    pub uncertainty: f64,
+    /// Whether the reserved peak fits under the target now.
+    pub fits: bool,
+}
+
+/// The order to try the remedies in to reach `target`: each step adds, of the remedies left that
+/// go with those taken, the one that asks least of the user (the most saving first among equals),
+/// while it still saves; it stops at the first step that fits. Empty when the baseline fits.
+fn plan(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: u64) -> Vec<PlanStep> {
+    let mut taken: Vec<Remedy> = Vec::new();
+    let mut steps = Vec::new();
+    let mut reserved = ctx.peak_reserved_bytes;
+    while reserved > target {
+        let candidates =
+            remedies.iter().copied().filter(|r| !taken.contains(r) && !taken.iter().any(|t| t.excludes(*r)));
+        let mut best: Option<(u32, i64, Remedy, (f64, f64), u64)> = None;
+        for r in candidates {
+            let mut with = taken.clone();
+            with.push(r);
+            let projected = if with.iter().all(|r| !r.changes_allocated()) {
+                (ctx.peak_allocated_bytes as f64, r.uncertainty())
+            } else {
+                project_together(&b.instants, &with, ctx)
+            };
+            let with_reserved = reserved_together(&with, projected.0, ctx);
+            // A step must take away at least half a percent of what is reserved.
+            if with_reserved as f64 > reserved as f64 * 0.995 {
+                continue;
+            }
+            let key = (r.rank(), with_reserved as i64);
+            if best.as_ref().is_none_or(|(rank, bytes, ..)| key < (*rank, *bytes)) {
+                best = Some((key.0, key.1, r, projected, with_reserved));
+            }
+        }
+        let Some((_, _, r, (allocated, uncertainty), with_reserved)) = best else { break };
+        taken.push(r);
+        reserved = with_reserved;
+        steps.push(PlanStep {
+            remedy: r,
+            projected_peak_allocated_bytes: allocated.round() as u64,
+            projected_peak_reserved_bytes: reserved,
+            uncertainty: (uncertainty * 100.0).round() / 100.0,
+            fits: reserved <= target,
+        });
+    }
+    steps
 }
 
 /// Step three: the change that asks least of the user and fits under the target.
@@ -428,6 +508,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         internal_bytes: at_peak.total.free_internal_bytes,
         training,
         optimizer_state: b.instants.iter().any(|p| p.optimizer_state > 0.0),
+        sequence: works_on_sequences(trace),
         expandable: allocator.expandable() || allocator.is_async(),
         max_split: best_max_split(trace, device, &allocator, peak_reserved),
         gradient_bytes: b.instants.iter().map(|p| p.gradient).fold(0.0, f64::max),
@@ -443,6 +524,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     let singles = singles(&b, &remedies, &ctx, target);
     let combinations = pairs(&b, &remedies, &ctx, target);
     let smallest_change_that_fits = smallest_that_fits(&singles, &combinations, target);
+    let plan = target.map_or_else(Vec::new, |t| plan(&b, &remedies, &ctx, t));
     let categories_at_peak: BTreeMap<&'static str, u64> = [
         ("parameter", base.parameter),
         ("gradient", base.gradient),
@@ -475,10 +557,12 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         autocast,
         gpus,
         training,
+        sequence: ctx.sequence,
         allocator,
         evidence: b.base().evidence,
         batch_scale_that_fits: target.and_then(|t| batch_scale(&b.instants, &ctx, t)),
         max_split: ctx.max_split,
+        plan,
     })
 }
 
@@ -546,6 +630,19 @@ fn best_max_split(
             }
         })
         .min_by_key(|p| (p.simulated_bytes, std::cmp::Reverse(p.setting_bytes)))
+}
+
+/// Whether the model works on sequences: attention in a module's name (`attn`, `attention`) or
+/// in a frame's function (`scaled_dot_product_attention`, a module's `forward` in a file named
+/// for it).
+fn works_on_sequences(trace: &Trace) -> bool {
+    let interner = &trace.interner;
+    let attention = |name: &str| {
+        let name = name.to_ascii_lowercase();
+        name.contains("attn") || name.contains("attention")
+    };
+    trace.annotations.iter().any(|a| a.kind == AnnotationKind::Module && attention(interner.resolve(a.name)))
+        || interner.frames().iter().any(|f| attention(interner.resolve(f.function)))
 }
 
 /// Whether the run went backward: a recorded backward phase, or autograd's backward in a stack.

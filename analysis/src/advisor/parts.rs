@@ -74,6 +74,17 @@ impl EvidenceBytes {
 }
 
 impl Parts {
+    /// What scales with the batch (and, at least, with the sequence), times `factor`:
+    /// activations, temporaries and inputs; model state stays.
+    pub fn scale_with_batch(&mut self, factor: f64) {
+        self.activation *= factor;
+        self.fp32_activation *= factor;
+        self.temporary *= factor;
+        self.input *= factor;
+        self.boundary *= factor;
+        self.blocks.values_mut().for_each(|b| *b *= factor);
+    }
+
     /// Everything alive.
     pub fn total(&self) -> f64 {
         self.parameter

@@ -15,6 +15,8 @@ pub enum Remedy {
     AmpFp16,
     /// Half the micro-batch, gradients accumulated over two.
     MicroBatchHalf,
+    /// Half the sequence length (tokens per sample).
+    SequenceHalf,
     /// An 8-bit Adam.
     Adam8bit,
     /// Adafactor.
@@ -62,6 +64,9 @@ pub struct Context {
     pub training: bool,
     /// Whether the run held optimizer state: the optimizer remedies need it.
     pub optimizer_state: bool,
+    /// Whether the model works on sequences (attention in its modules or frames): a shorter
+    /// sequence is a remedy then.
+    pub sequence: bool,
     /// Whether the run already had expandable segments (or no caching allocator at all).
     pub expandable: bool,
     /// The best `max_split_size` the allocator's model found for this trace, if one saves.
@@ -112,10 +117,11 @@ impl Context {
 
 impl Remedy {
     /// Every remedy, in the order they are listed.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::AmpBf16,
         Self::AmpFp16,
         Self::MicroBatchHalf,
+        Self::SequenceHalf,
         Self::Adam8bit,
         Self::Adafactor,
         Self::Sgd,
@@ -133,6 +139,7 @@ impl Remedy {
             Self::AmpBf16 => "amp_bf16",
             Self::AmpFp16 => "amp_fp16",
             Self::MicroBatchHalf => "micro_batch_half",
+            Self::SequenceHalf => "sequence_half",
             Self::Adam8bit => "adam_8bit",
             Self::Adafactor => "adafactor",
             Self::Sgd => "sgd",
@@ -150,9 +157,11 @@ impl Remedy {
             Self::AmpBf16 | Self::AmpFp16 => Some(Group::Precision),
             Self::Adam8bit | Self::Adafactor | Self::Sgd => Some(Group::Optimizer),
             Self::Zero1 | Self::Zero2 | Self::Zero3 => Some(Group::Sharding),
-            Self::MicroBatchHalf | Self::ActivationCheckpointing | Self::ExpandableSegments | Self::MaxSplitSize => {
-                None
-            }
+            Self::MicroBatchHalf
+            | Self::SequenceHalf
+            | Self::ActivationCheckpointing
+            | Self::ExpandableSegments
+            | Self::MaxSplitSize => None,
         }
     }
 
@@ -168,7 +177,8 @@ impl Remedy {
             Self::AmpBf16 => 1,
             Self::AmpFp16 | Self::MicroBatchHalf => 2,
             Self::Adam8bit | Self::ActivationCheckpointing => 3,
-            Self::Adafactor => 4,
+            // It changes what the model sees at a time.
+            Self::Adafactor | Self::SequenceHalf => 4,
             Self::Sgd => 5,
             Self::Zero1 => 6,
             Self::Zero2 => 7,
@@ -180,7 +190,10 @@ impl Remedy {
     pub fn uncertainty(self) -> f64 {
         match self {
             Self::AmpBf16 | Self::AmpFp16 => 0.15,
-            Self::MicroBatchHalf | Self::Sgd => 0.05,
+            // A shorter sequence: what scales with it at least halves; attention's scores, which
+            // are quadratic in it, lose three quarters, so the projection is high, never low, by
+            // their share.
+            Self::MicroBatchHalf | Self::SequenceHalf | Self::Sgd => 0.05,
             // Adafactor's state is a few percent of Adam's whatever its share is (0.9% measured on
             // the CPU GPT, 2% assumed): the projection is off by a share of that share.
             Self::Adam8bit | Self::Adafactor | Self::Zero1 | Self::Zero2 | Self::Zero3 | Self::ExpandableSegments => {
@@ -196,7 +209,7 @@ impl Remedy {
     /// projection by (the uncertainty from evidence scales with it).
     pub fn reach(self, ctx: &Context) -> f64 {
         match self {
-            Self::AmpBf16 | Self::AmpFp16 | Self::MicroBatchHalf => 0.5,
+            Self::AmpBf16 | Self::AmpFp16 | Self::MicroBatchHalf | Self::SequenceHalf => 0.5,
             Self::Adam8bit => 0.75,
             Self::Adafactor | Self::Sgd | Self::ActivationCheckpointing => 1.0,
             Self::Zero1 | Self::Zero2 | Self::Zero3 => 1.0 - 1.0 / f64::from(ctx.gpus.max(1)),
@@ -224,6 +237,7 @@ impl Remedy {
             }
             Self::Adam8bit | Self::Adafactor | Self::Sgd => ctx.optimizer_state,
             Self::MicroBatchHalf => true,
+            Self::SequenceHalf => ctx.sequence,
         }
     }
 
@@ -253,12 +267,12 @@ impl Remedy {
                     if ctx.training {
                         p.gradient = p.gradient.max(ctx.gradient_bytes);
                     }
-                    p.activation /= 2.0;
-                    p.fp32_activation /= 2.0;
-                    p.temporary /= 2.0;
-                    p.input /= 2.0;
-                    p.boundary /= 2.0;
-                    p.blocks.values_mut().for_each(|b| *b /= 2.0);
+                    p.scale_with_batch(0.5);
+                }
+            }
+            Self::SequenceHalf => {
+                if !p.in_step() {
+                    p.scale_with_batch(0.5);
                 }
             }
             Self::Adam8bit => p.optimizer_state /= 4.0,
@@ -317,6 +331,9 @@ impl Remedy {
                 scaling_bytes: bytes(base.activation + base.temporary + base.input),
                 accumulated_gradient_bytes: if ctx.training { bytes(ctx.gradient_bytes) } else { 0 },
             },
+            Self::SequenceHalf => {
+                Reason::Sequence { scaling_bytes: bytes(base.activation + base.temporary + base.input) }
+            }
             Self::Adam8bit | Self::Adafactor | Self::Sgd => Reason::OptimizerState {
                 optimizer_state_bytes: bytes(base.optimizer_state),
                 share_of_peak: share(base.optimizer_state),
@@ -382,6 +399,11 @@ pub enum Reason {
         scaling_bytes: u64,
         /// The gradients the first micro-batch leaves alive through the second (0: inference).
         accumulated_gradient_bytes: u64,
+    },
+    /// A shorter sequence: what scales with it (activations, temporaries, inputs).
+    Sequence {
+        /// Bytes that scale with the sequence at the peak (at least linearly).
+        scaling_bytes: u64,
     },
     /// Another optimizer: its state at the peak.
     OptimizerState {

@@ -27,10 +27,23 @@ struct Json<'a> {
     autocast: Option<&'a str>,
     gpus: Option<advisor::Gpus>,
     training: bool,
+    sequence: bool,
     allocator: &'a AllocatorSettings,
     evidence_at_peak: advisor::EvidenceBytes,
     batch_scale_that_fits: Option<f64>,
+    plan: Vec<PlanJson>,
     notes: Vec<String>,
+}
+
+/// A step of the plan: the remedy added, what to change, and what it and those before project.
+#[derive(Serialize)]
+struct PlanJson {
+    id: &'static str,
+    change: String,
+    projected_peak_allocated_bytes: u64,
+    projected_peak_reserved_bytes: u64,
+    uncertainty: f64,
+    fits: bool,
 }
 
 #[derive(Serialize)]
@@ -74,9 +87,22 @@ fn with_words(advice: &Advice) -> Json<'_> {
         autocast: advice.autocast.as_deref(),
         gpus: advice.gpus,
         training: advice.training,
+        sequence: advice.sequence,
         allocator: &advice.allocator,
         evidence_at_peak: advice.evidence,
         batch_scale_that_fits: advice.batch_scale_that_fits,
+        plan: advice
+            .plan
+            .iter()
+            .map(|s| PlanJson {
+                id: s.remedy.id(),
+                change: words::remedy_change(s.remedy, advice),
+                projected_peak_allocated_bytes: s.projected_peak_allocated_bytes,
+                projected_peak_reserved_bytes: s.projected_peak_reserved_bytes,
+                uncertainty: s.uncertainty,
+                fits: s.fits,
+            })
+            .collect(),
         notes: words::advice_notes(advice, "--gpus N"),
     }
 }
@@ -109,7 +135,7 @@ fn line(out: &mut dyn Write, p: &Projection, baseline: u64) -> std::io::Result<(
     let change = 100.0 * (p.projected_peak_allocated_bytes as f64 - baseline as f64) / baseline.max(1) as f64;
     writeln!(
         out,
-        "  {:<34} {:>10} ({:+.0}%, ±{:.0}%){}",
+        "  {:<40} {:>10} ({:+.0}%, ±{:.0}%){}",
         p.id,
         bytes(p.projected_peak_allocated_bytes),
         change,
@@ -177,6 +203,21 @@ pub fn run(
         (Some(id), _) => writeln!(out, "\nthe smallest change that fits: {id}")?,
         (None, Some(_)) => writeln!(out, "\nno single remedy or pair fits under the target")?,
         (None, None) => {}
+    }
+    if let (false, Some(target)) = (advice.plan.is_empty(), advice.target_bytes) {
+        writeln!(out, "\n{}:", words::plan_heading(&advice, target))?;
+        for (i, step) in advice.plan.iter().enumerate() {
+            writeln!(
+                out,
+                "  {}. {:<32} {:>10} reserved (±{:.0}%){}",
+                i + 1,
+                step.remedy.id(),
+                bytes(step.projected_peak_reserved_bytes),
+                100.0 * step.uncertainty,
+                if step.fits { "  fits" } else { "" }
+            )?;
+            writeln!(out, "     {}", words::remedy_change(step.remedy, &advice))?;
+        }
     }
     Ok(())
 }

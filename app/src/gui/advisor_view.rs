@@ -14,27 +14,30 @@ use crate::{units, words};
 /// The advice shown, and the one being worked out.
 #[derive(Default)]
 pub struct AdvisorState {
-    /// The trace (by address), device and GPU count the advice is for.
-    key: Option<(usize, DeviceId, Option<u32>)>,
+    /// The trace (by address), device, GPU count and target the advice is for.
+    key: Option<(usize, DeviceId, Option<u32>, Option<u64>)>,
     pending: Option<Job<Option<Advice>>>,
     advice: Option<Option<Advice>>,
     /// GPUs for the sharding remedies, when the user set them (else the trace's).
     gpus: Option<u32>,
+    /// The memory to fit under, when the user set it (else the device's).
+    target: Option<u64>,
 }
 
 impl AdvisorState {
     fn refresh(&mut self, ctx: &egui::Context, trace: &Arc<Trace>, device: DeviceId) {
-        let key = (Arc::as_ptr(trace) as usize, device, self.gpus);
+        let key = (Arc::as_ptr(trace) as usize, device, self.gpus, self.target);
         if self.key != Some(key) {
             self.key = Some(key);
             self.advice = None;
             let trace = Arc::clone(trace);
             let ctx = ctx.clone();
             let gpus = self.gpus;
+            let target = self.target;
             self.pending = Some(Job::spawn(
                 "advise",
                 move || ctx.request_repaint(),
-                move |_| advisor::advise(&trace, Some(device), gpus, None),
+                move |_| advisor::advise(&trace, Some(device), gpus, target),
                 |_| None,
             ));
         }
@@ -125,8 +128,14 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
             b.peak_phase,
             b.repeated_blocks
         ));
-        if let Some(target) = advice.target_bytes {
-            ui.label(format!("Target: the device's {}.", units::bytes(target)));
+        match (advice.target_bytes, state.target) {
+            (Some(target), None) => {
+                ui.label(format!("Target: the device's {}.", units::bytes(target)));
+            }
+            (Some(target), Some(_)) => {
+                ui.label(format!("Target: {}.", units::bytes(target)));
+            }
+            (None, _) => {}
         }
         match &advice.smallest_change_that_fits {
             _ if advice.baseline_fits => {
@@ -155,6 +164,23 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
         if changed {
             state.gpus = Some(gpus);
         }
+        ui.separator();
+        const GIB: f64 = (1u64 << 30) as f64;
+        let shown = state.target.or(advice.target_bytes).unwrap_or(b.peak_reserved_bytes);
+        let mut gib = shown as f64 / GIB;
+        ui.label("Fit under");
+        let changed = ui
+            .add(egui::DragValue::new(&mut gib).range(0.001..=1.0e6).speed(0.1).max_decimals(3).suffix(" GiB"))
+            .on_hover_text("The memory the reserved peak must fit under (default: the device's)")
+            .changed();
+        if changed {
+            state.target = Some((gib * GIB).round() as u64);
+        }
+        if state.target.is_some()
+            && ui.button("Device's").on_hover_text("Fit under the device's memory again").clicked()
+        {
+            state.target = None;
+        }
     });
     for note in words::advice_notes(advice, "set Shard over") {
         ui.weak(note);
@@ -167,6 +193,24 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
         ui.strong("Best pairs");
         let best: Vec<Projection> = advice.combinations.iter().take(6).cloned().collect();
         table(ui, "advisor-pairs", &best, advice);
+        if let (false, Some(target)) = (advice.plan.is_empty(), advice.target_bytes) {
+            ui.add_space(8.0);
+            ui.strong(words::plan_heading(advice, target));
+            for (i, step) in advice.plan.iter().enumerate() {
+                ui.horizontal(|ui| {
+                    ui.monospace(format!("{}.", i + 1));
+                    ui.label(step.remedy.id()).on_hover_text(words::remedy_change(step.remedy, advice));
+                    ui.monospace(format!(
+                        "{} reserved (±{:.0}%)",
+                        units::bytes(step.projected_peak_reserved_bytes),
+                        100.0 * step.uncertainty
+                    ));
+                    if step.fits {
+                        ui.strong("fits");
+                    }
+                });
+            }
+        }
     });
 }
 
