@@ -75,6 +75,19 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
             let gpus = advice.gpus.map_or(1, |g| g.count);
             format!("ZeRO stage {} (FSDP) over {gpus} GPUs", remedy.zero_stage())
         }
+        Remedy::TensorParallel => format!(
+            "tensor parallel over {} GPUs (torch.distributed.tensor.parallel: each block's attention and MLP \
+             projections split column- then row-wise)",
+            advice.gpus.map_or(1, |g| g.count)
+        ),
+        Remedy::PipelineParallel => {
+            let k = advice.gpus.map_or(1, |g| g.count);
+            format!(
+                "pipeline parallel over {k} stages (torch.distributed.pipelining, the blocks split evenly, 1F1B over \
+                 {} micro-batches)",
+                (crate::analysis::advisor::PIPELINE_MICRO_BATCHES_PER_STAGE * f64::from(k)) as u32
+            )
+        }
         Remedy::ExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
         Remedy::MaxSplitSize => format!(
             "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{}",
@@ -126,6 +139,9 @@ pub fn advice_notes(advice: &Advice, set_gpus: &str) -> Vec<String> {
         Some(Gpus { count, from: GpusFrom::Given }) => notes.push(format!("sharding: over {count} GPUs, as given")),
         Some(Gpus { count, from: GpusFrom::Ranks }) => {
             notes.push(format!("sharding: over {count} GPUs, the ranks in the trace ({set_gpus} to change)"))
+        }
+        Some(Gpus { count, from: GpusFrom::WorldSize }) => {
+            notes.push(format!("sharding: over {count} GPUs, the run's world size ({set_gpus} to change)"))
         }
         Some(Gpus { count, from: GpusFrom::Devices }) => {
             notes.push(format!("sharding: over {count} GPUs, the devices in the trace ({set_gpus} to change)"))
@@ -220,6 +236,14 @@ pub fn remedy_cost(remedy: Remedy) -> &'static str {
             "communication: parameters all-gathered in forward and again in backward, about 1.5x data \
              parallelism's volume"
         }
+        Remedy::TensorParallel => {
+            "communication: two all-reduces of a block's activations in forward and two in backward, per block; \
+             every GPU sees the same batch (fast links needed)"
+        }
+        Remedy::PipelineParallel => {
+            "time: the pipeline's bubble (stages idle for (k-1)/(m+k-1) of a step); the model split at block \
+             boundaries"
+        }
         Remedy::ExpandableSegments => "none known; virtual-memory mappings instead of fixed segments",
         Remedy::MaxSplitSize => {
             "more cudaMalloc calls: cached blocks of that size or more are not split for smaller requests"
@@ -313,6 +337,29 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
             bytes(*gradient_bytes),
             bytes(*optimizer_state_bytes)
         ),
+        Reason::Parallel {
+            in_block_parameter_bytes,
+            parameter_bytes,
+            in_block_activation_bytes,
+            activation_bytes,
+            gpus,
+        } => {
+            let what = match p.remedies.first() {
+                Some(Remedy::PipelineParallel) => {
+                    "on the busiest stage (the first, with what is outside the blocks), the blocks' parameters and \
+                     their state split, and the activations of the micro-batches in flight"
+                }
+                _ => "the blocks' parameters and their state split, and of their activations what is not block-width",
+            };
+            format!(
+                "the repeated blocks hold {} of {} of parameters and {} of {} of activations at the peak; over {gpus} \
+                 GPUs, {what}: {before} -> {after}",
+                bytes(*in_block_parameter_bytes),
+                bytes(*parameter_bytes),
+                bytes(*in_block_activation_bytes),
+                bytes(*activation_bytes)
+            )
+        }
         Reason::Reserved { unused_bytes, rounding_bytes, reserved_before_bytes, reserved_after_bytes } => format!(
             "{} of the reserved peak is free space inside segments; expandable segments reserve what is allocated \
              plus its rounding ({}) and part of a page: {} -> {} reserved",

@@ -216,9 +216,11 @@ class _Recorder:
             return
         self.source = mode
         rank = os.environ.get("RANK")
+        world = os.environ.get("WORLD_SIZE")
         self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": mode,
                     "argv": sys.argv, "time": self.now(),
-                    "rank": int(rank) if rank is not None and rank.isdigit() else None})
+                    "rank": int(rank) if rank is not None and rank.isdigit() else None,
+                    "world_size": int(world) if world is not None and world.isdigit() else None})
         if mode == "cuda":
             self.note_allocator_conf()
             # Not now: starting the history initialises CUDA, which a program may not want yet
@@ -410,6 +412,14 @@ class _Recorder:
             return
         if category == "input" and tensor.grad_fn is not None:
             return
+        # A DTensor (FSDP2's sharded parameters, their gradients and optimizer state): the
+        # memory is its local shard's.
+        to_local = getattr(tensor, "to_local", None)
+        if to_local is not None and type(tensor).__name__ == "DTensor":
+            try:
+                tensor = to_local()
+            except Exception:
+                return
         try:
             storage = tensor.untyped_storage()
             address = storage.data_ptr()

@@ -42,6 +42,9 @@ pub enum Line {
         /// The distributed rank (`RANK`), when there is one.
         #[serde(default)]
         rank: Option<u32>,
+        /// The ranks of the run (`WORLD_SIZE`), when there are.
+        #[serde(default)]
+        world_size: Option<u32>,
     },
     /// A Python frame, referred to by `id` in stacks.
     Frame {
@@ -363,6 +366,18 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
             })
         })
         .collect();
+    // The run's ranks, as its processes were told them: a rank's own trace keeps the count.
+    let world = logs
+        .iter()
+        .flat_map(|log| &log.lines)
+        .filter_map(|l| match l {
+            Line::Meta { world_size: Some(w), .. } => Some(*w),
+            _ => None,
+        })
+        .max();
+    if let Some(world) = world.filter(|&w| w > 1) {
+        trace.metadata.extra.insert("world_size".to_owned(), world.into());
+    }
     // Devices on which the driver-level hook saw segments, per process.
     let driver_devices: HashSet<(ProcessId, DeviceId)> = trace
         .events

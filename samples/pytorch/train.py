@@ -55,7 +55,8 @@ class CausalSelfAttention(nn.Module):
         head_dim = d_model // self.heads
 
         def split_heads(t: torch.Tensor) -> torch.Tensor:
-            return t.view(batch, seq, self.heads, head_dim).transpose(1, 2)
+            # -1: under tensor parallelism (--tp) a rank holds only its share of the heads.
+            return t.view(batch, seq, -1, head_dim).transpose(1, 2)
 
         q = split_heads(self.q_proj(x))
         k = split_heads(self.k_proj(x))
@@ -63,7 +64,7 @@ class CausalSelfAttention(nn.Module):
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(head_dim))
         scores = scores.masked_fill(self.causal_mask[:seq, :seq], float("-inf"))
         weights = F.softmax(scores, dim=-1)
-        y = (weights @ v).transpose(1, 2).reshape(batch, seq, d_model)
+        y = (weights @ v).transpose(1, 2).reshape(batch, seq, -1)
         return self.out_proj(y)
 
 
@@ -223,7 +224,9 @@ class SavedTensorCounter:
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+    # A DTensor (FSDP's sharded parameters and gradients): this rank's shard.
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.numel() * local.element_size()
 
 
 def unique_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
@@ -291,12 +294,64 @@ def cuda_summary() -> dict:
 
 def make_optimizer(args: argparse.Namespace, params: list[nn.Parameter]) -> torch.optim.Optimizer:
     if args.optimizer == "adam":
-        return torch.optim.Adam(params, lr=args.lr)
-    if args.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=args.lr)
-    if args.optimizer == "adafactor":
-        return torch.optim.Adafactor(params, lr=args.lr)
-    return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum)
+        cls, kwargs = torch.optim.Adam, {"lr": args.lr}
+    elif args.optimizer == "adamw":
+        cls, kwargs = torch.optim.AdamW, {"lr": args.lr}
+    elif args.optimizer == "adafactor":
+        cls, kwargs = torch.optim.Adafactor, {"lr": args.lr}
+    else:
+        cls, kwargs = torch.optim.SGD, {"lr": args.lr, "momentum": args.momentum}
+    if args.zero1:
+        # ZeRO stage 1: each rank keeps the optimizer state of its share of the parameters.
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(params, optimizer_class=cls, **kwargs)
+    return cls(params, **kwargs)
+
+
+def start_distributed(args: argparse.Namespace, device: torch.device) -> tuple[torch.device, int, int]:
+    """Under torchrun (WORLD_SIZE above 1): joins the process group (gloo on the CPU, nccl on
+    CUDA) and returns this rank's device, its rank and the world size; else (device, 0, 1)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        if args.zero1 or args.fsdp or args.tp:
+            raise SystemExit("--zero1, --fsdp and --tp need several ranks: run under torchrun --nproc_per_node=N")
+        return device, 0, 1
+    import torch.distributed as dist
+
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return device, dist.get_rank(), dist.get_world_size()
+
+
+def wrap_distributed(args: argparse.Namespace, model: nn.Module, device: torch.device) -> nn.Module:
+    """Data parallel: DDP, or with --fsdp each block and then the whole model fully_shard'ed
+    (FSDP2: parameters, gradients and optimizer state sharded over the ranks)."""
+    if args.tp:
+        # Megatron-style: q, k, v and the MLP's first projection split by output (column-wise),
+        # the attention's and the MLP's output projections by input (row-wise), so each block
+        # all-reduces twice; embeddings, norms and the LM head stay whole on every rank.
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        mesh = init_device_mesh(device.type, (int(os.environ["WORLD_SIZE"]),))
+        plan = {
+            "attn.q_proj": ColwiseParallel(), "attn.k_proj": ColwiseParallel(), "attn.v_proj": ColwiseParallel(),
+            "attn.out_proj": RowwiseParallel(), "mlp.fc_in": ColwiseParallel(), "mlp.fc_out": RowwiseParallel(),
+        }
+        for block in model.blocks:
+            parallelize_module(block, mesh, plan)
+        return model
+    if args.fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in getattr(model, "blocks", []):
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
 def make_batch(args: argparse.Namespace, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -315,7 +370,7 @@ def make_batch(args: argparse.Namespace, device: torch.device) -> tuple[torch.Te
 
 
 def train(args: argparse.Namespace) -> dict:
-    device = torch.device(args.device)
+    device, rank, world = start_distributed(args, torch.device(args.device))
     torch.manual_seed(args.seed)
     if device.type == "cuda":
         torch.cuda.manual_seed(args.seed)
@@ -327,6 +382,13 @@ def train(args: argparse.Namespace) -> dict:
     model.to(device)
     model.train()
     named = unique_parameters(model)
+    parameter_bytes = sum(tensor_bytes(p) for _, p in named)
+    if world > 1:
+        model = wrap_distributed(args, model, device)
+        # FSDP swaps in sharded parameters: what the optimizer and the counts see.
+        named = unique_parameters(model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model)
+        if args.tp and world % args.heads != 0 and args.heads % world != 0:
+            raise SystemExit("--tp: the ranks must divide --heads")
     params = [p for _, p in named]
     optimizer = make_optimizer(args, params)
     inputs, targets = make_batch(args, device)
@@ -338,7 +400,9 @@ def train(args: argparse.Namespace) -> dict:
         "torch_version": torch.__version__,
         "python_version": sys.version.split()[0],
         "args": vars(args),
-        "parameter_bytes": sum(tensor_bytes(p) for p in params),
+        "rank": rank,
+        "world_size": world,
+        "parameter_bytes": parameter_bytes,
         "parameter_count": sum(p.numel() for p in params),
         "parameter_tensors": len(params),
         "parameters": [
@@ -383,7 +447,8 @@ def train(args: argparse.Namespace) -> dict:
             del grads
         optimizer.step()
         if step == 0:
-            summary.update(optimizer_state_summary(optimizer, device))
+            # ZeroRedundancyOptimizer keeps this rank's share in the optimizer it wraps.
+            summary.update(optimizer_state_summary(getattr(optimizer, "optim", optimizer), device))
         optimizer.zero_grad(set_to_none=args.zero_grad_none)
         summary["losses"].append(loss.item())
         del loss
@@ -406,6 +471,10 @@ def train(args: argparse.Namespace) -> dict:
     if device.type == "cuda":
         torch.cuda.synchronize()
         summary["cuda"] = cuda_summary()
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
     return summary
 
 
@@ -461,6 +530,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              help="zero_grad(set_to_none=...): free gradients between steps "
                                   "instead of zeroing them")
     train_group.add_argument("--compile", action="store_true", help="torch.compile the model")
+    dist_group = parser.add_argument_group(
+        "data parallel", "under torchrun --nproc_per_node=N every rank trains on its own batch: DDP by default")
+    dist_group.add_argument("--zero1", action="store_true",
+                            help="ZeRO stage 1: torch.distributed.optim.ZeroRedundancyOptimizer shards "
+                                 "the optimizer state over the ranks")
+    dist_group.add_argument("--tp", action="store_true",
+                            help="tensor parallel instead of DDP (gpt only): each block's projections split "
+                                 "over the ranks, which all see the same batch")
+    dist_group.add_argument("--fsdp", action="store_true",
+                            help="FSDP2 (fully_shard of each block and the model) instead of DDP: "
+                                 "parameters, gradients and optimizer state sharded")
     train_group.add_argument("--device", choices=["cpu", "cuda"], default=default_device,
                              help="where to train: cuda when a CUDA device is available, else cpu")
     train_group.add_argument("--seed", type=int, default=0, help="seed for weights and data")
@@ -482,6 +562,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--device cuda: no CUDA device available")
     if args.momentum and args.optimizer != "sgd":
         parser.error("--momentum applies to --optimizer sgd only")
+    if sum((args.zero1, args.fsdp, args.tp)) > 1:
+        parser.error("--zero1, --fsdp and --tp: one way of splitting at a time")
+    if args.tp and args.model != "gpt":
+        parser.error("--tp applies to --model gpt only")
     return args
 
 
@@ -518,8 +602,12 @@ def main(argv: list[str] | None = None) -> int:
     # Path is not JSON; everything else in args is.
     summary["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     if args.summary is not None:
-        args.summary.parent.mkdir(parents=True, exist_ok=True)
-        args.summary.write_text(json.dumps(summary, indent=2) + "\n")
+        path = args.summary
+        if summary["world_size"] > 1:
+            # One per rank: s.json -> s.rank0.json, s.rank1.json, ...
+            path = path.with_name(f"{path.stem}.rank{summary['rank']}{path.suffix}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=2) + "\n")
     if args.print_summary:
         print(one_line(summary))
     if summary.get("mlp_activation_bytes_match") is False and not args.compile:

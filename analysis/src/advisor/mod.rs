@@ -21,7 +21,7 @@ use vramscope_trace_format::{AnnotationKind, DeviceId, Trace};
 pub use self::parts::EvidenceBytes;
 use self::parts::{Parts, parts_at, phase_at};
 use self::remedy::{Context, PAGE_BYTES};
-pub use self::remedy::{Reason, Remedy, SplitProjection};
+pub use self::remedy::{PIPELINE_MICRO_BATCHES_PER_STAGE, Reason, Remedy, SplitProjection};
 use super::allocator::AllocatorSettings;
 use super::allocsim;
 use super::attribution::Attributor;
@@ -143,12 +143,15 @@ pub enum GpusFrom {
     Given,
     /// The ranks recorded in the trace.
     Ranks,
+    /// The run's world size as the trace records it (a rank's own trace).
+    WorldSize,
     /// The GPUs in the trace.
     Devices,
 }
 
 impl Gpus {
-    /// `given`, else the ranks of the trace, else its GPUs, when more than one.
+    /// `given`, else the ranks of the trace, else the world size it records, else its GPUs, when
+    /// more than one.
     pub fn of(trace: &Trace, given: Option<u32>) -> Option<Self> {
         if let Some(count) = given {
             return Some(Self { count, from: GpusFrom::Given });
@@ -158,6 +161,10 @@ impl Gpus {
         ranks.dedup();
         if ranks.len() > 1 {
             return Some(Self { count: ranks.len() as u32, from: GpusFrom::Ranks });
+        }
+        let world = trace.metadata.extra.get("world_size").and_then(serde_json::Value::as_u64);
+        if let Some(count) = world.and_then(|w| u32::try_from(w).ok()).filter(|&w| w > 1) {
+            return Some(Self { count, from: GpusFrom::WorldSize });
         }
         let gpus = trace.devices().iter().filter(|d| !d.is_host()).count() as u32;
         (gpus > 1).then_some(Self { count: gpus, from: GpusFrom::Devices })

@@ -33,6 +33,8 @@ pub struct Parts {
     pub matmul_parameter: f64,
     /// The largest block's parameters (ZeRO-3 gathers one block at a time).
     pub block_parameter: f64,
+    /// The parameters of all the repeated blocks (what tensor and pipeline parallelism split).
+    pub in_block_parameter: f64,
     /// How the categories were known, in bytes.
     pub evidence: EvidenceBytes,
 }
@@ -83,6 +85,18 @@ impl Parts {
         self.input *= factor;
         self.boundary *= factor;
         self.blocks.values_mut().for_each(|b| *b *= factor);
+    }
+
+    /// Model state (parameters, their gradients and optimizer state) as if only `kept` of the
+    /// parameters were held: gradients and optimizer state mirror the parameters.
+    pub fn keep_model_state(&mut self, kept: f64) {
+        if self.parameter <= 0.0 {
+            return;
+        }
+        let share = (kept / self.parameter).clamp(0.0, 1.0);
+        self.parameter *= share;
+        self.gradient *= share;
+        self.optimizer_state *= share;
     }
 
     /// Everything alive.
@@ -216,6 +230,7 @@ pub fn parts_at(
     }
     parts.boundary = sizes.iter().max_by_key(|(size, count)| (**count, **size)).map_or(0.0, |(size, _)| *size as f64);
     parts.block_parameter = block_parameters.values().copied().fold(0.0, f64::max);
+    parts.in_block_parameter = block_parameters.values().sum();
     parts
 }
 
