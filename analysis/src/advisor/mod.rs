@@ -409,6 +409,10 @@ pub struct PlanStep {
     pub fits: bool,
 }
 
+/// A remedy that could be the plan's next step: its rank, the reserved peak with it (for the
+/// order), itself, the allocated peak and uncertainty with it, and the reserved peak.
+type Candidate = (u32, i64, Remedy, (f64, f64), u64);
+
 /// The order to try the remedies in to reach `target`: each step adds, of the remedies left that
 /// go with those taken, the one that asks least of the user (the most saving first among equals),
 /// while it still saves; it stops at the first step that fits. Empty when the baseline fits.
@@ -419,7 +423,7 @@ fn plan(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: u64) -> Vec<P
     while reserved > target {
         let candidates =
             remedies.iter().copied().filter(|r| !taken.contains(r) && !taken.iter().any(|t| t.excludes(*r)));
-        let mut best: Option<(u32, i64, Remedy, (f64, f64), u64)> = None;
+        let mut best: Option<Candidate> = None;
         for r in candidates {
             let mut with = taken.clone();
             with.push(r);
