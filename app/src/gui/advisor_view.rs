@@ -185,6 +185,26 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
     for note in words::advice_notes(advice, "set Shard over") {
         ui.weak(note);
     }
+    if let (false, Some(target)) = (advice.plan.is_empty(), advice.target_bytes) {
+        ui.strong(words::plan_heading(advice, target));
+        for (i, step) in advice.plan.iter().enumerate() {
+            ui.horizontal(|ui| {
+                ui.monospace(format!("{}.", i + 1));
+                ui.label(step.remedy.id()).on_hover_text(words::remedy_change(step.remedy, advice));
+                ui.monospace(format!(
+                    "{} reserved (±{:.0}%)",
+                    units::bytes(step.projected_peak_reserved_bytes),
+                    100.0 * step.uncertainty
+                ));
+                if step.fits {
+                    ui.strong("fits");
+                }
+                ui.add(
+                    egui::Label::new(egui::RichText::new(words::remedy_change(step.remedy, advice)).weak()).truncate(),
+                );
+            });
+        }
+    }
     ui.weak("Hover a remedy for what to change and the reasoning from this trace.");
     ui.add_space(4.0);
     egui::ScrollArea::vertical().show(ui, |ui| {
@@ -193,24 +213,6 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
         ui.strong("Best pairs");
         let best: Vec<Projection> = advice.combinations.iter().take(6).cloned().collect();
         table(ui, "advisor-pairs", &best, advice);
-        if let (false, Some(target)) = (advice.plan.is_empty(), advice.target_bytes) {
-            ui.add_space(8.0);
-            ui.strong(words::plan_heading(advice, target));
-            for (i, step) in advice.plan.iter().enumerate() {
-                ui.horizontal(|ui| {
-                    ui.monospace(format!("{}.", i + 1));
-                    ui.label(step.remedy.id()).on_hover_text(words::remedy_change(step.remedy, advice));
-                    ui.monospace(format!(
-                        "{} reserved (±{:.0}%)",
-                        units::bytes(step.projected_peak_reserved_bytes),
-                        100.0 * step.uncertainty
-                    ));
-                    if step.fits {
-                        ui.strong("fits");
-                    }
-                });
-            }
-        }
     });
 }
 
