@@ -592,6 +592,38 @@ mod tests {
         assert!((p.activation - 70.0).abs() < 1e-9);
     }
 
+    /// Two blocks of 100 activation bytes each, block width 10; 40 of 100 parameters in the blocks.
+    fn two_blocks() -> Parts {
+        let mut p = Parts { activation: 250.0, boundary: 10.0, parameter: 100.0, gradient: 100.0, ..Parts::default() };
+        p.optimizer_state = 200.0;
+        p.in_block_parameter = 40.0;
+        p.blocks.insert("blocks.0".into(), 100.0);
+        p.blocks.insert("blocks.1".into(), 100.0);
+        p
+    }
+
+    #[test]
+    fn tensor_parallel_splits_the_blocks_but_their_block_width_tensors() {
+        let mut p = two_blocks();
+        tensor_parallel(&mut p, 2.0);
+        // Model state: 60 outside the blocks + 40 / 2 = 80 of 100 kept.
+        assert!((p.parameter - 80.0).abs() < 1e-9 && (p.gradient - 80.0).abs() < 1e-9);
+        assert!((p.optimizer_state - 160.0).abs() < 1e-9);
+        // Each block: 4 x 10 whole, 60 / 2: 70; outside the blocks 50 stays.
+        assert!((p.activation - 190.0).abs() < 1e-9, "{}", p.activation);
+    }
+
+    #[test]
+    fn pipeline_parallel_holds_the_micro_batches_in_flight_on_its_first_stage() {
+        let mut p = two_blocks();
+        p.temporary = 40.0;
+        pipeline_parallel(&mut p, 2.0);
+        assert!((p.parameter - 80.0).abs() < 1e-9);
+        // m = 4 micro-batches, 2 in flight (half the batch): outside 50 / 2, blocks 200 / 2 / 2.
+        assert!((p.activation - 75.0).abs() < 1e-9, "{}", p.activation);
+        assert!((p.temporary - 10.0).abs() < 1e-9);
+    }
+
     #[test]
     fn ids_are_distinct_and_groups_exclude_within() {
         let mut ids: Vec<&str> = Remedy::ALL.iter().map(|r| r.id()).collect();
