@@ -3,7 +3,8 @@
 //! stream without the machine's stack and either applies completely or changes nothing, leaving
 //! the general machine to run (and to report errors with their position).
 
-use super::{ContainerKind, Machine, PICKLER_BATCH, Sink, Value, long_from_le};
+use super::scalars::long_from_le;
+use super::{ContainerKind, Machine, PICKLER_BATCH, Sink, Value};
 use crate::error::Result;
 use crate::model::ids::StackId;
 
