@@ -515,6 +515,13 @@ fn amp(p: &mut Parts) {
     p.activation = after;
 }
 
+/// The repeated blocks' parameters, and so their gradients and optimizer state, split `n` ways;
+/// the rest kept whole.
+fn split_blocks_model_state(p: &mut Parts, n: f64) {
+    let split = p.in_block_parameter.min(p.parameter);
+    p.keep_model_state(p.parameter - split * (1.0 - 1.0 / n));
+}
+
 /// The block-width tensors of a block's activations that tensor parallelism leaves whole.
 const REPLICATED_PER_BLOCK: f64 = 4.0;
 
@@ -522,8 +529,7 @@ const REPLICATED_PER_BLOCK: f64 = 4.0;
 /// state) split n ways; of each block's activations, what is not block-width (heads, the MLP's
 /// hidden width) splits too.
 fn tensor_parallel(p: &mut Parts, n: f64) {
-    let split = p.in_block_parameter.min(p.parameter);
-    p.keep_model_state(p.parameter - split * (1.0 - 1.0 / n));
+    split_blocks_model_state(p, n);
     let boundary = p.boundary;
     let mut taken = 0.0;
     for block in p.blocks.values_mut() {
@@ -545,8 +551,7 @@ pub const PIPELINE_MICRO_BATCHES_PER_STAGE: f64 = 2.0;
 /// it holds the activations of k micro-batches in flight (k/m of the batch) for its share of the
 /// blocks, and of what is outside the blocks; one micro-batch's temporaries; all the inputs.
 fn pipeline_parallel(p: &mut Parts, k: f64) {
-    let split = p.in_block_parameter.min(p.parameter);
-    p.keep_model_state(p.parameter - split * (1.0 - 1.0 / k));
+    split_blocks_model_state(p, k);
     if p.in_step() {
         return;
     }
