@@ -4,7 +4,7 @@
 
 use vramscope_trace_format::{Category, DeviceId, Trace};
 
-use crate::analysis::advisor::{Advice, FreeAtOom, Gpus, GpusFrom, Projection, Reason, Remedy, Unused};
+use crate::analysis::advisor::{Advice, FreeAtOom, Gpus, GpusFrom, Method, Phase, Projection, Reason, Remedy, Unused};
 use crate::analysis::attribution::Evidence;
 use crate::analysis::caveats::Caveat;
 use crate::analysis::diff::{Diff, Headline};
@@ -254,6 +254,30 @@ pub fn remedy_cost(remedy: Remedy) -> &'static str {
 /// What to change for a projection (a pair: both changes).
 pub fn change(p: &Projection, advice: &Advice) -> String {
     p.remedies.iter().map(|&r| remedy_change(r, advice)).collect::<Vec<_>>().join("; and ")
+}
+
+/// How a projection was made, and where its peak lands when the replay tells:
+/// `replayed, peak in backward`, `replayed + rule`, `rule`.
+pub fn method(p: &Projection) -> String {
+    let how = match p.method {
+        Method::Replay => "replayed",
+        Method::ReplayAndRule => "replayed + rule",
+        Method::Rule => "rule",
+    };
+    match p.projected_peak_phase.and_then(phase) {
+        Some(phase) if p.method != Method::Rule => format!("{how}, peak in {phase}"),
+        _ => how.to_owned(),
+    }
+}
+
+/// The phase in words, none when it is not known.
+pub fn phase(phase: Phase) -> Option<&'static str> {
+    match phase {
+        Phase::Forward => Some("forward"),
+        Phase::Backward => Some("backward"),
+        Phase::OptimizerStep => Some("the optimizer step"),
+        Phase::Unknown => None,
+    }
 }
 
 /// What a projection costs besides memory (a pair: both costs).

@@ -22,6 +22,8 @@ pub use self::parts::EvidenceBytes;
 use self::parts::{Parts, parts_at, phase_at};
 use self::remedy::{Context, PAGE_BYTES};
 pub use self::remedy::{PIPELINE_MICRO_BATCHES_PER_STAGE, Reason, Remedy, SplitProjection};
+pub use self::simulate::Method;
+use self::simulate::{Replayer, RuleParts};
 use super::allocator::AllocatorSettings;
 use super::allocsim;
 use super::attribution::Attributor;
@@ -75,6 +77,10 @@ pub struct Projection {
     pub saving_bytes: i64,
     /// The share of the projected bytes the rule may be off by.
     pub uncertainty: f64,
+    /// How it was projected: the changed event stream replayed, or rules.
+    pub method: Method,
+    /// Where in the step the projected peak is, when the replay tells (a remedy can move it).
+    pub projected_peak_phase: Option<Phase>,
     /// The numbers from the trace its reasoning rests on.
     pub reason: Reason,
     /// Whether it fits under the target.
@@ -212,6 +218,8 @@ impl FreeAtOom {
 /// highest point of each recorded phase.
 struct Breakdown {
     instants: Vec<Parts>,
+    /// The recorded phases ([`phase_spans`]).
+    spans: Vec<(i64, i64, AnnotationKind)>,
     peak_phase: Option<Phase>,
     peaks: peak::Peaks,
 }
@@ -225,7 +233,7 @@ impl Breakdown {
 
 /// The recorded phases as spans, sorted; the forward phase runs on to backward (the loss is
 /// computed between them).
-fn phase_spans(trace: &Trace) -> Vec<(i64, i64, AnnotationKind)> {
+pub(super) fn phase_spans(trace: &Trace) -> Vec<(i64, i64, AnnotationKind)> {
     let mut spans: Vec<(i64, i64, AnnotationKind)> = trace
         .annotations
         .iter()
@@ -264,11 +272,11 @@ fn breakdown(trace: &Trace, device: DeviceId) -> Breakdown {
     for (_, event, time) in highest.values() {
         instants.push(parts_at(trace, device, &mut attributor, (*event, *time), phase_at(&spans, *time)));
     }
-    Breakdown { instants, peak_phase, peaks }
+    Breakdown { instants, spans, peak_phase, peaks }
 }
 
-/// The highest total of the instants with `applied` changing each, and the combined uncertainty.
-fn project(instants: &[Parts], applied: &[Remedy], ctx: &Context) -> (f64, f64) {
+/// The highest total of the instants with `applied`'s rules changing each.
+fn rule_peak(instants: &[Parts], applied: &[Remedy], ctx: &Context) -> f64 {
     let mut worst = 0.0f64;
     for instant in instants {
         let mut p = instant.clone();
@@ -277,25 +285,96 @@ fn project(instants: &[Parts], applied: &[Remedy], ctx: &Context) -> (f64, f64) 
         }
         worst = worst.max(p.total());
     }
-    // The rules' own error, and the bytes whose category is a guess: each could belong to what
-    // the remedies change, or not, and move the projection by as much as they reach.
-    let rules = applied.iter().map(|r| r.uncertainty() * r.uncertainty()).sum::<f64>();
-    let reach = 1.0 - applied.iter().map(|r| 1.0 - r.reach(ctx)).product::<f64>();
-    let guessed = instants.first().map_or(0.0, |p| p.evidence.guessed());
-    let evidence = if worst > 0.0 { guessed * reach / worst } else { 0.0 };
-    (worst, (rules + evidence * evidence).sqrt())
+    worst
+}
+
+/// What a remedy (or several together) projects for the allocated peak.
+#[derive(Clone, Copy, Debug)]
+struct Projected {
+    bytes: f64,
+    uncertainty: f64,
+    method: Method,
+    phase: Option<Phase>,
+}
+
+/// Projects remedies: by replaying the changed event stream where it can, else by the rules.
+struct Projector<'a> {
+    b: &'a Breakdown,
+    ctx: &'a Context,
+    /// `None`: the stream is too long, or its replay does not count what the trace counts.
+    replayer: Option<Replayer>,
+    rules: RuleParts,
+}
+
+impl Projector<'_> {
+    /// The combined uncertainty: each rule's own error (a replayed checkpointing's is smaller),
+    /// and the bytes whose category is a guess: each could belong to what the remedies change,
+    /// or not, and move the projection by as much as they reach.
+    fn uncertainty(&self, applied: &[Remedy], projected: f64, replayed: bool) -> f64 {
+        let own = |r: &Remedy| match r {
+            Remedy::ActivationCheckpointing if replayed => SIMULATED_UNCERTAINTY,
+            _ => r.uncertainty(),
+        };
+        let rules = applied.iter().map(|r| own(r) * own(r)).sum::<f64>();
+        let reach = 1.0 - applied.iter().map(|r| 1.0 - r.reach(self.ctx)).product::<f64>();
+        let guessed = self.b.base().evidence.guessed();
+        let evidence = if projected > 0.0 { guessed * reach / projected } else { 0.0 };
+        (rules + evidence * evidence).sqrt()
+    }
+
+    /// The allocated peak with `applied`.
+    fn project(&self, applied: &[Remedy]) -> Projected {
+        let ctx = self.ctx;
+        if applied.iter().all(|r| !r.changes_allocated()) {
+            // Allocator settings change nothing allocated: the baseline's, and their own error.
+            let model =
+                ctx.max_split.filter(|_| applied.contains(&Remedy::MaxSplitSize)).map_or(0.0, |m| m.model_error());
+            let method = if applied.contains(&Remedy::MaxSplitSize) { Method::Replay } else { Method::Rule };
+            let uncertainty = applied.iter().map(|r| r.uncertainty()).fold(0.0, f64::max) + model;
+            return Projected { bytes: ctx.peak_allocated_bytes as f64, uncertainty, method, phase: self.b.peak_phase };
+        }
+        if let Some((peak, method)) = self.replayer.as_ref().and_then(|r| r.project(applied, self.rules)) {
+            let bytes = peak.bytes as f64;
+            return Projected {
+                bytes,
+                uncertainty: self.uncertainty(applied, bytes, true),
+                method,
+                phase: phase_at(&self.b.spans, peak.time_ns),
+            };
+        }
+        // Rules; with checkpointing among them and replayable alone, corrected by as much as
+        // the replay corrected checkpointing's own rule.
+        let mut bytes = rule_peak(&self.b.instants, applied, ctx);
+        let checkpointing = [Remedy::ActivationCheckpointing];
+        let replayed = applied
+            .contains(&Remedy::ActivationCheckpointing)
+            .then(|| self.replayer.as_ref().and_then(|r| r.project(&checkpointing, self.rules)))
+            .flatten();
+        if let Some((peak, _)) = replayed {
+            let rule = rule_peak(&self.b.instants, &checkpointing, ctx);
+            if rule > 0.0 {
+                bytes *= peak.bytes as f64 / rule;
+            }
+        }
+        Projected {
+            bytes,
+            uncertainty: self.uncertainty(applied, bytes, replayed.is_some()),
+            method: Method::Rule,
+            phase: None,
+        }
+    }
 }
 
 /// A projection's row.
 fn projection(
     remedies: Vec<Remedy>,
-    (worst, uncertainty): (f64, f64),
+    projected: Projected,
     reserved: u64,
     reason: Reason,
     ctx: &Context,
     target: Option<u64>,
 ) -> Projection {
-    let allocated = worst.round() as u64;
+    let allocated = projected.bytes.round() as u64;
     let id = remedies.iter().map(|r| r.id()).collect::<Vec<_>>().join("+");
     Projection {
         id,
@@ -304,36 +383,26 @@ fn projection(
         projected_peak_allocated_bytes: allocated,
         projected_peak_reserved_bytes: reserved,
         saving_bytes: ctx.peak_allocated_bytes as i64 - allocated as i64,
-        uncertainty: (uncertainty * 100.0).round() / 100.0,
+        uncertainty: (projected.uncertainty * 100.0).round() / 100.0,
+        method: projected.method,
+        projected_peak_phase: projected.phase,
         reason,
         fits: target.is_some_and(|t| reserved <= t),
     }
 }
 
 /// Step two: every applicable remedy alone, lowest projected peak first.
-fn singles(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64>) -> Vec<Projection> {
+fn singles(p: &Projector<'_>, remedies: &[Remedy], target: Option<u64>) -> Vec<Projection> {
     let mut out: Vec<Projection> = remedies
         .iter()
         .map(|&r| {
-            // Expandable segments change nothing allocated: their projection is the baseline's.
-            let projected = if let (Remedy::ActivationCheckpointing, Some(bytes)) = (r, ctx.checkpointed) {
-                // Replayed: the rule's own error is gone, the evidence's stays.
-                let (_, evidence) = project(&b.instants, &[r], ctx);
-                let rule = r.uncertainty();
-                let evidence = (evidence * evidence - rule * rule).max(0.0).sqrt();
-                (bytes as f64, (SIMULATED_UNCERTAINTY * SIMULATED_UNCERTAINTY + evidence * evidence).sqrt())
-            } else if r.changes_allocated() {
-                project(&b.instants, &[r], ctx)
-            } else {
-                let model = ctx.max_split.filter(|_| r == Remedy::MaxSplitSize).map_or(0.0, |m| m.model_error());
-                (ctx.peak_allocated_bytes as f64, r.uncertainty() + model)
-            };
+            let projected = p.project(&[r]);
             projection(
                 vec![r],
                 projected,
-                r.reserved_bytes(projected.0, ctx),
-                r.reason(b.base(), ctx, projected.0),
-                ctx,
+                r.reserved_bytes(projected.bytes, p.ctx),
+                r.reason(p.b.base(), p.ctx, projected.bytes),
+                p.ctx,
                 target,
             )
         })
@@ -343,40 +412,27 @@ fn singles(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64
 }
 
 /// Step two, in pairs: the remedies that can go together and change what is allocated.
-fn pairs(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: Option<u64>) -> Vec<Projection> {
+fn pairs(p: &Projector<'_>, remedies: &[Remedy], target: Option<u64>) -> Vec<Projection> {
     let combinable: Vec<Remedy> = remedies.iter().copied().filter(|r| r.changes_allocated()).collect();
     let mut out = Vec::new();
     for (i, &a) in combinable.iter().enumerate() {
-        for &b2 in combinable.iter().skip(i + 1) {
-            if a.excludes(b2) {
+        for &b in combinable.iter().skip(i + 1) {
+            if a.excludes(b) {
                 continue;
             }
-            let projected = project_together(&b.instants, &[a, b2], ctx);
+            let projected = p.project(&[a, b]);
             out.push(projection(
-                vec![a, b2],
+                vec![a, b],
                 projected,
-                a.reserved_bytes(projected.0, ctx),
-                Reason::Together(a, b2),
-                ctx,
+                a.reserved_bytes(projected.bytes, p.ctx),
+                Reason::Together(a, b),
+                p.ctx,
                 target,
             ));
         }
     }
     out.sort_by_key(|p| p.projected_peak_allocated_bytes);
     out
-}
-
-/// Several remedies' rules applied together; with checkpointing among them and replayed alone,
-/// the rules' projection is corrected by as much as the replay corrected checkpointing's own.
-fn project_together(instants: &[Parts], applied: &[Remedy], ctx: &Context) -> (f64, f64) {
-    let mut projected = project(instants, applied, ctx);
-    if let Some(replayed) = ctx.checkpointed.filter(|_| applied.contains(&Remedy::ActivationCheckpointing)) {
-        let (rule, _) = project(instants, &[Remedy::ActivationCheckpointing], ctx);
-        if rule > 0.0 {
-            projected.0 *= replayed as f64 / rule;
-        }
-    }
-    projected
 }
 
 /// The reserved peak of remedies applied together, from their allocated peak: with expandable
@@ -411,12 +467,13 @@ pub struct PlanStep {
 
 /// A remedy that could be the plan's next step: its rank, the reserved peak with it (for the
 /// order), itself, the allocated peak and uncertainty with it, and the reserved peak.
-type Candidate = (u32, i64, Remedy, (f64, f64), u64);
+type Candidate = (u32, i64, Remedy, Projected, u64);
 
 /// The order to try the remedies in to reach `target`: each step adds, of the remedies left that
 /// go with those taken, the one that asks least of the user (the most saving first among equals),
 /// while it still saves; it stops at the first step that fits. Empty when the baseline fits.
-fn plan(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: u64) -> Vec<PlanStep> {
+fn plan(p: &Projector<'_>, remedies: &[Remedy], target: u64) -> Vec<PlanStep> {
+    let ctx = p.ctx;
     let mut taken: Vec<Remedy> = Vec::new();
     let mut steps = Vec::new();
     let mut reserved = ctx.peak_reserved_bytes;
@@ -427,12 +484,8 @@ fn plan(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: u64) -> Vec<P
         for r in candidates {
             let mut with = taken.clone();
             with.push(r);
-            let projected = if with.iter().all(|r| !r.changes_allocated()) {
-                (ctx.peak_allocated_bytes as f64, r.uncertainty())
-            } else {
-                project_together(&b.instants, &with, ctx)
-            };
-            let with_reserved = reserved_together(&with, projected.0, ctx);
+            let projected = p.project(&with);
+            let with_reserved = reserved_together(&with, projected.bytes, ctx);
             // A step must take away at least half a percent of what is reserved.
             if with_reserved as f64 > reserved as f64 * 0.995 {
                 continue;
@@ -442,14 +495,14 @@ fn plan(b: &Breakdown, remedies: &[Remedy], ctx: &Context, target: u64) -> Vec<P
                 best = Some((key.0, key.1, r, projected, with_reserved));
             }
         }
-        let Some((_, _, r, (allocated, uncertainty), with_reserved)) = best else { break };
+        let Some((_, _, r, projected, with_reserved)) = best else { break };
         taken.push(r);
         reserved = with_reserved;
         steps.push(PlanStep {
             remedy: r,
-            projected_peak_allocated_bytes: allocated.round() as u64,
+            projected_peak_allocated_bytes: projected.bytes.round() as u64,
             projected_peak_reserved_bytes: reserved,
-            uncertainty: (uncertainty * 100.0).round() / 100.0,
+            uncertainty: (projected.uncertainty * 100.0).round() / 100.0,
             fits: reserved <= target,
         });
     }
@@ -523,19 +576,23 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         expandable: allocator.expandable() || allocator.is_async(),
         max_split: best_max_split(trace, device, &allocator, peak_reserved),
         gradient_bytes: b.instants.iter().map(|p| p.gradient).fold(0.0, f64::max),
-        checkpointed: training
-            .then(|| simulate::checkpointing(trace, device))
-            .flatten()
-            // The replay counts what the trace's own replay counts: where they differ, the
-            // stream is not the whole story and the rule stands.
-            .filter(|_| simulate::baseline(trace, device).bytes == peak_allocated)
-            .map(|p| p.bytes),
+        checkpoint_replayed: false,
     };
+    // The replay counts what the trace's own replay counts: where they differ, the stream is
+    // not the whole story and the rules stand.
+    let replayer = Replayer::new(trace, device, &b.spans).filter(|r| r.baseline.bytes == peak_allocated);
+    let ctx = Context { checkpoint_replayed: replayer.as_ref().is_some_and(Replayer::replays_checkpointing), ..ctx };
+    let rules = RuleParts {
+        matmul_parameter_bytes: base.matmul_parameter,
+        block_parameter_bytes: base.block_parameter,
+        gpus: ctx.gpus,
+    };
+    let projector = Projector { b: &b, ctx: &ctx, replayer, rules };
     let remedies: Vec<Remedy> = Remedy::ALL.iter().copied().filter(|r| r.applies(&ctx)).collect();
-    let singles = singles(&b, &remedies, &ctx, target);
-    let combinations = pairs(&b, &remedies, &ctx, target);
+    let singles = singles(&projector, &remedies, target);
+    let combinations = pairs(&projector, &remedies, target);
     let smallest_change_that_fits = smallest_that_fits(&singles, &combinations, target);
-    let plan = target.map_or_else(Vec::new, |t| plan(&b, &remedies, &ctx, t));
+    let plan = target.map_or_else(Vec::new, |t| plan(&projector, &remedies, t));
     let categories_at_peak: BTreeMap<&'static str, u64> = [
         ("parameter", base.parameter),
         ("gradient", base.gradient),

@@ -119,7 +119,7 @@ impl Parts {
 /// Whether autocast leaves what this block holds in 32 bits: sums that mix the 32-bit residual
 /// stream in, the loss's (log-)softmax and reductions, embedding lookups (by the operator the CPU
 /// profiler names, or the Python function of a recorded stack).
-fn stays_fp32(trace: &Trace, device: DeviceId, stack: StackId) -> bool {
+pub(super) fn stays_fp32(trace: &Trace, device: DeviceId, stack: StackId) -> bool {
     let interner = &trace.interner;
     interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).take(2).any(|frame| {
         let function = interner.resolve(frame.function);

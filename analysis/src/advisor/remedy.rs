@@ -77,9 +77,9 @@ pub struct Context {
     pub expandable: bool,
     /// The best `max_split_size` the allocator's model found for this trace, if one saves.
     pub max_split: Option<SplitProjection>,
-    /// The allocated peak with each repeated block checkpointed, replayed from the event stream
-    /// (`None`: the stream does not show the blocks' activations).
-    pub checkpointed: Option<u64>,
+    /// Whether checkpointing is replayed from the event stream (else its rule stands: the
+    /// stream does not show the blocks' activations).
+    pub checkpoint_replayed: bool,
     /// The most gradient bytes at any instant taken apart: all of the model's gradients, which
     /// gradient accumulation keeps alive from the first micro-batch through the others.
     pub gradient_bytes: f64,
@@ -357,7 +357,7 @@ impl Remedy {
                 blocks: base.blocks.len(),
                 boundary_bytes: bytes(base.boundary),
                 largest_block_bytes: bytes(base.blocks.values().copied().fold(0.0, f64::max)),
-                simulated: ctx.checkpointed.is_some(),
+                simulated: ctx.checkpoint_replayed,
             },
             Self::MicroBatchHalf => Reason::Batch {
                 scaling_bytes: bytes(base.activation + base.temporary + base.input),

@@ -54,6 +54,10 @@ struct ProjectionJson<'a> {
     projected_peak_reserved_bytes: u64,
     saving_bytes: i64,
     uncertainty: f64,
+    /// `replay`, `replay_and_rule` or `rule`.
+    method: advisor::Method,
+    /// Where in the step the projected peak is, when the replay tells.
+    projected_peak_phase: Option<advisor::Phase>,
     cost: String,
     reason: String,
     fits: bool,
@@ -68,6 +72,8 @@ fn projections<'a>(list: &'a [Projection], advice: &Advice) -> Vec<ProjectionJso
             projected_peak_reserved_bytes: p.projected_peak_reserved_bytes,
             saving_bytes: p.saving_bytes,
             uncertainty: p.uncertainty,
+            method: p.method,
+            projected_peak_phase: p.projected_peak_phase,
             cost: words::cost(p),
             reason: words::reason(p, advice),
             fits: p.fits,
@@ -135,11 +141,12 @@ fn line(out: &mut dyn Write, p: &Projection, baseline: u64) -> std::io::Result<(
     let change = 100.0 * (p.projected_peak_allocated_bytes as f64 - baseline as f64) / baseline.max(1) as f64;
     writeln!(
         out,
-        "  {:<40} {:>10} ({:+.0}%, ±{:.0}%){}",
+        "  {:<40} {:>10} ({:+.0}%, ±{:.0}%, {}){}",
         p.id,
         bytes(p.projected_peak_allocated_bytes),
         change,
         100.0 * p.uncertainty,
+        words::method(p),
         if p.fits { "  fits" } else { "" }
     )
 }
@@ -185,7 +192,11 @@ pub fn run(
     for note in words::advice_notes(&advice, "--gpus N") {
         writeln!(out, "  {note}")?;
     }
-    writeln!(out, "\nremedies, lowest projected peak first (allocated; ± the rule's uncertainty):")?;
+    writeln!(
+        out,
+        "\nremedies, lowest projected peak first (allocated; ± the uncertainty; how: replayed from the changed \
+         event stream, or by rules):"
+    )?;
     for p in &advice.remedies {
         line(out, p, b.peak_allocated_bytes)?;
         writeln!(out, "      {}", words::reason(p, &advice))?;

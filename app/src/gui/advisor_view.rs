@@ -59,9 +59,10 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], advice: &Advice) {
         .column(Column::auto().at_least(70.0))
         .column(Column::auto().at_least(50.0))
         .column(Column::auto().at_least(40.0))
+        .column(Column::auto().at_least(150.0))
         .column(Column::remainder().clip(true))
         .header(20.0, |mut header| {
-            for title in ["remedy", "peak allocated", "peak reserved", "change", "±", "fits", "cost"] {
+            for title in ["remedy", "peak allocated", "peak reserved", "change", "±", "fits", "how", "cost"] {
                 header.col(|ui| {
                     ui.strong(title);
                 });
@@ -94,6 +95,14 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], advice: &Advice) {
                 });
                 row.col(|ui| {
                     ui.label(if p.fits { "yes" } else { "" });
+                });
+                row.col(|ui| {
+                    ui.add(egui::Label::new(words::method(p)).truncate()).on_hover_text(
+                        "replayed: the trace's own allocations and frees, changed as the remedy would change them, \
+                         replayed, so the projected peak and its phase come from the same replay as the baseline's; \
+                         + rule: with memory the trace cannot show added by a rule (autocast's weight copies, \
+                         ZeRO-3's gathered block); rule: the memory at a few instants changed by the remedy's rule",
+                    );
                 });
                 row.col(|ui| {
                     ui.add(egui::Label::new(words::cost(p)).truncate()).on_hover_text(words::reason(p, advice));
