@@ -4,7 +4,9 @@
 
 use vramscope_trace_format::{Category, DeviceId, Trace};
 
-use crate::analysis::advisor::{Advice, FreeAtOom, Gpus, GpusFrom, Method, Phase, Projection, Reason, Remedy, Unused};
+use crate::analysis::advisor::{
+    Advice, FreeAtOom, Gpus, GpusFrom, Method, Phase, Projection, Reason, Remedy, SomeBlocksCheckpointed, Unused,
+};
 use crate::analysis::attribution::Evidence;
 use crate::analysis::caveats::Caveat;
 use crate::analysis::diff::{Diff, Headline};
@@ -279,6 +281,23 @@ pub fn phase(phase: Phase) -> Option<&'static str> {
         Phase::Unknown => None,
     }
 }
+
+/// Selective checkpointing's row: `the first 1 of 2 blocks: 15.4 MiB allocated (-22%)`.
+pub fn some_blocks_checkpointed(some: &SomeBlocksCheckpointed, baseline_bytes: u64) -> String {
+    let change =
+        100.0 * (some.projected_peak_allocated_bytes as f64 - baseline_bytes as f64) / baseline_bytes.max(1) as f64;
+    format!(
+        "the first {} of {} blocks: {} allocated ({change:+.0}%), {} reserved{}",
+        some.blocks,
+        some.of,
+        bytes(some.projected_peak_allocated_bytes),
+        bytes(some.projected_peak_reserved_bytes),
+        if some.fits { ", fits" } else { "" }
+    )
+}
+
+/// The heading of the selective checkpointing rows.
+pub const SOME_BLOCKS_HEADING: &str = "Selective checkpointing, replayed: only the model's first blocks checkpointed";
 
 /// What a projection costs besides memory (a pair: both costs).
 pub fn cost(p: &Projection) -> String {

@@ -101,6 +101,8 @@ class GPT(nn.Module):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__()
         self.use_checkpoint = args.checkpoint
+        # Selective checkpointing: the first K blocks (all with --checkpoint alone).
+        self.checkpoint_blocks = args.layers if args.checkpoint_blocks is None else args.checkpoint_blocks
         self.tok_emb = nn.Embedding(args.vocab, args.d_model)
         self.pos_emb = nn.Embedding(args.seq_len, args.d_model)
         self.blocks = nn.ModuleList(
@@ -124,8 +126,8 @@ class GPT(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.tok_emb(tokens) + self.pos_emb(positions)
-        for block in self.blocks:
-            if self.use_checkpoint and torch.is_grad_enabled():
+        for i, block in enumerate(self.blocks):
+            if self.use_checkpoint and i < self.checkpoint_blocks and torch.is_grad_enabled():
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
@@ -523,6 +525,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train_group.add_argument("--checkpoint", action="store_true",
                              help="activation checkpointing of each transformer block "
                                   "(torch.utils.checkpoint, use_reentrant=False; gpt only)")
+    train_group.add_argument("--checkpoint-blocks", type=int, default=None, metavar="K",
+                             help="selective checkpointing: only the first K blocks "
+                                  "(implies --checkpoint)")
     train_group.add_argument("--bf16", action="store_true",
                              help="run forward and loss under torch.autocast(bfloat16)")
     train_group.add_argument("--zero-grad-none", action=argparse.BooleanOptionalAction,
@@ -556,6 +561,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.d_model % args.heads != 0:
         parser.error("--heads must divide --d-model")
+    if args.checkpoint_blocks is not None:
+        if not 0 <= args.checkpoint_blocks <= args.layers:
+            parser.error("--checkpoint-blocks must be between 0 and --layers")
+        args.checkpoint = True
     if args.model == "mlp" and (args.checkpoint or args.tie_weights):
         parser.error("--checkpoint and --tie-weights apply to --model gpt only")
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -1,7 +1,7 @@
 //! `vramscope advise` against measurement: projections made from one recorded run of
 //! `samples/pytorch/train.py` (CPU, AdamW, batch 8, fp32) must land within 15% of the peak measured
-//! in a run with the change made (checkpointing, batch 4 accumulated over 2 micro-batches, half
-//! the sequence, SGD, Adafactor, bf16 autocast); and on the H200 recordings, the bf16 projection from the fp32 run
+//! in a run with the change made (checkpointing, of every block and of the first only, batch 4
+//! accumulated over 2 micro-batches, half the sequence, SGD, Adafactor, bf16 autocast); and on the H200 recordings, the bf16 projection from the fp32 run
 //! against the bf16 run.
 
 #![allow(clippy::expect_used)]
@@ -107,6 +107,14 @@ fn projections_from_one_run_land_within_15_percent_of_the_changed_runs() {
             assert!(error.abs() <= 0.03, "{id}: off by {:.2}%", 100.0 * error);
         }
     }
+    // Selective checkpointing, replayed: only the first of the two blocks, against the run that
+    // checkpoints only it.
+    let some = &advice["checkpointing_by_blocks"][0];
+    assert_eq!((some["blocks"].as_u64(), some["of"].as_u64()), (Some(1), Some(2)), "{some}");
+    let projected = some["projected_peak_allocated_bytes"].as_u64().expect("bytes");
+    let measured = peak(&record(dir.path(), "checkpoint_1_of_2", &["--checkpoint-blocks", "1"]), -1);
+    let error = (projected as f64 - measured as f64) / measured as f64;
+    assert!(error.abs() <= 0.03, "1 of 2 blocks checkpointed: projected {projected}, measured {measured}");
 }
 
 #[test]

@@ -130,6 +130,57 @@ pub struct Advice {
     /// The order to try the remedies in to fit under the target (empty when the baseline fits
     /// or there is no target): each step with what it and those before it project.
     pub plan: Vec<PlanStep>,
+    /// Selective checkpointing, replayed: only the model's first k repeated blocks checkpointed,
+    /// for some k below all of them (empty when checkpointing is not replayed).
+    pub checkpointing_by_blocks: Vec<SomeBlocksCheckpointed>,
+}
+
+/// Checkpointing only the first `blocks` of the model's repeated blocks, replayed.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SomeBlocksCheckpointed {
+    /// Blocks checkpointed, the first of the model's.
+    pub blocks: usize,
+    /// The repeated blocks there are.
+    pub of: usize,
+    /// The projected allocated peak.
+    pub projected_peak_allocated_bytes: u64,
+    /// The projected reserved peak (the baseline's ratio).
+    pub projected_peak_reserved_bytes: u64,
+    /// Whether it fits under the target.
+    pub fits: bool,
+}
+
+/// At most this many counts of blocks are replayed for selective checkpointing.
+const SELECTIVE_COUNTS: usize = 8;
+
+/// Selective checkpointing: for counts of blocks below all of them (every one up to
+/// [`SELECTIVE_COUNTS`], else that many spread evenly), the replayed peak.
+fn selective_checkpointing(p: &Projector<'_>, target: Option<u64>) -> Vec<SomeBlocksCheckpointed> {
+    let Some(replayer) = p.replayer.as_ref().filter(|_| p.ctx.training) else { return Vec::new() };
+    let n = replayer.checkpointable_blocks();
+    if n < 2 {
+        return Vec::new();
+    }
+    let mut counts: Vec<usize> = if n - 1 <= SELECTIVE_COUNTS {
+        (1..n).collect()
+    } else {
+        (1..=SELECTIVE_COUNTS).map(|i| (i * n / (SELECTIVE_COUNTS + 1)).max(1)).collect()
+    };
+    counts.dedup();
+    counts
+        .into_iter()
+        .filter_map(|blocks| {
+            let (peak, _) = replayer.project_checkpointing(&[Remedy::ActivationCheckpointing], p.rules, blocks)?;
+            let reserved = (peak.bytes as f64 * remedy::reserve_ratio(p.ctx)).round() as u64;
+            Some(SomeBlocksCheckpointed {
+                blocks,
+                of: n,
+                projected_peak_allocated_bytes: peak.bytes,
+                projected_peak_reserved_bytes: reserved,
+                fits: target.is_some_and(|t| reserved <= t),
+            })
+        })
+        .collect()
 }
 
 /// How many GPUs to shard over, and where that number came from.
@@ -593,6 +644,11 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     let combinations = pairs(&projector, &remedies, target);
     let smallest_change_that_fits = smallest_that_fits(&singles, &combinations, target);
     let plan = target.map_or_else(Vec::new, |t| plan(&projector, &remedies, t));
+    let checkpointing_by_blocks = if remedies.contains(&Remedy::ActivationCheckpointing) {
+        selective_checkpointing(&projector, target)
+    } else {
+        Vec::new()
+    };
     let categories_at_peak: BTreeMap<&'static str, u64> = [
         ("parameter", base.parameter),
         ("gradient", base.gradient),
@@ -631,6 +687,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         batch_scale_that_fits: target.and_then(|t| batch_scale(&b.instants, &ctx, t)),
         max_split: ctx.max_split,
         plan,
+        checkpointing_by_blocks,
     })
 }
 

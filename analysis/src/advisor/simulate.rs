@@ -101,12 +101,19 @@ pub struct Replayer {
     blocks: Vec<Block>,
     /// Each forward's start and the end of the backward after it (or of the forward itself).
     passes: Vec<(i64, i64)>,
-    /// Activation checkpointing's moves: (block, when it is allocated again); `None` when the
-    /// stream does not show the blocks' activations.
-    checkpointing: Option<Vec<(usize, i64)>>,
+    /// Activation checkpointing's moves for each repeated block of the model, in the model's
+    /// order: (block, when it is allocated again); `None` when the stream does not show the
+    /// blocks' activations.
+    checkpointing: Option<Vec<Moves>>,
     /// The baseline's peak by this replay.
     pub baseline: SimulatedPeak,
 }
+
+/// A block's activations to allocate again: (block, when).
+type Moves = Vec<(usize, i64)>;
+
+/// Where a change is in the stream: (time, order).
+type Place = (i64, usize);
 
 /// Traces with more allocations than this on the device are not replayed: the rules stand.
 pub const MAX_REPLAYED_ALLOCATIONS: usize = 2_000_000;
@@ -210,9 +217,25 @@ impl Replayer {
         self.checkpointing.is_some()
     }
 
+    /// The repeated blocks checkpointing can be replayed for (0 when it cannot).
+    pub fn checkpointable_blocks(&self) -> usize {
+        self.checkpointing.as_ref().map_or(0, Vec::len)
+    }
+
     /// The peak with `applied` (and how it was made), or `None` when one of them is a rule only
     /// or cannot be replayed on this stream.
     pub fn project(&self, applied: &[Remedy], rules: RuleParts) -> Option<(SimulatedPeak, Method)> {
+        self.project_checkpointing(applied, rules, usize::MAX)
+    }
+
+    /// [`Self::project`], with checkpointing (if applied) of only the model's first `blocks`
+    /// repeated blocks: selective checkpointing.
+    pub fn project_checkpointing(
+        &self,
+        applied: &[Remedy],
+        rules: RuleParts,
+        blocks: usize,
+    ) -> Option<(SimulatedPeak, Method)> {
         let n = f64::from(rules.gpus.max(1));
         let mut method = Method::Replay;
         let mut factor: [f64; Category::ALL.len()] = [1.0; Category::ALL.len()];
@@ -271,7 +294,7 @@ impl Replayer {
         };
         let mut moved: HashMap<usize, i64> = HashMap::default();
         if checkpoint && let Some(moves) = &self.checkpointing {
-            moved.extend(moves.iter().copied());
+            moved.extend(moves.iter().take(blocks).flatten().copied());
         }
         if accumulate {
             for (i, b) in self.blocks.iter().enumerate() {
@@ -335,14 +358,11 @@ fn passes(spans: &[(i64, i64, AnnotationKind)]) -> Vec<(i64, i64)> {
     out
 }
 
-/// Checkpointing's moves: of each repeated block's activations in each forward, all but its
-/// output (the last allocated, what it hands on) are allocated again just before the first of
-/// them is freed in backward (the block's recomputation). `None` with fewer than two blocks.
-fn checkpoint_moves(r: &Replayer, groups: &HashMap<(usize, String), Vec<usize>>) -> Option<Vec<(usize, i64)>> {
-    let distinct: std::collections::BTreeSet<&str> = groups.keys().map(|(_, b)| b.as_str()).collect();
-    if distinct.len() < 2 {
-        return None;
-    }
+/// Checkpointing's moves, by repeated block in the model's order (of their first activation):
+/// of each block's activations in each forward, all but its output (the last allocated, what it
+/// hands on) are allocated again just before the first of them is freed in backward (the
+/// block's recomputation). `None` with fewer than two blocks.
+fn checkpoint_moves(r: &Replayer, groups: &HashMap<(usize, String), Vec<usize>>) -> Option<Vec<Vec<(usize, i64)>>> {
     let mut allocated: HashMap<usize, (i64, usize)> = HashMap::default();
     let mut freed: HashMap<usize, i64> = HashMap::default();
     for c in &r.changes {
@@ -352,8 +372,12 @@ fn checkpoint_moves(r: &Replayer, groups: &HashMap<(usize, String), Vec<usize>>)
             freed.insert(c.block, c.time_ns);
         }
     }
-    let mut moves = Vec::new();
-    for members in groups.values() {
+    let mut by_block: HashMap<&str, (Place, Moves)> = HashMap::default();
+    for ((_, block), members) in groups {
+        let first = members.iter().filter_map(|b| allocated.get(b).copied()).min().unwrap_or_default();
+        let entry = by_block.entry(block.as_str()).or_insert((first, Vec::new()));
+        entry.0 = entry.0.min(first);
+        let moves = &mut entry.1;
         let Some(&output) = members.iter().max_by_key(|b| allocated.get(b).copied().unwrap_or_default()) else {
             continue;
         };
@@ -361,8 +385,14 @@ fn checkpoint_moves(r: &Replayer, groups: &HashMap<(usize, String), Vec<usize>>)
         let Some(recompute) = others().filter_map(|b| freed.get(&b).copied()).min() else { continue };
         moves.extend(others().map(|b| (b, recompute)));
     }
-    Some(moves)
+    if by_block.len() < 2 {
+        return None;
+    }
+    let mut blocks: Vec<(Place, Moves)> = by_block.into_values().collect();
+    blocks.sort_by_key(|b| b.0);
+    Some(blocks.into_iter().map(|(_, moves)| moves).collect())
 }
+
 #[cfg(test)]
 mod tests {
     use vramscope_trace_format::{Annotation, Event, ProcessId, StackId, Tag};
@@ -412,6 +442,12 @@ mod tests {
             replayer.project(&[Remedy::ActivationCheckpointing], RuleParts::default()).expect("two blocks");
         assert_eq!(checkpointed, SimulatedPeak { bytes: 30, time_ns: 120 });
         assert_eq!(method, Method::Replay);
+        // Only the first block: its output (5) and all of the second (25) at the end of forward.
+        assert_eq!(replayer.checkpointable_blocks(), 2);
+        let (first_only, _) = replayer
+            .project_checkpointing(&[Remedy::ActivationCheckpointing], RuleParts::default(), 1)
+            .expect("two blocks");
+        assert_eq!(first_only, SimulatedPeak { bytes: 30, time_ns: 62 });
     }
 
     /// One step, each block tagged: parameters 100 and optimizer state 200 throughout; in

@@ -32,6 +32,7 @@ struct Json<'a> {
     evidence_at_peak: advisor::EvidenceBytes,
     batch_scale_that_fits: Option<f64>,
     plan: Vec<PlanJson>,
+    checkpointing_by_blocks: &'a [advisor::SomeBlocksCheckpointed],
     notes: Vec<String>,
 }
 
@@ -109,6 +110,7 @@ fn with_words(advice: &Advice) -> Json<'_> {
                 fits: s.fits,
             })
             .collect(),
+        checkpointing_by_blocks: &advice.checkpointing_by_blocks,
         notes: words::advice_notes(advice, "--gpus N"),
     }
 }
@@ -201,6 +203,12 @@ pub fn run(
         line(out, p, b.peak_allocated_bytes)?;
         writeln!(out, "      {}", words::reason(p, &advice))?;
         writeln!(out, "      cost: {}", words::cost(p))?;
+    }
+    if !advice.checkpointing_by_blocks.is_empty() {
+        writeln!(out, "\n{}:", words::SOME_BLOCKS_HEADING)?;
+        for some in &advice.checkpointing_by_blocks {
+            writeln!(out, "  {}", words::some_blocks_checkpointed(some, b.peak_allocated_bytes))?;
+        }
     }
     writeln!(out, "\nbest combinations:")?;
     for p in advice.combinations.iter().take(5) {

@@ -222,6 +222,13 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
         ui.strong("Best pairs");
         let best: Vec<Projection> = advice.combinations.iter().take(6).cloned().collect();
         table(ui, "advisor-pairs", &best, advice);
+        if !advice.checkpointing_by_blocks.is_empty() {
+            ui.add_space(8.0);
+            ui.strong(words::SOME_BLOCKS_HEADING);
+            for some in &advice.checkpointing_by_blocks {
+                ui.monospace(words::some_blocks_checkpointed(some, advice.baseline.peak_allocated_bytes));
+            }
+        }
     });
 }
 
