@@ -59,7 +59,7 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], advice: &Advice) {
         .column(Column::auto().at_least(70.0))
         .column(Column::auto().at_least(50.0))
         .column(Column::auto().at_least(40.0))
-        .column(Column::auto().at_least(150.0))
+        .column(Column::auto().at_least(235.0))
         .column(Column::remainder().clip(true))
         .header(20.0, |mut header| {
             for title in ["remedy", "peak allocated", "peak reserved", "change", "±", "fits", "how", "cost"] {
