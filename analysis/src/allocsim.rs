@@ -12,10 +12,19 @@
 //! a free block merged with its free neighbours in its segment. Segments are released where the
 //! run released them: at each segment free the trace recorded (`empty_cache`, or the retry
 //! after a failed `cudaMalloc`), every wholly free segment goes, as `release_cached_blocks`
-//! does. Not modelled: expandable segments (mapped page by page, see `segment_map`), private
-//! pools (CUDA graphs), garbage collection (it needs a memory fraction), and blocks still in
-//! use by other streams after their free (`record_stream`): a block is reusable at its
-//! `free_completed`.
+//! does.
+//!
+//! With `expandable_segments`, each pool and stream has one virtual range, mapped in pages (2 MiB
+//! small, 20 MiB large) as blocks need them: a request takes the best free mapped block, else the
+//! lowest place where a free mapped block and the unmapped pages after it hold it, mapping just
+//! the pages missing; blocks split when 512 bytes or more are left; a release (`segment_unmap` in
+//! the trace, or a segment free) unmaps the whole pages inside free blocks. Segments from before
+//! the trace stay fixed segments, used first.
+//!
+//! Not modelled: private pools (CUDA graphs), garbage collection (it acts only under a
+//! per-process memory fraction),
+//! and blocks still in use by other streams after their free (`record_stream`): a block is
+//! reusable at its `free_completed`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,6 +55,159 @@ pub struct Settings {
     /// `roundup_power2_divisions` per power-of-two interval from 1 MiB (index 0: below 2 MiB, up
     /// to index 15: 32 GiB and more); 0 or 1: plain rounding to 512 bytes.
     pub roundup_power2_divisions: [u32; 16],
+    /// `expandable_segments:True`: one range per pool and stream, mapped page by page.
+    pub expandable_segments: bool,
+}
+
+/// The virtual range each expandable segment reserves (far more than any device holds).
+const EXPANDABLE_RANGE_BYTES: u64 = 1 << 42;
+
+/// What a piece of an expandable range is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PageState {
+    Free,
+    Allocated,
+    Unmapped,
+}
+
+/// One pool and stream's expandable range: its pieces by address, covering it, with the free
+/// ones by (size, address) and the unmapped ones by address.
+#[derive(Clone, Debug)]
+struct Expandable {
+    base: u64,
+    page: u64,
+    pieces: BTreeMap<u64, (u64, PageState)>,
+    free: BTreeSet<(u64, u64)>,
+    unmapped: BTreeSet<u64>,
+}
+
+impl Expandable {
+    fn new(base: u64, page: u64) -> Self {
+        let mut range = Self { base, page, pieces: BTreeMap::new(), free: BTreeSet::new(), unmapped: BTreeSet::new() };
+        range.put(base, EXPANDABLE_RANGE_BYTES, PageState::Unmapped);
+        range
+    }
+
+    fn put(&mut self, address: u64, size: u64, state: PageState) {
+        match state {
+            PageState::Free => {
+                self.free.insert((size, address));
+            }
+            PageState::Unmapped => {
+                self.unmapped.insert(address);
+            }
+            PageState::Allocated => {}
+        }
+        self.pieces.insert(address, (size, state));
+    }
+
+    fn take(&mut self, address: u64) -> Option<(u64, PageState)> {
+        let (size, state) = self.pieces.remove(&address)?;
+        self.free.remove(&(size, address));
+        self.unmapped.remove(&address);
+        Some((size, state))
+    }
+
+    /// Merges the piece at `address` with its neighbours of the same state; where it begins now.
+    fn merge(&mut self, address: u64) -> u64 {
+        let Some((own, state)) = self.take(address) else { return address };
+        let (mut begin, mut size) = (address, own);
+        if let Some((&prev, &(prev_size, prev_state))) = self.pieces.range(..address).next_back()
+            && prev_state == state
+            && prev + prev_size == address
+        {
+            self.take(prev);
+            begin = prev;
+            size += prev_size;
+        }
+        if let Some(&(next_size, next_state)) = self.pieces.get(&(address + own))
+            && next_state == state
+        {
+            self.take(address + own);
+            size += next_size;
+        }
+        self.put(begin, size, state);
+        begin
+    }
+
+    /// Allocates `rounded` bytes: the smallest free mapped piece that holds it (lowest address
+    /// among equals), else the lowest free piece before unmapped pages (or unmapped pages alone)
+    /// with pages mapped to make up the rest. Returns the address and the bytes newly mapped.
+    fn malloc(&mut self, rounded: u64) -> (u64, u64) {
+        let best = self.free.range((rounded, 0)..).next().map(|&(_, address)| address);
+        let (start, mapped) = match best {
+            Some(address) => (address, 0),
+            None => {
+                let mut found = None;
+                for &address in &self.unmapped {
+                    let Some(&(size, _)) = self.pieces.get(&address) else { continue };
+                    let before = self.pieces.range(..address).next_back();
+                    let (start, have) = match before {
+                        Some((&p, &(p_size, PageState::Free))) if p + p_size == address => (p, p_size),
+                        _ => (address, 0),
+                    };
+                    let need = rounded.saturating_sub(have).div_ceil(self.page) * self.page;
+                    if need <= size {
+                        found = Some((start, address, need));
+                        break;
+                    }
+                }
+                // The range is larger than any device: its last piece is unmapped and holds it.
+                let Some((start, unmapped_at, need)) = found else { return (self.base, 0) };
+                let Some((size, _)) = self.take(unmapped_at) else { return (self.base, 0) };
+                self.put(unmapped_at, need, PageState::Free);
+                if size > need {
+                    self.put(unmapped_at + need, size - need, PageState::Unmapped);
+                }
+                let start = if start == unmapped_at { start } else { self.merge(unmapped_at) };
+                (start, need)
+            }
+        };
+        let Some((size, _)) = self.take(start) else { return (start, mapped) };
+        let remaining = size - rounded;
+        let taken = if remaining >= MIN_BLOCK_BYTES { rounded } else { size };
+        self.put(start, taken, PageState::Allocated);
+        if taken < size {
+            self.put(start + taken, size - taken, PageState::Free);
+        }
+        (start, mapped)
+    }
+
+    /// Frees the block at `address`; its size.
+    fn free(&mut self, address: u64) -> Option<u64> {
+        let &(size, state) = self.pieces.get(&address)?;
+        if state != PageState::Allocated {
+            return None;
+        }
+        self.take(address);
+        self.put(address, size, PageState::Free);
+        self.merge(address);
+        Some(size)
+    }
+
+    /// Unmaps the whole pages inside free pieces; the bytes unmapped.
+    fn release(&mut self) -> u64 {
+        let free: Vec<(u64, u64)> = self.free.iter().map(|&(size, address)| (address, size)).collect();
+        let mut unmapped = 0;
+        for (address, size) in free {
+            let first = (address - self.base).div_ceil(self.page) * self.page + self.base;
+            let end = (address + size - self.base) / self.page * self.page + self.base;
+            if end <= first {
+                continue;
+            }
+            self.take(address);
+            if first > address {
+                self.put(address, first - address, PageState::Free);
+            }
+            self.put(first, end - first, PageState::Unmapped);
+            if address + size > end {
+                self.put(end, address + size - end, PageState::Free);
+            }
+            self.merge(first);
+            unmapped += end - first;
+        }
+        unmapped
+    }
 }
 
 /// What the model reserved.
@@ -61,6 +223,9 @@ pub struct Simulation {
     pub segment_alloc_sizes: Vec<u64>,
     /// Segments it released.
     pub segment_frees: usize,
+    /// With expandable segments: each page it mapped, by size (the allocator maps a page per
+    /// handle, and a trace records a `segment_map` for each).
+    pub segment_map_sizes: Vec<u64>,
     /// Frees of blocks it never saw allocated (skipped).
     pub unmatched_frees: usize,
 }
@@ -89,6 +254,8 @@ struct Allocator {
     reserved: u64,
     allocated: u64,
     next_address: u64,
+    /// With expandable segments: the range of each (small pool, stream).
+    expandable: BTreeMap<(bool, u64), Expandable>,
     out: Simulation,
 }
 
@@ -148,11 +315,33 @@ impl Allocator {
         (address < start + segment.size).then_some(start)
     }
 
+    /// The expandable range `address` is in, if any.
+    fn expandable_of(&mut self, address: u64) -> Option<&mut Expandable> {
+        self.expandable.values_mut().find(|e| (e.base..e.base + EXPANDABLE_RANGE_BYTES).contains(&address))
+    }
+
     /// Allocates `requested` bytes on `stream`; the address of the block and its size.
     fn malloc(&mut self, requested: u64, stream: u64) -> (u64, u64) {
         let rounded = self.round(requested);
         let small = rounded <= SMALL_SIZE_BYTES;
-        let (address, size) = match self.best_fit(small, stream, rounded) {
+        let fixed = self.best_fit(small, stream, rounded);
+        if self.settings.expandable_segments && fixed.is_none() {
+            let next = &mut self.next_address;
+            let range = self.expandable.entry((small, stream)).or_insert_with(|| {
+                let base = *next;
+                *next += EXPANDABLE_RANGE_BYTES;
+                Expandable::new(base, if small { SMALL_BUFFER_BYTES } else { LARGE_BUFFER_BYTES })
+            });
+            let (address, mapped) = range.malloc(rounded);
+            let taken = range.pieces.get(&address).map_or(rounded, |p| p.0);
+            // One page per handle, as the allocator maps them.
+            let page = range.page;
+            self.out.segment_map_sizes.extend(std::iter::repeat_n(page, (mapped / page) as usize));
+            self.reserved += mapped;
+            self.allocated += taken;
+            return (address, taken);
+        }
+        let (address, size) = match fixed {
             Some(found) => found,
             None => {
                 let size = Self::segment_size(rounded);
@@ -187,6 +376,12 @@ impl Allocator {
 
     /// Frees the block at `address`, merging it with free neighbours.
     fn free_block(&mut self, address: u64) {
+        if let Some(range) = self.expandable_of(address) {
+            if let Some(size) = range.free(address) {
+                self.allocated -= size;
+            }
+            return;
+        }
         let Some(start) = self.segment_of(address) else { return };
         let Some(segment) = self.segments.get_mut(&start) else { return };
         let Some(piece) = segment.blocks.get(&address).copied().filter(|p| p.allocated) else { return };
@@ -212,8 +407,11 @@ impl Allocator {
         self.free.insert((small, stream, size, begin));
     }
 
-    /// `release_cached_blocks`: every wholly free segment is given back.
+    /// `release_cached_blocks`: every wholly free segment is given back, and the whole pages
+    /// inside the expandable ranges' free blocks are unmapped.
     fn release_cached(&mut self) {
+        let unmapped: u64 = self.expandable.values_mut().map(Expandable::release).sum();
+        self.reserved -= unmapped;
         let empty: Vec<u64> = self
             .segments
             .iter()
@@ -259,7 +457,8 @@ pub fn simulate(trace: &Trace, device: DeviceId, settings: Settings) -> Simulati
         free: BTreeSet::new(),
         reserved: 0,
         allocated: 0,
-        next_address: (top + (1 << 40)).div_ceil(ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES,
+        next_address: (top + (1 << 40)).div_ceil(EXPANDABLE_RANGE_BYTES) * EXPANDABLE_RANGE_BYTES,
+        expandable: BTreeMap::new(),
         out: Simulation::default(),
     };
     // The segments from before the trace: in the final state and never allocated in it, or
@@ -340,7 +539,7 @@ pub fn simulate(trace: &Trace, device: DeviceId, settings: Settings) -> Simulati
             }
             // The run gave back its cached segments here (`empty_cache`, or the retry after a
             // failed cudaMalloc): so does the model, once for the run of frees.
-            EventKind::SegmentFree => {
+            EventKind::SegmentFree | EventKind::SegmentUnmap => {
                 if !releasing {
                     sim.release_cached();
                 }
@@ -379,6 +578,7 @@ mod tests {
             reserved: 0,
             allocated: 0,
             next_address: 0,
+            expandable: BTreeMap::new(),
             out: Simulation::default(),
         };
         assert_eq!(a.round(1), 512);
@@ -450,5 +650,32 @@ mod tests {
             simulate(&trace, DeviceId(0), Settings { max_split_size_bytes: Some(64 << 20), ..Settings::default() });
         assert_eq!(limited.segment_alloc_sizes, vec![100 << 20, 20 << 20]);
         assert_eq!(limited.peak_reserved_bytes, 120 << 20);
+    }
+
+    /// Hand-worked, with expandable segments: two 4 MiB blocks share the first 20 MiB page of the
+    /// large pool's range; a 30 MiB request has 12 MiB free before the unmapped pages and maps
+    /// one more page (40 MiB); a small block maps a 2 MiB page of the small pool's range. Freed
+    /// and released, every whole page is unmapped. Without them: a 20 MiB segment, one of 30 MiB
+    /// and one of 2 MiB.
+    #[test]
+    fn expandable_segments_map_the_pages_blocks_need() {
+        let mut trace = Trace::default();
+        alloc(&mut trace, 1, 0x10, 4 << 20);
+        alloc(&mut trace, 2, 0x20, 4 << 20);
+        alloc(&mut trace, 3, 0x30, 30 << 20);
+        alloc(&mut trace, 4, 0x40, 1000);
+        for (t, address) in [(5, 0x10), (6, 0x20), (7, 0x30), (8, 0x40)] {
+            free(&mut trace, t, address);
+        }
+        trace.events.push(Event::new(EventKind::SegmentUnmap, 9, 0, 0xa000_0000, 40 << 20));
+        let on = Settings { expandable_segments: true, ..Settings::default() };
+        let sim = simulate(&trace, DeviceId(0), on);
+        assert_eq!(sim.segment_map_sizes, vec![20 << 20, 20 << 20, 2 << 20]);
+        assert_eq!(sim.peak_reserved_bytes, 42 << 20);
+        assert_eq!(sim.end_reserved_bytes, 0);
+        assert!(sim.segment_alloc_sizes.is_empty());
+        let off = simulate(&trace, DeviceId(0), Settings::default());
+        assert_eq!(off.segment_alloc_sizes, vec![20 << 20, 30 << 20, 2 << 20]);
+        assert_eq!(off.peak_reserved_bytes, 52 << 20);
     }
 }

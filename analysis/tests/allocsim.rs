@@ -85,6 +85,45 @@ fn the_model_reserves_what_the_recorded_runs_reserved() {
     }
 }
 
+/// Expandable segments: the run recorded with `expandable_segments:True` replayed with them (its
+/// reserved peak, the pages it mapped), and the run with the default allocator replayed with them
+/// against that run: the projection the advisor makes.
+#[test]
+fn the_model_maps_what_the_expandable_run_mapped() {
+    let load = |name: &str| import(&std::fs::read(fixture(name)).expect("fixture"), &NoProgress).expect("import").trace;
+    let expandable = load("h200-torch-expandable.vtrace");
+    let device = DeviceId(0);
+    let recorded = peak::peaks(&expandable, device).reserved.bytes;
+    let on = Settings { expandable_segments: true, ..Settings::default() };
+    let sim = simulate(&expandable, device, on.clone());
+    let error = (sim.peak_reserved_bytes as f64 - recorded as f64) / recorded as f64;
+    let maps: Vec<u64> = expandable
+        .events
+        .iter()
+        .filter(|e| e.device == device && e.kind == EventKind::SegmentMap)
+        .map(|e| e.size_bytes)
+        .collect();
+    let matched = common(&sim.segment_map_sizes, &maps);
+    println!(
+        "h200-torch-expandable: reserved peak simulated {} recorded {recorded} ({:+.2}%); pages mapped: simulated {} \
+         times, recorded {}, {matched} of the same sizes",
+        sim.peak_reserved_bytes,
+        100.0 * error,
+        sim.segment_map_sizes.len(),
+        maps.len()
+    );
+    assert!(error.abs() <= 0.01, "{:+.2}%", 100.0 * error);
+    assert!(matched * 10 >= maps.len() * 9, "{matched} of {} mappings", maps.len());
+    let plain = load("h200-torch-plain.vtrace");
+    let projected = simulate(&plain, device, on).peak_reserved_bytes;
+    let error = (projected as f64 - recorded as f64) / recorded as f64;
+    println!(
+        "h200-torch-plain with expandable segments: projected {projected}, the expandable run {recorded} ({:+.2}%)",
+        100.0 * error
+    );
+    assert!(error.abs() <= 0.02, "{:+.2}%", 100.0 * error);
+}
+
 /// The advisor proposes `max_split_size` where the model shows it reserves less, with the
 /// reserved peak the model projects, and not where the run already limits splitting.
 #[test]

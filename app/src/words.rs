@@ -411,6 +411,18 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
             bytes(*reserved_before_bytes),
             bytes(*reserved_after_bytes)
         ),
+        Reason::ExpandableSimulated(m) => format!(
+            "{} of the reserved peak is free space inside segments; replayed through the caching allocator's model \
+             (under the run's own settings it reserves {}, the trace recorded {}, {:.1}% apart), with expandable \
+             segments mapping 2 MiB and 20 MiB pages as blocks need them it reserves {}: {} -> {} reserved",
+            bytes(m.recorded_bytes.saturating_sub(p.projected_peak_allocated_bytes)),
+            bytes(m.simulated_baseline_bytes),
+            bytes(m.recorded_bytes),
+            100.0 * m.model_error(),
+            bytes(m.simulated_bytes),
+            bytes(m.recorded_bytes),
+            bytes(m.projected_bytes())
+        ),
         Reason::Simulated(m) => format!(
             "replayed through the caching allocator's model: under the run's own settings it reserves {} at the peak \
              (the trace recorded {}, {:.1}% apart); with max_split_size_mb:{} it reserves {}: {} -> {} reserved",

@@ -140,10 +140,9 @@ fn the_bf16_projection_on_the_h200_recording_matches_the_bf16_run() {
         .and_then(|d| d.iter().find(|d| d["device"] == 0))
         .and_then(|d| d["peak_reserved_bytes"].as_u64())
         .expect("reserved");
-    assert!(
-        projected.abs_diff(measured) * 100 <= measured * 5,
-        "expandable: projected {projected}, measured {measured}"
-    );
+    // Replayed through the allocator's model with expandable segments: the 1%.
+    assert!(projected.abs_diff(measured) * 100 <= measured, "expandable: projected {projected}, measured {measured}");
+    assert_eq!(remedy["method"], "replay");
     // The device's memory is the default target; everything here fits an H200.
     assert!(advice["target_bytes"].as_u64().is_some_and(|t| t > 130 << 30));
     assert!(advice["smallest_change_that_fits"].is_string());

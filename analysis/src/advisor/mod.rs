@@ -378,10 +378,16 @@ impl Projector<'_> {
         let ctx = self.ctx;
         if applied.iter().all(|r| !r.changes_allocated()) {
             // Allocator settings change nothing allocated: the baseline's, and their own error.
-            let model =
-                ctx.max_split.filter(|_| applied.contains(&Remedy::MaxSplitSize)).map_or(0.0, |m| m.model_error());
-            let method = if applied.contains(&Remedy::MaxSplitSize) { Method::Replay } else { Method::Rule };
-            let uncertainty = applied.iter().map(|r| r.uncertainty()).fold(0.0, f64::max) + model;
+            let split = ctx.max_split.filter(|_| applied.contains(&Remedy::MaxSplitSize));
+            let expandable = ctx.expandable_model.filter(|_| applied.contains(&Remedy::ExpandableSegments));
+            let model = split.or(expandable).map(|m| m.model_error());
+            let method = if model.is_some() { Method::Replay } else { Method::Rule };
+            // Replayed through the allocator's model: its own error on this trace, and what it
+            // does not model; else the rule's.
+            let uncertainty = match model {
+                Some(error) => Remedy::MaxSplitSize.uncertainty() + error,
+                None => applied.iter().map(|r| r.uncertainty()).fold(0.0, f64::max),
+            };
             return Projected { bytes: ctx.peak_allocated_bytes as f64, uncertainty, method, phase: self.b.peak_phase };
         }
         if let Some((peak, method)) = self.replayer.as_ref().and_then(|r| r.project(applied, self.rules)) {
@@ -492,6 +498,9 @@ fn pairs(p: &Projector<'_>, remedies: &[Remedy], target: Option<u64>) -> Vec<Pro
 fn reserved_together(applied: &[Remedy], allocated: f64, ctx: &Context) -> u64 {
     let ratio = remedy::reserve_ratio(ctx);
     if applied.contains(&Remedy::ExpandableSegments) {
+        if let Some(m) = ctx.expandable_model {
+            return (allocated * m.projected_bytes() as f64 / ctx.peak_allocated_bytes.max(1) as f64).round() as u64;
+        }
         let expandable = allocated + ctx.internal_bytes as f64 + PAGE_BYTES as f64;
         return expandable.min(allocated * ratio).round() as u64;
     }
@@ -590,7 +599,11 @@ fn fragmentation(trace: &Trace, device: DeviceId, ctx: &Context, at_peak: &insta
         share_of_reserved: waste as f64 / peak_reserved as f64,
         rounding_bytes: ctx.internal_bytes,
         largest_free_bytes: at_peak.total.largest_free_bytes,
-        expandable_gives_back_bytes: waste.saturating_sub(ctx.internal_bytes + PAGE_BYTES),
+        // The allocator's model replayed with them where it is trusted, else the rule.
+        expandable_gives_back_bytes: ctx.expandable_model.map_or_else(
+            || waste.saturating_sub(ctx.internal_bytes + PAGE_BYTES),
+            |m| peak_reserved.saturating_sub(m.projected_bytes()),
+        ),
         at_oom,
     })
 }
@@ -626,6 +639,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         sequence: works_on_sequences(trace),
         expandable: allocator.expandable() || allocator.is_async(),
         max_split: best_max_split(trace, device, &allocator, peak_reserved),
+        expandable_model: expandable_model(trace, device, &allocator, peak_reserved),
         gradient_bytes: b.instants.iter().map(|p| p.gradient).fold(0.0, f64::max),
         checkpoint_replayed: false,
     };
@@ -734,12 +748,7 @@ fn best_max_split(
         return None;
     }
     // Five replays: bounded to keep `advise` on a huge trace in seconds.
-    let allocations = trace
-        .events
-        .iter()
-        .filter(|e| e.device == device && e.kind == vramscope_trace_format::EventKind::Alloc)
-        .count();
-    if allocations == 0 || allocations > MAX_SIMULATED_ALLOCATIONS {
+    if !replayable(trace, device) {
         return None;
     }
     let baseline = allocsim::simulate(trace, device, allocsim::Settings::default()).peak_reserved_bytes;
@@ -755,6 +764,42 @@ fn best_max_split(
             }
         })
         .min_by_key(|p| (p.simulated_bytes, std::cmp::Reverse(p.setting_bytes)))
+}
+
+/// Replays the trace through the allocator's model under its own settings and with expandable
+/// segments, if the run did not have them, uses the caching allocator, recorded its allocations,
+/// and the model reserves what it reserved (within [`remedy::MODEL_TRUSTED_WITHIN`]).
+fn expandable_model(
+    trace: &Trace,
+    device: DeviceId,
+    allocator: &AllocatorSettings,
+    recorded: u64,
+) -> Option<SplitProjection> {
+    if allocator.expandable() || allocator.is_async() || !replayable(trace, device) {
+        return None;
+    }
+    let own = allocator.max_split_size_bytes.and_then(|k| k.value);
+    let settings = allocsim::Settings { max_split_size_bytes: own, ..allocsim::Settings::default() };
+    let baseline = allocsim::simulate(trace, device, settings.clone()).peak_reserved_bytes;
+    let expandable = allocsim::Settings { expandable_segments: true, ..settings };
+    let projection = SplitProjection {
+        setting_bytes: 0,
+        recorded_bytes: recorded,
+        simulated_baseline_bytes: baseline,
+        simulated_bytes: allocsim::simulate(trace, device, expandable).peak_reserved_bytes,
+    };
+    projection.trusted().then_some(projection)
+}
+
+/// Whether the trace's allocations can be replayed through the allocator's model: some, and not
+/// too many ([`MAX_SIMULATED_ALLOCATIONS`]).
+fn replayable(trace: &Trace, device: DeviceId) -> bool {
+    let allocations = trace
+        .events
+        .iter()
+        .filter(|e| e.device == device && e.kind == vramscope_trace_format::EventKind::Alloc)
+        .count();
+    allocations > 0 && allocations <= MAX_SIMULATED_ALLOCATIONS
 }
 
 /// Whether the model works on sequences: attention in a module's name (`attn`, `attention`) or

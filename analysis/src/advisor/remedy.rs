@@ -77,6 +77,9 @@ pub struct Context {
     pub expandable: bool,
     /// The best `max_split_size` the allocator's model found for this trace, if one saves.
     pub max_split: Option<SplitProjection>,
+    /// Expandable segments replayed through the allocator's model (`setting_bytes` 0), when the
+    /// model reserves what the run reserved, near enough to trust it.
+    pub expandable_model: Option<SplitProjection>,
     /// Whether checkpointing is replayed from the event stream (else its rule stands: the
     /// stream does not show the blocks' activations).
     pub checkpoint_replayed: bool,
@@ -85,7 +88,8 @@ pub struct Context {
     pub gradient_bytes: f64,
 }
 
-/// What the allocator's model projects for a `max_split_size`.
+/// What the allocator's model projects for a setting: a `max_split_size`, or expandable segments
+/// (`setting_bytes` 0).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SplitProjection {
     /// The setting, in bytes.
@@ -98,7 +102,16 @@ pub struct SplitProjection {
     pub simulated_bytes: u64,
 }
 
+/// How far the allocator's model may be off under the run's own settings for its projections to
+/// be used.
+pub const MODEL_TRUSTED_WITHIN: f64 = 0.05;
+
 impl SplitProjection {
+    /// Whether the model is near enough to the recorded run to project from.
+    pub fn trusted(&self) -> bool {
+        self.model_error() <= MODEL_TRUSTED_WITHIN
+    }
+
     /// How far the model is off on this trace under its own settings (a share of the recorded).
     pub fn model_error(&self) -> f64 {
         self.simulated_baseline_bytes.abs_diff(self.recorded_bytes) as f64 / self.recorded_bytes.max(1) as f64
@@ -258,12 +271,15 @@ impl Remedy {
             // They split the repeated blocks: pipeline stages need a block each at least.
             Self::TensorParallel => ctx.gpus > 1 && ctx.blocks >= 1,
             Self::PipelineParallel => ctx.gpus > 1 && ctx.blocks >= ctx.gpus as usize,
-            Self::ExpandableSegments => !ctx.expandable && ctx.waste_bytes() > PAGE_BYTES,
+            // And, where the allocator's model is trusted, only if it reserves less with them.
+            Self::ExpandableSegments => {
+                !ctx.expandable
+                    && ctx.waste_bytes() > PAGE_BYTES
+                    && ctx.expandable_model.is_none_or(|m| m.projected_bytes() + PAGE_BYTES < ctx.peak_reserved_bytes)
+            }
             Self::MaxSplitSize => {
                 // Only where the model reserves what the run reserved, near enough to trust it.
-                ctx.max_split.is_some_and(|m| {
-                    m.model_error() <= 0.05 && m.projected_bytes() + PAGE_BYTES < ctx.peak_reserved_bytes
-                })
+                ctx.max_split.is_some_and(|m| m.trusted() && m.projected_bytes() + PAGE_BYTES < ctx.peak_reserved_bytes)
             }
             Self::Adam8bit | Self::Adafactor | Self::Sgd => ctx.optimizer_state,
             Self::MicroBatchHalf => true,
@@ -331,9 +347,10 @@ impl Remedy {
     /// a page.
     pub fn reserved_bytes(self, projected_allocated: f64, ctx: &Context) -> u64 {
         match self {
-            Self::ExpandableSegments => {
-                (ctx.peak_allocated_bytes + ctx.internal_bytes + PAGE_BYTES).min(ctx.peak_reserved_bytes)
-            }
+            Self::ExpandableSegments => ctx.expandable_model.map_or_else(
+                || (ctx.peak_allocated_bytes + ctx.internal_bytes + PAGE_BYTES).min(ctx.peak_reserved_bytes),
+                |m| m.projected_bytes(),
+            ),
             Self::MaxSplitSize => ctx.max_split.map_or(ctx.peak_reserved_bytes, |m| m.projected_bytes()),
             _ => (projected_allocated * reserve_ratio(ctx)).round() as u64,
         }
@@ -383,6 +400,14 @@ impl Remedy {
                 activation_bytes: bytes(base.activation),
                 gpus: ctx.gpus,
             },
+            Self::ExpandableSegments if ctx.expandable_model.is_some() => {
+                Reason::ExpandableSimulated(ctx.expandable_model.unwrap_or(SplitProjection {
+                    setting_bytes: 0,
+                    recorded_bytes: ctx.peak_reserved_bytes,
+                    simulated_baseline_bytes: ctx.peak_reserved_bytes,
+                    simulated_bytes: ctx.peak_reserved_bytes,
+                }))
+            }
             Self::ExpandableSegments => Reason::Reserved {
                 unused_bytes: ctx.waste_bytes(),
                 rounding_bytes: ctx.internal_bytes,
@@ -478,6 +503,8 @@ pub enum Reason {
     },
     /// An allocator setting, replayed through the allocator's model.
     Simulated(SplitProjection),
+    /// Expandable segments, replayed through the allocator's model.
+    ExpandableSimulated(SplitProjection),
     /// Expandable segments: reserved memory not allocated, and the reserved peak before and
     /// after.
     Reserved {
