@@ -389,8 +389,9 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
         } => {
             let what = match p.remedies.first() {
                 Some(Remedy::PipelineParallel) => {
-                    "on the busiest stage (the first, with what is outside the blocks), the blocks' parameters and \
-                     their state split, and the activations of the micro-batches in flight"
+                    "on the busiest stage (the first holds as many micro-batches in flight as there are stages, \
+                     and what runs before the blocks; the last one micro-batch, and what runs after them), the \
+                     blocks' parameters and their state split, the gradients accumulated over the micro-batches"
                 }
                 _ => "the blocks' parameters and their state split, and of their activations what is not block-width",
             };

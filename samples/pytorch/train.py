@@ -316,8 +316,8 @@ def start_distributed(args: argparse.Namespace, device: torch.device) -> tuple[t
     CUDA) and returns this rank's device, its rank and the world size; else (device, 0, 1)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
-        if args.zero1 or args.fsdp or args.tp:
-            raise SystemExit("--zero1, --fsdp and --tp need several ranks: run under torchrun --nproc_per_node=N")
+        if args.zero1 or args.fsdp or args.tp or args.pp:
+            raise SystemExit("--zero1, --fsdp, --tp and --pp need several ranks: run under torchrun --nproc_per_node=N")
         return device, 0, 1
     import torch.distributed as dist
 
@@ -356,6 +356,47 @@ def wrap_distributed(args: argparse.Namespace, model: nn.Module, device: torch.d
     return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
+class PipelineStage(nn.Module):
+    """One rank's share of the GPT under --pp: its run of blocks, with the embeddings on the first
+    stage and the final norm and the LM head on the last."""
+
+    def __init__(self, gpt: GPT, rank: int, world: int) -> None:
+        super().__init__()
+        layers = len(gpt.blocks)
+        if layers < world:
+            raise SystemExit("--pp: at least one block per rank (--layers >= ranks)")
+        begin, end = rank * layers // world, (rank + 1) * layers // world
+        self.first, self.last = rank == 0, rank == world - 1
+        self.tok_emb = gpt.tok_emb if self.first else None
+        self.pos_emb = gpt.pos_emb if self.first else None
+        self.blocks = nn.ModuleList(gpt.blocks[begin:end])
+        self.ln_f = gpt.ln_f if self.last else None
+        self.lm_head = gpt.lm_head if self.last else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tok_emb is not None and self.pos_emb is not None:
+            positions = torch.arange(x.shape[1], device=x.device)
+            x = self.tok_emb(x) + self.pos_emb(positions)
+        for block in self.blocks:
+            x = block(x)
+        if self.ln_f is not None and self.lm_head is not None:
+            x = self.lm_head(self.ln_f(x))
+        return x
+
+
+def pipeline_schedule(args: argparse.Namespace, stage: nn.Module, rank: int, world: int, device: torch.device):
+    """The 1F1B schedule over 2 micro-batches per rank, the loss on the last stage."""
+    from torch.distributed.pipelining import PipelineStage as Stage, Schedule1F1B
+
+    def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+    micro_batches = 2 * world
+    if args.batch_size % micro_batches != 0:
+        raise SystemExit(f"--pp: --batch-size must be a multiple of {micro_batches} (2 micro-batches per rank)")
+    return Schedule1F1B(Stage(stage, rank, world, device), n_microbatches=micro_batches, loss_fn=loss_fn)
+
+
 def make_batch(args: argparse.Namespace, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Random inputs and targets, made once on the device before training."""
     generator = torch.Generator(device=device).manual_seed(args.seed)
@@ -381,11 +422,16 @@ def train(args: argparse.Namespace) -> dict:
         model: nn.Module = GPT(args)
     else:
         model = MLP(*mlp_dims(args))
+    schedule = None
+    if args.pp and world > 1:
+        # Every rank builds the same model (one seed) and keeps its stage; the rest is freed.
+        model = PipelineStage(model, rank, world)
+        schedule = pipeline_schedule(args, model, rank, world, device)
     model.to(device)
     model.train()
     named = unique_parameters(model)
     parameter_bytes = sum(tensor_bytes(p) for _, p in named)
-    if world > 1:
+    if world > 1 and not args.pp:
         model = wrap_distributed(args, model, device)
         # FSDP swaps in sharded parameters: what the optimizer and the counts see.
         named = unique_parameters(model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model)
@@ -431,7 +477,17 @@ def train(args: argparse.Namespace) -> dict:
     for step in range(args.steps):
         # --accumulate K: K micro-batches of --batch-size each, their gradients summed before
         # the optimizer's step (the first micro-batch's gradients live through the others).
-        for micro in range(args.accumulate):
+        if schedule is not None:
+            # The schedule splits the batch, runs forward and backward, and sums the gradients.
+            losses: list = []
+            if rank == 0:
+                schedule.step(inputs)
+            elif rank == world - 1:
+                schedule.step(target=targets, losses=losses)
+            else:
+                schedule.step()
+            loss = torch.stack(losses).mean() if losses else None
+        for micro in range(args.accumulate if schedule is None else 0):
             with autocast:
                 if counter is not None and step == 0 and micro == 0:
                     with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
@@ -452,7 +508,8 @@ def train(args: argparse.Namespace) -> dict:
             # ZeroRedundancyOptimizer keeps this rank's share in the optimizer it wraps.
             summary.update(optimizer_state_summary(getattr(optimizer, "optim", optimizer), device))
         optimizer.zero_grad(set_to_none=args.zero_grad_none)
-        summary["losses"].append(loss.item())
+        # Under --pp only the last stage sees the loss.
+        summary["losses"].append(None if loss is None else loss.item())
         del loss
         step_info: dict = {"step": step}
         if device.type == "cuda":
@@ -543,6 +600,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     dist_group.add_argument("--tp", action="store_true",
                             help="tensor parallel instead of DDP (gpt only): each block's projections split "
                                  "over the ranks, which all see the same batch")
+    dist_group.add_argument("--pp", action="store_true",
+                            help="pipeline parallel instead of DDP (gpt only): the blocks split into one "
+                                 "stage per rank (the embeddings with the first, the head and the loss with "
+                                 "the last), 1F1B over 2 micro-batches per rank (torch.distributed.pipelining)")
     dist_group.add_argument("--fsdp", action="store_true",
                             help="FSDP2 (fully_shard of each block and the model) instead of DDP: "
                                  "parameters, gradients and optimizer state sharded")
@@ -571,10 +632,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--device cuda: no CUDA device available")
     if args.momentum and args.optimizer != "sgd":
         parser.error("--momentum applies to --optimizer sgd only")
-    if sum((args.zero1, args.fsdp, args.tp)) > 1:
-        parser.error("--zero1, --fsdp and --tp: one way of splitting at a time")
-    if args.tp and args.model != "gpt":
-        parser.error("--tp applies to --model gpt only")
+    if sum((args.zero1, args.fsdp, args.tp, args.pp)) > 1:
+        parser.error("--zero1, --fsdp, --tp and --pp: one way of splitting at a time")
+    if (args.tp or args.pp) and args.model != "gpt":
+        parser.error("--tp and --pp apply to --model gpt only")
+    if args.pp and (args.accumulate > 1 or args.compile or args.bf16 or args.checkpoint):
+        parser.error("--pp: the schedule makes the micro-batches; not with --accumulate, --compile, --bf16 "
+                     "or --checkpoint")
     return args
 
 
@@ -582,7 +646,7 @@ def one_line(summary: dict) -> str:
     def mib(n: int | None) -> str:
         return "-" if n is None else f"{n / 2**20:.3f} MiB"
 
-    losses = summary["losses"]
+    losses = [loss for loss in summary["losses"] if loss is not None] or [float("nan")]
     parts = [
         f"{summary['model']} {summary['args']['optimizer']} on {summary['device']}",
         f"params {summary['parameter_count']} ({mib(summary['parameter_bytes'])})",

@@ -260,9 +260,10 @@ fn record_ranks(dir: &Path, name: &str, port: u32, args: &[&str]) -> Vec<PathBuf
 /// ZeRO projected from one rank of a data-parallel run (DDP, AdamW, 2 ranks) against the runs
 /// with the optimizer state sharded (`ZeroRedundancyOptimizer`) and with everything sharded
 /// (FSDP2's `fully_shard`): each rank's peak. The rank's own trace says how many ranks there were.
-/// And tensor parallelism over 2, from a run on one process, against the run with it.
+/// And tensor and pipeline parallelism over 2, from a run on one process, against the runs with
+/// them.
 #[test]
-fn sharding_projections_land_on_the_zero1_fsdp_and_tensor_parallel_runs() {
+fn sharding_projections_land_on_the_zero1_fsdp_tensor_and_pipeline_parallel_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Ports of their own, so that parallel test runs do not meet.
     let port = 30000 + std::process::id() % 20000;
@@ -307,4 +308,16 @@ fn sharding_projections_land_on_the_zero1_fsdp_and_tensor_parallel_runs() {
         );
         assert!(error.abs() <= uncertainty + 0.01, "{say}, said ±{uncertainty}");
     }
+    // Pipeline parallel over 2 stages (torch.distributed.pipelining, 1F1B over 4 micro-batches):
+    // the projection is the busiest stage's peak.
+    let (projected, uncertainty) = projection(&advice, "pipeline_parallel");
+    let stages: Vec<u64> =
+        record_ranks(dir.path(), "pp", port + 4, &["--pp"]).iter().map(|trace| peak(trace, -1)).collect();
+    let busiest = stages.iter().copied().max().expect("two stages");
+    let error = (projected as f64 - busiest as f64) / busiest as f64;
+    assert!(
+        error.abs() <= uncertainty + 0.01,
+        "pipeline_parallel: projected {projected}, the stages peaked at {stages:?} ({:+.2}%), said ±{uncertainty}",
+        100.0 * error
+    );
 }

@@ -19,7 +19,7 @@ use serde::Serialize;
 use vramscope_trace_format::{AnnotationKind, DeviceId, Trace};
 
 pub use self::parts::EvidenceBytes;
-use self::parts::{Parts, parts_at, phase_at};
+use self::parts::{Parts, Sides, parts_at, phase_at};
 use self::remedy::{Context, PAGE_BYTES};
 pub use self::remedy::{PIPELINE_MICRO_BATCHES_PER_STAGE, Reason, Remedy, SplitProjection};
 pub use self::simulate::Method;
@@ -318,10 +318,11 @@ fn breakdown(trace: &Trace, device: DeviceId) -> Breakdown {
     });
     let peak_phase = phase_at(&spans, peaks.allocated.time_ns);
     let mut attributor = Attributor::new(trace, device);
-    let mut instants =
-        vec![parts_at(trace, device, &mut attributor, (peaks.allocated.event, peaks.allocated.time_ns), peak_phase)];
+    let sides = Sides::of(trace);
+    let at = (peaks.allocated.event, peaks.allocated.time_ns);
+    let mut instants = vec![parts_at(trace, device, &mut attributor, &sides, at, peak_phase)];
     for (_, event, time) in highest.values() {
-        instants.push(parts_at(trace, device, &mut attributor, (*event, *time), phase_at(&spans, *time)));
+        instants.push(parts_at(trace, device, &mut attributor, &sides, (*event, *time), phase_at(&spans, *time)));
     }
     Breakdown { instants, spans, peak_phase, peaks }
 }

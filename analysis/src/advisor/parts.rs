@@ -35,6 +35,12 @@ pub struct Parts {
     pub block_parameter: f64,
     /// The parameters of all the repeated blocks (what tensor and pipeline parallelism split).
     pub in_block_parameter: f64,
+    /// Parameters outside the blocks whose module runs after them in forward (a final norm, an
+    /// LM head): a pipeline's last stage holds them, the first stage the rest.
+    pub after_parameter: f64,
+    /// Activations outside the blocks allocated after the last block in forward (the head's,
+    /// the loss's): the last stage's.
+    pub after_activation: f64,
     /// How the categories were known, in bytes.
     pub evidence: EvidenceBytes,
 }
@@ -168,12 +174,73 @@ pub fn phase_at(spans: &[(i64, i64, AnnotationKind)], time_ns: i64) -> Option<Ph
     Some(phase.unwrap_or(Phase::Unknown))
 }
 
+/// Where the repeated blocks run in each forward, to tell what comes after them.
+#[derive(Clone, Debug, Default)]
+pub struct Sides {
+    /// Each forward's span and when its last repeated block ended, by the forward's start.
+    forwards: Vec<(i64, i64, i64)>,
+    /// Modules outside the blocks that first ran after the blocks ended.
+    after_modules: std::collections::BTreeSet<String>,
+}
+
+impl Sides {
+    /// From the module and forward spans.
+    pub fn of(trace: &Trace) -> Self {
+        let interner = &trace.interner;
+        let mut forwards: Vec<(i64, i64, i64)> = trace
+            .annotations
+            .iter()
+            .filter(|a| a.kind == AnnotationKind::Forward)
+            .map(|a| (a.start_ns, a.end_ns, i64::MIN))
+            .collect();
+        forwards.sort_unstable();
+        let modules = trace.annotations.iter().filter(|a| a.kind == AnnotationKind::Module);
+        let mut first_run: BTreeMap<&str, i64> = BTreeMap::new();
+        for a in modules {
+            let name = interner.resolve(a.name);
+            let at = first_run.entry(name).or_insert(a.start_ns);
+            *at = (*at).min(a.start_ns);
+            if repeated_block(name).is_some() {
+                let i = forwards.partition_point(|f| f.0 <= a.start_ns);
+                if let Some(f) = i.checked_sub(1).and_then(|i| forwards.get_mut(i)).filter(|f| a.start_ns <= f.1) {
+                    f.2 = f.2.max(a.end_ns);
+                }
+            }
+        }
+        let first_forward = forwards.iter().find(|f| f.2 != i64::MIN).copied();
+        let after_modules = first_forward.map_or_else(Default::default, |(start, end, blocks_end)| {
+            first_run
+                .iter()
+                .filter(|(name, at)| {
+                    repeated_block(name).is_none() && **at >= blocks_end && **at >= start && **at <= end
+                })
+                .map(|(name, _)| (*name).to_owned())
+                .collect()
+        });
+        Self { forwards, after_modules }
+    }
+
+    /// Whether a parameter of this name belongs to a module run after the blocks.
+    fn parameter_after(&self, name: &str) -> bool {
+        name.rsplit_once('.').is_some_and(|(module, _)| self.after_modules.contains(module))
+    }
+
+    /// Whether an activation allocated then came after its forward's last block.
+    fn activation_after(&self, alloc_ns: i64) -> bool {
+        let i = self.forwards.partition_point(|f| f.0 <= alloc_ns);
+        i.checked_sub(1)
+            .and_then(|i| self.forwards.get(i))
+            .is_some_and(|&(_, end, blocks_end)| blocks_end != i64::MIN && alloc_ns > blocks_end && alloc_ns <= end)
+    }
+}
+
 /// The memory of `device` right after `event` (at `time_ns`), taken apart. One attributor serves
 /// every instant of a trace.
 pub fn parts_at(
     trace: &Trace,
     device: DeviceId,
     attributor: &mut Attributor<'_>,
+    sides: &Sides,
     (event, time_ns): (Option<usize>, i64),
     phase: Option<Phase>,
 ) -> Parts {
@@ -206,6 +273,8 @@ pub fn parts_at(
                     }
                     if let Some(block) = repeated_block(name) {
                         *block_parameters.entry(block.to_owned()).or_default() += bytes;
+                    } else if sides.parameter_after(name) {
+                        parts.after_parameter += bytes;
                     }
                 }
             }
@@ -221,6 +290,8 @@ pub fn parts_at(
                 {
                     *parts.blocks.entry(repeated.to_owned()).or_default() += bytes;
                     *sizes.entry(block.size_bytes).or_default() += 1;
+                } else if sides.activation_after(alloc_ns) {
+                    parts.after_activation += bytes;
                 }
             }
             Category::Temporary => parts.temporary += bytes,
