@@ -196,19 +196,23 @@ enum Command {
     },
     /// Project what each remedy would do to the peak, from the trace's breakdown.
     ///
-    /// Mixed precision (bf16/fp16), activation checkpointing, halving the micro-batch (with
-    /// gradient accumulation), 8-bit Adam, Adafactor, SGD, ZeRO 1/2/3 over --gpus GPUs, and
-    /// expandable segments against fragmentation: for each, the projected peak (allocated and
-    /// reserved), the saving, the cost, the reasoning from the trace and an uncertainty; the best
-    /// pairs; and the smallest change that fits under the target. Works best on traces recorded
-    /// with `vramscope record` (tags, phases and module names).
+    /// Mixed precision (bf16/fp16), activation checkpointing (of every block, and of some),
+    /// halving the micro-batch (with gradient accumulation) or the sequence, 8-bit Adam,
+    /// Adafactor, SGD, ZeRO 1/2/3, tensor and pipeline parallelism over --gpus GPUs, and the
+    /// allocator's expandable segments and max_split_size_mb: for each, the projected peak
+    /// (allocated and reserved), the saving, the cost, the reasoning from the trace, an
+    /// uncertainty, and how it was projected (the recorded allocations changed as the remedy
+    /// would change them and replayed, or a rule); the best pairs; the smallest change that fits
+    /// under the target, and the order to try them in. With --with and --batch or --seq-len,
+    /// the largest batch or sequence that fits, fitted over recordings at several sizes. Works
+    /// best on traces recorded with `vramscope record` (tags, phases and module names).
     Advise {
         /// The trace ('-' for standard input).
         file: PathBuf,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
-        /// GPUs to shard over, for the ZeRO remedies (default: the ranks or GPUs the trace
+        /// GPUs to split over, for the ZeRO, tensor and pipeline parallel remedies (default: the ranks or GPUs the trace
         /// shows; with one, sharding is not projected).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
         gpus: Option<u32>,
@@ -219,6 +223,20 @@ enum Command {
         /// highest peak).
         #[arg(long, value_name = "DEVICE")]
         device: Option<vramscope_trace_format::DeviceId>,
+        /// Another recording of the same run at another batch size (with --batch) or sequence
+        /// length (with --seq-len), to fit how the peak scales and find the largest that fits
+        /// under the target; repeat it for more.
+        #[arg(long = "with", value_name = "FILE", requires = "sizes")]
+        with: Vec<PathBuf>,
+        /// The batch size of FILE and of each --with, in order (e.g. --batch 8,4).
+        #[arg(long, value_name = "N,…", value_delimiter = ',', group = "sizes", requires = "with",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        batch: Vec<u64>,
+        /// The sequence length of FILE and of each --with, in order (e.g. --seq-len 64,32,96):
+        /// three or more fit the square of the length too (attention), two give an upper bound.
+        #[arg(long, value_name = "N,…", value_delimiter = ',', group = "sizes", requires = "with",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        seq_len: Vec<u64>,
     },
     /// Convert any supported file to a compact `.vtrace`.
     ///
@@ -303,8 +321,14 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             }
         }
-        Some(Command::Advise { file, json, gpus, target_bytes, device }) => {
-            vramscope::cli::advise::run(&file, json, gpus, target_bytes, device, &mut stdout)
+        Some(Command::Advise { file, json, gpus, target_bytes, device, with, batch, seq_len }) => {
+            use vramscope::analysis::advisor::scaling::Dimension;
+            let scaling = (!with.is_empty()).then(|| {
+                let (dimension, sizes) =
+                    if batch.is_empty() { (Dimension::Sequence, seq_len) } else { (Dimension::Batch, batch) };
+                vramscope::cli::advise::Scaling { dimension, sizes, others: with }
+            });
+            vramscope::cli::advise::run(&file, json, gpus, target_bytes, device, scaling.as_ref(), &mut stdout)
         }
         Some(Command::Convert { file, output, force }) => {
             vramscope::cli::convert::run(&file, &output, force, &mut stdout)

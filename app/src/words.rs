@@ -4,6 +4,7 @@
 
 use vramscope_trace_format::{Category, DeviceId, Trace};
 
+use crate::analysis::advisor::scaling::{Dimension, ScalingFit};
 use crate::analysis::advisor::{
     Advice, FreeAtOom, Gpus, GpusFrom, Method, Phase, Projection, Reason, Remedy, SomeBlocksCheckpointed, Unused,
 };
@@ -280,6 +281,35 @@ pub fn phase(phase: Phase) -> Option<&'static str> {
         Phase::OptimizerStep => Some("the optimizer step"),
         Phase::Unknown => None,
     }
+}
+
+/// A fit of the peak over recordings at several sizes, and the largest size under the target.
+pub fn scaling_fit(f: &ScalingFit) -> String {
+    let (what, unit) = match f.dimension {
+        Dimension::Batch => ("batch", "sample"),
+        Dimension::Sequence => ("sequence", "token"),
+    };
+    let points: Vec<String> = f.points.iter().map(|&(size, peak)| format!("{size}: {}", bytes(peak))).collect();
+    let mut form =
+        format!("{} + {} per {unit}", bytes(f.fixed_bytes.max(0.0) as u64), bytes(f.per_unit_bytes.max(0.0) as u64));
+    if f.per_unit_squared_bytes != 0.0 {
+        form.push_str(&format!(" + {:.1} B per {unit} squared", f.per_unit_squared_bytes));
+    }
+    let answer = match (f.largest_that_fits, f.at_most) {
+        (None, _) => format!("not even one {unit} fits under {}", bytes(f.target_bytes)),
+        (Some(n), false) => format!("up to {n} {unit}s fit under {}", bytes(f.target_bytes)),
+        (Some(n), true) => format!(
+            "at most {n} {unit}s fit under {} (a straight line through two lengths; attention's scores grow with the \
+             square of the length, so fewer may fit: record a third length for a fit with the square)",
+            bytes(f.target_bytes)
+        ),
+    };
+    format!(
+        "{what}, fitted over {} recordings' reserved peaks ({}): {form} (largest residual {:.1}%); {answer}",
+        f.points.len(),
+        points.join(", "),
+        100.0 * f.max_residual
+    )
 }
 
 /// Selective checkpointing's row: `the first 1 of 2 blocks: 15.4 MiB allocated (-22%)`.

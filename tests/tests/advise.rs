@@ -117,6 +117,48 @@ fn projections_from_one_run_land_within_15_percent_of_the_changed_runs() {
     assert!(error.abs() <= 0.03, "1 of 2 blocks checkpointed: projected {projected}, measured {measured}");
 }
 
+/// The largest batch and the longest sequence under a target, fitted over recordings at other
+/// sizes, against the recordings at those sizes: the batch fitted through 8 and 4 against 16;
+/// the sequence through 64, 32 and 96 (with its square) against 128, and through 64 and 32 (a
+/// line, an upper bound).
+#[test]
+fn the_largest_batch_and_sequence_are_fitted_over_recordings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = record(dir.path(), "base", &[]);
+    let run = |name: &str, args: &[&str]| record(dir.path(), name, args);
+    let (b4, b16) = (run("b4", &["--batch-size", "4"]), run("b16", &["--batch-size", "16"]));
+    let (s32, s96, s128) =
+        (run("s32", &["--seq-len", "32"]), run("s96", &["--seq-len", "96"]), run("s128", &["--seq-len", "128"]));
+    let fitted = |others: &[&Path], flag: &str, sizes: &str, target: u64| {
+        let mut args: Vec<&OsStr> = vec![OsStr::new("advise"), OsStr::new("--json"), base.as_os_str()];
+        for other in others {
+            args.extend([OsStr::new("--with"), other.as_os_str()]);
+        }
+        let target = format!("--target-bytes={target}");
+        args.extend([OsStr::new(flag), OsStr::new(sizes), OsStr::new(&target)]);
+        json(&args)["scaling"].clone()
+    };
+    let at = |fit: &serde_json::Value, size: f64| {
+        let term = |key: &str| fit[key].as_f64().expect("f64");
+        term("fixed_bytes") + term("per_unit_bytes") * size + term("per_unit_squared_bytes") * size * size
+    };
+    let measured = peak(&b16, -1);
+    let batch = fitted(&[&b4], "--batch", "8,4", measured);
+    let error = (at(&batch, 16.0) - measured as f64) / measured as f64;
+    assert!(error.abs() <= 0.01, "batch 16: fitted {}, measured {measured}", at(&batch, 16.0));
+    assert_eq!(batch["largest_that_fits"], 16, "{batch}");
+    let measured = peak(&s128, -1);
+    let sequence = fitted(&[&s32, &s96], "--seq-len", "64,32,96", measured);
+    let error = (at(&sequence, 128.0) - measured as f64) / measured as f64;
+    assert!(error.abs() <= 0.01, "sequence 128: fitted {}, measured {measured}", at(&sequence, 128.0));
+    assert_eq!(sequence["at_most"], false);
+    assert!(sequence["largest_that_fits"].as_u64().is_some_and(|s| (127..=128).contains(&s)), "{sequence}");
+    // A line through two lengths grows slower than attention: an upper bound, and said so.
+    let line = fitted(&[&s32], "--seq-len", "64,32", measured);
+    assert_eq!(line["at_most"], true);
+    assert!(line["largest_that_fits"].as_u64().is_some_and(|s| s >= 128), "{line}");
+}
+
 #[test]
 fn the_bf16_projection_on_the_h200_recording_matches_the_bf16_run() {
     let traces = repo_root().join("samples/traces");

@@ -11,6 +11,7 @@
 
 mod parts;
 mod remedy;
+pub mod scaling;
 pub mod simulate;
 
 use std::collections::BTreeMap;

@@ -1,15 +1,17 @@
 //! `vramscope advise`: what each remedy would do to the peak, from the trace's breakdown.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
 use serde::Serialize;
 use vramscope_trace_format::DeviceId;
 
+use crate::analysis::advisor::scaling::{self, Dimension, ScalingFit};
 use crate::analysis::advisor::{self, Advice, Baseline, Projection};
 use crate::analysis::allocator::AllocatorSettings;
+use crate::analysis::peak;
 use crate::load;
 use crate::units::bytes;
 use crate::words;
@@ -33,7 +35,20 @@ struct Json<'a> {
     batch_scale_that_fits: Option<f64>,
     plan: Vec<PlanJson>,
     checkpointing_by_blocks: &'a [advisor::SomeBlocksCheckpointed],
+    /// With recordings at other sizes: how the peak scales, and the largest size that fits.
+    scaling: Option<&'a ScalingFit>,
     notes: Vec<String>,
+}
+
+/// Recordings of the same run at other batch sizes or sequence lengths: what is varied, the
+/// size of the file advised on and of each other file, and the other files.
+pub struct Scaling {
+    /// Batch or sequence.
+    pub dimension: Dimension,
+    /// The file's size, then each other file's.
+    pub sizes: Vec<u64>,
+    /// The other recordings.
+    pub others: Vec<PathBuf>,
 }
 
 /// A step of the plan: the remedy added, what to change, and what it and those before project.
@@ -82,7 +97,7 @@ fn projections<'a>(list: &'a [Projection], advice: &Advice) -> Vec<ProjectionJso
         .collect()
 }
 
-fn with_words(advice: &Advice) -> Json<'_> {
+fn with_words<'a>(advice: &'a Advice, scaling: Option<&'a ScalingFit>) -> Json<'a> {
     Json {
         baseline: &advice.baseline,
         target_bytes: advice.target_bytes,
@@ -111,6 +126,7 @@ fn with_words(advice: &Advice) -> Json<'_> {
             })
             .collect(),
         checkpointing_by_blocks: &advice.checkpointing_by_blocks,
+        scaling,
         notes: words::advice_notes(advice, "--gpus N"),
     }
 }
@@ -153,13 +169,49 @@ fn line(out: &mut dyn Write, p: &Projection, baseline: u64) -> std::io::Result<(
     )
 }
 
-/// Runs `advise` on `path`.
+/// The reserved peak of `device` in the recording at `path` (the device advised on).
+fn reserved_peak(path: &Path, device: DeviceId) -> Result<u64> {
+    let loaded = load::load(path)?;
+    if !loaded.trace.devices().contains(&device) {
+        bail!(
+            "{}: no {} in this recording; the recordings to fit over must be of the same run on the same device",
+            path.display(),
+            loaded.trace.metadata.device_label(device)
+        );
+    }
+    let peaks = peak::peaks(&loaded.trace, device);
+    Ok(peaks.reserved.bytes.max(peaks.allocated.bytes))
+}
+
+/// Fits the reserved peaks of the file advised on and the other recordings.
+fn fit(path: &Path, advice: &Advice, s: &Scaling) -> Result<ScalingFit> {
+    let Some(target) = advice.target_bytes else {
+        bail!("{}: the trace does not say its device's memory: give --target-bytes to fit under", path.display());
+    };
+    if s.sizes.len() != s.others.len() + 1 {
+        bail!(
+            "{} sizes for {} recordings: give one per recording, the advised file's first ({} and each --with)",
+            s.sizes.len(),
+            s.others.len() + 1,
+            path.display()
+        );
+    }
+    let device = advice.baseline.device;
+    let mut points = vec![(s.sizes[0], advice.baseline.peak_reserved_bytes)];
+    for (other, &size) in s.others.iter().zip(&s.sizes[1..]) {
+        points.push((size, reserved_peak(other, device)?));
+    }
+    scaling::fit(s.dimension, &points, target).map_err(|e| anyhow::anyhow!("{}: cannot fit: {e}", path.display()))
+}
+
+/// Runs `advise` on `path`; with `scaling`, also fits the peak over recordings at other sizes.
 pub fn run(
     path: &Path,
     json: bool,
     gpus: Option<u32>,
     target: Option<u64>,
     device: Option<DeviceId>,
+    scaling: Option<&Scaling>,
     out: &mut dyn Write,
 ) -> Result<()> {
     let loaded = load::load(path)?;
@@ -167,8 +219,9 @@ pub fn run(
     let Some(advice) = advisor::advise(&loaded.trace, device, gpus, target) else {
         bail!("{}: the trace holds no memory events to advise on", path.display());
     };
+    let fitted = scaling.map(|s| fit(path, &advice, s)).transpose()?;
     if json {
-        serde_json::to_writer_pretty(&mut *out, &with_words(&advice))?;
+        serde_json::to_writer_pretty(&mut *out, &with_words(&advice, fitted.as_ref()))?;
         writeln!(out)?;
         return Ok(());
     }
@@ -222,6 +275,9 @@ pub fn run(
         (Some(id), _) => writeln!(out, "\nthe smallest change that fits: {id}")?,
         (None, Some(_)) => writeln!(out, "\nno single remedy or pair fits under the target")?,
         (None, None) => {}
+    }
+    if let Some(f) = &fitted {
+        writeln!(out, "\n{}", words::scaling_fit(f))?;
     }
     if let (false, Some(target)) = (advice.plan.is_empty(), advice.target_bytes) {
         writeln!(out, "\n{}:", words::plan_heading(&advice, target))?;
