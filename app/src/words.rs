@@ -61,6 +61,7 @@ pub fn plural(category: Category) -> &'static str {
 pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
     match remedy {
         Remedy::AmpBf16 => "run forward and backward under torch.autocast(dtype=torch.bfloat16)".to_owned(),
+        Remedy::Bf16Weights => "store the model in bf16 for inference: model.to(torch.bfloat16)".to_owned(),
         Remedy::AmpFp16 => {
             "run forward and backward under torch.autocast(dtype=torch.float16) with a GradScaler".to_owned()
         }
@@ -198,6 +199,17 @@ pub fn advice_notes(advice: &Advice, set_gpus: &str) -> Vec<String> {
             "no backward pass in the trace (an inference run): no checkpointing, gradient or optimizer advice"
                 .to_owned(),
         );
+        match advice.fp32_parameter_share {
+            None => notes.push(
+                "bf16 weights: not projected, the trace does not say the parameters' dtype (a recording by \
+                 `vramscope record` does)"
+                    .to_owned(),
+            ),
+            Some(share) if share <= 0.0 => {
+                notes.push("bf16 weights: not proposed, the parameters are 16-bit already".to_owned());
+            }
+            Some(_) => {}
+        }
     }
     notes
 }
@@ -218,11 +230,15 @@ pub fn plan_heading(advice: &Advice, target: u64) -> String {
     }
 }
 
-/// What one remedy costs besides memory.
-pub fn remedy_cost(remedy: Remedy) -> &'static str {
+/// What one remedy costs besides memory (for a run that trains, or an inference run).
+pub fn remedy_cost(remedy: Remedy, training: bool) -> &'static str {
     match remedy {
+        Remedy::MicroBatchHalf if !training => {
+            "time: the batch in two halves, one after the other (lower GPU utilisation)"
+        }
         Remedy::AmpBf16 => "precision: bf16 matrix products (fp32 weights, optimizer and reductions); usually faster",
         Remedy::AmpFp16 => "precision: fp16 range, needs loss scaling; usually faster",
+        Remedy::Bf16Weights => "precision: bf16 weights and arithmetic (check the outputs); usually faster",
         Remedy::MicroBatchHalf => "time: 2 smaller steps per update (lower GPU utilisation); the same effective batch",
         Remedy::SequenceHalf => "context: the model sees half as many tokens at a time (more, shorter samples)",
         Remedy::Adam8bit => "precision: quantised moments; a dependency",
@@ -330,8 +346,8 @@ pub fn some_blocks_checkpointed(some: &SomeBlocksCheckpointed, baseline_bytes: u
 pub const SOME_BLOCKS_HEADING: &str = "Selective checkpointing, replayed: only the model's first blocks checkpointed";
 
 /// What a projection costs besides memory (a pair: both costs).
-pub fn cost(p: &Projection) -> String {
-    p.remedies.iter().map(|&r| remedy_cost(r)).collect::<Vec<_>>().join("; ")
+pub fn cost(p: &Projection, advice: &Advice) -> String {
+    p.remedies.iter().map(|&r| remedy_cost(r, advice.training)).collect::<Vec<_>>().join("; ")
 }
 
 /// Why a projection is what it is, from the trace's numbers: the parts it changes at the peak,
@@ -351,6 +367,19 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
                 bytes(*matmul_parameter_bytes)
             )
         }
+        Reason::Weights { parameter_bytes, fp32_share, activation_bytes, autocast } => format!(
+            "parameters are {} at the peak, {:.0}% of them in 32 bits, which bf16 halves{}: {before} -> {after}",
+            bytes(*parameter_bytes),
+            pct(*fp32_share),
+            if *autocast {
+                String::from("; the activations are 16-bit already under autocast")
+            } else {
+                format!(
+                    ", and the activations and temporaries ({}) the model computes in bf16",
+                    bytes(*activation_bytes)
+                )
+            }
+        ),
         Reason::Checkpointing {
             activation_bytes,
             share_of_peak,

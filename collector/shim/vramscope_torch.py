@@ -20,7 +20,8 @@ size, stream, stack: frame ids innermost first), `oom` (time, dev, size, free), 
 addr, cat, name), `span` (kind: forward, backward, optimizer_step, iteration, module; name, begin,
 end), `autocast` (device_type, dtype: forward ran under autocast), `allocator_conf` (conf: the
 allocator's configuration string, from the environment when torch is imported and from each
-`torch.cuda.memory._set_allocator_settings` call).
+`torch.cuda.memory._set_allocator_settings` call), `dtypes` (parameters: the model's parameter
+bytes by dtype, when they change).
 """
 
 import atexit
@@ -161,6 +162,7 @@ class _Recorder:
         self.roots = []
         # Last tag written per (device, address): (category, name).
         self.tagged = {}
+        self.parameter_dtypes = {}
         self.depth = threading.local()
         self.module_starts = threading.local()
         self.forward_start = None
@@ -454,6 +456,7 @@ class _Recorder:
             self.param_names.setdefault(id(param), _clean(name))
 
     def tag_parameters(self):
+        dtypes = {}
         for reference in self.roots:
             root = reference()
             if root is None:
@@ -461,9 +464,20 @@ class _Recorder:
             root = _unwrapped(root)
             for name, param in root.named_parameters():
                 self.tag(param, "parameter", _clean(name))
+                try:
+                    local = param.to_local() if type(param).__name__ == "DTensor" else param
+                    dtype = str(local.dtype).replace("torch.", "")
+                    dtypes[dtype] = dtypes.get(dtype, 0) + local.numel() * local.element_size()
+                except Exception:
+                    pass
             # Buffers (running statistics, masks) are model state too; the name says which.
             for name, buffer in root.named_buffers():
                 self.tag(buffer, "parameter", f"{_clean(name)} (buffer)")
+        # What the parameters are stored in: the advisor proposes 16-bit weights only for a
+        # model it knows holds 32-bit ones.
+        if dtypes and dtypes != self.parameter_dtypes:
+            self.parameter_dtypes = dtypes
+            self.write({"t": "dtypes", "parameters": dtypes})
 
     def param_name(self, param):
         return self.param_names.get(id(param), f"param@{id(param):x}")

@@ -102,6 +102,11 @@ pub enum Line {
         /// `key:value` pairs separated by commas.
         conf: String,
     },
+    /// The model's parameters' bytes by dtype (`float32`, `bfloat16`, ...), as last tagged.
+    Dtypes {
+        /// Bytes by dtype.
+        parameters: BTreeMap<String, u64>,
+    },
     /// Forward ran under autocast.
     Autocast {
         /// `cuda` or `cpu`.
@@ -237,6 +242,10 @@ fn add_log(
                 let before = settings.get("PYTORCH_CUDA_ALLOC_CONF").and_then(|v| v.as_str()).unwrap_or("");
                 let joined = if before.is_empty() { conf.clone() } else { format!("{before},{conf}") };
                 *settings = serde_json::json!({ "PYTORCH_CUDA_ALLOC_CONF": joined });
+                continue;
+            }
+            Line::Dtypes { parameters } => {
+                trace.metadata.extra.insert("parameter_dtypes".to_owned(), serde_json::json!(parameters));
                 continue;
             }
             Line::Autocast { device_type, dtype } => {

@@ -427,8 +427,8 @@ def train(args: argparse.Namespace) -> dict:
         # Every rank builds the same model (one seed) and keeps its stage; the rest is freed.
         model = PipelineStage(model, rank, world)
         schedule = pipeline_schedule(args, model, rank, world, device)
-    model.to(device)
-    model.train()
+    model.to(device, dtype=getattr(torch, args.weights_dtype))
+    model.train(not args.inference)
     named = unique_parameters(model)
     parameter_bytes = sum(tensor_bytes(p) for _, p in named)
     if world > 1 and not args.pp:
@@ -438,7 +438,7 @@ def train(args: argparse.Namespace) -> dict:
         if args.tp and world % args.heads != 0 and args.heads % world != 0:
             raise SystemExit("--tp: the ranks must divide --heads")
     params = [p for _, p in named]
-    optimizer = make_optimizer(args, params)
+    optimizer = None if args.inference else make_optimizer(args, params)
     inputs, targets = make_batch(args, device)
     forward = torch.compile(model) if args.compile else model
 
@@ -471,10 +471,20 @@ def train(args: argparse.Namespace) -> dict:
     if args.tie_weights:
         summary["tied"] = {"lm_head.weight": "tok_emb.weight"}
 
-    counter = SavedTensorCounter(params) if args.model == "mlp" else None
+    counter = SavedTensorCounter(params) if args.model == "mlp" and not args.inference else None
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
     start_s = time.perf_counter()
-    for step in range(args.steps):
+    if args.inference:
+        summary.update(gradient_bytes=0, gradient_tensors=0, optimizer_state_bytes=0,
+                       optimizer_state_bytes_excluding_step=0)
+    for step in range(args.steps if args.inference else 0):
+        with torch.inference_mode(), autocast:
+            logits = forward(inputs)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        summary["losses"].append(loss.item())
+        del logits, loss
+        summary["steps"].append({"step": step})
+    for step in range(0 if args.inference else args.steps):
         # --accumulate K: K micro-batches of --batch-size each, their gradients summed before
         # the optimizer's step (the first micro-batch's gradients live through the others).
         if schedule is not None:
@@ -587,6 +597,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                   "(implies --checkpoint)")
     train_group.add_argument("--bf16", action="store_true",
                              help="run forward and loss under torch.autocast(bfloat16)")
+    train_group.add_argument("--inference", action="store_true",
+                             help="forward only, under torch.inference_mode: no backward, no optimizer "
+                                  "(--steps forward passes)")
+    train_group.add_argument("--weights-dtype", choices=["float32", "bfloat16"], default="float32",
+                             help="the dtype the model's parameters are stored in (bfloat16: with "
+                                  "--inference only)")
     train_group.add_argument("--zero-grad-none", action=argparse.BooleanOptionalAction,
                              default=True,
                              help="zero_grad(set_to_none=...): free gradients between steps "
@@ -636,6 +652,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--zero1, --fsdp, --tp and --pp: one way of splitting at a time")
     if (args.tp or args.pp) and args.model != "gpt":
         parser.error("--tp and --pp apply to --model gpt only")
+    if args.weights_dtype != "float32" and not args.inference:
+        parser.error("--weights-dtype bfloat16 applies to --inference only (training keeps 32-bit master weights)")
+    if args.inference and (args.accumulate > 1 or args.checkpoint or args.zero1 or args.fsdp or args.tp or args.pp):
+        parser.error("--inference: forward only, not with --accumulate, --checkpoint or a way of splitting")
     if args.pp and (args.accumulate > 1 or args.compile or args.bf16 or args.checkpoint):
         parser.error("--pp: the schedule makes the micro-batches; not with --accumulate, --compile, --bf16 "
                      "or --checkpoint")

@@ -49,6 +49,8 @@ fn projections_from_one_run_land_within_15_percent_of_the_changed_runs() {
     assert_eq!(advice["baseline"]["peak_allocated_bytes"].as_u64(), Some(peak(&base, -1)));
     assert_eq!(advice["baseline"]["repeated_blocks"], 2);
     assert_eq!(advice["sequence"], true);
+    // A training run keeps 32-bit master weights: bf16 weights are an inference remedy.
+    assert!(advice["remedies"].as_array().is_some_and(|r| r.iter().all(|r| r["id"] != "bf16_weights")));
     // A target below the peak: the order to try the remedies in, each step lower than the one
     // before, the first the cheapest that saves, and the last fitting.
     let reserved = advice["baseline"]["peak_reserved_bytes"].as_u64().expect("bytes");
@@ -157,6 +159,44 @@ fn the_largest_batch_and_sequence_are_fitted_over_recordings() {
     let line = fitted(&[&s32], "--seq-len", "64,32", measured);
     assert_eq!(line["at_most"], true);
     assert!(line["largest_that_fits"].as_u64().is_some_and(|s| s >= 128), "{line}");
+}
+
+/// An inference run (forward only, under `torch.inference_mode`) gets its own remedies,
+/// projected from the fp32 run against the runs with each made: the model stored in bf16, the
+/// forward under autocast, half the batch. A run whose weights are bf16 already is not told to
+/// store them in bf16, and a training run is not told at all.
+#[test]
+fn an_inference_run_gets_its_own_remedies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |name: &str, args: &[&str]| record(dir.path(), name, &[&["--inference"][..], args].concat());
+    let base = run("inference", &[]);
+    let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), base.as_os_str()]);
+    assert_eq!(advice["training"], false);
+    assert_eq!(advice["fp32_parameter_share"], 1.0);
+    let has = |advice: &serde_json::Value, id: &str| {
+        advice["remedies"].as_array().is_some_and(|r| r.iter().any(|r| r["id"] == id))
+    };
+    for id in ["activation_checkpointing", "sgd", "adafactor", "adam_8bit"] {
+        assert!(!has(&advice, id), "{id} for an inference run");
+    }
+    for (id, args, within) in [
+        ("bf16_weights", &["--weights-dtype", "bfloat16"][..], 0.03),
+        ("amp_bf16", &["--bf16"][..], 0.03),
+        ("micro_batch_half", &["--batch-size", "4"][..], 0.05),
+    ] {
+        let changed = run(id, args);
+        let measured = peak(&changed, -1);
+        let (projected, uncertainty) = projection(&advice, id);
+        let error = (projected as f64 - measured as f64) / measured as f64;
+        let say = format!("{id}: projected {projected}, measured {measured} ({:+.2}%)", 100.0 * error);
+        assert!(error.abs() <= within && error.abs() <= uncertainty + 0.01, "{say}, said ±{uncertainty}");
+        if id == "bf16_weights" {
+            let again = json(&[OsStr::new("advise"), OsStr::new("--json"), changed.as_os_str()]);
+            assert!(!has(&again, id), "bf16 weights proposed for bf16 weights");
+            let notes = again["notes"].as_array().expect("notes");
+            assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("16-bit already"))), "{notes:?}");
+        }
+    }
 }
 
 #[test]
@@ -280,6 +320,9 @@ fn imported_snapshots_are_read_before_advising() {
         assert!(!has(&advice, id), "{id} for an inference run: {}", advice["remedies"]);
     }
     assert!(says(&advice, "no backward pass in the trace"), "{}", advice["notes"]);
+    // The snapshot does not say the parameters' dtype: 16-bit weights are not projected.
+    assert!(says(&advice, "bf16 weights: not projected"), "{}", advice["notes"]);
+    assert!(!has(&advice, "bf16_weights"));
     assert!(has(&advice, "micro_batch_half"));
 }
 

@@ -110,6 +110,9 @@ pub struct Advice {
     /// The autocast the run already used (`cuda:bfloat16`), when the recorder saw one; the
     /// mixed-precision remedies are left out then.
     pub autocast: Option<String>,
+    /// The share of the parameters' bytes stored in 32 bits, when the recorder saw their dtypes
+    /// (16-bit weights are proposed for inference only then).
+    pub fp32_parameter_share: Option<f64>,
     /// The GPUs the sharding remedies shard over, and how that count was chosen (none: the
     /// trace shows one GPU and none was given, so sharding is not projected).
     pub gpus: Option<Gpus>,
@@ -633,6 +636,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         gpus: gpus.map_or(1, |g| g.count),
         blocks: base.blocks.len(),
         autocast: autocast.is_some(),
+        fp32_parameter_share: fp32_parameter_share(trace),
         peak_allocated_bytes: peak_allocated,
         peak_reserved_bytes: peak_reserved,
         internal_bytes: at_peak.total.free_internal_bytes,
@@ -653,6 +657,9 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         matmul_parameter_bytes: base.matmul_parameter,
         block_parameter_bytes: base.block_parameter,
         gpus: ctx.gpus,
+        fp32_parameter_share: ctx.fp32_parameter_share.unwrap_or(0.0),
+        autocast: ctx.autocast,
+        training: ctx.training,
     };
     let projector = Projector { b: &b, ctx: &ctx, replayer, rules };
     let remedies: Vec<Remedy> = Remedy::ALL.iter().copied().filter(|r| r.applies(&ctx)).collect();
@@ -695,6 +702,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         smallest_change_that_fits,
         fragmentation: fragmentation(trace, device, &ctx, &at_peak),
         autocast,
+        fp32_parameter_share: ctx.fp32_parameter_share,
         gpus,
         training,
         sequence: ctx.sequence,
@@ -815,6 +823,16 @@ fn works_on_sequences(trace: &Trace) -> bool {
     };
     trace.annotations.iter().any(|a| a.kind == AnnotationKind::Module && attention(interner.resolve(a.name)))
         || interner.frames().iter().any(|f| attention(interner.resolve(f.function)))
+}
+
+/// The share of the parameters' bytes in 32 bits, from the dtypes the recorder saw
+/// (`metadata.extra.parameter_dtypes`: bytes by dtype).
+fn fp32_parameter_share(trace: &Trace) -> Option<f64> {
+    let dtypes = trace.metadata.extra.get("parameter_dtypes")?.as_object()?;
+    let bytes = |v: &serde_json::Value| v.as_f64().filter(|b| b.is_finite() && *b >= 0.0).unwrap_or(0.0);
+    let total: f64 = dtypes.values().map(bytes).sum();
+    let fp32: f64 = dtypes.iter().filter(|(k, _)| k.as_str() == "float32").map(|(_, v)| bytes(v)).sum();
+    (total > 0.0).then(|| fp32 / total)
 }
 
 /// Whether the run went backward: a recorded backward phase, or autograd's backward in a stack.

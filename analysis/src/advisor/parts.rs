@@ -122,6 +122,33 @@ impl Parts {
     }
 }
 
+/// The operator (or Python function) that allocated a block: the innermost two frames' names.
+fn allocated_by<'t>(trace: &'t Trace, stack: StackId) -> impl Iterator<Item = &'t str> + 't {
+    let interner = &trace.interner;
+    interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).take(2).map(|frame| {
+        let function = interner.resolve(frame.function);
+        function.strip_prefix("aten::").unwrap_or(function)
+    })
+}
+
+/// Whether the block is the loss's (its log-softmax, its reduction): what code computes in 32
+/// bits whatever the model's dtype (`logits.float()` before the loss).
+pub(super) fn is_loss(trace: &Trace, stack: StackId) -> bool {
+    allocated_by(trace, stack).any(|name| {
+        matches!(name, "_log_softmax" | "log_softmax" | "nll_loss_forward" | "nll_loss" | "cross_entropy" | "mse_loss")
+    })
+}
+
+/// Whether the 32-bit operator that allocated the block keeps its input's size (a softmax, a
+/// log-softmax, a norm): on a 16-bit input it needs a 32-bit copy of it, as large as the block,
+/// alive while it runs (autocast's cast of an fp32 operator's inputs, or the code's `.float()`).
+pub(super) fn upcasts_its_input(trace: &Trace, device: DeviceId, stack: StackId) -> bool {
+    allocated_by(trace, stack).any(|name| {
+        matches!(name, "_log_softmax" | "log_softmax")
+            || (!device.is_host() && matches!(name, "softmax" | "_softmax" | "layer_norm" | "native_layer_norm"))
+    })
+}
+
 /// Whether autocast leaves what this block holds in 32 bits: sums that mix the 32-bit residual
 /// stream in, the loss's (log-)softmax and reductions, embedding lookups (by the operator the CPU
 /// profiler names, or the Python function of a recorded stack).

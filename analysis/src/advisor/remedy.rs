@@ -13,6 +13,9 @@ pub enum Remedy {
     AmpBf16,
     /// `torch.autocast(dtype=torch.float16)` with a `GradScaler`.
     AmpFp16,
+    /// An inference run's model stored in bf16 (`model.to(torch.bfloat16)`): its weights, and
+    /// what it computes, in 16 bits.
+    Bf16Weights,
     /// Half the micro-batch, gradients accumulated over two.
     MicroBatchHalf,
     /// Half the sequence length (tokens per sample).
@@ -61,6 +64,8 @@ pub struct Context {
     pub blocks: usize,
     /// Whether the run already used autocast.
     pub autocast: bool,
+    /// The share of the parameters' bytes stored in 32 bits, when the recorder saw their dtypes.
+    pub fp32_parameter_share: Option<f64>,
     /// The baseline's allocated and reserved peaks.
     pub peak_allocated_bytes: u64,
     pub peak_reserved_bytes: u64,
@@ -136,9 +141,10 @@ impl Context {
 
 impl Remedy {
     /// Every remedy, in the order they are listed.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::AmpBf16,
         Self::AmpFp16,
+        Self::Bf16Weights,
         Self::MicroBatchHalf,
         Self::SequenceHalf,
         Self::Adam8bit,
@@ -159,6 +165,7 @@ impl Remedy {
         match self {
             Self::AmpBf16 => "amp_bf16",
             Self::AmpFp16 => "amp_fp16",
+            Self::Bf16Weights => "bf16_weights",
             Self::MicroBatchHalf => "micro_batch_half",
             Self::SequenceHalf => "sequence_half",
             Self::Adam8bit => "adam_8bit",
@@ -177,7 +184,7 @@ impl Remedy {
 
     fn group(self) -> Option<Group> {
         match self {
-            Self::AmpBf16 | Self::AmpFp16 => Some(Group::Precision),
+            Self::AmpBf16 | Self::AmpFp16 | Self::Bf16Weights => Some(Group::Precision),
             Self::Adam8bit | Self::Adafactor | Self::Sgd => Some(Group::Optimizer),
             // Over the same GPUs: one way of splitting the model at a time.
             Self::Zero1 | Self::Zero2 | Self::Zero3 | Self::TensorParallel | Self::PipelineParallel => {
@@ -200,7 +207,7 @@ impl Remedy {
     pub fn rank(self) -> u32 {
         match self {
             Self::ExpandableSegments | Self::MaxSplitSize => 0,
-            Self::AmpBf16 => 1,
+            Self::AmpBf16 | Self::Bf16Weights => 1,
             Self::AmpFp16 | Self::MicroBatchHalf => 2,
             Self::Adam8bit | Self::ActivationCheckpointing => 3,
             // It changes what the model sees at a time.
@@ -222,7 +229,9 @@ impl Remedy {
             // A shorter sequence: what scales with it at least halves; attention's scores, which
             // are quadratic in it, lose three quarters, so the projection is high, never low, by
             // their share.
-            Self::MicroBatchHalf | Self::SequenceHalf | Self::Sgd => 0.05,
+            // What is stored in 32 bits halves, measured to the byte on the CPU GPT; a model
+            // that keeps some of its work in 32 bits (norms, softmax) holds more.
+            Self::MicroBatchHalf | Self::SequenceHalf | Self::Sgd | Self::Bf16Weights => 0.05,
             // Adafactor's state is a few percent of Adam's whatever its share is (0.9% measured on
             // the CPU GPT, 2% assumed): the projection is off by a share of that share.
             Self::Adam8bit | Self::Adafactor | Self::Zero1 | Self::Zero2 | Self::ExpandableSegments => 0.1,
@@ -250,7 +259,7 @@ impl Remedy {
     /// projection by (the uncertainty from evidence scales with it).
     pub fn reach(self, ctx: &Context) -> f64 {
         match self {
-            Self::AmpBf16 | Self::AmpFp16 | Self::MicroBatchHalf | Self::SequenceHalf => 0.5,
+            Self::AmpBf16 | Self::AmpFp16 | Self::Bf16Weights | Self::MicroBatchHalf | Self::SequenceHalf => 0.5,
             Self::Adam8bit => 0.75,
             Self::Adafactor | Self::Sgd | Self::ActivationCheckpointing => 1.0,
             Self::Zero1 | Self::Zero2 | Self::Zero3 | Self::TensorParallel | Self::PipelineParallel => {
@@ -267,6 +276,9 @@ impl Remedy {
     pub fn applies(self, ctx: &Context) -> bool {
         match self {
             Self::AmpBf16 | Self::AmpFp16 => !ctx.autocast,
+            // Inference only (training keeps 32-bit master weights), and only for a model the
+            // recorder saw holding 32-bit weights.
+            Self::Bf16Weights => !ctx.training && ctx.fp32_parameter_share.is_some_and(|s| s > 0.0),
             Self::ActivationCheckpointing => ctx.blocks >= 2 && ctx.training,
             Self::Zero1 => ctx.gpus > 1 && ctx.optimizer_state,
             Self::Zero2 => ctx.gpus > 1 && ctx.training,
@@ -310,6 +322,23 @@ impl Remedy {
     pub fn apply(self, p: &mut Parts, ctx: &Context) {
         match self {
             Self::AmpBf16 | Self::AmpFp16 => amp(p),
+            Self::Bf16Weights => {
+                let share = ctx.fp32_parameter_share.unwrap_or(0.0);
+                p.parameter *= 1.0 - share / 2.0;
+                p.matmul_parameter *= 1.0 - share / 2.0;
+                p.block_parameter *= 1.0 - share / 2.0;
+                p.in_block_parameter *= 1.0 - share / 2.0;
+                p.after_parameter *= 1.0 - share / 2.0;
+                // Under autocast the activations are 16-bit already.
+                if !ctx.autocast {
+                    p.activation /= 2.0;
+                    p.fp32_activation = 0.0;
+                    p.after_activation /= 2.0;
+                    p.boundary /= 2.0;
+                    p.blocks.values_mut().for_each(|b| *b /= 2.0);
+                    p.temporary /= 2.0;
+                }
+            }
             Self::MicroBatchHalf => {
                 if !p.in_step() {
                     // Accumulating: the first micro-batch's gradients live through the second.
@@ -370,6 +399,12 @@ impl Remedy {
         let bytes = |b: f64| b.max(0.0) as u64;
         let share = |part: f64| part / base.total().max(1.0);
         match self {
+            Self::Bf16Weights => Reason::Weights {
+                parameter_bytes: bytes(base.parameter),
+                fp32_share: ctx.fp32_parameter_share.unwrap_or(0.0),
+                activation_bytes: bytes(base.activation + base.temporary),
+                autocast: ctx.autocast,
+            },
             Self::AmpBf16 | Self::AmpFp16 => Reason::Precision {
                 activation_bytes: bytes(base.activation),
                 share_of_peak: share(base.activation),
@@ -448,6 +483,18 @@ pub enum Reason {
         fp32_activation_bytes: u64,
         /// Weights of matrix products (16-bit copies kept for backward).
         matmul_parameter_bytes: u64,
+    },
+    /// An inference model in bf16: its parameters, the share of them in 32 bits, and what it
+    /// computes (activations and temporaries, 16-bit already under autocast).
+    Weights {
+        /// Parameters at the peak.
+        parameter_bytes: u64,
+        /// The share of them stored in 32 bits.
+        fp32_share: f64,
+        /// Activations and temporaries at the peak.
+        activation_bytes: u64,
+        /// Whether the run was under autocast.
+        autocast: bool,
     },
     /// Checkpointing: the activations, those inside the repeated blocks, and what stays live.
     Checkpointing {

@@ -34,7 +34,7 @@ use serde::Serialize;
 use vramscope_trace_format::{AnnotationKind, Category, DeviceId, EventKind, StackId, Trace};
 
 use super::Phase;
-use super::parts::{phase_at, repeated_block, stays_fp32};
+use super::parts::{is_loss, phase_at, repeated_block, stays_fp32, upcasts_its_input};
 use super::remedy::Remedy;
 use crate::attribution::{Attribution, Attributor, Evidence};
 use crate::replay;
@@ -77,6 +77,10 @@ struct Block {
     category: Category,
     /// Autocast would keep it in 32 bits.
     fp32: bool,
+    /// The loss's: 32-bit whatever the model's dtype.
+    loss: bool,
+    /// Its operator keeps its input's size in 32 bits: on a 16-bit input, a 32-bit copy of it.
+    upcast: bool,
     /// Allocated in the optimizer step.
     in_step: bool,
     /// The start of the forward it was allocated after (the gradients' move under accumulation).
@@ -92,6 +96,13 @@ pub struct RuleParts {
     pub block_parameter_bytes: f64,
     /// GPUs to shard over.
     pub gpus: u32,
+    /// The share of the parameters' bytes in 32 bits (what 16-bit weights halve).
+    pub fp32_parameter_share: f64,
+    /// Whether the run was under autocast (its activations 16-bit already).
+    pub autocast: bool,
+    /// Whether the run trained (under autocast an inference run's temporaries are what it
+    /// computes, and are cast too).
+    pub training: bool,
 }
 
 /// A device's event stream made ready to replay with remedies applied.
@@ -147,7 +158,10 @@ impl Replayer {
             r.blocks.push(Block {
                 size_bytes,
                 category,
-                fp32: category == Category::Activation && stays_fp32(trace, device, stack),
+                fp32: matches!(category, Category::Activation | Category::Temporary)
+                    && stays_fp32(trace, device, stack),
+                loss: is_loss(trace, stack),
+                upcast: upcasts_its_input(trace, device, stack),
                 in_step: time_ns != i64::MIN && in_step(spans, time_ns),
                 forward_ns: forward.checked_sub(1).map(|f| forwards[f]),
             });
@@ -240,6 +254,7 @@ impl Replayer {
         let mut method = Method::Replay;
         let mut factor: [f64; Category::ALL.len()] = [1.0; Category::ALL.len()];
         let (mut batch, mut cast, mut accumulate, mut checkpoint) = (1.0, false, false, false);
+        let mut computed = 1.0;
         let mut extra: Vec<(i64, usize, i64)> = Vec::new();
         for &remedy in applied {
             match remedy {
@@ -273,6 +288,13 @@ impl Replayer {
                     }
                     method = Method::ReplayAndRule;
                 }
+                Remedy::Bf16Weights => {
+                    factor[Category::Parameter as usize] *= 1.0 - rules.fp32_parameter_share / 2.0;
+                    if !rules.autocast {
+                        computed = 0.5;
+                        method = Method::ReplayAndRule;
+                    }
+                }
                 Remedy::ActivationCheckpointing => {
                     self.checkpointing.as_ref()?;
                     checkpoint = true;
@@ -281,17 +303,26 @@ impl Replayer {
                 Remedy::ExpandableSegments | Remedy::MaxSplitSize => {}
             }
         }
+        let computes = |b: &Block| matches!(b.category, Category::Activation | Category::Temporary);
+        let cast_here = |b: &Block| {
+            cast && !b.fp32 && !b.in_step && (b.category == Category::Activation || (!rules.training && computes(b)))
+        };
         let size = |b: &Block| -> i64 {
             let mut f = factor[b.category as usize];
             let scales = matches!(b.category, Category::Activation | Category::Temporary | Category::Input);
             if scales && !b.in_step {
                 f *= batch;
             }
-            if cast && b.category == Category::Activation && !b.fp32 && !b.in_step {
+            if cast_here(b) {
                 f *= 0.5;
+            }
+            if computes(b) && !b.loss {
+                f *= computed;
             }
             (b.size_bytes as f64 * f).round() as i64
         };
+        // A 32-bit operator on what is 16-bit now: a 32-bit copy of its input while it runs.
+        let upcast = |b: &Block| b.upcast && !b.in_step && (cast || computed < 1.0);
         let mut moved: HashMap<usize, i64> = HashMap::default();
         if checkpoint && let Some(moves) = &self.checkpointing {
             moved.extend(moves.iter().take(blocks).flatten().copied());
@@ -311,9 +342,15 @@ impl Replayer {
             let Some(b) = self.blocks.get(c.block) else { continue };
             let bytes = size(b);
             if c.alloc {
+                let copy = if upcast(b) { (b.size_bytes as f64 * batch).round() as i64 } else { 0 };
                 match moved.get(&c.block) {
                     // Allocated again before what else happens then.
                     Some(&at) => changes.push((at, 0, bytes)),
+                    None if copy > 0 => {
+                        changes.push((c.time_ns, c.order, copy));
+                        changes.push((c.time_ns, c.order, bytes));
+                        changes.push((c.time_ns, c.order, -copy));
+                    }
                     None => changes.push((c.time_ns, c.order, bytes)),
                 }
             } else {
@@ -488,7 +525,13 @@ mod tests {
         let spans = phase_spans(&trace);
         let replayer = Replayer::new(&trace, DeviceId(0), &spans).expect("replayable");
         assert_eq!(replayer.baseline, SimulatedPeak { bytes: 480, time_ns: 120 });
-        let rules = RuleParts { matmul_parameter_bytes: 60.0, block_parameter_bytes: 20.0, gpus: 2 };
+        let rules = RuleParts {
+            matmul_parameter_bytes: 60.0,
+            block_parameter_bytes: 20.0,
+            gpus: 2,
+            training: true,
+            ..RuleParts::default()
+        };
         let project = |applied: &[Remedy]| replayer.project(applied, rules).expect("replayed");
         // Half the micro-batch over two: what scales halves (40 of activations, the forward's
         // temporary 5), and the gradients of the first micro-batch are alive from the second's

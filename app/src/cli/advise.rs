@@ -27,6 +27,8 @@ struct Json<'a> {
     smallest_change_that_fits: Option<&'a str>,
     fragmentation: Option<String>,
     autocast: Option<&'a str>,
+    /// The share of the parameters' bytes in 32 bits, when the recorder saw their dtypes.
+    fp32_parameter_share: Option<f64>,
     gpus: Option<advisor::Gpus>,
     training: bool,
     sequence: bool,
@@ -90,7 +92,7 @@ fn projections<'a>(list: &'a [Projection], advice: &Advice) -> Vec<ProjectionJso
             uncertainty: p.uncertainty,
             method: p.method,
             projected_peak_phase: p.projected_peak_phase,
-            cost: words::cost(p),
+            cost: words::cost(p, advice),
             reason: words::reason(p, advice),
             fits: p.fits,
         })
@@ -107,6 +109,7 @@ fn with_words<'a>(advice: &'a Advice, scaling: Option<&'a ScalingFit>) -> Json<'
         smallest_change_that_fits: advice.smallest_change_that_fits.as_deref(),
         fragmentation: advice.fragmentation.as_ref().map(words::fragmentation),
         autocast: advice.autocast.as_deref(),
+        fp32_parameter_share: advice.fp32_parameter_share,
         gpus: advice.gpus,
         training: advice.training,
         sequence: advice.sequence,
@@ -255,7 +258,7 @@ pub fn run(
     for p in &advice.remedies {
         line(out, p, b.peak_allocated_bytes)?;
         writeln!(out, "      {}", words::reason(p, &advice))?;
-        writeln!(out, "      cost: {}", words::cost(p))?;
+        writeln!(out, "      cost: {}", words::cost(p, &advice))?;
     }
     if !advice.checkpointing_by_blocks.is_empty() {
         writeln!(out, "\n{}:", words::SOME_BLOCKS_HEADING)?;

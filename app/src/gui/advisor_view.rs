@@ -105,7 +105,7 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], advice: &Advice) {
                     );
                 });
                 row.col(|ui| {
-                    ui.add(egui::Label::new(words::cost(p)).truncate()).on_hover_text(words::reason(p, advice));
+                    ui.add(egui::Label::new(words::cost(p, advice)).truncate()).on_hover_text(words::reason(p, advice));
                 });
             });
         });
