@@ -16,6 +16,7 @@
 //! - [`caveats`]: what a trace cannot show.
 //! - [`allocator`]: the caching allocator's settings a run used.
 //! - [`allocsim`]: a model of the caching allocator to replay a trace through.
+//! - [`run`]: a distributed run as its ranks, each analysed alone, and the run summed up.
 
 pub mod advisor;
 pub mod allocator;
@@ -26,6 +27,7 @@ pub mod diff;
 pub mod instant;
 pub mod peak;
 pub mod replay;
+pub mod run;
 pub mod segments;
 pub mod summary;
 pub mod timeline;

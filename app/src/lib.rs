@@ -13,6 +13,7 @@ pub mod gui;
 pub mod load;
 pub mod mapped;
 pub mod report;
+pub mod runs;
 pub mod sample;
 pub mod units;
 pub mod words;

@@ -104,8 +104,11 @@ enum Command {
     /// split into internal waste (rounding inside allocated blocks) and external free blocks.
     /// Memory allocated before a snapshot's trace window began is counted.
     Info {
-        /// The trace to read ('-' reads it from standard input, e.g. `zcat x.gz | vramscope info -`).
-        file: PathBuf,
+        /// The trace to read ('-' reads it from standard input, e.g. `zcat x.gz | vramscope info -`);
+        /// several files (one per rank), a directory of them, or a recording of several ranks
+        /// are read as one run: a row per rank and the run's summary.
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -289,9 +292,13 @@ fn main() -> ExitCode {
         None => open(cli.open.file, None, cli.open.window, started),
         Some(Command::Open(args)) => open(args.file, None, args.window, started),
         Some(Command::Compare { a, b, window }) => open(Some(a), Some(b), window, started),
-        Some(Command::Info { file, json, at, blocks }) => {
-            vramscope::cli::info::run(&file, json, at.as_ref().map(|(t, w)| (t.as_str(), w)), blocks, &mut stdout)
-        }
+        Some(Command::Info { files, json, at, blocks }) => vramscope::cli::info::run_paths(
+            &files,
+            json,
+            at.as_ref().map(|(t, w)| (t.as_str(), w)),
+            blocks,
+            &mut stdout,
+        ),
         Some(Command::Diff { a, b, json, fail_if_peak_grows, fail_if_category_grows, device }) => {
             use vramscope::cli::diff::Gate;
             let gates: Vec<Gate> = fail_if_peak_grows

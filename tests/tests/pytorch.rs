@@ -186,6 +186,29 @@ fn torchrun_with_two_ranks_gives_a_trace_per_rank_and_a_merged_one() {
     };
     let parts: u64 = ranks.iter().map(|r| events(&dir.path().join(format!("ddp.rank{}.vtrace", r["rank"])))).sum();
     assert_eq!(events(&trace), parts);
+    // One run, whether read from the recording, its per-rank files or its directory: a row per
+    // rank with that rank's own peak, never the ranks' blocks mixed.
+    let info = |args: &[&OsStr]| {
+        let output = vramscope(&[&[OsStr::new("info"), OsStr::new("--json")][..], args].concat());
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON")
+    };
+    let own: Vec<u64> = (0..2)
+        .map(|rank| {
+            let file = dir.path().join(format!("ddp.rank{rank}.vtrace"));
+            bytes(&info(&[file.as_os_str()])["devices"][0]["peak_allocated_bytes"])
+        })
+        .collect();
+    let files: Vec<PathBuf> = (0..2).map(|r| dir.path().join(format!("ddp.rank{r}.vtrace"))).collect();
+    for args in [vec![trace.as_os_str()], vec![dir.path().as_os_str()], files.iter().map(|f| f.as_os_str()).collect()] {
+        let run = info(&args);
+        let rows = run["run"]["ranks"].as_array().expect("ranks");
+        let peaks: Vec<u64> = rows.iter().map(|r| bytes(&r["peak_allocated_bytes"])).collect();
+        assert_eq!(peaks, own, "{args:?}");
+        assert_eq!(rows.iter().map(|r| r["rank_from"].clone()).collect::<Vec<_>>(), vec!["recorded"; 2]);
+        let worst = if own[1] > own[0] { 1 } else { 0 };
+        assert_eq!(run["run"]["worst_rank"], worst, "{args:?}");
+    }
 }
 
 /// Under `record`, a real CPU PyTorch run prints exactly what it prints alone: the shim's own

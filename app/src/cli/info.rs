@@ -164,9 +164,108 @@ fn at_instant(trace: &Trace, when: &When, text: &str) -> Result<At> {
 }
 
 /// Runs `info` on `path`, printing JSON or a readable summary to `out`; with `at`, also what was
+/// Whether a trace holds several ranks (a recording of a distributed run).
+fn holds_ranks(trace: &Trace) -> bool {
+    trace.metadata.processes.len() > 1 && trace.metadata.processes.iter().any(|p| p.rank.is_some())
+}
+
+/// `info` on what the paths hold: one trace, or a run of several ranks (several files, a
+/// directory of them, or one recording of several ranks): per-rank rows and the run's summary.
+pub fn run_paths(
+    paths: &[std::path::PathBuf],
+    json: bool,
+    at: Option<(&str, &When)>,
+    blocks: usize,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let opened = match paths {
+        [one] if !one.is_dir() => {
+            let loaded = load::load(one)?;
+            if !holds_ranks(&loaded.trace) {
+                return run_loaded(&loaded, json, at, blocks, out);
+            }
+            let name = loaded.path.display().to_string();
+            crate::runs::Opened { run: crate::analysis::run::Run::of(vec![(name, loaded.trace)]), skipped: Vec::new() }
+        }
+        _ => crate::runs::open(paths)?,
+    };
+    if at.is_some() || blocks > 0 {
+        bail!(
+            "--at and --blocks look at one trace: give one rank's file (a recording writes RUN.rankN.vtrace beside it)"
+        );
+    }
+    run_of_ranks(paths, &opened, json, out)
+}
+
+fn run_of_ranks(
+    paths: &[std::path::PathBuf],
+    opened: &crate::runs::Opened,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let Some(summary) = crate::analysis::run::summarize(&opened.run) else {
+        bail!(
+            "no ranks with memory events in {}",
+            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    };
+    let notes = crate::words::run_notes(&opened.run, &opened.skipped);
+    if json {
+        let events: usize = opened.run.ranks.iter().map(|r| r.trace.events.len()).sum();
+        let value = serde_json::json!({
+            "run": summary,
+            "allocator_events": events,
+            "notes": notes,
+        });
+        serde_json::to_writer_pretty(&mut *out, &value)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "{}", crate::words::run_headline(&summary))?;
+    writeln!(
+        out,
+        "\n  {:>5}  {:>14}  {:>14}  {:<14}  {:>12}  file",
+        "rank", "peak allocated", "peak reserved", "phase", "when"
+    )?;
+    for r in &summary.ranks {
+        // From the rank's own first event: ranks on several machines do not share a clock.
+        let start = opened.run.ranks.iter().find(|x| x.rank == r.rank).and_then(|x| x.trace.events.first());
+        let start = start.map_or(0, |e| e.time_ns);
+        let at = r
+            .peak
+            .peak_allocated_time_us
+            .map_or_else(|| "-".to_owned(), |us| format!("+{}", duration_ns((us * 1000 - start).max(0))));
+        writeln!(
+            out,
+            "  {:>5}  {:>14}  {:>14}  {:<14}  {:>12}  {}{}",
+            r.rank,
+            bytes(r.peak.peak_allocated_bytes),
+            bytes(r.peak.peak_reserved_bytes),
+            r.peak_phase.map_or("-", crate::words::run_phase),
+            at,
+            r.source,
+            if r.rank == summary.worst_rank { "  <- highest" } else { "" }
+        )?;
+    }
+    for note in notes {
+        writeln!(out, "  {note}")?;
+    }
+    Ok(())
+}
+
 /// alive at that instant (its text as given, and parsed).
 pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, out: &mut dyn Write) -> Result<()> {
-    let loaded = load::load(path)?;
+    run_paths(&[path.to_path_buf()], json, at, blocks, out)
+}
+
+/// `info` on one loaded trace.
+fn run_loaded(
+    loaded: &LoadedTrace,
+    json: bool,
+    at: Option<(&str, &When)>,
+    blocks: usize,
+    out: &mut dyn Write,
+) -> Result<()> {
     let summary = summary::summary(&loaded.trace, loaded.format, &loaded.wrappers);
     let largest = (blocks > 0)
         .then(|| largest_blocks(&loaded.trace, at.map(|a| a.1), at.map_or("peak", |a| a.0), blocks))
@@ -192,7 +291,7 @@ pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, ou
         serde_json::to_writer_pretty(&mut *out, &value)?;
         writeln!(out)?;
     } else {
-        write_text(&loaded, &summary, out)?;
+        write_text(loaded, &summary, out)?;
         if let Some(at) = &at {
             let start = loaded.trace.events.first().map_or(0, |e| e.time_ns);
             writeln!(out, "\nat {} (+{})", at.when, duration_ns((at.time_us * 1000 - start).max(0)))?;
@@ -224,7 +323,7 @@ pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, ou
         }
     }
     for warning in &loaded.warnings {
-        eprintln!("warning: {}: {warning}", path.display());
+        eprintln!("warning: {}: {warning}", loaded.path.display());
     }
     Ok(())
 }

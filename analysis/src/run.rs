@@ -1,0 +1,353 @@
+//! A run as a set of ranks: the traces of a distributed run (one file per rank, or one
+//! recording holding several ranked processes) taken apart rank by rank, each analysed on its
+//! own so that no number mixes the blocks of two processes, and the run summed up: which rank
+//! peaks, by how much the ranks differ and in what, and which ran out of memory first.
+//!
+//! A rank's number comes, in this order, from what the file says: the rank a recorder or a
+//! profiler trace's `distributedInfo` gave its process; else, for per-rank snapshots (one
+//! device each, a different one per file), the device's index; else a `rank<N>` in the file's
+//! name, stated as a guess; else the files' order, stated too.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use vramscope_trace_format::{AnnotationKind, Clock, DeviceId, ProcessId, Trace};
+
+use crate::diff::{self, RunPeak};
+use crate::peak;
+
+/// Where a rank's number came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankFrom {
+    /// The recorder or the profiler trace (`distributedInfo`) gave the process its rank.
+    Recorded,
+    /// The file is a per-rank snapshot: the index of its one device.
+    Device,
+    /// `rank<N>` in the file's name: a guess.
+    FileName,
+    /// The order the files were given in: a guess.
+    Order,
+}
+
+/// One rank of a run: its trace, alone.
+#[derive(Debug)]
+pub struct Rank {
+    /// Its number.
+    pub rank: u32,
+    /// Where the number came from.
+    pub from: RankFrom,
+    /// The file it was read from (and, for a recording of several ranks, which process).
+    pub source: String,
+    /// Its trace: one process.
+    pub trace: Trace,
+}
+
+/// A run: its ranks, by rank.
+#[derive(Debug, Default)]
+pub struct Run {
+    /// The ranks, sorted by number.
+    pub ranks: Vec<Rank>,
+    /// What was odd (files that repeat ranks, numbers guessed), for the front ends to say.
+    pub notes: Vec<RunNote>,
+}
+
+/// Something about how the run was put together that its reader should know.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum RunNote {
+    /// A rank held in two files: the later one was left out.
+    DuplicateRank {
+        /// The rank.
+        rank: u32,
+        /// The file kept.
+        kept: String,
+        /// The file left out.
+        left_out: String,
+    },
+    /// Some ranks' numbers are guesses.
+    Guessed {
+        /// How.
+        from: RankFrom,
+        /// How many.
+        ranks: usize,
+    },
+}
+
+/// `rank3` (or `rank_3`, `rank-3`) in a file's name.
+fn rank_in_name(name: &str) -> Option<u32> {
+    let lower = name.to_ascii_lowercase();
+    let mut rest = lower.as_str();
+    while let Some(at) = rest.find("rank") {
+        let after = rest[at + 4..].trim_start_matches(['_', '-', '.']);
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        if let Ok(rank) = digits.parse() {
+            return Some(rank);
+        }
+        rest = &rest[at + 4..];
+    }
+    None
+}
+
+/// A file's one device, when it has exactly one and it is a GPU.
+fn single_gpu(trace: &Trace) -> Option<DeviceId> {
+    match trace.devices().as_slice() {
+        [only] if !only.is_host() => Some(*only),
+        _ => None,
+    }
+}
+
+impl Run {
+    /// The run of the traces read from these files (name, trace), in the order given: a
+    /// recording of several ranked processes gives each its own rank; every other file is one
+    /// rank.
+    pub fn of(files: Vec<(String, Trace)>) -> Self {
+        let mut candidates: Vec<(Option<u32>, RankFrom, String, Trace)> = Vec::new();
+        // Ranks taken out of recordings of several: after the per-rank files, which win where
+        // both hold a rank (a recording directory has both).
+        let mut parts: Vec<(Option<u32>, RankFrom, String, Trace)> = Vec::new();
+        // Files of one unranked process each.
+        let mut plain: Vec<(String, Trace)> = Vec::new();
+        for (name, trace) in files {
+            let ranked: Vec<(usize, u32)> =
+                trace.metadata.processes.iter().enumerate().filter_map(|(i, p)| p.rank.map(|r| (i, r))).collect();
+            if trace.metadata.processes.len() > 1 && !ranked.is_empty() {
+                for (i, rank) in ranked {
+                    let part = trace.of_process(ProcessId(i as u32));
+                    parts.push((Some(rank), RankFrom::Recorded, format!("{name} (rank {rank})"), part));
+                }
+            } else if let [(_, rank)] = ranked.as_slice() {
+                candidates.push((Some(*rank), RankFrom::Recorded, name, trace));
+            } else {
+                plain.push((name, trace));
+            }
+        }
+        candidates.append(&mut parts);
+        // Per-rank snapshots: each file on one GPU, a different one each.
+        let devices: Vec<Option<DeviceId>> = plain.iter().map(|(_, t)| single_gpu(t)).collect();
+        let mut distinct: Vec<i16> = devices.iter().flatten().map(|d| d.0).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let by_device = plain.len() > 1 && devices.iter().all(Option::is_some) && distinct.len() == plain.len();
+        let by_name = !by_device && plain.iter().all(|(n, _)| rank_in_name(n).is_some());
+        let taken: Vec<u32> = candidates.iter().filter_map(|c| c.0).collect();
+        let mut next = 0u32;
+        for ((name, trace), device) in plain.into_iter().zip(devices) {
+            let (rank, from) = if by_device {
+                (device.and_then(|d| u32::try_from(d.0).ok()), RankFrom::Device)
+            } else if by_name {
+                (rank_in_name(&name), RankFrom::FileName)
+            } else {
+                while taken.contains(&next) {
+                    next += 1;
+                }
+                next += 1;
+                (Some(next - 1), RankFrom::Order)
+            };
+            candidates.push((rank, from, name, trace));
+        }
+        let mut run = Self::default();
+        let mut seen: BTreeMap<u32, String> = BTreeMap::new();
+        for (rank, from, source, trace) in candidates {
+            let Some(rank) = rank else { continue };
+            if let Some(kept) = seen.get(&rank) {
+                run.notes.push(RunNote::DuplicateRank { rank, kept: kept.clone(), left_out: source });
+                continue;
+            }
+            seen.insert(rank, source.clone());
+            run.ranks.push(Rank { rank, from, source, trace });
+        }
+        run.ranks.sort_by_key(|r| r.rank);
+        for from in [RankFrom::FileName, RankFrom::Order] {
+            let ranks = run.ranks.iter().filter(|r| r.from == from).count();
+            if ranks > 0 && run.ranks.len() > 1 {
+                run.notes.push(RunNote::Guessed { from, ranks });
+            }
+        }
+        run
+    }
+
+    /// Whether it is a run of several ranks (else one trace, analysed as one).
+    pub fn is_distributed(&self) -> bool {
+        self.ranks.len() > 1
+    }
+}
+
+/// Where in the step an instant is, by the recorded phases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseAt {
+    /// Forward.
+    Forward,
+    /// Backward.
+    Backward,
+    /// The optimizer step.
+    OptimizerStep,
+}
+
+fn phase_at(trace: &Trace, time_ns: i64) -> Option<PhaseAt> {
+    trace.annotations.iter().filter(|a| a.start_ns <= time_ns && time_ns <= a.end_ns).find_map(|a| match a.kind {
+        AnnotationKind::Forward => Some(PhaseAt::Forward),
+        AnnotationKind::Backward => Some(PhaseAt::Backward),
+        AnnotationKind::OptimizerStep => Some(PhaseAt::OptimizerStep),
+        _ => None,
+    })
+}
+
+/// One rank's numbers: its peak on its busiest device, when and in which phase, by category,
+/// and its first OOM.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankSummary {
+    /// The rank.
+    pub rank: u32,
+    /// Where the number came from.
+    pub rank_from: RankFrom,
+    /// Its file.
+    pub source: String,
+    /// Its peak (the device with the highest allocated peak).
+    #[serde(flatten)]
+    pub peak: RunPeak,
+    /// The phase of the peak, when recorded.
+    pub peak_phase: Option<PhaseAt>,
+    /// When it first failed an allocation (µs on its trace's clock), if it did.
+    pub first_oom_us: Option<i64>,
+}
+
+/// A category in which the ranks differ most at their peaks.
+#[derive(Clone, Debug, Serialize)]
+pub struct Spread {
+    /// The category.
+    pub category: &'static str,
+    /// The rank holding the most of it at its peak, and how much.
+    pub max_rank: u32,
+    /// Bytes.
+    pub max_bytes: u64,
+    /// The rank holding the least, and how much.
+    pub min_rank: u32,
+    /// Bytes.
+    pub min_bytes: u64,
+}
+
+/// The run summed up.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSummary {
+    /// Each rank.
+    pub ranks: Vec<RankSummary>,
+    /// The rank with the highest allocated peak.
+    pub worst_rank: u32,
+    /// The highest allocated peak over the lowest (1 when they are equal).
+    pub imbalance: f64,
+    /// The worst rank's peak over the median rank's (the lower middle), less one: how far it
+    /// stands out.
+    pub worst_over_median: f64,
+    /// The categories by how much the ranks differ in them at their peaks, most first.
+    pub spread: Vec<Spread>,
+    /// The rank that ran out of memory first (by its own clock), if any did.
+    pub first_oom_rank: Option<u32>,
+}
+
+/// Each rank's numbers, and the run's.
+pub fn summarize(run: &Run) -> Option<RunSummary> {
+    let ranks: Vec<RankSummary> = run
+        .ranks
+        .iter()
+        .map(|r| {
+            let peak = diff::run_peak(&r.trace, &r.source, None);
+            let at = peak::peaks(&r.trace, peak.device).allocated.time_ns;
+            let clock = r.trace.metadata.clock != Clock::EventIndex;
+            let first_oom = r.trace.ooms.iter().map(|o| o.time_ns).min();
+            RankSummary {
+                rank: r.rank,
+                rank_from: r.from,
+                source: r.source.clone(),
+                peak_phase: phase_at(&r.trace, at),
+                first_oom_us: first_oom.filter(|_| clock).map(|t| t.div_euclid(1000)),
+                peak,
+            }
+        })
+        .collect();
+    let worst = ranks.iter().max_by_key(|r| (r.peak.peak_allocated_bytes, std::cmp::Reverse(r.rank)))?;
+    let lowest = ranks.iter().map(|r| r.peak.peak_allocated_bytes).min().unwrap_or(0);
+    let mut sorted: Vec<u64> = ranks.iter().map(|r| r.peak.peak_allocated_bytes).collect();
+    sorted.sort_unstable();
+    // The lower middle: with two ranks, the other one.
+    let median = sorted[(sorted.len() - 1) / 2].max(1);
+    let mut categories: Vec<&'static str> =
+        ranks.iter().flat_map(|r| r.peak.categories_at_peak.keys().copied()).collect();
+    categories.sort_unstable();
+    categories.dedup();
+    let mut spread: Vec<Spread> = categories
+        .into_iter()
+        .filter_map(|category| {
+            let of = |r: &RankSummary| r.peak.categories_at_peak.get(category).copied().unwrap_or(0);
+            let max = ranks.iter().max_by_key(|r| (of(r), std::cmp::Reverse(r.rank)))?;
+            let min = ranks.iter().min_by_key(|r| (of(r), r.rank))?;
+            Some(Spread { category, max_rank: max.rank, max_bytes: of(max), min_rank: min.rank, min_bytes: of(min) })
+        })
+        .filter(|s| s.max_bytes > s.min_bytes)
+        .collect();
+    spread.sort_by_key(|s| std::cmp::Reverse(s.max_bytes - s.min_bytes));
+    // Ranks' clocks are one machine's CLOCK_MONOTONIC when recorded together; files from
+    // several machines may not share one, so this is by each rank's own clock.
+    let first_oom_rank = ranks.iter().filter_map(|r| r.first_oom_us.map(|t| (t, r.rank))).min().map(|(_, r)| r);
+    Some(RunSummary {
+        worst_rank: worst.rank,
+        imbalance: worst.peak.peak_allocated_bytes as f64 / lowest.max(1) as f64,
+        worst_over_median: worst.peak.peak_allocated_bytes as f64 / median as f64 - 1.0,
+        spread,
+        first_oom_rank,
+        ranks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_trace_format::{Event, EventKind, ProcessInfo};
+
+    use super::*;
+
+    fn one(bytes: u64, device: i16) -> Trace {
+        let mut trace = Trace::default();
+        trace.events.push(Event::new(EventKind::Alloc, 1, device, 0x1000, bytes));
+        trace
+    }
+
+    #[test]
+    fn ranks_come_from_the_files_and_are_said_when_guessed() {
+        assert_eq!(rank_in_name("snapshot_rank12.pickle"), Some(12));
+        assert_eq!(rank_in_name("run.rank_3.vtrace"), Some(3));
+        assert_eq!(rank_in_name("ranking.pickle"), None);
+        // Per-rank snapshots: one GPU each, a different one.
+        let run = Run::of(vec![("a.pickle".into(), one(10, 1)), ("b.pickle".into(), one(30, 0))]);
+        let ranks: Vec<(u32, RankFrom)> = run.ranks.iter().map(|r| (r.rank, r.from)).collect();
+        assert_eq!(ranks, vec![(0, RankFrom::Device), (1, RankFrom::Device)]);
+        assert!(run.notes.is_empty());
+        // Both on the same device, no rank in the names: by order, and said.
+        let run = Run::of(vec![("a.pickle".into(), one(10, 0)), ("b.pickle".into(), one(30, 0))]);
+        assert_eq!(run.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(run.notes, vec![RunNote::Guessed { from: RankFrom::Order, ranks: 2 }]);
+        // A recording of two ranked processes: each its own rank, its blocks alone.
+        let mut merged = one(10, -1);
+        let mut other = Event::new(EventKind::Alloc, 2, -1, 0x1000, 30);
+        other.process = ProcessId(1);
+        merged.events.push(other);
+        merged.metadata.processes = vec![
+            ProcessInfo { rank: Some(0), ..ProcessInfo::default() },
+            ProcessInfo { rank: Some(1), ..ProcessInfo::default() },
+        ];
+        let run = Run::of(vec![("run.vtrace".into(), merged)]);
+        let summary = summarize(&run).expect("ranks");
+        let peaks: Vec<u64> = summary.ranks.iter().map(|r| r.peak.peak_allocated_bytes).collect();
+        assert_eq!(peaks, vec![10, 30]);
+        assert_eq!(summary.worst_rank, 1);
+        assert!((summary.imbalance - 3.0).abs() < 1e-9);
+        // The same rank twice: the second is left out, and said.
+        let mut a = one(10, 0);
+        a.metadata.processes = vec![ProcessInfo { rank: Some(0), ..ProcessInfo::default() }];
+        let mut b = one(20, 0);
+        b.metadata.processes = vec![ProcessInfo { rank: Some(0), ..ProcessInfo::default() }];
+        let run = Run::of(vec![("a".into(), a), ("b".into(), b)]);
+        assert_eq!(run.ranks.len(), 1);
+        assert!(matches!(&run.notes[..], [RunNote::DuplicateRank { rank: 0, .. }]));
+    }
+}
