@@ -130,7 +130,9 @@ enum Command {
     /// a file cannot be read. For CI: `vramscope diff main.pickle pr.pickle
     /// --fail-if-peak-grows 5 --fail-if-category-grows activation=10`.
     Diff {
-        /// The baseline run.
+        /// The baseline run: a trace, or a run of several ranks (a directory of rank files, or a
+        /// recording of several ranks: the ranks are paired by number, each gate must hold on
+        /// every rank).
         a: PathBuf,
         /// The run compared with it.
         b: PathBuf,
@@ -210,7 +212,8 @@ enum Command {
     /// the largest batch or sequence that fits, fitted over recordings at several sizes. Works
     /// best on traces recorded with `vramscope record` (tags, phases and module names).
     Advise {
-        /// The trace ('-' for standard input).
+        /// The trace ('-' for standard input); of a run of several ranks (a directory of rank
+        /// files, or a recording of several ranks), the rank that peaks highest is advised on.
         file: PathBuf,
         /// Print one JSON object instead of text.
         #[arg(long)]

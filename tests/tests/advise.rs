@@ -356,6 +356,11 @@ fn sharding_projections_land_on_the_zero1_fsdp_tensor_and_pipeline_parallel_runs
     let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), ddp[0].as_os_str()]);
     assert_eq!(advice["gpus"]["count"], 2, "{}", advice["gpus"]);
     assert_eq!(advice["gpus"]["from"], "world_size");
+    // The recording of both ranks is a run: advised on the rank that peaks highest, alone.
+    let merged = json(&[OsStr::new("advise"), OsStr::new("--json"), dir.path().join("ddp.vtrace").as_os_str()]);
+    let highest = ddp.iter().map(|t| peak(t, -1)).max().expect("ranks");
+    assert_eq!(merged["baseline"]["peak_allocated_bytes"].as_u64(), Some(highest), "{}", merged["rank"]);
+    assert_eq!(merged["rank"]["peaks"].as_array().map(Vec::len), Some(2));
     // Within the stated uncertainty: the ranks' peaks move from run to run with gloo's timing
     // (the same ZeRO-1 program peaked at 20.6 MB in most runs and 22.8 MB in one of about
     // eight), so a tighter bound would test the timing, not the projection.

@@ -209,6 +209,28 @@ fn torchrun_with_two_ranks_gives_a_trace_per_rank_and_a_merged_one() {
         let worst = if own[1] > own[0] { 1 } else { 0 };
         assert_eq!(run["run"]["worst_rank"], worst, "{args:?}");
     }
+    // diff pairs the ranks: the recording against its own directory, rank by rank, unchanged;
+    // a gate holds on every rank or fails and names the rank.
+    let diff = |gate: &str| {
+        vramscope(&[
+            OsStr::new("diff"),
+            OsStr::new("--json"),
+            OsStr::new(gate),
+            trace.as_os_str(),
+            dir.path().as_os_str(),
+        ])
+    };
+    let same = diff("--fail-if-peak-grows=0");
+    assert!(same.status.success(), "{}", String::from_utf8_lossy(&same.stderr));
+    let same: serde_json::Value = serde_json::from_slice(&same.stdout).expect("JSON");
+    let rows = same["ranks"].as_array().expect("ranks");
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["delta_bytes"] == 0), "{rows:?}");
+    let shrink = diff("--fail-if-peak-grows=-1");
+    assert_eq!(shrink.status.code(), Some(1));
+    let shrink: serde_json::Value = serde_json::from_slice(&shrink.stdout).expect("JSON");
+    assert_eq!(shrink["gates"][0]["passed"], false);
+    assert!(shrink["gates"][0]["worst_rank"].is_u64());
 }
 
 /// Under `record`, a real CPU PyTorch run prints exactly what it prints alone: the shim's own

@@ -172,6 +172,43 @@ fn line(out: &mut dyn Write, p: &Projection, baseline: u64) -> std::io::Result<(
     )
 }
 
+/// The rank advised on when the file is a run of several: the one that peaks highest.
+#[derive(Serialize)]
+struct RankChosen {
+    /// The rank.
+    rank: u32,
+    /// Each rank's allocated peak.
+    peaks: Vec<(u32, u64)>,
+}
+
+/// The trace to advise on: the file's; of a run of several ranks (a directory of rank files,
+/// or a recording of several), the rank that peaks highest, each rank analysed alone.
+fn one_rank(path: &Path) -> Result<(vramscope_trace_format::Trace, Option<RankChosen>)> {
+    let run = if path.is_dir() {
+        let opened = crate::runs::open(&[path.to_path_buf()])?;
+        for skipped in &opened.skipped {
+            eprintln!("warning: left out, not a trace this reads: {skipped}");
+        }
+        opened.run
+    } else {
+        let loaded = load::load(path)?;
+        let processes = &loaded.trace.metadata.processes;
+        if processes.len() <= 1 || processes.iter().all(|p| p.rank.is_none()) {
+            return Ok((loaded.trace, None));
+        }
+        crate::analysis::run::Run::of(vec![(path.display().to_string(), loaded.trace)])
+    };
+    let Some(summary) = crate::analysis::run::summarize(&run) else {
+        bail!("{}: no rank holds memory events to advise on", path.display());
+    };
+    let peaks = summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect();
+    let worst = summary.worst_rank;
+    let mut run = run;
+    let Some(at) = run.ranks.iter().position(|r| r.rank == worst) else { bail!("rank {worst} is gone") };
+    let rank = run.ranks.swap_remove(at);
+    Ok((rank.trace, Some(RankChosen { rank: worst, peaks })))
+}
+
 /// The reserved peak of `device` in the recording at `path` (the device advised on).
 fn reserved_peak(path: &Path, device: DeviceId) -> Result<u64> {
     let loaded = load::load(path)?;
@@ -217,16 +254,30 @@ pub fn run(
     scaling: Option<&Scaling>,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let loaded = load::load(path)?;
-    super::check_device(path, &loaded.trace, device)?;
-    let Some(advice) = advisor::advise(&loaded.trace, device, gpus, target) else {
+    let (trace, chosen) = one_rank(path)?;
+    super::check_device(path, &trace, device)?;
+    let Some(advice) = advisor::advise(&trace, device, gpus, target) else {
         bail!("{}: the trace holds no memory events to advise on", path.display());
     };
     let fitted = scaling.map(|s| fit(path, &advice, s)).transpose()?;
     if json {
-        serde_json::to_writer_pretty(&mut *out, &with_words(&advice, fitted.as_ref()))?;
+        let mut value = serde_json::to_value(with_words(&advice, fitted.as_ref()))?;
+        if let (Some(chosen), Some(object)) = (&chosen, value.as_object_mut()) {
+            object.insert("rank".to_owned(), serde_json::to_value(chosen)?);
+        }
+        serde_json::to_writer_pretty(&mut *out, &value)?;
         writeln!(out)?;
         return Ok(());
+    }
+    if let Some(chosen) = &chosen {
+        let others: Vec<String> = chosen.peaks.iter().map(|(r, b)| format!("rank {r} {}", bytes(*b))).collect();
+        writeln!(
+            out,
+            "a run of {} ranks: advising rank {}, the one that peaks highest ({})",
+            chosen.peaks.len(),
+            chosen.rank,
+            others.join(", ")
+        )?;
     }
     let b = &advice.baseline;
     writeln!(out, "{}", path.display())?;

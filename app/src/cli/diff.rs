@@ -9,6 +9,7 @@ use serde::Serialize;
 use vramscope_trace_format::{Category, DeviceId};
 
 use crate::analysis::diff::{self, Diff, SiteDelta, percent};
+use crate::analysis::run::{RankFrom, Run};
 use crate::load;
 use crate::units::{bytes, signed_bytes};
 
@@ -126,15 +127,16 @@ pub fn run(
     if a == b {
         bail!("{} is compared with itself: give two different traces", a.display());
     }
-    let load_run = |path: &Path| -> Result<diff::RunPeak> {
-        let loaded = load::load(path)?;
-        for warning in &loaded.warnings {
-            eprintln!("warning: {}: {warning}", path.display());
-        }
-        super::check_device(path, &loaded.trace, device)?;
-        Ok(diff::run_peak(&loaded.trace, &path.display().to_string(), device))
+    let (side_a, side_b) = (open_side(a)?, open_side(b)?);
+    if side_a.is_distributed() || side_b.is_distributed() {
+        return ranks(a, b, &side_a, &side_b, json, gates, device, out);
+    }
+    let peak_of = |path: &Path, run: &Run| -> Result<diff::RunPeak> {
+        let Some(rank) = run.ranks.first() else { bail!("{}: no trace", path.display()) };
+        super::check_device(path, &rank.trace, device)?;
+        Ok(diff::run_peak(&rank.trace, &path.display().to_string(), device))
     };
-    let d = diff::diff(load_run(a)?, load_run(b)?);
+    let d = diff::diff(peak_of(a, &side_a)?, peak_of(b, &side_b)?);
     let results: Vec<GateResult> = gates.iter().map(|g| check(g, &d)).collect();
     if json {
         let delta = Delta {
@@ -161,6 +163,174 @@ pub fn run(
         write_text(&d, &results, out)?;
     }
     Ok(results.iter().all(|r| r.passed))
+}
+
+/// One side of a comparison: a trace, or a run of several ranks (a directory of rank files, or a
+/// recording of several ranks).
+fn open_side(path: &Path) -> Result<Run> {
+    if path.is_dir() {
+        let opened = crate::runs::open(&[path.to_path_buf()])?;
+        for skipped in &opened.skipped {
+            eprintln!("warning: left out, not a trace this reads: {skipped}");
+        }
+        return Ok(opened.run);
+    }
+    let loaded = load::load(path)?;
+    for warning in &loaded.warnings {
+        eprintln!("warning: {}: {warning}", path.display());
+    }
+    let name = path.display().to_string();
+    let holds_ranks =
+        loaded.trace.metadata.processes.len() > 1 && loaded.trace.metadata.processes.iter().any(|p| p.rank.is_some());
+    if holds_ranks {
+        return Ok(Run::of(vec![(name, loaded.trace)]));
+    }
+    // One trace: one rank, whatever its number.
+    Ok(Run {
+        ranks: vec![crate::analysis::run::Rank { rank: 0, from: RankFrom::Order, source: name, trace: loaded.trace }],
+        notes: Vec::new(),
+    })
+}
+
+/// A rank's comparison.
+#[derive(Serialize)]
+struct RankRow {
+    rank: u32,
+    a_peak_allocated_bytes: u64,
+    b_peak_allocated_bytes: u64,
+    delta_bytes: i64,
+    percent: Option<f64>,
+}
+
+/// `diff` of two runs of several ranks: ranks paired by number; each gate must hold on every
+/// rank, and says the rank where it came out worst; the full comparison of the rank whose peak
+/// grew most.
+#[allow(clippy::too_many_arguments)]
+fn ranks(
+    a: &Path,
+    b: &Path,
+    side_a: &Run,
+    side_b: &Run,
+    json: bool,
+    gates: &[Gate],
+    device: Option<DeviceId>,
+    out: &mut dyn Write,
+) -> Result<bool> {
+    let mut pairs: Vec<(u32, Diff)> = Vec::new();
+    for ra in &side_a.ranks {
+        let Some(rb) = side_b.ranks.iter().find(|r| r.rank == ra.rank) else { continue };
+        let peak_a = diff::run_peak(&ra.trace, &ra.source, device);
+        let peak_b = diff::run_peak(&rb.trace, &rb.source, device);
+        pairs.push((ra.rank, diff::diff(peak_a, peak_b)));
+    }
+    let only = |x: &Run, y: &Run| -> Vec<u32> {
+        x.ranks.iter().map(|r| r.rank).filter(|rank| y.ranks.iter().all(|o| o.rank != *rank)).collect()
+    };
+    let (only_a, only_b) = (only(side_a, side_b), only(side_b, side_a));
+    if pairs.is_empty() {
+        bail!(
+            "{} and {} have no rank in common (ranks {:?} and {:?})",
+            a.display(),
+            b.display(),
+            side_a.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(),
+            side_b.ranks.iter().map(|r| r.rank).collect::<Vec<_>>()
+        );
+    }
+    // Each gate on every rank: its worst rank decides.
+    let results: Vec<(GateResult, u32)> = gates
+        .iter()
+        .filter_map(|g| {
+            pairs.iter().map(|(rank, d)| (check(g, d), *rank)).min_by(|x, y| {
+                let key = |r: &GateResult| (r.passed, r.actual_percent.map_or(f64::NEG_INFINITY, |p| -p));
+                key(&x.0).partial_cmp(&key(&y.0)).unwrap_or(std::cmp::Ordering::Equal)
+            })
+        })
+        .collect();
+    let grew = |d: &Diff| d.b.peak_allocated_bytes as i64 - d.a.peak_allocated_bytes as i64;
+    let Some((worst_rank, worst)) = pairs.iter().max_by_key(|(rank, d)| (grew(d), std::cmp::Reverse(*rank))) else {
+        bail!("no ranks to compare");
+    };
+    let rows: Vec<RankRow> = pairs
+        .iter()
+        .map(|(rank, d)| RankRow {
+            rank: *rank,
+            a_peak_allocated_bytes: d.a.peak_allocated_bytes,
+            b_peak_allocated_bytes: d.b.peak_allocated_bytes,
+            delta_bytes: grew(d),
+            percent: percent(d.a.peak_allocated_bytes, d.b.peak_allocated_bytes),
+        })
+        .collect();
+    let max_peak = |d: fn(&Diff) -> u64| pairs.iter().map(|(_, x)| d(x)).max().unwrap_or(0);
+    let (a_max, b_max) = (max_peak(|d| d.a.peak_allocated_bytes), max_peak(|d| d.b.peak_allocated_bytes));
+    if json {
+        let gates: Vec<serde_json::Value> = results
+            .iter()
+            .map(|(g, rank)| {
+                let mut v = serde_json::to_value(g).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("worst_rank".to_owned(), (*rank).into());
+                }
+                v
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "a": a.display().to_string(),
+            "b": b.display().to_string(),
+            "ranks": rows,
+            "only_in_a": only_a,
+            "only_in_b": only_b,
+            "highest_peak": { "a": a_max, "b": b_max, "percent": percent(a_max, b_max) },
+            "most_grown_rank": worst_rank,
+            "most_grown": { "summary": crate::words::diff_summary(worst) },
+            "gates": gates,
+        });
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "A  {} ({} ranks)", a.display(), side_a.ranks.len())?;
+        writeln!(out, "B  {} ({} ranks)", b.display(), side_b.ranks.len())?;
+        let which = if grew(worst) > 0 {
+            format!("rank {worst_rank} grew most")
+        } else {
+            format!("no rank grew; rank {worst_rank} shrank least")
+        };
+        writeln!(
+            out,
+            "\nthe highest rank peak: {} -> {} ({}); {which}",
+            bytes(a_max),
+            bytes(b_max),
+            pct_text(percent(a_max, b_max))
+        )?;
+        writeln!(out, "\n  {:>5}{:>14}{:>14}{:>13}{:>10}", "rank", "A", "B", "B - A", "")?;
+        for r in &rows {
+            writeln!(
+                out,
+                "  {:>5}{:>14}{:>14}{:>13}{:>10}",
+                r.rank,
+                bytes(r.a_peak_allocated_bytes),
+                bytes(r.b_peak_allocated_bytes),
+                signed_bytes(r.delta_bytes),
+                pct_text(r.percent)
+            )?;
+        }
+        for (what, list) in [("only in A", &only_a), ("only in B", &only_b)] {
+            if !list.is_empty() {
+                writeln!(out, "  ranks {what}: {list:?}")?;
+            }
+        }
+        writeln!(out, "\nrank {worst_rank}:")?;
+        write_text(worst, &[], out)?;
+        for (g, rank) in &results {
+            let verdict = if g.passed { "ok" } else { "FAILED" };
+            let actual = g.actual_percent.map_or_else(|| "from none".to_owned(), |p| format!("{p:+.1}%"));
+            writeln!(
+                out,
+                "gate {} (on every rank; worst: rank {rank}): grew {actual}, limit +{}%: {verdict}",
+                g.gate, g.limit_percent
+            )?;
+        }
+    }
+    Ok(results.iter().all(|(r, _)| r.passed))
 }
 
 fn pct_text(p: Option<f64>) -> String {
