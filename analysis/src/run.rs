@@ -202,6 +202,10 @@ pub struct RankSummary {
     pub rank: u32,
     /// Where the number came from.
     pub rank_from: RankFrom,
+    /// Its node in a multi-node run (torchrun's `GROUP_RANK`), when recorded.
+    pub node: Option<u32>,
+    /// Its host's name, when recorded.
+    pub host: Option<String>,
     /// Its file.
     pub source: String,
     /// Its peak (the device with the highest allocated peak).
@@ -256,9 +260,12 @@ pub fn summarize(run: &Run) -> Option<RunSummary> {
             let at = peak::peaks(&r.trace, peak.device).allocated.time_ns;
             let clock = r.trace.metadata.clock != Clock::EventIndex;
             let first_oom = r.trace.ooms.iter().map(|o| o.time_ns).min();
+            let process = r.trace.metadata.processes.first();
             RankSummary {
                 rank: r.rank,
                 rank_from: r.from,
+                node: process.and_then(|p| p.node),
+                host: process.and_then(|p| p.host.clone()),
                 source: r.source.clone(),
                 peak_phase: phase_at(&r.trace, at),
                 first_oom_us: first_oom.filter(|_| clock).map(|t| t.div_euclid(1000)),

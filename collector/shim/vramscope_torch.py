@@ -217,12 +217,19 @@ class _Recorder:
             os.remove(self.file.name)
             return
         self.source = mode
-        rank = os.environ.get("RANK")
-        world = os.environ.get("WORLD_SIZE")
+        def number(name):
+            value = os.environ.get(name)
+            return int(value) if value is not None and value.isdigit() else None
+
+        import socket
+
+        # Where the process runs in a (multi-node) run, as torchrun tells it: its global rank,
+        # its node (GROUP_RANK) and its rank on the node.
         self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": mode,
                     "argv": sys.argv, "time": self.now(),
-                    "rank": int(rank) if rank is not None and rank.isdigit() else None,
-                    "world_size": int(world) if world is not None and world.isdigit() else None})
+                    "rank": number("RANK"), "world_size": number("WORLD_SIZE"),
+                    "node": number("GROUP_RANK"), "local_rank": number("LOCAL_RANK"),
+                    "host": socket.gethostname()})
         if mode == "cuda":
             self.note_allocator_conf()
             # Not now: starting the history initialises CUDA, which a program may not want yet

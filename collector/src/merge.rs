@@ -229,15 +229,22 @@ pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[
         }
     }
     let ranks = crate::torch::add_to_trace(&mut trace, logs, &mut processes);
+    let placements = crate::torch::placements(logs);
     // Process ids are numbered in order of first appearance: the metadata lists them so.
     let mut by_id: Vec<(ProcessId, u32)> = processes.iter().map(|(&pid, &id)| (id, pid)).collect();
     by_id.sort_unstable();
     trace.metadata.processes = by_id
         .into_iter()
-        .map(|(_, pid)| ProcessInfo {
-            pid: Some(pid),
-            rank: ranks.get(&pid).copied(),
-            command_line: command_line.to_vec(),
+        .map(|(_, pid)| {
+            let placed = placements.get(&pid).cloned().unwrap_or_default();
+            ProcessInfo {
+                pid: Some(pid),
+                rank: ranks.get(&pid).copied(),
+                command_line: command_line.to_vec(),
+                node: placed.node,
+                local_rank: placed.local_rank,
+                host: placed.host,
+            }
         })
         .collect();
     let mut devices: Vec<DeviceId> = trace.events.iter().map(|e| e.device).collect();

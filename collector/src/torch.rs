@@ -45,6 +45,15 @@ pub enum Line {
         /// The ranks of the run (`WORLD_SIZE`), when there are.
         #[serde(default)]
         world_size: Option<u32>,
+        /// Its node in a multi-node run (`GROUP_RANK`).
+        #[serde(default)]
+        node: Option<u32>,
+        /// Its rank on its node (`LOCAL_RANK`).
+        #[serde(default)]
+        local_rank: Option<u32>,
+        /// The host's name.
+        #[serde(default)]
+        host: Option<String>,
     },
     /// A Python frame, referred to by `id` in stacks.
     Frame {
@@ -360,6 +369,31 @@ fn add_log(
         }
         m.added.push(event);
     }
+}
+
+/// Where a process ran: its node, its rank on it, its host (from its shim's meta line).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// `GROUP_RANK`.
+    pub node: Option<u32>,
+    /// `LOCAL_RANK`.
+    pub local_rank: Option<u32>,
+    /// The host's name.
+    pub host: Option<String>,
+}
+
+/// Each pid's placement, from the first meta line of its log.
+pub fn placements(logs: &[Log]) -> HashMap<u32, Placement> {
+    logs.iter()
+        .filter_map(|log| {
+            log.lines.iter().find_map(|l| match l {
+                Line::Meta { node, local_rank, host, .. } => {
+                    Some((log.pid, Placement { node: *node, local_rank: *local_rank, host: host.clone() }))
+                }
+                _ => None,
+            })
+        })
+        .collect()
 }
 
 /// Adds the shims' logs to a trace that holds the driver-level events (`processes` maps the pids

@@ -233,6 +233,50 @@ fn torchrun_with_two_ranks_gives_a_trace_per_rank_and_a_merged_one() {
     assert!(shrink["gates"][0]["worst_rank"].is_u64());
 }
 
+/// Two torchrun agents meeting through a c10d rendezvous on 127.0.0.1, each recorded on its own as
+/// a node would be (2 nodes x 2 processes, gloo): each rank's trace knows its node and its global
+/// rank, and the two recordings, or their directory, open as one run of four ranks.
+#[test]
+fn torchrun_on_two_nodes_opens_as_one_run_of_four_ranks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let torchrun = torch_python().with_file_name("torchrun");
+    let endpoint = format!("127.0.0.1:{}", 20000 + (std::process::id() + 7919) % 20000);
+    let nodes: Vec<PathBuf> = ["node_a", "node_b"].iter().map(|n| dir.path().join(format!("{n}.vtrace"))).collect();
+    let children: Vec<std::process::Child> = nodes
+        .iter()
+        .map(|trace| {
+            record_command(trace, &torchrun)
+                .args(["--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_id=vramscope-test"])
+                .arg(format!("--rdzv_endpoint={endpoint}"))
+                .arg(repo_root().join("tests/scripts/ddp_gloo.py"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("vramscope record runs")
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().expect("it ends");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let info = |args: &[&OsStr]| {
+        let output = vramscope(&[&[OsStr::new("info"), OsStr::new("--json")][..], args].concat());
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON")
+    };
+    for args in [nodes.iter().map(|n| n.as_os_str()).collect::<Vec<_>>(), vec![dir.path().as_os_str()]] {
+        let run = info(&args);
+        let ranks = run["run"]["ranks"].as_array().expect("ranks");
+        let numbers: Vec<u64> = ranks.iter().filter_map(|r| r["rank"].as_u64()).collect();
+        assert_eq!(numbers, vec![0, 1, 2, 3], "{args:?}");
+        assert!(ranks.iter().all(|r| r["rank_from"] == "recorded" && r["host"].is_string()), "{ranks:?}");
+        // Two ranks on each node.
+        let mut nodes: Vec<u64> = ranks.iter().filter_map(|r| r["node"].as_u64()).collect();
+        nodes.sort_unstable();
+        assert_eq!(nodes, vec![0, 0, 1, 1], "{ranks:?}");
+    }
+}
+
 /// Under `record`, a real CPU PyTorch run prints exactly what it prints alone: the shim's own
 /// profiler adds none of kineto's `USDT: ... profiler_start` or `ERROR: ... gpuGetDeviceCount`
 /// lines. The recorder's own summary (its lines start with "vramscope: ") is the only addition.

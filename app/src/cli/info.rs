@@ -222,6 +222,7 @@ fn run_of_ranks(
         return Ok(());
     }
     writeln!(out, "{}", crate::words::run_headline(&summary))?;
+    let nodes = summary.ranks.iter().any(|r| r.node.is_some());
     writeln!(
         out,
         "\n  {:>5}  {:>14}  {:>14}  {:<14}  {:>12}  file",
@@ -243,7 +244,12 @@ fn run_of_ranks(
             bytes(r.peak.peak_reserved_bytes),
             r.peak_phase.map_or("-", crate::words::run_phase),
             at,
-            r.source,
+            if nodes {
+                let host = r.host.as_deref().map_or_else(String::new, |h| format!(" on {h}"));
+                format!("node {}{host}: {}", r.node.map_or_else(|| "?".to_owned(), |n| n.to_string()), r.source)
+            } else {
+                r.source.clone()
+            },
             if r.rank == summary.worst_rank { "  <- highest" } else { "" }
         )?;
     }

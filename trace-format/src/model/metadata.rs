@@ -92,6 +92,15 @@ pub struct ProcessInfo {
     /// Command line, when known.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command_line: Vec<String>,
+    /// The node (machine) of a multi-node run it ran on, by number (torchrun's `GROUP_RANK`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+    /// Its rank within its node (`LOCAL_RANK`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    /// The host's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Facts about the whole trace. Stored as JSON in a `.vtrace`, so it can grow without a new
