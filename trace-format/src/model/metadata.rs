@@ -129,3 +129,26 @@ pub struct Metadata {
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process's place in a multi-node run is kept, and metadata written before it existed
+    /// reads as not known.
+    #[test]
+    fn a_process_knows_its_node_and_older_metadata_reads_without() {
+        let placed = ProcessInfo {
+            pid: Some(7),
+            rank: Some(3),
+            node: Some(1),
+            local_rank: Some(1),
+            host: Some("node-b".to_owned()),
+            ..ProcessInfo::default()
+        };
+        let json = serde_json::to_string(&placed).expect("JSON");
+        assert_eq!(serde_json::from_str::<ProcessInfo>(&json).expect("read"), placed);
+        let old: ProcessInfo = serde_json::from_str(r#"{"pid": 7, "rank": 3}"#).expect("read");
+        assert_eq!((old.node, old.local_rank, old.host), (None, None, None));
+    }
+}

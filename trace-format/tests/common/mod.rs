@@ -168,9 +168,7 @@ fn small_metadata() -> Metadata {
                 pid: Some(4242),
                 rank: Some(0),
                 command_line: vec!["python".to_owned(), "train.py".to_owned()],
-                node: Some(1),
-                local_rank: Some(0),
-                host: Some("node-b".to_owned()),
+                ..ProcessInfo::default()
             },
             ProcessInfo { pid: Some(4243), ..ProcessInfo::default() },
         ],
