@@ -244,6 +244,28 @@ enum Command {
               value_parser = clap::value_parser!(u64).range(1..))]
         seq_len: Vec<u64>,
     },
+    /// Write a trace or a run for the tools people already use.
+    ///
+    /// `--format perfetto`: Chrome trace event JSON, which Perfetto's UI (ui.perfetto.dev),
+    /// chrome://tracing and the trace tools that read it open: a process per rank, a counter
+    /// track per device (allocated and reserved bytes), the recorded phases as slices and OOMs
+    /// as instants. Like `info`, it takes a trace, several (one per rank), a directory of them, or
+    /// a recording of several ranks. The output is written atomically; an existing one is kept
+    /// unless --force is given.
+    Export {
+        /// The trace or traces.
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
+        /// Where to write.
+        #[arg(short, long, value_name = "OUT")]
+        output: PathBuf,
+        /// The format to write.
+        #[arg(long, value_enum)]
+        format: vramscope::cli::export::Format,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
     /// Convert any supported file to a compact `.vtrace`.
     ///
     /// The output is written to a temporary file beside it and renamed into place when complete,
@@ -339,6 +361,9 @@ fn main() -> ExitCode {
                 vramscope::cli::advise::Scaling { dimension, sizes, others: with }
             });
             vramscope::cli::advise::run(&file, json, gpus, target_bytes, device, scaling.as_ref(), &mut stdout)
+        }
+        Some(Command::Export { files, output, format, force }) => {
+            vramscope::cli::export::run(&files, &output, format, force, &mut stdout)
         }
         Some(Command::Convert { file, output, force }) => {
             vramscope::cli::convert::run(&file, &output, force, &mut stdout)

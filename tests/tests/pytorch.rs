@@ -275,6 +275,38 @@ fn torchrun_on_two_nodes_opens_as_one_run_of_four_ranks() {
         nodes.sort_unstable();
         assert_eq!(nodes, vec![0, 0, 1, 1], "{ranks:?}");
     }
+    // Exported for Perfetto and read back by Python's own JSON reader: a process per rank, its
+    // memory counter peaking at the rank's peak, and its phases.
+    let exported = dir.path().join("run.perfetto.json");
+    let output = vramscope(&[
+        OsStr::new("export"),
+        dir.path().as_os_str(),
+        OsStr::new("-o"),
+        exported.as_os_str(),
+        OsStr::new("--format"),
+        OsStr::new("perfetto"),
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let read = vramscope_e2e::run_python_code(
+        "import json, sys\n\
+         events = json.load(open(sys.argv[1]))['traceEvents']\n\
+         peaks = {}\n\
+         for e in events:\n\
+         \x20   if e['ph'] == 'C':\n\
+         \x20       peaks[e['pid']] = max(peaks.get(e['pid'], 0), e['args']['allocated'])\n\
+         phases = sorted({e['name'] for e in events if e['ph'] == 'X'})\n\
+         names = sorted(e['args']['name'] for e in events if e['ph'] == 'M' and e['name'] == 'process_name')\n\
+         print(json.dumps({'peaks': [peaks[p] for p in sorted(peaks)], 'phases': phases, 'names': names}))\n",
+        &[exported.as_os_str()],
+    );
+    let read: serde_json::Value = serde_json::from_str(read.trim()).expect("JSON");
+    let run = info(&[dir.path().as_os_str()]);
+    let peaks: Vec<u64> =
+        run["run"]["ranks"].as_array().expect("ranks").iter().map(|r| bytes(&r["peak_allocated_bytes"])).collect();
+    let exported: Vec<u64> = read["peaks"].as_array().expect("peaks").iter().map(bytes).collect();
+    assert_eq!(exported, peaks);
+    assert_eq!(read["phases"], serde_json::json!(["backward", "forward", "iteration", "optimizer step"]));
+    assert_eq!(read["names"].as_array().map(Vec::len), Some(4));
 }
 
 /// Under `record`, a real CPU PyTorch run prints exactly what it prints alone: the shim's own

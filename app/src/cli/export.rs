@@ -1,0 +1,163 @@
+//! `vramscope export`: a trace or a run written for the tools people already use. `--format
+//! perfetto` writes the Chrome trace event format (JSON), which Perfetto's UI, `chrome://tracing`
+//! and the trace tools that read it open: a process per rank, on it a counter track per device
+//! (allocated and reserved bytes) and the recorded phases as slices, so memory shows beside the
+//! kernels of a profile of the same run.
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+use vramscope_trace_format::{AnnotationKind, Clock, Trace};
+
+use crate::analysis::replay;
+use crate::analysis::run::Run;
+use crate::atomic;
+
+/// What `export` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Chrome trace event JSON, for Perfetto's UI and `chrome://tracing`.
+    Perfetto,
+}
+
+/// A device's counter keeps at most this many points; beyond, each stretch keeps its highest
+/// point, so peaks survive.
+const MAX_POINTS_PER_DEVICE: usize = 1_000_000;
+
+/// The counter's points of one device: (time µs, allocated, reserved), at most
+/// [`MAX_POINTS_PER_DEVICE`], the highest allocated of each stretch kept.
+fn points(trace: &Trace, device: vramscope_trace_format::DeviceId) -> Vec<(f64, u64, u64)> {
+    let mut all: Vec<(i64, u64, u64)> = Vec::new();
+    replay::replay(trace, device, |_, p| all.push((p.time_ns, p.allocated_bytes, p.reserved_bytes)));
+    let keep = |(t, a, r): (i64, u64, u64)| (t as f64 / 1000.0, a, r);
+    if all.len() <= MAX_POINTS_PER_DEVICE {
+        return all.into_iter().map(keep).collect();
+    }
+    let stretch = all.len().div_ceil(MAX_POINTS_PER_DEVICE);
+    all.chunks(stretch)
+        .filter_map(|c| c.iter().copied().max_by_key(|p| (p.1, std::cmp::Reverse(p.0))))
+        .map(keep)
+        .collect()
+}
+
+fn phase_name(kind: AnnotationKind) -> Option<&'static str> {
+    match kind {
+        AnnotationKind::Forward => Some("forward"),
+        AnnotationKind::Backward => Some("backward"),
+        AnnotationKind::OptimizerStep => Some("optimizer step"),
+        AnnotationKind::Iteration => Some("iteration"),
+        _ => None,
+    }
+}
+
+/// Writes one JSON event per line into `out`, separated by commas.
+fn event(out: &mut dyn Write, first: &mut bool, value: &serde_json::Value) -> Result<()> {
+    if !*first {
+        out.write_all(b",\n")?;
+    }
+    *first = false;
+    serde_json::to_writer(&mut *out, value)?;
+    Ok(())
+}
+
+/// Writes the run as Chrome trace event JSON.
+fn write_perfetto(run: &Run, out: &mut dyn Write) -> Result<()> {
+    out.write_all(b"{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n")?;
+    let mut first = true;
+    for rank in &run.ranks {
+        let trace = &rank.trace;
+        let pid = rank.rank;
+        let process = trace.metadata.processes.first();
+        let node = process.and_then(|p| p.node).map_or_else(String::new, |n| format!(" (node {n})"));
+        let name = if run.ranks.len() > 1 { format!("rank {}{node}", rank.rank) } else { rank.source.clone() };
+        event(
+            out,
+            &mut first,
+            &json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}),
+        )?;
+        event(
+            out,
+            &mut first,
+            &json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}),
+        )?;
+        if trace.metadata.clock == Clock::EventIndex {
+            // No time was recorded: the counter's "time" is the event's index, said in its name.
+            eprintln!("warning: {}: no times recorded; the tracks are over event indices, not time", rank.source);
+        }
+        for device in trace.devices() {
+            let label = trace.metadata.device_label(device);
+            let track = format!("memory {label}");
+            for (ts, allocated, reserved) in points(trace, device) {
+                event(
+                    out,
+                    &mut first,
+                    &json!({"ph": "C", "name": track, "pid": pid, "tid": 0, "ts": ts,
+                            "args": {"allocated": allocated, "reserved": reserved}}),
+                )?;
+            }
+        }
+        event(
+            out,
+            &mut first,
+            &json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "phases"}}),
+        )?;
+        for a in &trace.annotations {
+            let Some(name) = phase_name(a.kind) else { continue };
+            let ts = a.start_ns as f64 / 1000.0;
+            let dur = (a.end_ns - a.start_ns).max(0) as f64 / 1000.0;
+            // Iterations on their own row: they contain the phases.
+            let tid = if a.kind == AnnotationKind::Iteration { 2 } else { 1 };
+            event(
+                out,
+                &mut first,
+                &json!({"ph": "X", "name": name, "cat": "phase", "pid": pid, "tid": tid, "ts": ts, "dur": dur}),
+            )?;
+        }
+        for oom in &trace.ooms {
+            let label = trace.metadata.device_label(oom.device);
+            event(
+                out,
+                &mut first,
+                &json!({"ph": "i", "s": "p", "name": format!("OOM on {label}"), "pid": pid, "tid": 1,
+                        "ts": oom.time_ns as f64 / 1000.0, "args": {"requested_bytes": oom.requested_bytes}}),
+            )?;
+        }
+    }
+    out.write_all(b"\n]}\n")?;
+    Ok(())
+}
+
+/// Exports what `paths` hold (a trace, several, a directory, a recording of several ranks) to
+/// `output`.
+pub fn run(paths: &[PathBuf], output: &Path, format: Format, force: bool, out: &mut dyn Write) -> Result<()> {
+    atomic::check_writable(output, force)?;
+    if paths.iter().any(|p| p == output) {
+        bail!("{} is both read and written: give another output", output.display());
+    }
+    let opened = crate::runs::open(paths)?;
+    for skipped in &opened.skipped {
+        eprintln!("warning: left out, not a trace this reads: {skipped}");
+    }
+    let mut file = atomic::AtomicFile::create(output)?;
+    {
+        let mut writer = BufWriter::new(file.file());
+        match format {
+            Format::Perfetto => write_perfetto(&opened.run, &mut writer)?,
+        }
+        writer.flush().with_context(|| format!("cannot write {}", output.display()))?;
+    }
+    let written = file.commit(force)?;
+    let ranks = match opened.run.ranks.len() {
+        1 => String::from("one trace"),
+        n => format!("{n} ranks"),
+    };
+    writeln!(
+        out,
+        "wrote {} ({}, {ranks}): open it in https://ui.perfetto.dev or chrome://tracing",
+        output.display(),
+        crate::units::bytes(written),
+    )?;
+    Ok(())
+}
