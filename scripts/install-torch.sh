@@ -53,6 +53,12 @@ python_requirements=(
     numpy
 )
 
+# Not torch's: what the tests read vramscope's output with (DuckDB reads `export --format parquet`).
+# Installed beside torch and checked on its own, so adding one does not redo the torch install.
+extra_requirements=(
+    duckdb==2.0.1
+)
+
 py="$venv/bin/python"
 marker="$venv/.vramscope-install"
 # The marker holds what was installed, so changing a pin above makes the next run redo the install.
@@ -77,6 +83,26 @@ installed() {
     [ -x "$py" ] && [ -f "$marker" ] && [ "$(cat "$marker")" = "$want_marker" ] && check_torch
 }
 
+pip=("$py" -m pip --disable-pip-version-check --no-input)
+# Each extra as pinned: `pip install` only when one is missing or at another version.
+ensure_extras() {
+    local pinned='
+import sys
+from importlib.metadata import version, PackageNotFoundError
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    try:
+        if version(name) != want:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+'
+    if ! "$py" -c "$pinned" "${extra_requirements[@]}"; then
+        echo "install-torch: installing ${extra_requirements[*]}" >&2
+        "${pip[@]}" install --quiet "${extra_requirements[@]}"
+    fi
+}
+
 # Two runs at once (a test and a person, say) would install over each other: serialise them.
 mkdir -p "$(dirname "$venv")"
 if command -v flock >/dev/null 2>&1; then
@@ -85,6 +111,7 @@ if command -v flock >/dev/null 2>&1; then
 fi
 
 if installed 2>/dev/null; then
+    ensure_extras
     echo "$py" >&3
     exit 0
 fi
@@ -107,7 +134,6 @@ fi
 echo "install-torch: creating $venv with $("$base_python" --version)" >&2
 "$base_python" -m venv "$venv"
 
-pip=("$py" -m pip --disable-pip-version-check --no-input)
 echo "install-torch: installing torch's Python requirements" >&2
 "${pip[@]}" install --quiet "${python_requirements[@]}"
 echo "install-torch: installing torch $torch_version and the NVIDIA libraries it links (--no-deps, ~2.5 GB)" >&2
@@ -115,6 +141,7 @@ echo "install-torch: installing torch $torch_version and the NVIDIA libraries it
 
 echo "install-torch: checking that torch imports" >&2
 check_torch
+ensure_extras
 echo "$want_marker" >"$marker"
 echo "install-torch: done in $((SECONDS - start_s)) s, $(du -sh "$venv" | cut -f1)" >&2
 echo "$py" >&3

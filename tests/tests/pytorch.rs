@@ -307,6 +307,35 @@ fn torchrun_on_two_nodes_opens_as_one_run_of_four_ranks() {
     assert_eq!(exported, peaks);
     assert_eq!(read["phases"], serde_json::json!(["backward", "forward", "iteration", "optimizer step"]));
     assert_eq!(read["names"].as_array().map(Vec::len), Some(4));
+    // Exported as Parquet tables and queried with DuckDB: SQL over the blocks alone gives each
+    // rank's peak and the bytes by category at it, as `info` does.
+    let tables = dir.path().join("tables");
+    let export = |force: bool| {
+        let mut args = vec![OsStr::new("export"), dir.path().as_os_str(), OsStr::new("-o"), tables.as_os_str()];
+        args.extend([OsStr::new("--format"), OsStr::new("parquet")]);
+        if force {
+            args.push(OsStr::new("--force"));
+        }
+        vramscope(&args)
+    };
+    let output = export(false);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // Written tables are never replaced without --force.
+    let again = export(false);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    let sql = std::process::Command::new(torch_python())
+        .arg(repo_root().join("tests/scripts/parquet_peaks.py"))
+        .arg(&tables)
+        .output()
+        .expect("python runs");
+    assert!(sql.status.success(), "{}", String::from_utf8_lossy(&sql.stderr));
+    let sql: serde_json::Value = serde_json::from_slice(&sql.stdout).expect("JSON");
+    for rank in run["run"]["ranks"].as_array().expect("ranks") {
+        let from_sql = &sql[rank["rank"].to_string()];
+        assert_eq!(from_sql["peak"], rank["peak_allocated_bytes"], "rank {}", rank["rank"]);
+        assert_eq!(from_sql["categories"], rank["categories_at_peak"], "rank {}", rank["rank"]);
+    }
 }
 
 /// Under `record`, a real CPU PyTorch run prints exactly what it prints alone: the shim's own

@@ -20,6 +20,9 @@ use crate::atomic;
 pub enum Format {
     /// Chrome trace event JSON, for Perfetto's UI and `chrome://tracing`.
     Perfetto,
+    /// Parquet tables in a directory (ranks, events, blocks, segments, annotations, tags), for
+    /// DuckDB, Polars, Spark and Dask; the schema is in docs/EXPORT.md.
+    Parquet,
 }
 
 /// A device's counter keeps at most this many points; beyond, each stretch keeps its highest
@@ -132,7 +135,9 @@ fn write_perfetto(run: &Run, out: &mut dyn Write) -> Result<()> {
 /// Exports what `paths` hold (a trace, several, a directory, a recording of several ranks) to
 /// `output`.
 pub fn run(paths: &[PathBuf], output: &Path, format: Format, force: bool, out: &mut dyn Write) -> Result<()> {
-    atomic::check_writable(output, force)?;
+    if format == Format::Perfetto {
+        atomic::check_writable(output, force)?;
+    }
     if paths.iter().any(|p| p == output) {
         bail!("{} is both read and written: give another output", output.display());
     }
@@ -140,19 +145,29 @@ pub fn run(paths: &[PathBuf], output: &Path, format: Format, force: bool, out: &
     for skipped in &opened.skipped {
         eprintln!("warning: left out, not a trace this reads: {skipped}");
     }
-    let mut file = atomic::AtomicFile::create(output)?;
-    {
-        let mut writer = BufWriter::new(file.file());
-        match format {
-            Format::Perfetto => write_perfetto(&opened.run, &mut writer)?,
-        }
-        writer.flush().with_context(|| format!("cannot write {}", output.display()))?;
-    }
-    let written = file.commit(force)?;
     let ranks = match opened.run.ranks.len() {
         1 => String::from("one trace"),
         n => format!("{n} ranks"),
     };
+    if format == Format::Parquet {
+        let written = super::parquet_out::write(&opened.run, output, force)?;
+        writeln!(
+            out,
+            "wrote {} tables into {} ({}, {ranks}): {}",
+            super::parquet_out::TABLES.len(),
+            output.display(),
+            crate::units::bytes(written),
+            super::parquet_out::TABLES.map(|t| format!("{t}.parquet")).join(", ")
+        )?;
+        return Ok(());
+    }
+    let mut file = atomic::AtomicFile::create(output)?;
+    {
+        let mut writer = BufWriter::new(file.file());
+        write_perfetto(&opened.run, &mut writer)?;
+        writer.flush().with_context(|| format!("cannot write {}", output.display()))?;
+    }
+    let written = file.commit(force)?;
     writeln!(
         out,
         "wrote {} ({}, {ranks}): open it in https://ui.perfetto.dev or chrome://tracing",

@@ -5,6 +5,7 @@ pub mod convert;
 pub mod diff;
 pub mod export;
 pub mod info;
+pub mod parquet_out;
 pub mod record;
 pub mod report;
 
