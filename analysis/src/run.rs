@@ -97,74 +97,117 @@ fn single_gpu(trace: &Trace) -> Option<DeviceId> {
     }
 }
 
+/// A file's part that is one rank, before its number is settled: the rank it says, else what
+/// may number it (its one GPU, its name), and what it holds (a trace, or its figures).
+#[derive(Debug)]
+pub struct Part<T> {
+    rank: Option<u32>,
+    /// From a recording of several ranks (its own files win over it).
+    split: bool,
+    single_gpu: Option<DeviceId>,
+    source: String,
+    /// What it holds.
+    pub item: T,
+}
+
+/// The parts of one file: each ranked process of a recording of several, else the file.
+pub fn parts(name: &str, trace: Trace) -> Vec<Part<Trace>> {
+    let ranked: Vec<(usize, u32)> =
+        trace.metadata.processes.iter().enumerate().filter_map(|(i, p)| p.rank.map(|r| (i, r))).collect();
+    if trace.metadata.processes.len() > 1 && !ranked.is_empty() {
+        return ranked
+            .into_iter()
+            .map(|(i, rank)| {
+                let item = trace.of_process(ProcessId(i as u32));
+                Part { rank: Some(rank), split: true, single_gpu: None, source: format!("{name} (rank {rank})"), item }
+            })
+            .collect();
+    }
+    let rank = match ranked.as_slice() {
+        [(_, rank)] => Some(*rank),
+        _ => None,
+    };
+    vec![Part { rank, split: false, single_gpu: single_gpu(&trace), source: name.to_owned(), item: trace }]
+}
+
+impl<T> Part<T> {
+    /// The same part holding something else (a trace's figures instead of the trace).
+    pub fn map<U>(self, f: impl FnOnce(T, &str) -> U) -> Part<U> {
+        let item = f(self.item, &self.source);
+        Part { rank: self.rank, split: self.split, single_gpu: self.single_gpu, source: self.source, item }
+    }
+}
+
+/// A numbered part: its rank, where the number came from, its source and what it holds.
+pub type Numbered<T> = (u32, RankFrom, String, T);
+
+/// Numbers the parts of a run's files (see the module's doc) and drops repeated ranks: the
+/// parts by rank, and the notes.
+pub fn number<T>(all: Vec<Part<T>>) -> (Vec<Numbered<T>>, Vec<RunNote>) {
+    // Per-rank files first: where a recording of several ranks holds one too, the file wins.
+    let (mut recorded, mut split, mut plain) = (Vec::new(), Vec::new(), Vec::new());
+    for part in all {
+        match (part.rank, part.split) {
+            (Some(_), false) => recorded.push(part),
+            (Some(_), true) => split.push(part),
+            (None, _) => plain.push(part),
+        }
+    }
+    let mut candidates: Vec<(Option<u32>, RankFrom, String, T)> =
+        recorded.into_iter().chain(split).map(|p| (p.rank, RankFrom::Recorded, p.source, p.item)).collect();
+    // Per-rank snapshots: each file on one GPU, a different one each.
+    let mut distinct: Vec<i16> = plain.iter().filter_map(|p| p.single_gpu).map(|d| d.0).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let by_device = plain.len() > 1 && plain.iter().all(|p| p.single_gpu.is_some()) && distinct.len() == plain.len();
+    let by_name = !by_device && plain.iter().all(|p| rank_in_name(&p.source).is_some());
+    let taken: Vec<u32> = candidates.iter().filter_map(|c| c.0).collect();
+    let mut next = 0u32;
+    for p in plain {
+        let (rank, from) = if by_device {
+            (p.single_gpu.and_then(|d| u32::try_from(d.0).ok()), RankFrom::Device)
+        } else if by_name {
+            (rank_in_name(&p.source), RankFrom::FileName)
+        } else {
+            while taken.contains(&next) {
+                next += 1;
+            }
+            next += 1;
+            (Some(next - 1), RankFrom::Order)
+        };
+        candidates.push((rank, from, p.source, p.item));
+    }
+    let mut out = Vec::new();
+    let mut notes = Vec::new();
+    let mut seen: BTreeMap<u32, String> = BTreeMap::new();
+    for (rank, from, source, item) in candidates {
+        let Some(rank) = rank else { continue };
+        if let Some(kept) = seen.get(&rank) {
+            notes.push(RunNote::DuplicateRank { rank, kept: kept.clone(), left_out: source });
+            continue;
+        }
+        seen.insert(rank, source.clone());
+        out.push((rank, from, source, item));
+    }
+    out.sort_by_key(|r| r.0);
+    for from in [RankFrom::FileName, RankFrom::Order] {
+        let ranks = out.iter().filter(|r| r.1 == from).count();
+        if ranks > 0 && out.len() > 1 {
+            notes.push(RunNote::Guessed { from, ranks });
+        }
+    }
+    (out, notes)
+}
+
 impl Run {
     /// The run of the traces read from these files (name, trace), in the order given: a
     /// recording of several ranked processes gives each its own rank; every other file is one
     /// rank.
     pub fn of(files: Vec<(String, Trace)>) -> Self {
-        let mut candidates: Vec<(Option<u32>, RankFrom, String, Trace)> = Vec::new();
-        // Ranks taken out of recordings of several: after the per-rank files, which win where
-        // both hold a rank (a recording directory has both).
-        let mut parts: Vec<(Option<u32>, RankFrom, String, Trace)> = Vec::new();
-        // Files of one unranked process each.
-        let mut plain: Vec<(String, Trace)> = Vec::new();
-        for (name, trace) in files {
-            let ranked: Vec<(usize, u32)> =
-                trace.metadata.processes.iter().enumerate().filter_map(|(i, p)| p.rank.map(|r| (i, r))).collect();
-            if trace.metadata.processes.len() > 1 && !ranked.is_empty() {
-                for (i, rank) in ranked {
-                    let part = trace.of_process(ProcessId(i as u32));
-                    parts.push((Some(rank), RankFrom::Recorded, format!("{name} (rank {rank})"), part));
-                }
-            } else if let [(_, rank)] = ranked.as_slice() {
-                candidates.push((Some(*rank), RankFrom::Recorded, name, trace));
-            } else {
-                plain.push((name, trace));
-            }
-        }
-        candidates.append(&mut parts);
-        // Per-rank snapshots: each file on one GPU, a different one each.
-        let devices: Vec<Option<DeviceId>> = plain.iter().map(|(_, t)| single_gpu(t)).collect();
-        let mut distinct: Vec<i16> = devices.iter().flatten().map(|d| d.0).collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let by_device = plain.len() > 1 && devices.iter().all(Option::is_some) && distinct.len() == plain.len();
-        let by_name = !by_device && plain.iter().all(|(n, _)| rank_in_name(n).is_some());
-        let taken: Vec<u32> = candidates.iter().filter_map(|c| c.0).collect();
-        let mut next = 0u32;
-        for ((name, trace), device) in plain.into_iter().zip(devices) {
-            let (rank, from) = if by_device {
-                (device.and_then(|d| u32::try_from(d.0).ok()), RankFrom::Device)
-            } else if by_name {
-                (rank_in_name(&name), RankFrom::FileName)
-            } else {
-                while taken.contains(&next) {
-                    next += 1;
-                }
-                next += 1;
-                (Some(next - 1), RankFrom::Order)
-            };
-            candidates.push((rank, from, name, trace));
-        }
-        let mut run = Self::default();
-        let mut seen: BTreeMap<u32, String> = BTreeMap::new();
-        for (rank, from, source, trace) in candidates {
-            let Some(rank) = rank else { continue };
-            if let Some(kept) = seen.get(&rank) {
-                run.notes.push(RunNote::DuplicateRank { rank, kept: kept.clone(), left_out: source });
-                continue;
-            }
-            seen.insert(rank, source.clone());
-            run.ranks.push(Rank { rank, from, source, trace });
-        }
-        run.ranks.sort_by_key(|r| r.rank);
-        for from in [RankFrom::FileName, RankFrom::Order] {
-            let ranks = run.ranks.iter().filter(|r| r.from == from).count();
-            if ranks > 0 && run.ranks.len() > 1 {
-                run.notes.push(RunNote::Guessed { from, ranks });
-            }
-        }
-        run
+        let all: Vec<Part<Trace>> = files.into_iter().flat_map(|(name, trace)| parts(&name, trace)).collect();
+        let (ranks, notes) = number(all);
+        let ranks = ranks.into_iter().map(|(rank, from, source, trace)| Rank { rank, from, source, trace }).collect();
+        Self { ranks, notes }
     }
 
     /// Whether it is a run of several ranks (else one trace, analysed as one).
@@ -215,6 +258,10 @@ pub struct RankSummary {
     pub peak_phase: Option<PhaseAt>,
     /// When it first failed an allocation (µs on its trace's clock), if it did.
     pub first_oom_us: Option<i64>,
+    /// Its first event's time (ns on its clock).
+    pub first_event_ns: Option<i64>,
+    /// Its events.
+    pub events: usize,
 }
 
 /// A category in which the ranks differ most at their peaks.
@@ -250,29 +297,40 @@ pub struct RunSummary {
     pub first_oom_rank: Option<u32>,
 }
 
+/// One rank's figures, from its trace alone (its number and where it came from are the
+/// caller's to set).
+pub fn figures(trace: &Trace, source: &str) -> RankSummary {
+    let peak = diff::run_peak(trace, source, None);
+    let at = peak::peaks(trace, peak.device).allocated.time_ns;
+    let clock = trace.metadata.clock != Clock::EventIndex;
+    let first_oom = trace.ooms.iter().map(|o| o.time_ns).min();
+    let process = trace.metadata.processes.first();
+    RankSummary {
+        rank: 0,
+        rank_from: RankFrom::Order,
+        node: process.and_then(|p| p.node),
+        host: process.and_then(|p| p.host.clone()),
+        source: source.to_owned(),
+        peak_phase: phase_at(trace, at),
+        first_oom_us: first_oom.filter(|_| clock).map(|t| t.div_euclid(1000)),
+        first_event_ns: trace.events.first().map(|e| e.time_ns),
+        events: trace.events.len(),
+        peak,
+    }
+}
+
 /// Each rank's numbers, and the run's.
 pub fn summarize(run: &Run) -> Option<RunSummary> {
-    let ranks: Vec<RankSummary> = run
+    let ranks = run
         .ranks
         .iter()
-        .map(|r| {
-            let peak = diff::run_peak(&r.trace, &r.source, None);
-            let at = peak::peaks(&r.trace, peak.device).allocated.time_ns;
-            let clock = r.trace.metadata.clock != Clock::EventIndex;
-            let first_oom = r.trace.ooms.iter().map(|o| o.time_ns).min();
-            let process = r.trace.metadata.processes.first();
-            RankSummary {
-                rank: r.rank,
-                rank_from: r.from,
-                node: process.and_then(|p| p.node),
-                host: process.and_then(|p| p.host.clone()),
-                source: r.source.clone(),
-                peak_phase: phase_at(&r.trace, at),
-                first_oom_us: first_oom.filter(|_| clock).map(|t| t.div_euclid(1000)),
-                peak,
-            }
-        })
+        .map(|r| RankSummary { rank: r.rank, rank_from: r.from, ..figures(&r.trace, &r.source) })
         .collect();
+    sum_up(ranks)
+}
+
+/// The run summed up from its ranks' figures.
+pub fn sum_up(ranks: Vec<RankSummary>) -> Option<RunSummary> {
     let worst = ranks.iter().max_by_key(|r| (r.peak.peak_allocated_bytes, std::cmp::Reverse(r.rank)))?;
     let lowest = ranks.iter().map(|r| r.peak.peak_allocated_bytes).min().unwrap_or(0);
     let mut sorted: Vec<u64> = ranks.iter().map(|r| r.peak.peak_allocated_bytes).collect();

@@ -51,9 +51,37 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
     Ok(out)
 }
 
-/// Loads `files`, as many at a time as there are cores; each result in its file's place.
+/// What reading a file can hold at once, as a multiple of its size: the bytes, the decoded
+/// model and the interner's tables (measured: about 2-3x for snapshots, less for `.vtrace`).
+const RESIDENT_PER_FILE_BYTE: u64 = 4;
+
+/// Memory the system has available (`MemAvailable`), when it says.
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// How many files to read at once: one per core (`VRAMSCOPE_READ_THREADS` sets it), and no more
+/// than the available memory holds while the largest is read.
+fn readers(files: &[PathBuf]) -> usize {
+    let cores = std::env::var("VRAMSCOPE_READ_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let largest = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).max().unwrap_or(0);
+    let by_memory = match available_memory() {
+        Some(available) if largest > 0 => (available / (largest * RESIDENT_PER_FILE_BYTE)).max(1) as usize,
+        _ => usize::MAX,
+    };
+    cores.min(by_memory).min(files.len()).max(1)
+}
+
+/// Loads `files`, as many at a time as [`readers`] allows; each result in its file's place.
 pub fn load_all(files: &[PathBuf]) -> Vec<Result<LoadedTrace>> {
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len()).max(1);
+    let workers = readers(files);
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<LoadedTrace>>>> = Mutex::new((0..files.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
@@ -72,6 +100,64 @@ pub fn load_all(files: &[PathBuf]) -> Vec<Result<LoadedTrace>> {
     });
     let results = results.into_inner().unwrap_or_default();
     results.into_iter().map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("the file was not read")))).collect()
+}
+
+/// A run's ranks' figures (each trace dropped once its figures are taken, so a run of many ranks
+/// holds one trace per reader at a time), the notes on its numbering, and the files left out.
+pub struct Summed {
+    /// The run summed up.
+    pub summary: Option<crate::analysis::run::RunSummary>,
+    /// How its ranks were numbered.
+    pub notes: Vec<crate::analysis::run::RunNote>,
+    /// `file: why` for each file of a directory left out.
+    pub skipped: Vec<String>,
+}
+
+/// The figures of the run the paths hold, read in parallel and summed up as they come.
+pub fn summaries(paths: &[PathBuf]) -> Result<Summed> {
+    use crate::analysis::run::{self, Part, RankSummary};
+    let files = expand(paths)?;
+    let workers = readers(&files.iter().map(|f| f.0.clone()).collect::<Vec<_>>());
+    let next = AtomicUsize::new(0);
+    type Read = Result<Vec<Part<RankSummary>>>;
+    let results: Mutex<Vec<Option<Read>>> = Mutex::new((0..files.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((path, _)) = files.get(i) else { break };
+                    let read = load::load(path).map(|l| {
+                        let name = l.path.display().to_string();
+                        run::parts(&name, l.trace)
+                            .into_iter()
+                            .map(|p| p.map(|t, source| run::figures(&t, source)))
+                            .collect()
+                    });
+                    if let Ok(mut results) = results.lock() {
+                        results[i] = Some(read);
+                    }
+                }
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_default();
+    let mut all = Vec::new();
+    let mut skipped = Vec::new();
+    for ((path, named), read) in files.iter().zip(results) {
+        match read.unwrap_or_else(|| Err(anyhow::anyhow!("the file was not read"))) {
+            Ok(parts) => all.extend(parts),
+            Err(e) if *named => return Err(e),
+            Err(e) => skipped.push(format!("{}: {e:#}", path.display())),
+        }
+    }
+    if all.is_empty() {
+        bail!("no trace could be read: {}", skipped.join("; "));
+    }
+    let (numbered, notes) = run::number(all);
+    let ranks =
+        numbered.into_iter().map(|(rank, from, _, figures)| RankSummary { rank, rank_from: from, ..figures }).collect();
+    Ok(Summed { summary: run::sum_up(ranks), notes, skipped })
 }
 
 /// A run, and the files of its directories that could not be read (skipped: a directory may

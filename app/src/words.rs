@@ -649,13 +649,13 @@ pub fn run_phase(p: crate::analysis::run::PhaseAt) -> &'static str {
 }
 
 /// What the reader of a run should know: guessed ranks, repeated ones, files left out.
-pub fn run_notes(run: &crate::analysis::run::Run, skipped: &[String]) -> Vec<String> {
+pub fn run_notes(run_notes: &[crate::analysis::run::RunNote], skipped: &[String]) -> Vec<String> {
     use crate::analysis::run::{RankFrom, RunNote};
     let mut notes = Vec::new();
     // Ranks of one recording that are in files of their own too (a recording's directory):
     // one line per recording.
     let mut repeated: Vec<(String, Vec<u32>)> = Vec::new();
-    for note in &run.notes {
+    for note in run_notes {
         if let RunNote::DuplicateRank { rank, left_out, .. } = note
             && let Some(file) = left_out.strip_suffix(&format!(" (rank {rank})"))
         {
@@ -672,7 +672,7 @@ pub fn run_notes(run: &crate::analysis::run::Run, skipped: &[String]) -> Vec<Str
             ranks.join(", ")
         ));
     }
-    for note in &run.notes {
+    for note in run_notes {
         notes.push(match note {
             RunNote::DuplicateRank { rank, left_out, .. } if left_out.ends_with(&format!(" (rank {rank})")) => continue,
             RunNote::DuplicateRank { rank, kept, left_out } => {

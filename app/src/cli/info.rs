@@ -178,40 +178,46 @@ pub fn run_paths(
     blocks: usize,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let opened = match paths {
+    let summed = match paths {
         [one] if !one.is_dir() => {
             let loaded = load::load(one)?;
             if !holds_ranks(&loaded.trace) {
                 return run_loaded(&loaded, json, at, blocks, out);
             }
             let name = loaded.path.display().to_string();
-            crate::runs::Opened { run: crate::analysis::run::Run::of(vec![(name, loaded.trace)]), skipped: Vec::new() }
+            let run = crate::analysis::run::Run::of(vec![(name, loaded.trace)]);
+            crate::runs::Summed {
+                summary: crate::analysis::run::summarize(&run),
+                notes: run.notes,
+                skipped: Vec::new(),
+            }
         }
-        _ => crate::runs::open(paths)?,
+        // Each file's figures taken as it is read, and the file dropped.
+        _ => crate::runs::summaries(paths)?,
     };
     if at.is_some() || blocks > 0 {
         bail!(
             "--at and --blocks look at one trace: give one rank's file (a recording writes RUN.rankN.vtrace beside it)"
         );
     }
-    run_of_ranks(paths, &opened, json, out)
+    run_of_ranks(paths, &summed, json, out)
 }
 
 fn run_of_ranks(
     paths: &[std::path::PathBuf],
-    opened: &crate::runs::Opened,
+    summed: &crate::runs::Summed,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let Some(summary) = crate::analysis::run::summarize(&opened.run) else {
+    let Some(summary) = &summed.summary else {
         bail!(
             "no ranks with memory events in {}",
             paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         );
     };
-    let notes = crate::words::run_notes(&opened.run, &opened.skipped);
+    let notes = crate::words::run_notes(&summed.notes, &summed.skipped);
     if json {
-        let events: usize = opened.run.ranks.iter().map(|r| r.trace.events.len()).sum();
+        let events: usize = summary.ranks.iter().map(|r| r.events).sum();
         let value = serde_json::json!({
             "run": summary,
             "allocator_events": events,
@@ -221,7 +227,7 @@ fn run_of_ranks(
         writeln!(out)?;
         return Ok(());
     }
-    writeln!(out, "{}", crate::words::run_headline(&summary))?;
+    writeln!(out, "{}", crate::words::run_headline(summary))?;
     let nodes = summary.ranks.iter().any(|r| r.node.is_some());
     writeln!(
         out,
@@ -230,8 +236,7 @@ fn run_of_ranks(
     )?;
     for r in &summary.ranks {
         // From the rank's own first event: ranks on several machines do not share a clock.
-        let start = opened.run.ranks.iter().find(|x| x.rank == r.rank).and_then(|x| x.trace.events.first());
-        let start = start.map_or(0, |e| e.time_ns);
+        let start = r.first_event_ns.unwrap_or(0);
         let at = r
             .peak
             .peak_allocated_time_us

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A run of many ranks: `vramscope info DIR` on 64 generated per-rank snapshots of 150k trace
+# entries each, read one file at a time and with a reader per core, side by side in one run.
+#
+#   scripts/bench-ranks.sh [RUNS]
+#
+# Prints each run's wall time and peak RSS (GNU time), and the ratio of the medians.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/vramscope-target}"
+runs="${1:-3}"
+ranks=64
+entries=150000
+dir=/var/tmp/vramscope-bench/ranks_${ranks}x${entries}
+mkdir -p "$dir"
+command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)" >&2; exit 2; }
+cargo build --release --locked --bin vramscope >&2
+bin="$CARGO_TARGET_DIR/release/vramscope"
+for r in $(seq 0 $((ranks - 1))); do
+    file="$dir/snapshot_rank${r}.pickle"
+    [ -f "$file" ] || python3 scripts/gen_snapshot.py --entries "$entries" --seed "$r" --out "$file" >&2
+done
+echo "## $ranks ranks x $entries entries: $(du -sm "$dir" | cut -f1) MB in $dir"
+one() {
+    VRAMSCOPE_READ_THREADS="$1" /usr/bin/time -f "%e %M" "$bin" info "$dir" 2>&1 >/dev/null | tail -n1
+}
+declare -a serial parallel
+for _ in $(seq "$runs"); do
+    s=$(one 1); p=$(one "$(nproc)")
+    echo "one reader: ${s% *} s, ${s#* } KiB peak RSS; $(nproc) readers: ${p% *} s, ${p#* } KiB"
+    serial+=("${s% *}"); parallel+=("${p% *}")
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ms=$(median "${serial[@]}"); mp=$(median "${parallel[@]}")
+echo "median: one reader $ms s, $(nproc) readers $mp s: $(awk -v a="$ms" -v b="$mp" 'BEGIN {printf "%.2fx", a / b}')"
