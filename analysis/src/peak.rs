@@ -77,10 +77,7 @@ pub fn live_at(trace: &Trace, device: DeviceId, upto: Option<usize>) -> Vec<Live
     let mut live: HashMap<u64, LiveBlock> = HashMap::default();
     let mut unaddressed = Vec::new();
     for block in &initial.blocks {
-        let stack = block
-            .final_block
-            .and_then(|(s, b)| trace.segments.get(s).and_then(|s| s.blocks.get(b)))
-            .map_or(StackId(0), |b| b.stack);
+        let stack = block.stack(trace);
         let live_block = LiveBlock {
             address: block.address,
             size_bytes: block.size_bytes,

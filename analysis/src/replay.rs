@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use vramscope_trace_format::{BlockState, CounterKind, DeviceId, Event, EventKind, Trace};
+use vramscope_trace_format::{BlockState, CounterKind, DeviceId, Event, EventKind, StackId, Trace};
 
 /// Memory in use after one event (or counter sample).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,6 +47,15 @@ pub struct Initial {
     pub blocks: Vec<PreexistingBlock>,
     /// Reserved bytes before the first event.
     pub reserved_bytes: u64,
+}
+
+impl PreexistingBlock {
+    /// Where it was allocated, as the final segment state records it (none: not recorded).
+    pub fn stack(&self, trace: &Trace) -> StackId {
+        self.final_block
+            .and_then(|(s, b)| trace.segments.get(s).and_then(|s| s.blocks.get(b)))
+            .map_or(StackId(0), |b| b.stack)
+    }
 }
 
 impl Initial {

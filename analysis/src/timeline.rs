@@ -161,10 +161,7 @@ impl Timeline {
         let mut totals: ByCategory = [0; CATEGORIES];
         let mut live: rustc_hash::FxHashMap<u64, u8> = Default::default();
         for block in &initial.blocks {
-            let stack = block
-                .final_block
-                .and_then(|(s, b)| trace.segments.get(s).and_then(|s| s.blocks.get(b)))
-                .map_or(Default::default(), |b| b.stack);
+            let stack = block.stack(trace);
             let until = block.freed_by.and_then(|i| trace.events.get(i)).map_or(end_ns, |e| e.time_ns);
             let category = attributor.block(block.address, i64::MIN, until, stack).category as u8;
             totals[category as usize] += block.size_bytes;

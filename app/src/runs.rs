@@ -79,7 +79,7 @@ fn readers(files: &[PathBuf]) -> usize {
     cores.min(by_memory).min(files.len()).max(1)
 }
 
-/// Loads `files`, as many at a time as [`readers`] allows; each result in its file's place.
+/// Loads `files`, a reader per core (within the memory available); each result in its file's place.
 pub fn load_all(files: &[PathBuf]) -> Vec<Result<LoadedTrace>> {
     let workers = readers(files);
     let next = AtomicUsize::new(0);

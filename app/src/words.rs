@@ -681,9 +681,9 @@ pub fn run_notes(run_notes: &[crate::analysis::run::RunNote], skipped: &[String]
             RunNote::Guessed { from: RankFrom::FileName, ranks } => {
                 format!("{ranks} ranks numbered from their files' names (rankN): the files do not say their rank")
             }
-            RunNote::Guessed { from, ranks } => format!(
-                "{ranks} ranks numbered in the order the files were given ({from:?}): the files do not say their rank"
-            ),
+            RunNote::Guessed { ranks, .. } => {
+                format!("{ranks} ranks numbered in the order the files were given: the files do not say their rank")
+            }
         });
     }
     for file in skipped {

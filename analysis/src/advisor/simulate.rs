@@ -177,11 +177,7 @@ impl Replayer {
         let initial = replay::initial_state(trace, device, &events);
         let mut before: HashMap<u64, usize> = HashMap::default();
         for p in &initial.blocks {
-            let stack = p
-                .final_block
-                .and_then(|(s, b)| trace.segments.get(s).and_then(|s| s.blocks.get(b)))
-                .map_or(StackId(0), |b| b.stack);
-            let b = add(&mut r, p.address, p.size_bytes, i64::MIN, stack, false);
+            let b = add(&mut r, p.address, p.size_bytes, i64::MIN, p.stack(trace), false);
             r.changes.push(Change { time_ns: i64::MIN, order: 0, block: b, alloc: true });
             if p.address != 0 {
                 before.insert(p.address, b);

@@ -291,11 +291,13 @@ fn device_rows(trace: &Trace, rank: i32, device: DeviceId, events_out: &mut Even
     let mut live: HashMap<u64, usize> = HashMap::default();
     let mut before: HashMap<u64, usize> = HashMap::default();
     for p in &initial.blocks {
-        let stack = p
-            .final_block
-            .and_then(|(s, b)| trace.segments.get(s).and_then(|s| s.blocks.get(b)))
-            .map_or(StackId(0), |b| b.stack);
-        let b = NewBlock { address: p.address, size: p.size_bytes, requested: p.requested_bytes, alloc: None, stack };
+        let b = NewBlock {
+            address: p.address,
+            size: p.size_bytes,
+            requested: p.requested_bytes,
+            alloc: None,
+            stack: p.stack(trace),
+        };
         let row = add(blocks, b, &mut sites);
         if p.address != 0 {
             before.insert(p.address, row);
