@@ -1,0 +1,218 @@
+//! The analysis in words, for people: the sentence on top of a comparison, each remedy's change,
+//! cost and reasoning, fragmentation, and what a trace cannot show. The analysis crate returns
+//! numbers and ids; the CLI, the app and the report word them here, once, in the same words.
+
+use vramscope_trace_format::{Category, DeviceId, Trace};
+
+use crate::analysis::attribution::Evidence;
+use crate::analysis::caveats::Caveat;
+use crate::analysis::diff::{Diff, Headline};
+use crate::analysis::peak::LiveBlock;
+use crate::units::{bytes, signed_bytes};
+
+mod advice;
+mod run;
+
+pub use self::advice::*;
+pub use self::run::*;
+
+/// How to record a snapshot with history, for the notes that need it.
+pub const HOW_TO_RECORD_HISTORY: &str = "call torch.cuda.memory._record_memory_history(max_entries=100000) \
+     before the code to look at, then torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")";
+
+/// The sentence on top of a comparison: how B's peak differs, mostly in what, and where.
+pub fn diff_summary(d: &Diff) -> String {
+    headline(&d.headline)
+}
+
+fn headline(h: &Headline) -> String {
+    if h.delta_bytes == 0 {
+        return format!("Both peaks are {}.", bytes(h.peak_a_bytes));
+    }
+    let direction = if h.delta_bytes < 0 { "lower" } else { "higher" };
+    let pct = h.percent.map_or_else(String::new, |p| format!(" ({p:+.0}%)"));
+    let mut text = format!("B's peak is {} {direction}{pct}", bytes(h.delta_bytes.unsigned_abs()));
+    if let Some((category, delta)) = h.mostly {
+        let name = Category::ALL.iter().find(|x| x.name() == category).map_or(category, |x| plural(*x));
+        text.push_str(&format!(", mostly {name} ({})", signed_bytes(delta)));
+        if let Some(site) = &h.site {
+            text.push_str(&format!(" at {site}"));
+        }
+    }
+    text.push('.');
+    text
+}
+
+/// A category as the sentence names it: `activations`, `optimizer state`.
+pub fn plural(category: Category) -> &'static str {
+    match category {
+        Category::Parameter => "parameters",
+        Category::Gradient => "gradients",
+        Category::OptimizerState => "optimizer state",
+        Category::Activation => "activations",
+        Category::Temporary => "temporaries",
+        Category::Input => "inputs",
+        Category::AllocatorCache => "allocator cache",
+        Category::NonFramework => "non-framework memory",
+        Category::AutogradDetail => "autograd detail",
+        Category::Unknown => "unattributed memory",
+    }
+}
+
+/// What a trace cannot show, one sentence or two for each caveat.
+pub fn caveat(trace: &Trace, c: &Caveat) -> String {
+    let names = |devices: &[DeviceId]| devices.iter().map(|&d| trace.metadata.device_label(d)).collect::<Vec<_>>();
+    match c {
+        Caveat::NoHistory => format!(
+            "No allocation history was recorded: this snapshot holds only the allocator's state when it was taken, \
+             so that state is its only instant and every peak below is that state. To see memory over time, \
+             {HOW_TO_RECORD_HISTORY}."
+        ),
+        Caveat::NoHistoryOn(devices) => format!(
+            "{} recorded no allocation history (only the allocator's final state): its peak is that state.",
+            names(devices).join(", ")
+        ),
+        Caveat::UnseenBeforeStart(devices) => format!(
+            "{}: memory allocated before the profiler started is not seen. The trace's memory events carry only \
+             sizes (no addresses or running totals, as in PyTorch 1.8-1.9), so the curve is their running sum, \
+             starting at the least memory that its frees imply was already there.",
+            names(devices).join(", ")
+        ),
+    }
+}
+
+/// Every caveat of a trace, worded.
+pub fn caveats(trace: &Trace, caveats: &[Caveat]) -> Vec<String> {
+    caveats.iter().map(|c| caveat(trace, c)).collect()
+}
+
+/// Why a block is in its category.
+pub fn evidence(trace: &Trace, evidence: Evidence) -> String {
+    match evidence {
+        Evidence::Tag(name) => format!("tagged by the recorder: {}", trace.interner.resolve(name)),
+        Evidence::Frame { rule, frame } => match trace.interner.frame_of(frame) {
+            Some(f) => format!(
+                "{rule}: {} at {}:{}",
+                trace.interner.resolve(f.function),
+                trace.interner.resolve(f.file),
+                f.line
+            ),
+            None => rule.to_owned(),
+        },
+        Evidence::Phase { rule, module: Some(module) } => {
+            format!("{rule} (in the forward of {})", trace.interner.resolve(module))
+        }
+        Evidence::Phase { rule, module: None } => rule.to_owned(),
+        Evidence::BeforeRecording { persistent: true } => {
+            "allocated before the recording began and alive to its end (model state, most likely)".to_owned()
+        }
+        Evidence::BeforeRecording { persistent: false } => {
+            "allocated before the recording began; no tag, and no stack-frame rule matched".to_owned()
+        }
+        Evidence::SizeMatches { of } => format!(
+            "allocated before the recording and never freed, its size one of the {}' one for one, as a model's \
+             parameters are",
+            match of {
+                Category::OptimizerState => "optimizer state tensors",
+                _ => "gradients",
+            }
+        ),
+        Evidence::Nothing => "no tag, and no stack-frame rule matched".to_owned(),
+    }
+}
+
+/// The parts of a block's context worth showing, as `label: text` lines (`N/A`, PyTorch's
+/// default compile context, is not).
+pub fn context_lines(trace: &Trace, block: &LiveBlock) -> Vec<String> {
+    let context = crate::analysis::instant::block_context(trace, block);
+    let mut lines = Vec::new();
+    let metadata = trace.interner.resolve(context.user_metadata);
+    if !metadata.is_empty() {
+        lines.push(format!("user metadata: {metadata}"));
+    }
+    let compile = trace.interner.resolve(context.compile_context);
+    if !compile.is_empty() && compile != "N/A" {
+        lines.push(format!("compile context: {compile}"));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_trace_format::{Block, BlockState, DeviceInfo, Event, EventKind, Segment, SourceFormat};
+
+    use super::*;
+    use crate::analysis::caveats;
+    use crate::analysis::diff::{self, RunPeak};
+    use crate::analysis::instant::SiteBytes;
+
+    fn run(peak: u64, categories: &[(&'static str, u64)], sites: &[(&str, u64)]) -> RunPeak {
+        RunPeak {
+            file: String::new(),
+            device: DeviceId(0),
+            label: "cuda:0".to_owned(),
+            peak_allocated_bytes: peak,
+            peak_allocated_time_us: None,
+            peak_reserved_bytes: peak,
+            categories_at_peak: categories.iter().copied().collect(),
+            sites: sites.iter().map(|(s, b)| SiteBytes { site: (*s).to_owned(), bytes: *b, blocks: 1 }).collect(),
+        }
+    }
+
+    #[test]
+    fn the_diff_sentence_names_the_change_its_category_and_site() {
+        let gib = 1u64 << 30;
+        let a = run(
+            20 * gib,
+            &[("activation", 12 * gib), ("parameter", 8 * gib)],
+            &[("forward  m.py:1", 10 * gib), ("attn  m.py:9", 2 * gib), ("init  m.py:3", 8 * gib)],
+        );
+        let b = run(
+            16 * gib,
+            &[("activation", 8 * gib), ("parameter", 8 * gib)],
+            &[("forward  m.py:1", 6 * gib), ("init  m.py:3", 8 * gib), ("cast  m.py:5", 2 * gib)],
+        );
+        let d = diff::diff(a.clone(), b);
+        assert_eq!(
+            diff_summary(&d),
+            "B's peak is 4.00 GiB lower (-20%), mostly activations (-4.00 GiB) at forward  m.py:1."
+        );
+        assert_eq!(diff_summary(&diff::diff(a.clone(), a)), "Both peaks are 20.0 GiB.");
+    }
+
+    fn segment(device: DeviceId) -> Segment {
+        Segment::new(device, 0x1000, 2 << 20, vec![Block::new(0x1000, 2 << 20, 100, BlockState::ActiveAllocated)])
+    }
+
+    #[test]
+    fn a_snapshot_without_history_says_so_and_how_to_record_one() {
+        let mut trace = Trace::default();
+        trace.metadata.source_format = SourceFormat::PytorchSnapshot;
+        trace.segments = vec![segment(DeviceId(0)), segment(DeviceId(1))];
+        let notes = caveats(&trace, &caveats::caveats(&trace));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("_record_memory_history"), "{notes:?}");
+        // One device with history, one without: only that one is named.
+        trace.events.push(Event::new(EventKind::Alloc, 5, 1, 0x9000, 512));
+        let notes = caveats(&trace, &caveats::caveats(&trace));
+        assert_eq!(
+            notes,
+            ["cuda:0 recorded no allocation history (only the allocator's final state): its peak is that state."]
+        );
+    }
+
+    #[test]
+    fn a_running_sum_says_what_it_cannot_see() {
+        let mut trace = Trace::default();
+        trace.metadata.source_format = SourceFormat::ChromeTrace;
+        trace.metadata.devices = vec![DeviceInfo {
+            device: DeviceId(2),
+            kind: Some("hip".to_owned()),
+            allocated_before_unknown: true,
+            ..DeviceInfo::default()
+        }];
+        let notes = caveats(&trace, &caveats::caveats(&trace));
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].starts_with("hip:2: memory allocated before the profiler started is not seen"), "{notes:?}");
+    }
+}

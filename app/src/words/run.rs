@@ -1,0 +1,86 @@
+//! A run of several ranks in words: its headline and the notes on how its ranks were numbered.
+
+use crate::analysis::run::{PhaseAt, RankFrom, RunNote, RunSummary};
+use crate::units::bytes;
+
+/// A run's headline: how many ranks, which peaks highest, and how far the ranks differ.
+pub fn run_headline(s: &RunSummary) -> String {
+    let Some(worst) = s.ranks.iter().find(|r| r.rank == s.worst_rank) else { return String::new() };
+    let phase = worst.peak_phase.map_or(String::new(), |p| format!(", in {}", run_phase(p)));
+    let mut text = format!(
+        "a run of {} ranks: rank {} peaks highest, {} allocated{phase}, {:.1}% above the median rank; the highest \
+         peak is {:.2}x the lowest",
+        s.ranks.len(),
+        worst.rank,
+        bytes(worst.peak.peak_allocated_bytes),
+        100.0 * s.worst_over_median,
+        s.imbalance
+    );
+    if let Some(spread) = s.spread.first() {
+        text.push_str(&format!(
+            "; they differ most in {} (rank {} {}, rank {} {})",
+            spread.category,
+            spread.max_rank,
+            bytes(spread.max_bytes),
+            spread.min_rank,
+            bytes(spread.min_bytes)
+        ));
+    }
+    if let Some(rank) = s.first_oom_rank {
+        text.push_str(&format!("; rank {rank} ran out of memory first (by each rank's own clock)"));
+    }
+    text
+}
+
+/// A phase in words.
+pub fn run_phase(p: PhaseAt) -> &'static str {
+    use PhaseAt;
+    match p {
+        PhaseAt::Forward => "forward",
+        PhaseAt::Backward => "backward",
+        PhaseAt::OptimizerStep => "optimizer step",
+    }
+}
+
+/// What the reader of a run should know: guessed ranks, repeated ones, files left out.
+pub fn run_notes(run_notes: &[RunNote], skipped: &[String]) -> Vec<String> {
+    let mut notes = Vec::new();
+    // Ranks of one recording that are in files of their own too (a recording's directory):
+    // one line per recording.
+    let mut repeated: Vec<(String, Vec<u32>)> = Vec::new();
+    for note in run_notes {
+        if let RunNote::DuplicateRank { rank, left_out, .. } = note
+            && let Some(file) = left_out.strip_suffix(&format!(" (rank {rank})"))
+        {
+            match repeated.iter_mut().find(|(f, _)| f == file) {
+                Some((_, ranks)) => ranks.push(*rank),
+                None => repeated.push((file.to_owned(), vec![*rank])),
+            }
+        }
+    }
+    for (file, ranks) in &repeated {
+        let ranks: Vec<String> = ranks.iter().map(u32::to_string).collect();
+        notes.push(format!(
+            "{file}: its ranks {} are in files of their own too, which are read instead",
+            ranks.join(", ")
+        ));
+    }
+    for note in run_notes {
+        notes.push(match note {
+            RunNote::DuplicateRank { rank, left_out, .. } if left_out.ends_with(&format!(" (rank {rank})")) => continue,
+            RunNote::DuplicateRank { rank, kept, left_out } => {
+                format!("rank {rank} is in {kept} and in {left_out}: {left_out} is left out")
+            }
+            RunNote::Guessed { from: RankFrom::FileName, ranks } => {
+                format!("{ranks} ranks numbered from their files' names (rankN): the files do not say their rank")
+            }
+            RunNote::Guessed { ranks, .. } => {
+                format!("{ranks} ranks numbered in the order the files were given: the files do not say their rank")
+            }
+        });
+    }
+    for file in skipped {
+        notes.push(format!("left out, not a trace this reads: {file}"));
+    }
+    notes
+}
