@@ -27,6 +27,9 @@ pub struct RunPeak {
     pub peak_allocated_bytes: u64,
     /// When it was first reached, µs on the trace's clock (null without a clock).
     pub peak_allocated_time_us: Option<i64>,
+    /// The same on the trace's clock as it is (an event index without a clock).
+    #[serde(skip)]
+    pub peak_allocated_time_ns: i64,
     /// Peak of reserved bytes.
     pub peak_reserved_bytes: u64,
     /// Bytes by category at the allocated peak.
@@ -54,6 +57,7 @@ pub fn run_peak(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak 
         label: trace.metadata.device_label(device),
         peak_allocated_bytes: peaks.allocated.bytes,
         peak_allocated_time_us: time_us(trace, &peaks.allocated),
+        peak_allocated_time_ns: peaks.allocated.time_ns,
         peak_reserved_bytes: peaks.reserved.bytes,
         categories_at_peak: at_peak.by_category.iter().map(|(c, v)| (c.name(), *v)).collect(),
         sites: instant::by_site(trace, &at_peak.blocks),
@@ -199,6 +203,7 @@ mod tests {
             label: "cuda:0".to_owned(),
             peak_allocated_bytes: peak,
             peak_allocated_time_us: None,
+            peak_allocated_time_ns: 0,
             peak_reserved_bytes: peak,
             categories_at_peak: categories.iter().copied().collect(),
             sites: sites

@@ -14,7 +14,6 @@ use serde::Serialize;
 use vramscope_trace_format::{AnnotationKind, Clock, DeviceId, ProcessId, Trace};
 
 use crate::diff::{self, RunPeak};
-use crate::peak;
 
 /// Where a rank's number came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -110,11 +109,16 @@ pub struct Part<T> {
     pub item: T,
 }
 
+/// Whether a trace is a recording of several ranks: several processes, some with a rank.
+pub fn holds_ranks(trace: &Trace) -> bool {
+    trace.metadata.processes.len() > 1 && trace.metadata.processes.iter().any(|p| p.rank.is_some())
+}
+
 /// The parts of one file: each ranked process of a recording of several, else the file.
 pub fn parts(name: &str, trace: Trace) -> Vec<Part<Trace>> {
     let ranked: Vec<(usize, u32)> =
         trace.metadata.processes.iter().enumerate().filter_map(|(i, p)| p.rank.map(|r| (i, r))).collect();
-    if trace.metadata.processes.len() > 1 && !ranked.is_empty() {
+    if holds_ranks(&trace) {
         return ranked
             .into_iter()
             .map(|(i, rank)| {
@@ -301,7 +305,7 @@ pub struct RunSummary {
 /// caller's to set).
 pub fn figures(trace: &Trace, source: &str) -> RankSummary {
     let peak = diff::run_peak(trace, source, None);
-    let at = peak::peaks(trace, peak.device).allocated.time_ns;
+    let at = peak.peak_allocated_time_ns;
     let clock = trace.metadata.clock != Clock::EventIndex;
     let first_oom = trace.ooms.iter().map(|o| o.time_ns).min();
     let process = trace.metadata.processes.first();

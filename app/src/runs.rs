@@ -11,8 +11,7 @@ use crate::analysis::run::Run;
 use crate::load::{self, LoadedTrace};
 
 /// The names a directory's trace files end in.
-const TRACE_ENDINGS: [&str; 8] =
-    [".vtrace", ".pickle", ".pkl", ".json", ".json.gz", ".pt.trace.json", ".pickle.gz", ".html"];
+const TRACE_ENDINGS: [&str; 7] = [".vtrace", ".pickle", ".pkl", ".pickle.gz", ".json", ".json.gz", ".html"];
 
 /// The trace files in `dir`, sorted by name (not its subdirectories).
 pub fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -79,20 +78,20 @@ fn readers(files: &[PathBuf]) -> usize {
     cores.min(by_memory).min(files.len()).max(1)
 }
 
-/// Loads `files`, a reader per core (within the memory available); each result in its file's place.
-pub fn load_all(files: &[PathBuf]) -> Vec<Result<LoadedTrace>> {
-    let workers = readers(files);
+/// `read` applied to each file, [`readers`] of them at a time; each result in its file's place.
+fn in_parallel<T: Send>(files: &[(PathBuf, bool)], read: impl Fn(&Path) -> Result<T> + Sync) -> Vec<Result<T>> {
+    let paths: Vec<PathBuf> = files.iter().map(|f| f.0.clone()).collect();
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<LoadedTrace>>>> = Mutex::new((0..files.len()).map(|_| None).collect());
+    let results: Mutex<Vec<Option<Result<T>>>> = Mutex::new((0..files.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
-        for _ in 0..workers {
+        for _ in 0..readers(&paths) {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(path) = files.get(i) else { break };
-                    let loaded = load::load(path);
+                    let Some(path) = paths.get(i) else { break };
+                    let result = read(path);
                     if let Ok(mut results) = results.lock() {
-                        results[i] = Some(loaded);
+                        results[i] = Some(result);
                     }
                 }
             });
@@ -100,6 +99,36 @@ pub fn load_all(files: &[PathBuf]) -> Vec<Result<LoadedTrace>> {
     });
     let results = results.into_inner().unwrap_or_default();
     results.into_iter().map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("the file was not read")))).collect()
+}
+
+/// What was read from the paths: each file's item; a file named that cannot be read is an
+/// error, one found in a directory is left out and said (`file: why`; a directory may hold
+/// other JSON).
+fn read_all<T: Send>(
+    paths: &[PathBuf],
+    read: impl Fn(LoadedTrace) -> T + Sync,
+) -> Result<(Vec<T>, Vec<String>, Vec<String>)> {
+    let files = expand(paths)?;
+    let results = in_parallel(&files, |path| {
+        let loaded = load::load(path)?;
+        let warnings: Vec<String> = loaded.warnings.iter().map(|w| format!("{}: {w}", path.display())).collect();
+        Ok((read(loaded), warnings))
+    });
+    let (mut items, mut warnings, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
+    for ((path, named), result) in files.iter().zip(results) {
+        match result {
+            Ok((item, w)) => {
+                items.push(item);
+                warnings.extend(w);
+            }
+            Err(e) if *named => return Err(e),
+            Err(e) => skipped.push(format!("{}: {e:#}", path.display())),
+        }
+    }
+    if items.is_empty() {
+        bail!("no trace could be read: {}", skipped.join("; "));
+    }
+    Ok((items, warnings, skipped))
 }
 
 /// A run's ranks' figures (each trace dropped once its figures are taken, so a run of many ranks
@@ -115,76 +144,44 @@ pub struct Summed {
 
 /// The figures of the run the paths hold, read in parallel and summed up as they come.
 pub fn summaries(paths: &[PathBuf]) -> Result<Summed> {
-    use crate::analysis::run::{self, Part, RankSummary};
-    let files = expand(paths)?;
-    let workers = readers(&files.iter().map(|f| f.0.clone()).collect::<Vec<_>>());
-    let next = AtomicUsize::new(0);
-    type Read = Result<Vec<Part<RankSummary>>>;
-    let results: Mutex<Vec<Option<Read>>> = Mutex::new((0..files.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((path, _)) = files.get(i) else { break };
-                    let read = load::load(path).map(|l| {
-                        let name = l.path.display().to_string();
-                        run::parts(&name, l.trace)
-                            .into_iter()
-                            .map(|p| p.map(|t, source| run::figures(&t, source)))
-                            .collect()
-                    });
-                    if let Ok(mut results) = results.lock() {
-                        results[i] = Some(read);
-                    }
-                }
-            });
-        }
-    });
-    let results = results.into_inner().unwrap_or_default();
-    let mut all = Vec::new();
-    let mut skipped = Vec::new();
-    for ((path, named), read) in files.iter().zip(results) {
-        match read.unwrap_or_else(|| Err(anyhow::anyhow!("the file was not read"))) {
-            Ok(parts) => all.extend(parts),
-            Err(e) if *named => return Err(e),
-            Err(e) => skipped.push(format!("{}: {e:#}", path.display())),
-        }
+    use crate::analysis::run::{self, RankSummary};
+    let (parts, warnings, skipped) = read_all(paths, |l| {
+        let name = l.path.display().to_string();
+        run::parts(&name, l.trace).into_iter().map(|p| p.map(|t, source| run::figures(&t, source))).collect::<Vec<_>>()
+    })?;
+    for warning in &warnings {
+        eprintln!("warning: {warning}");
     }
-    if all.is_empty() {
-        bail!("no trace could be read: {}", skipped.join("; "));
-    }
-    let (numbered, notes) = run::number(all);
+    let (numbered, notes) = run::number(parts.into_iter().flatten().collect());
     let ranks =
         numbered.into_iter().map(|(rank, from, _, figures)| RankSummary { rank, rank_from: from, ..figures }).collect();
     Ok(Summed { summary: run::sum_up(ranks), notes, skipped })
 }
 
-/// A run, and the files of its directories that could not be read (skipped: a directory may
-/// hold other JSON).
+/// A run, what was odd about its files, and the files of its directories left out.
 pub struct Opened {
     /// The run.
     pub run: Run,
+    /// `file: what` for each file's warnings.
+    pub warnings: Vec<String>,
     /// `file: why` for each file left out.
     pub skipped: Vec<String>,
 }
 
-/// The run the paths hold. A file named that cannot be read is an error; one found in a
-/// directory is skipped and said.
-pub fn open(paths: &[PathBuf]) -> Result<Opened> {
-    let files = expand(paths)?;
-    let names: Vec<PathBuf> = files.iter().map(|f| f.0.clone()).collect();
-    let mut traces = Vec::new();
-    let mut skipped = Vec::new();
-    for ((path, named), loaded) in files.iter().zip(load_all(&names)) {
-        match loaded {
-            Ok(l) => traces.push((l.path.display().to_string(), l.trace)),
-            Err(e) if *named => return Err(e),
-            Err(e) => skipped.push(format!("{}: {e:#}", path.display())),
+impl Opened {
+    /// Says the warnings and the files left out on stderr.
+    pub fn warn(&self) {
+        for warning in &self.warnings {
+            eprintln!("warning: {warning}");
+        }
+        for skipped in &self.skipped {
+            eprintln!("warning: left out, not a trace this reads: {skipped}");
         }
     }
-    if traces.is_empty() {
-        bail!("no trace could be read: {}", skipped.join("; "));
-    }
-    Ok(Opened { run: Run::of(traces), skipped })
+}
+
+/// The run the paths hold (one trace is a run of one rank).
+pub fn open(paths: &[PathBuf]) -> Result<Opened> {
+    let (traces, warnings, skipped) = read_all(paths, |l| (l.path.display().to_string(), l.trace))?;
+    Ok(Opened { run: Run::of(traces), warnings, skipped })
 }

@@ -153,10 +153,7 @@ pub(super) fn upcasts_its_input(trace: &Trace, device: DeviceId, stack: StackId)
 /// stream in, the loss's (log-)softmax and reductions, embedding lookups (by the operator the CPU
 /// profiler names, or the Python function of a recorded stack).
 pub(super) fn stays_fp32(trace: &Trace, device: DeviceId, stack: StackId) -> bool {
-    let interner = &trace.interner;
-    interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).take(2).any(|frame| {
-        let function = interner.resolve(frame.function);
-        let name = function.strip_prefix("aten::").unwrap_or(function);
+    allocated_by(trace, stack).any(|name| {
         matches!(
             name,
             "add"

@@ -184,26 +184,18 @@ struct RankChosen {
 /// The trace to advise on: the file's; of a run of several ranks (a directory of rank files,
 /// or a recording of several), the rank that peaks highest, each rank analysed alone.
 fn one_rank(path: &Path) -> Result<(vramscope_trace_format::Trace, Option<RankChosen>)> {
-    let run = if path.is_dir() {
-        let opened = crate::runs::open(&[path.to_path_buf()])?;
-        for skipped in &opened.skipped {
-            eprintln!("warning: left out, not a trace this reads: {skipped}");
-        }
-        opened.run
-    } else {
-        let loaded = load::load(path)?;
-        let processes = &loaded.trace.metadata.processes;
-        if processes.len() <= 1 || processes.iter().all(|p| p.rank.is_none()) {
-            return Ok((loaded.trace, None));
-        }
-        crate::analysis::run::Run::of(vec![(path.display().to_string(), loaded.trace)])
-    };
+    let opened = crate::runs::open(&[path.to_path_buf()])?;
+    opened.warn();
+    let mut run = opened.run;
+    if !run.is_distributed() {
+        let Some(only) = run.ranks.pop() else { bail!("{}: no trace", path.display()) };
+        return Ok((only.trace, None));
+    }
     let Some(summary) = crate::analysis::run::summarize(&run) else {
         bail!("{}: no rank holds memory events to advise on", path.display());
     };
     let peaks = summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect();
     let worst = summary.worst_rank;
-    let mut run = run;
     let Some(at) = run.ranks.iter().position(|r| r.rank == worst) else { bail!("rank {worst} is gone") };
     let rank = run.ranks.swap_remove(at);
     Ok((rank.trace, Some(RankChosen { rank: worst, peaks })))

@@ -9,8 +9,7 @@ use serde::Serialize;
 use vramscope_trace_format::{Category, DeviceId};
 
 use crate::analysis::diff::{self, Diff, SiteDelta, percent};
-use crate::analysis::run::{RankFrom, Run};
-use crate::load;
+use crate::analysis::run::Run;
 use crate::units::{bytes, signed_bytes};
 
 /// A limit on growth from A to B.
@@ -168,28 +167,9 @@ pub fn run(
 /// One side of a comparison: a trace, or a run of several ranks (a directory of rank files, or a
 /// recording of several ranks).
 fn open_side(path: &Path) -> Result<Run> {
-    if path.is_dir() {
-        let opened = crate::runs::open(&[path.to_path_buf()])?;
-        for skipped in &opened.skipped {
-            eprintln!("warning: left out, not a trace this reads: {skipped}");
-        }
-        return Ok(opened.run);
-    }
-    let loaded = load::load(path)?;
-    for warning in &loaded.warnings {
-        eprintln!("warning: {}: {warning}", path.display());
-    }
-    let name = path.display().to_string();
-    let holds_ranks =
-        loaded.trace.metadata.processes.len() > 1 && loaded.trace.metadata.processes.iter().any(|p| p.rank.is_some());
-    if holds_ranks {
-        return Ok(Run::of(vec![(name, loaded.trace)]));
-    }
-    // One trace: one rank, whatever its number.
-    Ok(Run {
-        ranks: vec![crate::analysis::run::Rank { rank: 0, from: RankFrom::Order, source: name, trace: loaded.trace }],
-        notes: Vec::new(),
-    })
+    let opened = crate::runs::open(&[path.to_path_buf()])?;
+    opened.warn();
+    Ok(opened.run)
 }
 
 /// A rank's comparison.

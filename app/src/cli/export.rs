@@ -142,9 +142,7 @@ pub fn run(paths: &[PathBuf], output: &Path, format: Format, force: bool, out: &
         bail!("{} is both read and written: give another output", output.display());
     }
     let opened = crate::runs::open(paths)?;
-    for skipped in &opened.skipped {
-        eprintln!("warning: left out, not a trace this reads: {skipped}");
-    }
+    opened.warn();
     let ranks = match opened.run.ranks.len() {
         1 => String::from("one trace"),
         n => format!("{n} ranks"),

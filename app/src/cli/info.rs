@@ -164,11 +164,6 @@ fn at_instant(trace: &Trace, when: &When, text: &str) -> Result<At> {
 }
 
 /// Runs `info` on `path`, printing JSON or a readable summary to `out`; with `at`, also what was
-/// Whether a trace holds several ranks (a recording of a distributed run).
-fn holds_ranks(trace: &Trace) -> bool {
-    trace.metadata.processes.len() > 1 && trace.metadata.processes.iter().any(|p| p.rank.is_some())
-}
-
 /// `info` on what the paths hold: one trace, or a run of several ranks (several files, a
 /// directory of them, or one recording of several ranks): per-rank rows and the run's summary.
 pub fn run_paths(
@@ -181,7 +176,7 @@ pub fn run_paths(
     let summed = match paths {
         [one] if !one.is_dir() => {
             let loaded = load::load(one)?;
-            if !holds_ranks(&loaded.trace) {
+            if !crate::analysis::run::holds_ranks(&loaded.trace) {
                 return run_loaded(&loaded, json, at, blocks, out);
             }
             let name = loaded.path.display().to_string();

@@ -153,6 +153,7 @@ mod tests {
             label: "cuda:0".to_owned(),
             peak_allocated_bytes: peak,
             peak_allocated_time_us: None,
+            peak_allocated_time_ns: 0,
             peak_reserved_bytes: peak,
             categories_at_peak: categories.iter().copied().collect(),
             sites: sites.iter().map(|(s, b)| SiteBytes { site: (*s).to_owned(), bytes: *b, blocks: 1 }).collect(),
