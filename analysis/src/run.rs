@@ -104,6 +104,8 @@ pub struct Part<T> {
     /// From a recording of several ranks (its own files win over it).
     split: bool,
     single_gpu: Option<DeviceId>,
+    /// Its process in the file it came from, when it is one of a recording's several.
+    process: Option<u32>,
     source: String,
     /// What it holds.
     pub item: T,
@@ -114,31 +116,60 @@ pub fn holds_ranks(trace: &Trace) -> bool {
     trace.metadata.processes.len() > 1 && trace.metadata.processes.iter().any(|p| p.rank.is_some())
 }
 
+/// Each ranked process of a recording of several ranks as its own part (`None`: not such a
+/// recording). The recording is only read: a caller may keep it.
+pub fn split(name: &str, trace: &Trace) -> Option<Vec<Part<Trace>>> {
+    if !holds_ranks(trace) {
+        return None;
+    }
+    let ranked = trace.metadata.processes.iter().enumerate().filter_map(|(i, p)| p.rank.map(|r| (i, r)));
+    let parts = ranked
+        .map(|(i, rank)| {
+            let item = trace.of_process(ProcessId(i as u32));
+            let source = format!("{name} (rank {rank})");
+            Part { rank: Some(rank), split: true, single_gpu: None, process: Some(i as u32), source, item }
+        })
+        .collect();
+    Some(parts)
+}
+
 /// The parts of one file: each ranked process of a recording of several, else the file.
 pub fn parts(name: &str, trace: Trace) -> Vec<Part<Trace>> {
-    let ranked: Vec<(usize, u32)> =
-        trace.metadata.processes.iter().enumerate().filter_map(|(i, p)| p.rank.map(|r| (i, r))).collect();
-    if holds_ranks(&trace) {
-        return ranked
-            .into_iter()
-            .map(|(i, rank)| {
-                let item = trace.of_process(ProcessId(i as u32));
-                Part { rank: Some(rank), split: true, single_gpu: None, source: format!("{name} (rank {rank})"), item }
-            })
-            .collect();
+    if let Some(parts) = split(name, &trace) {
+        return parts;
     }
-    let rank = match ranked.as_slice() {
-        [(_, rank)] => Some(*rank),
+    let rank = match trace.metadata.processes.as_slice() {
+        [only] => only.rank,
         _ => None,
     };
-    vec![Part { rank, split: false, single_gpu: single_gpu(&trace), source: name.to_owned(), item: trace }]
+    let single_gpu = single_gpu(&trace);
+    vec![Part { rank, split: false, single_gpu, process: None, source: name.to_owned(), item: trace }]
 }
 
 impl<T> Part<T> {
     /// The same part holding something else (a trace's figures instead of the trace).
     pub fn map<U>(self, f: impl FnOnce(T, &str) -> U) -> Part<U> {
         let item = f(self.item, &self.source);
-        Part { rank: self.rank, split: self.split, single_gpu: self.single_gpu, source: self.source, item }
+        let Self { rank, split, single_gpu, process, source, .. } = self;
+        Part { rank, split, single_gpu, process, source, item }
+    }
+
+    /// Its process in its file, when it is one of a recording's several.
+    pub fn process(&self) -> Option<u32> {
+        self.process
+    }
+
+    /// Its rank as far as it says on its own, before the run's files are numbered together:
+    /// the recorded rank, else a `rank<N>` in its name, else its one GPU's index.
+    pub fn rank_hint(&self) -> Option<u32> {
+        self.rank
+            .or_else(|| rank_in_name(&self.source))
+            .or_else(|| self.single_gpu.and_then(|d| u32::try_from(d.0).ok()))
+    }
+
+    /// Where it came from (a file, and which rank of a recording).
+    pub fn source(&self) -> &str {
+        &self.source
     }
 }
 
@@ -264,6 +295,9 @@ pub struct RankSummary {
     pub first_oom_us: Option<i64>,
     /// Its first event's time (ns on its clock).
     pub first_event_ns: Option<i64>,
+    /// When its first iteration (else its first forward) began, by its recorded phases (ns on
+    /// its clock): where ranks' timelines are aligned.
+    pub first_iteration_ns: Option<i64>,
     /// Its events.
     pub events: usize,
 }
@@ -283,6 +317,21 @@ pub struct Spread {
     pub min_bytes: u64,
 }
 
+/// An allocation site whose live bytes at the peak differ most between the ranks.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteSpread {
+    /// The site: `function  file:line`.
+    pub site: String,
+    /// The rank holding the most there at its peak, and how much.
+    pub max_rank: u32,
+    /// Bytes.
+    pub max_bytes: u64,
+    /// The rank holding the least (nothing, when some rank has no block there), and how much.
+    pub min_rank: u32,
+    /// Bytes.
+    pub min_bytes: u64,
+}
+
 /// The run summed up.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunSummary {
@@ -297,6 +346,9 @@ pub struct RunSummary {
     pub worst_over_median: f64,
     /// The categories by how much the ranks differ in them at their peaks, most first.
     pub spread: Vec<Spread>,
+    /// The allocation sites by how much the ranks differ in them at their peaks, most first
+    /// (the first few).
+    pub site_spread: Vec<SiteSpread>,
     /// The rank that ran out of memory first (by its own clock), if any did.
     pub first_oom_rank: Option<u32>,
 }
@@ -318,9 +370,45 @@ pub fn figures(trace: &Trace, source: &str) -> RankSummary {
         peak_phase: phase_at(trace, at),
         first_oom_us: first_oom.filter(|_| clock).map(|t| t.div_euclid(1000)),
         first_event_ns: trace.events.first().map(|e| e.time_ns),
+        first_iteration_ns: first_iteration_ns(trace),
         events: trace.events.len(),
         peak,
     }
+}
+
+/// When the first iteration began (else the first forward), by the recorded phases.
+pub fn first_iteration_ns(trace: &Trace) -> Option<i64> {
+    let first = |kind: AnnotationKind| trace.annotations.iter().filter(|a| a.kind == kind).map(|a| a.start_ns).min();
+    first(AnnotationKind::Iteration).or_else(|| first(AnnotationKind::Forward))
+}
+
+/// How many sites [`RunSummary::site_spread`] lists.
+const SITES_SPREAD: usize = 5;
+
+/// The sites in which the ranks differ most at their peaks.
+fn site_spread(ranks: &[RankSummary]) -> Vec<SiteSpread> {
+    let mut by_site: BTreeMap<&str, Vec<(u32, u64)>> = BTreeMap::new();
+    for r in ranks {
+        for s in &r.peak.sites {
+            by_site.entry(s.site.as_str()).or_default().push((r.rank, s.bytes));
+        }
+    }
+    let mut spread: Vec<SiteSpread> = by_site
+        .into_iter()
+        .filter_map(|(site, held)| {
+            let &(max_rank, max_bytes) = held.iter().max_by_key(|(rank, b)| (*b, std::cmp::Reverse(*rank)))?;
+            // A rank with no block there holds nothing there.
+            let (min_rank, min_bytes) = match ranks.iter().find(|r| !held.iter().any(|h| h.0 == r.rank)) {
+                Some(r) => (r.rank, 0),
+                None => held.iter().copied().min_by_key(|&(rank, b)| (b, rank))?,
+            };
+            Some(SiteSpread { site: site.to_owned(), max_rank, max_bytes, min_rank, min_bytes })
+        })
+        .filter(|s| s.max_bytes > s.min_bytes)
+        .collect();
+    spread.sort_by_key(|s| (std::cmp::Reverse(s.max_bytes - s.min_bytes), s.site.clone()));
+    spread.truncate(SITES_SPREAD);
+    spread
 }
 
 /// Each rank's numbers, and the run's.
@@ -359,7 +447,9 @@ pub fn sum_up(ranks: Vec<RankSummary>) -> Option<RunSummary> {
     // Ranks' clocks are one machine's CLOCK_MONOTONIC when recorded together; files from
     // several machines may not share one, so this is by each rank's own clock.
     let first_oom_rank = ranks.iter().filter_map(|r| r.first_oom_us.map(|t| (t, r.rank))).min().map(|(_, r)| r);
+    let site_spread = if ranks.len() > 1 { site_spread(&ranks) } else { Vec::new() };
     Some(RunSummary {
+        site_spread,
         worst_rank: worst.rank,
         imbalance: worst.peak.peak_allocated_bytes as f64 / lowest.max(1) as f64,
         worst_over_median: worst.peak.peak_allocated_bytes as f64 / median as f64 - 1.0,
@@ -418,5 +508,36 @@ mod tests {
         let run = Run::of(vec![("a".into(), a), ("b".into(), b)]);
         assert_eq!(run.ranks.len(), 1);
         assert!(matches!(&run.notes[..], [RunNote::DuplicateRank { rank: 0, .. }]));
+    }
+
+    /// A rank of `(function, bytes)` blocks, each allocated at its own site, on GPU 0.
+    fn rank_of(rank: u32, blocks: &[(&str, u64)]) -> Trace {
+        let mut trace = Trace::default();
+        for (i, &(function, bytes)) in blocks.iter().enumerate() {
+            let file = trace.interner.string("train.py");
+            let function = trace.interner.string(function);
+            let frame = trace.interner.frame(vramscope_trace_format::Frame { function, file, line: 7 });
+            let mut e = Event::new(EventKind::Alloc, i as i64 + 1, 0, 0x1000 * (i as u64 + 1), bytes);
+            e.stack = trace.interner.stack(&[frame]);
+            trace.events.push(e);
+        }
+        trace.metadata.processes = vec![ProcessInfo { rank: Some(rank), ..ProcessInfo::default() }];
+        trace
+    }
+
+    #[test]
+    fn the_sites_the_ranks_differ_in_are_found_a_missing_one_as_nothing() {
+        let a = rank_of(0, &[("linear", 100), ("embed", 50)]);
+        let b = rank_of(1, &[("linear", 100), ("embed", 20), ("cache", 300)]);
+        let run = Run::of(vec![("a".into(), a), ("b".into(), b)]);
+        let summary = summarize(&run).expect("ranks");
+        let sites: Vec<(&str, u32, u64, u32, u64)> = summary
+            .site_spread
+            .iter()
+            .map(|s| (s.site.split_whitespace().next().unwrap_or(""), s.max_rank, s.max_bytes, s.min_rank, s.min_bytes))
+            .collect();
+        // Equal at `linear`: not listed. `cache` only on rank 1: rank 0 holds nothing there.
+        assert_eq!(sites, vec![("cache", 1, 300, 0, 0), ("embed", 0, 50, 1, 20)]);
+        assert_eq!(summary.worst_rank, 1);
     }
 }

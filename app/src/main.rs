@@ -34,8 +34,9 @@ enum ThemeArg {
 
 #[derive(Args, Debug)]
 struct OpenArgs {
-    /// The trace to open.
-    file: Option<PathBuf>,
+    /// The trace to open; several files (one per rank) or a directory of them open as one run,
+    /// its ranks side by side in the Ranks view.
+    files: Vec<PathBuf>,
     #[command(flatten)]
     window: WindowArgs,
 }
@@ -288,18 +289,21 @@ const EXIT_ERROR: u8 = 2;
 const EXIT_GATE_FAILED: u8 = 1;
 
 fn open(
-    file: Option<PathBuf>,
+    files: Vec<PathBuf>,
     compare: Option<PathBuf>,
     window: WindowArgs,
     started: std::time::Instant,
 ) -> anyhow::Result<()> {
-    for path in file.iter().chain(compare.iter()).filter(|p| !vramscope::sample::is_sample(p)) {
+    for path in files.iter().chain(compare.iter()).filter(|p| !vramscope::sample::is_sample(p)) {
         // Say so at once rather than in a window.
         std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
     }
     let view = window.view;
+    if compare.is_some() && files.len() > 1 {
+        anyhow::bail!("compare takes two traces, not runs of several files");
+    }
     vramscope::gui::run(vramscope::gui::GuiOptions {
-        file,
+        files,
         compare,
         screenshot: window.screenshot,
         view,
@@ -314,9 +318,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
-        None => open(cli.open.file, None, cli.open.window, started),
-        Some(Command::Open(args)) => open(args.file, None, args.window, started),
-        Some(Command::Compare { a, b, window }) => open(Some(a), Some(b), window, started),
+        None => open(cli.open.files, None, cli.open.window, started),
+        Some(Command::Open(args)) => open(args.files, None, args.window, started),
+        Some(Command::Compare { a, b, window }) => open(vec![a], Some(b), window, started),
         Some(Command::Info { files, json, at, blocks }) => vramscope::cli::info::run_paths(
             &files,
             json,

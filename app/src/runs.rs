@@ -103,8 +103,8 @@ fn in_parallel<T: Send>(files: &[(PathBuf, bool)], read: impl Fn(&Path) -> Resul
 
 /// What was read from the paths: each file's item; a file named that cannot be read is an
 /// error, one found in a directory is left out and said (`file: why`; a directory may hold
-/// other JSON).
-fn read_all<T: Send>(
+/// other JSON). `read` runs on the reader that read the file, as soon as it is read.
+pub fn read_all<T: Send>(
     paths: &[PathBuf],
     read: impl Fn(LoadedTrace) -> T + Sync,
 ) -> Result<(Vec<T>, Vec<String>, Vec<String>)> {

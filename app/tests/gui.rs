@@ -31,6 +31,10 @@ impl FilePicker for Picks {
     fn pick(&mut self) -> Option<PathBuf> {
         (!self.0.is_empty()).then(|| self.0.remove(0))
     }
+
+    fn pick_folder(&mut self) -> Option<PathBuf> {
+        self.pick()
+    }
 }
 
 fn harness(pick: Option<PathBuf>) -> Harness<'static, VramscopeApp> {
@@ -349,41 +353,111 @@ fn the_built_in_sample_opens_from_the_file_menu_with_its_tags() {
     harness.get_by_label("tok_emb.weight.exp_avg");
 }
 
-#[test]
-fn a_distributed_runs_ranks_can_be_shown_one_at_a_time() {
+/// The 2-rank DDP recording, and the events of each of its processes.
+fn ddp_recording() -> (PathBuf, vramscope_trace_format::Trace) {
     let file = manifest_dir().join("../samples/traces/cpu-ddp-gloo-2ranks.vtrace");
+    let trace = vramscope_trace_format::import(&std::fs::read(&file).unwrap(), &NoProgress).unwrap().trace;
+    assert_eq!(trace.metadata.processes.len(), 2);
+    (file, trace)
+}
+
+/// Each rank's peak as `info` would work it out, from the analysis alone.
+fn rank_peaks(run: &vramscope::analysis::run::Run) -> Vec<(u32, u64)> {
+    let summary = vramscope::analysis::run::summarize(run).expect("ranks");
+    summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect()
+}
+
+#[test]
+fn a_recording_of_two_ranks_shows_one_at_a_time_and_side_by_side() {
+    use vramscope::analysis::run::Run;
+    let (file, trace) = ddp_recording();
     let mut harness = harness(Some(file.clone()));
     harness.get_by_label("Open a trace…").click();
     harness.run_steps(2);
     settle(&mut harness);
-    let trace = vramscope_trace_format::import(&std::fs::read(&file).unwrap(), &NoProgress).unwrap().trace;
-    assert_eq!(trace.metadata.processes.len(), 2);
+    let peaks = rank_peaks(&Run::of(vec![("run".into(), trace.clone())]));
+    let worst = peaks.iter().max_by_key(|p| p.1).unwrap().0;
+    let process_of = |rank: u32| trace.metadata.processes.iter().position(|p| p.rank == Some(rank)).unwrap();
     let events_of = |app: &VramscopeApp| app.session.doc.as_ref().map_or(0, |d| d.trace.events.len());
-    assert_eq!(events_of(harness.state()), trace.events.len());
-    // Choose rank 1: the document shows that process's events only.
-    harness.get_by_value("all processes").click();
+    let events_of_process = |p: usize| trace.events.iter().filter(|e| e.process.0 as usize == p).count();
+    // The rank that peaks highest is shown alone: no view mixes the two processes' blocks.
+    assert_eq!(events_of(harness.state()), events_of_process(process_of(worst)));
+    assert_eq!(harness.state().session.doc.as_ref().unwrap().trace.metadata.processes.len(), 1);
+    // The ranks view: each rank's peak as the analysis has it, and a click opens the other.
+    harness.get_by_label("Ranks").click();
     harness.run_steps(2);
-    let rank = trace.metadata.processes[1].rank.unwrap();
-    harness.get_by_label_contains(&format!("rank {rank} (pid")).click();
+    for (rank, bytes) in &peaks {
+        assert!(harness.query_by_label(&format!("rank {rank}")).is_some(), "rank {rank} listed");
+        assert!(
+            !harness.query_all_by_label(&units::bytes(*bytes)).collect::<Vec<_>>().is_empty(),
+            "rank {rank}'s peak"
+        );
+    }
+    let other = peaks.iter().find(|p| p.0 != worst).unwrap().0;
+    harness.get_by_label(&format!("rank {other}")).click();
     harness.run_steps(2);
     settle(&mut harness);
-    let expected = trace.events.iter().filter(|e| e.process.0 == 1).count();
-    assert!(expected > 0 && expected < trace.events.len());
-    assert_eq!(events_of(harness.state()), expected);
-    let one = trace.of_process(vramscope_trace_format::ProcessId(1));
+    assert_eq!(events_of(harness.state()), events_of_process(process_of(other)));
+    assert_eq!(harness.state().session.run.as_ref().and_then(|r| r.shown), Some(other));
+    let one = trace.of_process(vramscope_trace_format::ProcessId(process_of(other) as u32));
     let peak = units::bytes(summary::device_summary(&one, DeviceId::HOST).peak_allocated_bytes);
     harness.get_by_label(&format!("Jump to peak ({peak})"));
-    // Back to all processes: the document shares the run as opened, no second copy of it.
-    harness.get_by_value(&format!("rank {rank} (pid {})", trace.metadata.processes[1].pid.unwrap())).click();
+    // The process menu lists the ranks only: there is no "all processes" mixing them.
+    assert!(harness.query_by_label_contains("all processes").is_none());
+}
+
+#[test]
+fn a_folder_of_rank_files_opens_as_one_run_and_a_click_opens_a_rank() {
+    use vramscope::analysis::run::Run;
+    let (_, trace) = ddp_recording();
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (i, process) in trace.metadata.processes.iter().enumerate() {
+        let rank = process.rank.unwrap();
+        let path = dir.path().join(format!("train.rank{rank}.vtrace"));
+        let one = trace.of_process(vramscope_trace_format::ProcessId(i as u32));
+        vramscope_trace_format::vtrace::write(&one, std::fs::File::create(&path).unwrap()).unwrap();
+        files.push(path);
+    }
+    // Not a trace: left out, and said.
+    std::fs::write(dir.path().join("notes.json"), b"{\"loss\": 1.5}").unwrap();
+    let mut harness = harness_picking(vec![dir.path().to_owned()]);
+    harness.get_by_label("File").click();
     harness.run_steps(2);
-    harness.get_by_label("all processes").click();
+    harness.get_by_label_contains("Open a run's folder").click();
     harness.run_steps(2);
     settle(&mut harness);
-    assert_eq!(events_of(harness.state()), trace.events.len());
-    let session = &harness.state().session;
-    let (whole, chosen) = session.processes().expect("a run of two processes");
-    assert_eq!(chosen, None);
-    assert!(std::ptr::eq(whole, &*session.doc.as_ref().expect("open").trace), "the whole run is shared, not copied");
+    let app = harness.state();
+    let run = app.session.run.as_ref().expect("a run is open");
+    let finished = run.finished.as_ref().expect("read");
+    let traces: Vec<(String, vramscope_trace_format::Trace)> = files
+        .iter()
+        .map(|f| {
+            (
+                f.display().to_string(),
+                vramscope_trace_format::import(&std::fs::read(f).unwrap(), &NoProgress).unwrap().trace,
+            )
+        })
+        .collect();
+    let expected = rank_peaks(&Run::of(traces));
+    let shown: Vec<(u32, u64)> =
+        finished.rows.iter().map(|(rank, _, row)| (*rank, row.figures.peak.peak_allocated_bytes)).collect();
+    assert_eq!(shown, expected);
+    assert!(finished.notes.iter().any(|n| n.contains("notes.json")), "{:?}", finished.notes);
+    // The rank that peaks highest opened in the other views, read from its own file.
+    let worst = expected.iter().max_by_key(|p| p.1).unwrap().0;
+    assert_eq!(run.shown, Some(worst));
+    let doc = app.session.doc.as_ref().expect("a rank is shown");
+    assert!(doc.path.ends_with(format!("train.rank{worst}.vtrace")));
+    assert_eq!(app.settings.view, vramscope::gui::View::Ranks);
+    harness.get_by_label_contains("notes.json");
+    let other = expected.iter().find(|p| p.0 != worst).unwrap().0;
+    harness.get_by_label(&format!("rank {other}")).click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let app = harness.state();
+    assert!(app.session.doc.as_ref().unwrap().path.ends_with(format!("train.rank{other}.vtrace")));
+    assert_eq!(app.session.run.as_ref().and_then(|r| r.shown), Some(other));
 }
 
 #[test]

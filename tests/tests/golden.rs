@@ -31,8 +31,17 @@ fn os(path: &Path) -> &OsStr {
     path.as_os_str()
 }
 
+/// The golden files of this clone: insta's own default is the path this test was compiled in,
+/// which, with a target directory shared between clones, can be another clone's.
+fn this_clones_snapshots() -> insta::internals::SettingsBindDropGuard {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(repo_root().join("tests/tests/snapshots"));
+    settings.bind_to_scope()
+}
+
 #[test]
 fn info_of_a_snapshot_a_profiler_trace_a_timeline_and_a_recording() {
+    let _snapshots = this_clones_snapshots();
     let snapshot = fixture("pytorch-snapshots/gpt_ctx128_fullstep_fp32.pickle");
     insta::assert_snapshot!("info_snapshot", text(&["info".as_ref(), os(&snapshot)]));
     let chrome = fixture("torch-profiler/mlp_adam_cpu.chrome_trace.json");
@@ -55,6 +64,7 @@ fn info_of_a_snapshot_a_profiler_trace_a_timeline_and_a_recording() {
 
 #[test]
 fn diff_of_two_runs() {
+    let _snapshots = this_clones_snapshots();
     let a = fixture("pytorch-snapshots/gpt_ctx128_forward_fp32.pickle");
     let b = fixture("pytorch-snapshots/gpt_ctx128_forward_mixed.pickle");
     insta::assert_snapshot!("diff_fp32_mixed", text(&["diff".as_ref(), os(&a), os(&b)]));
@@ -62,6 +72,7 @@ fn diff_of_two_runs() {
 
 #[test]
 fn advise_on_a_recording() {
+    let _snapshots = this_clones_snapshots();
     let recording = sample("h200-torch-plain.vtrace");
     insta::assert_snapshot!("advise_h200", text(&["advise".as_ref(), "--gpus".as_ref(), "4".as_ref(), os(&recording)]));
 }

@@ -253,6 +253,13 @@ fn run_of_ranks(
             if r.rank == summary.worst_rank { "  <- highest" } else { "" }
         )?;
     }
+    let sites = crate::words::site_spread(summary);
+    if !sites.is_empty() {
+        writeln!(out, "\n  where the ranks differ most at their peaks:")?;
+        for line in sites {
+            writeln!(out, "    {line}")?;
+        }
+    }
     for note in notes {
         writeln!(out, "  {note}")?;
     }

@@ -55,6 +55,11 @@ const SETTINGS_KEY: &str = "vramscope-settings";
 pub trait FilePicker {
     /// Asks for a file; `None` when the user cancels.
     fn pick(&mut self) -> Option<PathBuf>;
+
+    /// Asks for a directory (a run's rank files); `None` when the user cancels.
+    fn pick_folder(&mut self) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// The native Open dialog.
@@ -67,6 +72,10 @@ impl FilePicker for NativePicker {
             .add_filter("Traces", &["vtrace", "pickle", "pkl", "json", "gz"])
             .add_filter("All files", &["*"])
             .pick_file()
+    }
+
+    fn pick_folder(&mut self) -> Option<PathBuf> {
+        rfd::FileDialog::new().set_title("Open a run's folder (one file per rank)").pick_folder()
     }
 }
 
@@ -105,9 +114,18 @@ impl VramscopeApp {
         storage.and_then(|s| eframe::get_value(s, SETTINGS_KEY)).unwrap_or_default()
     }
 
-    /// Starts loading `path` in the background.
+    /// Starts loading `path` in the background: a trace, or a directory of a run's rank files.
     pub fn open(&mut self, ctx: &egui::Context, path: &Path) {
-        self.session.open(ctx, path);
+        self.open_paths(ctx, &[path.to_owned()]);
+    }
+
+    /// Starts loading what `paths` name: one trace, or a run of several ranks (files, a
+    /// directory of them), shown in the ranks view as its files are read.
+    pub fn open_paths(&mut self, ctx: &egui::Context, paths: &[PathBuf]) {
+        self.session.open_paths(ctx, paths);
+        if self.session.run.as_ref().is_some_and(|r| r.is_reading()) {
+            self.settings.view = View::Ranks;
+        }
     }
 
     /// Shows a load started elsewhere (before the window existed).
@@ -189,6 +207,12 @@ impl VramscopeApp {
         }
     }
 
+    fn open_folder_dialog(&mut self, ctx: &egui::Context) {
+        if let Some(path) = self.picker.pick_folder() {
+            self.open(ctx, &path);
+        }
+    }
+
     fn open_dialog(&mut self, ctx: &egui::Context) {
         if let Some(path) = self.picker.pick() {
             self.open(ctx, &path);
@@ -201,6 +225,10 @@ impl VramscopeApp {
         if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND | Modifiers::SHIFT, Key::O)))
         {
             self.compare_dialog(ctx);
+        }
+        if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND | Modifiers::SHIFT, Key::D)))
+        {
+            self.open_folder_dialog(ctx);
         }
         if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::O))) {
             self.open_dialog(ctx);
@@ -231,7 +259,7 @@ impl VramscopeApp {
         if pressed(Key::N) {
             self.settings.hide_noise = !self.settings.hide_noise;
         }
-        for info in View::available(self.session.compare.is_some()) {
+        for info in View::available(self.session.compare.is_some(), self.session.run.is_some()) {
             if pressed(info.key) {
                 self.settings.view = info.view;
             }
@@ -295,6 +323,12 @@ impl VramscopeApp {
         egui::CentralPanel::default().show(ui, |ui| {
             if self.session.doc.is_some() {
                 self.document_ui(ui);
+            } else if let Some(run) = &self.session.run {
+                // The run's ranks as they arrive, before the first is shown in the other views.
+                if let Some(rank) = super::ranks_view::run_ui(ui, run) {
+                    let ctx = ui.ctx().clone();
+                    self.session.open_rank(&ctx, rank);
+                }
                 if let Some(since) = self.report_first_frame_since.take() {
                     eprintln!(
                         "vramscope: first frame with the trace after {:.0} ms",
@@ -328,8 +362,9 @@ impl VramscopeApp {
         let dropped: Vec<PathBuf> = ctx.input(|i| {
             i.raw.dropped_files.iter().map(|f| f.path().to_owned()).filter(|p| !p.as_os_str().is_empty()).collect()
         });
-        if let Some(path) = dropped.first() {
-            self.open(ctx, path);
+        // Several files dropped at once: a run of several ranks.
+        if !dropped.is_empty() {
+            self.open_paths(ctx, &dropped);
         }
     }
 
@@ -414,6 +449,7 @@ impl VramscopeApp {
                     ("Ctrl+O", "open a trace (or drop a file on the window)"),
                     ("Ctrl+W", "close the trace"),
                     ("Ctrl+Shift+O", "open a second run to compare with"),
+                    ("Ctrl+Shift+D", "open a run's folder: its per-rank files as one run (or drop several files)"),
                     ("P", "jump to the peak"),
                     ("click", "select an instant: it drives the other views"),
                     ("← / →", "previous / next event (Shift: 100 events)"),
@@ -493,7 +529,7 @@ impl VramscopeApp {
             ui.label("This trace holds no memory events.");
             return;
         };
-        if self.settings.view.info().needs_second_run && session.compare.is_none() {
+        if !self.settings.view.is_available(session.compare.is_some(), session.run.is_some()) {
             self.settings.view = View::Timeline;
         }
         let info = self.settings.view.info();
@@ -510,6 +546,8 @@ impl VramscopeApp {
             states: &mut self.views,
             settings: &mut self.settings,
             select: None,
+            run: session.run.as_ref(),
+            open_rank: None,
         };
         if let Some(share) = info.timeline_share {
             let height = (ui.available_height() * share).max(if share > 0.5 { 220.0 } else { 180.0 });
@@ -529,8 +567,13 @@ impl VramscopeApp {
         } else {
             (info.draw)(ui, &mut body);
         }
+        let open_rank = body.open_rank;
         if let Some(point) = body.select {
             self.select(point);
+        }
+        if let Some(rank) = open_rank {
+            let ctx = ui.ctx().clone();
+            self.session.open_rank(&ctx, rank);
         }
     }
 }

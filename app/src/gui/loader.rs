@@ -1,16 +1,42 @@
 //! Loading a file as a background job, with progress and cancellation.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::document::Document;
+use vramscope_trace_format::{ProcessId, Trace};
+
+use super::document::{Document, Origin};
 use super::jobs::Job;
+use super::ranks::{self, Finished};
+use crate::load::LoadedTrace;
 
 /// A load in progress.
 pub struct Loader {
     /// The file being loaded.
     pub path: PathBuf,
-    job: Job<anyhow::Result<Document>>,
+    /// Whether it is one rank of the run open (which stays open).
+    pub rank_of_run: bool,
+    job: Job<anyhow::Result<Loaded>>,
+}
+
+/// A recording of several ranks, read: the whole of it (kept, to switch between its ranks
+/// without reading it again), its run, and the process shown.
+pub struct Recording {
+    /// The recording.
+    pub whole: Arc<Trace>,
+    /// Its ranks.
+    pub run: Finished,
+    /// The process shown (the rank that peaks highest).
+    pub process: usize,
+}
+
+/// A loaded file.
+pub struct Loaded {
+    /// What to show: the trace, or one rank of a recording of several.
+    pub doc: Document,
+    /// When it is a recording of several ranks: the whole and its ranks.
+    pub recording: Option<Recording>,
 }
 
 /// What a poll of a [`Loader`] found.
@@ -18,12 +44,42 @@ pub enum Poll {
     /// Still loading (see [`Loader::progress`]).
     Loading,
     /// Finished.
-    Done(anyhow::Result<Document>),
+    Done(Box<anyhow::Result<Loaded>>),
+}
+
+/// The document of a loaded file: the trace, or (a recording of several ranks) the rank that
+/// peaks highest, with the whole and its ranks.
+fn document(loaded: LoadedTrace, started: Instant) -> Loaded {
+    let Some(run) = ranks::of_recording(&loaded.path, &loaded.trace) else {
+        return Loaded { doc: Document::build(loaded, started.elapsed()), recording: None };
+    };
+    let worst = run.summary.as_ref().map(|s| s.worst_rank);
+    let process = run.rows.iter().find(|r| Some(r.0) == worst).and_then(|r| r.2.process).unwrap_or(0);
+    let whole = Arc::new(loaded.trace);
+    let origin = Origin {
+        path: loaded.path,
+        format: loaded.format,
+        wrappers: loaded.wrappers,
+        file_bytes: loaded.file_bytes,
+        warnings: loaded.warnings,
+        load_time: started.elapsed(),
+    };
+    let doc = Document::build_shared(Arc::new(whole.of_process(ProcessId(process as u32))), origin);
+    Loaded { doc, recording: Some(Recording { whole, run, process }) }
 }
 
 impl Loader {
     /// Starts loading `path`; `repaint` is called whenever there is something new to show.
     pub fn start(path: &Path, repaint: impl Fn() + Send + Sync + 'static) -> Self {
+        Self::spawn(path, None, repaint)
+    }
+
+    /// Starts loading one rank of the run open: the file, or one process of it.
+    pub fn start_rank(path: &Path, process: Option<usize>, repaint: impl Fn() + Send + Sync + 'static) -> Self {
+        Self::spawn(path, Some(process), repaint)
+    }
+
+    fn spawn(path: &Path, rank: Option<Option<usize>>, repaint: impl Fn() + Send + Sync + 'static) -> Self {
         let thread_path = path.to_owned();
         let job = Job::spawn(
             "load",
@@ -32,7 +88,15 @@ impl Loader {
                 let started = Instant::now();
                 let loaded = crate::load::load_with(&thread_path, &|done, total| progress.report(done, total));
                 let read = started.elapsed();
-                let document = loaded.map(|loaded| Document::build(loaded, started.elapsed()));
+                let document = loaded.map(|mut loaded| match rank {
+                    None => document(loaded, started),
+                    Some(process) => {
+                        if let Some(p) = process {
+                            loaded.trace = loaded.trace.of_process(ProcessId(p as u32));
+                        }
+                        Loaded { doc: Document::build(loaded, started.elapsed()), recording: None }
+                    }
+                });
                 if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
                     let total = started.elapsed();
                     eprintln!(
@@ -45,7 +109,7 @@ impl Loader {
             },
             |why| Err(anyhow::anyhow!(why)),
         );
-        Self { path: path.to_owned(), job }
+        Self { path: path.to_owned(), rank_of_run: rank.is_some(), job }
     }
 
     /// When the load started.
@@ -72,8 +136,8 @@ impl Loader {
     pub fn poll(&self) -> Poll {
         match self.job.poll() {
             None => Poll::Loading,
-            Some(Ok(result)) => Poll::Done(result),
-            Some(Err(why)) => Poll::Done(Err(anyhow::anyhow!(why))),
+            Some(Ok(result)) => Poll::Done(Box::new(result)),
+            Some(Err(why)) => Poll::Done(Box::new(Err(anyhow::anyhow!(why)))),
         }
     }
 }

@@ -13,6 +13,8 @@ pub mod fragmentation_view;
 pub mod jobs;
 pub mod loader;
 pub mod palette;
+pub mod ranks;
+pub mod ranks_view;
 pub mod screenshot;
 pub mod session;
 pub mod timeline_view;
@@ -29,8 +31,8 @@ pub use app::{FilePicker, NativePicker, Settings, View, VramscopeApp};
 /// How to start the window.
 #[derive(Clone, Debug, Default)]
 pub struct GuiOptions {
-    /// A file to open at once.
-    pub file: Option<PathBuf>,
+    /// What to open at once: a trace, or a run of several ranks (files, a directory of them).
+    pub files: Vec<PathBuf>,
     /// A second file to compare with the first.
     pub compare: Option<PathBuf>,
     /// Render the window once the file is shown, save it here as PNG, and exit.
@@ -68,8 +70,17 @@ pub fn run(options: GuiOptions) -> Result<()> {
     let window_ctx: Arc<OnceLock<egui::Context>> = Arc::default();
     let repaint_ctx = Arc::clone(&window_ctx);
     // Without a file, the built-in sample (a screenshot without one shows the welcome screen).
-    let first = options.file.clone().or_else(|| screenshot.is_none().then(|| PathBuf::from(crate::sample::PATH)));
-    let early_loader = first.as_deref().map(|file| {
+    let mut files = options.files.clone();
+    if files.is_empty() && screenshot.is_none() {
+        files.push(PathBuf::from(crate::sample::PATH));
+    }
+    // A run of several files is read once the window is there (its ranks show as they arrive).
+    let one_file = match files.as_slice() {
+        [one] if !one.is_dir() => Some(one.clone()),
+        _ => None,
+    };
+    let run_paths = if one_file.is_none() { files } else { Vec::new() };
+    let early_loader = one_file.as_deref().map(|file| {
         loader::Loader::start(file, move || {
             if let Some(ctx) = repaint_ctx.get() {
                 ctx.request_repaint();
@@ -98,6 +109,13 @@ pub fn run(options: GuiOptions) -> Result<()> {
             if let Some(loader) = early_loader {
                 app.adopt_loader(loader);
                 cc.egui_ctx.request_repaint();
+            }
+            if !run_paths.is_empty() {
+                app.open_paths(&cc.egui_ctx, &run_paths);
+                // The view asked for wins over the ranks view a run opens in.
+                if let Some(view) = options.view {
+                    app.settings.view = view;
+                }
             }
             if let Some(path) = &options.compare {
                 app.open_second(&cc.egui_ctx, path);

@@ -11,21 +11,24 @@ use vramscope_trace_format::{ProcessId, Trace};
 use super::compare_view::Compare;
 use super::document::{DeviceData, Document};
 use super::jobs::Job;
-use super::loader::{Loader, Poll};
+use super::loader::{Loaded, Loader, Poll};
+use super::ranks::{RunPoll, RunState};
 use super::worker::{InstantView, Request, Worker};
 
-/// The processes of a distributed run as it was opened, while the document may show one.
+/// The processes of a recording of several, as it was opened, while the document shows one.
 struct Processes {
-    /// The whole run (shared with the document while it shows all processes).
+    /// The file.
+    path: PathBuf,
+    /// The whole recording.
     whole: Arc<Trace>,
-    /// The process shown (`None`: all).
-    chosen: Option<usize>,
+    /// The process shown.
+    chosen: usize,
 }
 
 /// Another process of the run being prepared.
 struct Switch {
     /// The process shown before (restored if the switch fails).
-    previous: Option<usize>,
+    previous: usize,
     job: Job<Result<Document, String>>,
 }
 
@@ -43,8 +46,10 @@ pub enum Change {
 /// The open trace and everything worked out about it.
 #[derive(Default)]
 pub struct Session {
-    /// The open trace.
+    /// The open trace (one rank, when a run of several is open).
     pub doc: Option<Document>,
+    /// The run of several ranks open, if one is.
+    pub run: Option<RunState>,
     processes: Option<Processes>,
     loader: Option<Loader>,
     /// A second trace loading, to compare with the first.
@@ -72,9 +77,42 @@ fn repainter(ctx: &egui::Context) -> impl Fn() + Send + Sync + 'static {
 }
 
 impl Session {
-    /// Starts loading `path` in the background (a load under way is cancelled).
+    /// Starts loading `path` in the background (a load under way is cancelled): a trace, or a
+    /// directory of one run's rank files.
     pub fn open(&mut self, ctx: &egui::Context, path: &Path) {
-        self.adopt_loader(Loader::start(path, repainter(ctx)));
+        self.open_paths(ctx, &[path.to_owned()]);
+    }
+
+    /// Starts loading what `paths` name: one trace, or a run of several (rank files, directories
+    /// of them), whose ranks are read in parallel and shown as they arrive.
+    pub fn open_paths(&mut self, ctx: &egui::Context, paths: &[PathBuf]) {
+        if let [one] = paths
+            && !one.is_dir()
+        {
+            self.adopt_loader(Loader::start(one, repainter(ctx)));
+            return;
+        }
+        match RunState::start(paths, repainter(ctx)) {
+            Ok(run) => {
+                self.cancel_loads();
+                self.loader = None;
+                self.close_document(ctx);
+                self.run = Some(run);
+            }
+            Err(error) => self.errors.push(format!("{error:#}")),
+        }
+    }
+
+    /// Shows rank `rank` of the run open in the other views: another process of the recording
+    /// open, or that rank's file, read in the background.
+    pub fn open_rank(&mut self, ctx: &egui::Context, rank: u32) {
+        let Some(run) = &mut self.run else { return };
+        let Some(row) = run.row(rank) else { return };
+        run.shown = Some(rank);
+        match (&self.processes, row.process) {
+            (Some(processes), Some(process)) if processes.path == row.path => self.choose_process(ctx, process),
+            _ => self.adopt_loader(Loader::start_rank(&row.path, row.process, repainter(ctx))),
+        }
     }
 
     /// Shows a load started elsewhere (before the window existed).
@@ -96,6 +134,9 @@ impl Session {
         for loader in self.loader.iter().chain(self.second_loader.iter()) {
             loader.cancel();
         }
+        if let Some(run) = &self.run {
+            run.cancel();
+        }
     }
 
     /// The load to show progress for, if any.
@@ -105,7 +146,11 @@ impl Session {
 
     /// Whether a file is loading or another process is being prepared.
     pub fn is_loading(&self) -> bool {
-        self.loader.is_some() || self.second_loader.is_some() || self.pending_second.is_some() || self.is_switching()
+        self.loader.is_some()
+            || self.second_loader.is_some()
+            || self.pending_second.is_some()
+            || self.is_switching()
+            || self.run.as_ref().is_some_and(RunState::is_reading)
     }
 
     /// Whether another process of the run is being prepared.
@@ -121,17 +166,38 @@ impl Session {
     /// Picks up what the background jobs finished; says what changed.
     pub fn poll(&mut self, ctx: &egui::Context) -> Vec<Change> {
         let mut changes = Vec::new();
+        let rank_of_run = self.loader.as_ref().is_some_and(|l| l.rank_of_run);
         if let Some((path, result)) = take_finished(&mut self.loader) {
             match result {
-                Ok(doc) => {
-                    changes.push(Change::Opened(path));
-                    self.processes = (doc.trace.metadata.processes.len() > 1)
-                        .then(|| Processes { whole: Arc::clone(&doc.trace), chosen: None });
+                Ok(loaded) => {
                     self.switching = None;
-                    self.set_document(ctx, doc);
+                    if !rank_of_run {
+                        changes.push(Change::Opened(path.clone()));
+                        self.adopt_run(path, &loaded);
+                    }
+                    self.set_document(ctx, loaded.doc);
                     changes.push(Change::NewDocument);
                 }
                 Err(error) => self.errors.push(error),
+            }
+        }
+        if let Some(run) = &mut self.run
+            && let Some(result) = run.poll()
+        {
+            match result {
+                RunPoll::Read { worst } => {
+                    if let [one] = run.paths.as_slice() {
+                        changes.push(Change::Opened(one.clone()));
+                    }
+                    if let Some(rank) = worst {
+                        self.open_rank(ctx, rank);
+                    }
+                }
+                RunPoll::Failed(error) => {
+                    self.errors.push(error);
+                    self.run = None;
+                }
+                RunPoll::Cancelled => self.run = None,
             }
         }
         if let Some(switch) = &self.switching
@@ -148,15 +214,16 @@ impl Session {
                     if let Some(processes) = &mut self.processes {
                         processes.chosen = previous;
                     }
+                    self.show_rank_of_process(previous);
                     self.errors.push(error);
                 }
             }
         }
         if let Some((path, result)) = take_finished(&mut self.second_loader) {
             match result {
-                Ok(doc) => {
+                Ok(loaded) => {
                     changes.push(Change::Opened(path));
-                    self.pending_second = Some(doc);
+                    self.pending_second = Some(loaded.doc);
                 }
                 Err(error) => self.errors.push(error),
             }
@@ -196,8 +263,43 @@ impl Session {
         self.jump_to_peak();
     }
 
+    /// A file was opened on its own: it is the run now (a recording of several ranks), or no
+    /// run is open any more.
+    fn adopt_run(&mut self, path: PathBuf, loaded: &Loaded) {
+        self.processes = None;
+        self.run = None;
+        if let Some(recording) = &loaded.recording {
+            let shown = recording.run.rows.iter().find(|r| r.2.process == Some(recording.process)).map(|r| r.0);
+            self.run = Some(RunState::read(vec![path.clone()], recording.run.clone(), shown));
+            self.processes = Some(Processes { path, whole: Arc::clone(&recording.whole), chosen: recording.process });
+        }
+    }
+
+    /// The run's rank shown follows the process shown.
+    fn show_rank_of_process(&mut self, process: usize) {
+        if let Some(run) = &mut self.run
+            && let Some(rows) = &run.finished
+        {
+            run.shown = rows.rows.iter().find(|r| r.2.process == Some(process)).map(|r| r.0);
+        }
+    }
+
+    /// Closes the document (and the run compared with it), keeping the run open.
+    fn close_document(&mut self, ctx: &egui::Context) {
+        self.doc = None;
+        self.processes = None;
+        self.switching = None;
+        self.compare = None;
+        self.worker = None;
+        self.instant = None;
+        self.selected_point = None;
+        ctx.send_viewport_cmd(egui::ViewportCommand::Title("vramscope".to_owned()));
+    }
+
     /// Closes the document (and the run compared with it).
     pub fn close(&mut self, ctx: &egui::Context) {
+        self.cancel_loads();
+        self.run = None;
         self.doc = None;
         self.processes = None;
         self.switching = None;
@@ -222,15 +324,15 @@ impl Session {
         }
     }
 
-    /// The run's processes and the one shown (`None`: all), when it has several.
-    pub fn processes(&self) -> Option<(&Trace, Option<usize>)> {
+    /// The recording's processes and the one shown, when it has several.
+    pub fn processes(&self) -> Option<(&Trace, usize)> {
         self.processes.as_ref().map(|p| (&*p.whole, p.chosen))
     }
 
-    /// Shows one process of the run (`None`: all of them), prepared on a background job; the
-    /// document shown meanwhile stays. All processes share the trace as opened; one process is
-    /// that process's part of it.
-    pub fn choose_process(&mut self, ctx: &egui::Context, chosen: Option<usize>) {
+    /// Shows one process of the recording, prepared on a background job; the document shown
+    /// meanwhile stays. One process is that process's part of the recording as opened: no
+    /// view shows two processes' blocks together (the ranks view shows them side by side).
+    pub fn choose_process(&mut self, ctx: &egui::Context, chosen: usize) {
         let (Some(processes), Some(doc)) = (&mut self.processes, &self.doc) else { return };
         if processes.chosen == chosen {
             return;
@@ -241,16 +343,11 @@ impl Session {
         let job = Job::spawn(
             "process",
             repainter(ctx),
-            move |_| {
-                let trace = match chosen {
-                    Some(index) => Arc::new(whole.of_process(ProcessId(index as u32))),
-                    None => whole,
-                };
-                Ok(Document::build_shared(trace, origin))
-            },
+            move |_| Ok(Document::build_shared(Arc::new(whole.of_process(ProcessId(chosen as u32))), origin)),
             Err,
         );
         self.switching = Some(Switch { previous, job });
+        self.show_rank_of_process(chosen);
     }
 
     /// Selects the allocated peak of the current device.
@@ -279,7 +376,7 @@ impl Session {
 }
 
 /// A finished load's file and result (`Err` with the message to show; nothing when cancelled).
-fn take_finished(slot: &mut Option<Loader>) -> Option<(PathBuf, Result<Document, String>)> {
+fn take_finished(slot: &mut Option<Loader>) -> Option<(PathBuf, Result<Loaded, String>)> {
     let loader = slot.as_ref()?;
     let Poll::Done(result) = loader.poll() else { return None };
     let cancelled = loader.is_cancelled();
@@ -289,5 +386,5 @@ fn take_finished(slot: &mut Option<Loader>) -> Option<(PathBuf, Result<Document,
     if cancelled {
         return None;
     }
-    Some((path, result.map_err(|error| format!("{error:#}"))))
+    Some((path, (*result).map_err(|error| format!("{error:#}"))))
 }

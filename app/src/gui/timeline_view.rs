@@ -406,7 +406,7 @@ fn line_swatch(ui: &mut egui::Ui, color: Color32) {
 }
 
 /// 1, 2 or 5 times a power of ten, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
+pub(super) fn nice_step(raw: f64) -> f64 {
     if raw <= 0.0 || !raw.is_finite() {
         return 1.0;
     }

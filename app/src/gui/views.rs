@@ -12,6 +12,8 @@ use super::breakdown_view::{self, BreakdownState};
 use super::compare_view::{self, Compare};
 use super::document::{DeviceData, Document};
 use super::fragmentation_view;
+use super::ranks::RunState;
+use super::ranks_view;
 use super::timeline_view::{self, TimelineState};
 use super::worker::InstantView;
 
@@ -29,6 +31,19 @@ pub enum View {
     Compare,
     /// What each remedy would do to the peak.
     Advisor,
+    /// The ranks of a run side by side (once a run of several is open).
+    Ranks,
+}
+
+/// What a view needs open besides the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// Nothing more.
+    Nothing,
+    /// A second run, to compare with.
+    SecondRun,
+    /// A run of several ranks.
+    Run,
 }
 
 /// A view's entry in the table.
@@ -49,8 +64,8 @@ pub struct ViewInfo {
     /// The share of the window's height the timeline above it takes (`None`: the view draws
     /// its own timelines).
     pub timeline_share: Option<f32>,
-    /// Whether it needs a second run to be open.
-    pub needs_second_run: bool,
+    /// What it needs open besides the trace (its tab shows only then).
+    pub needs: Needs,
     /// Whether it shows the selected instant's analysis (a spinner stands in until it is ready).
     pub needs_instant: bool,
     /// Draws it below the timeline.
@@ -90,11 +105,28 @@ pub struct Body<'a> {
     pub settings: &'a mut Settings,
     /// A timeline point the view asks to select.
     pub select: Option<usize>,
+    /// The run of several ranks open, if one is.
+    pub run: Option<&'a RunState>,
+    /// A rank of the run the view asks to open.
+    pub open_rank: Option<u32>,
 }
 
-/// Every view, in the order of their tabs (compare last: its tab shows once a second run is
-/// open).
-pub const VIEWS: [ViewInfo; 5] = [
+/// Every view, in the order of their tabs (the ranks first and compare last: their tabs show once
+/// a run of several ranks, or a second run, is open).
+pub const VIEWS: [ViewInfo; 6] = [
+    ViewInfo {
+        view: View::Ranks,
+        label: "Ranks",
+        key: egui::Key::Num6,
+        key_label: "6",
+        cli_name: "ranks",
+        about: "a run's ranks side by side: each one's peak, how they differ, a timeline each (open a directory or \
+                several rank files, or a recording of several ranks)",
+        timeline_share: None,
+        needs: Needs::Run,
+        needs_instant: false,
+        draw: ranks_view::view_ui,
+    },
     ViewInfo {
         view: View::Timeline,
         label: "Timeline",
@@ -103,7 +135,7 @@ pub const VIEWS: [ViewInfo; 5] = [
         cli_name: "timeline",
         about: "memory over time by category",
         timeline_share: Some(0.62),
-        needs_second_run: false,
+        needs: Needs::Nothing,
         needs_instant: true,
         draw: timeline_view::summary_ui,
     },
@@ -115,7 +147,7 @@ pub const VIEWS: [ViewInfo; 5] = [
         cli_name: "peak",
         about: "what was alive at the selected instant, by category, stack and allocation",
         timeline_share: Some(0.34),
-        needs_second_run: false,
+        needs: Needs::Nothing,
         needs_instant: true,
         draw: breakdown_view::view_ui,
     },
@@ -127,7 +159,7 @@ pub const VIEWS: [ViewInfo; 5] = [
         cli_name: "fragmentation",
         about: "the allocator's segments at the selected instant",
         timeline_share: Some(0.34),
-        needs_second_run: false,
+        needs: Needs::Nothing,
         needs_instant: true,
         draw: fragmentation_view::view_ui,
     },
@@ -139,7 +171,7 @@ pub const VIEWS: [ViewInfo; 5] = [
         cli_name: "advisor",
         about: "what each remedy would do to the peak",
         timeline_share: Some(0.34),
-        needs_second_run: false,
+        needs: Needs::Nothing,
         needs_instant: false,
         draw: advisor_view::view_ui,
     },
@@ -151,7 +183,7 @@ pub const VIEWS: [ViewInfo; 5] = [
         cli_name: "compare",
         about: "two runs side by side (with `compare`, or File > Compare with…)",
         timeline_share: None,
-        needs_second_run: true,
+        needs: Needs::SecondRun,
         needs_instant: false,
         draw: compare_view::view_ui,
     },
@@ -169,9 +201,19 @@ impl View {
         self.info().label
     }
 
-    /// The views that can be shown now (compare only with a second run open).
-    pub fn available(second_run: bool) -> impl Iterator<Item = &'static ViewInfo> {
-        VIEWS.iter().filter(move |v| second_run || !v.needs_second_run)
+    /// The views that can be shown now (compare only with a second run open, the ranks only
+    /// with a run of several).
+    pub fn available(second_run: bool, run: bool) -> impl Iterator<Item = &'static ViewInfo> {
+        VIEWS.iter().filter(move |v| match v.needs {
+            Needs::Nothing => true,
+            Needs::SecondRun => second_run,
+            Needs::Run => run,
+        })
+    }
+
+    /// Whether it can be shown now.
+    pub fn is_available(self, second_run: bool, run: bool) -> bool {
+        Self::available(second_run, run).any(|v| v.view == self)
     }
 }
 
@@ -205,12 +247,14 @@ mod tests {
     fn every_view_has_one_row_and_its_own_key_and_name() {
         // Exhaustive: a new variant does not compile here until it is listed, and then needs a row.
         let every = |view: View| match view {
-            View::Timeline | View::Peak | View::Fragmentation | View::Advisor | View::Compare => view,
+            View::Timeline | View::Peak | View::Fragmentation | View::Advisor | View::Compare | View::Ranks => view,
         };
-        for view in [View::Timeline, View::Peak, View::Fragmentation, View::Advisor, View::Compare].map(every) {
+        let all = [View::Timeline, View::Peak, View::Fragmentation, View::Advisor, View::Compare, View::Ranks];
+        for view in all.map(every) {
             assert_eq!(VIEWS.iter().filter(|v| v.view == view).count(), 1, "{view:?}");
         }
         let mut keys: Vec<&str> = VIEWS.iter().map(|v| v.key_label).collect();
+        keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), VIEWS.len());
         let mut names: Vec<&str> = VIEWS.iter().map(|v| v.cli_name).collect();

@@ -32,6 +32,24 @@ pub fn run_headline(s: &RunSummary) -> String {
     text
 }
 
+/// The allocation sites the ranks differ most in at their peaks, a line each.
+pub fn site_spread(s: &RunSummary) -> Vec<String> {
+    s.site_spread
+        .iter()
+        .map(|site| {
+            let least = if site.min_bytes == 0 { "nothing".to_owned() } else { bytes(site.min_bytes) };
+            format!(
+                "at {}: rank {} holds {}, rank {} {least} (+{})",
+                site.site,
+                site.max_rank,
+                bytes(site.max_bytes),
+                site.min_rank,
+                bytes(site.max_bytes - site.min_bytes)
+            )
+        })
+        .collect()
+}
+
 /// A phase in words.
 pub fn run_phase(p: PhaseAt) -> &'static str {
     use PhaseAt;

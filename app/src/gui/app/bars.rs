@@ -16,6 +16,15 @@ impl VramscopeApp {
                         let ctx = ui.ctx().clone();
                         self.open_dialog(&ctx);
                     }
+                    if ui
+                        .add(egui::Button::new("Open a run's folder…").shortcut_text("Ctrl+Shift+D"))
+                        .on_hover_text("A directory of a distributed run's per-rank files, opened as one run")
+                        .clicked()
+                    {
+                        ui.close();
+                        let ctx = ui.ctx().clone();
+                        self.open_folder_dialog(&ctx);
+                    }
                     ui.menu_button("Open recent", |ui| {
                         if self.settings.recent.is_empty() {
                             ui.weak("nothing yet");
@@ -38,7 +47,10 @@ impl VramscopeApp {
                         self.open(&ctx, Path::new(crate::sample::PATH));
                     }
                     if ui
-                        .add_enabled(self.session.doc.is_some(), egui::Button::new("Close").shortcut_text("Ctrl+W"))
+                        .add_enabled(
+                            self.session.doc.is_some() || self.session.run.is_some(),
+                            egui::Button::new("Close").shortcut_text("Ctrl+W"),
+                        )
                         .clicked()
                     {
                         ui.close();
@@ -51,7 +63,7 @@ impl VramscopeApp {
                     }
                 });
                 ui.menu_button("View", |ui| {
-                    for info in View::available(self.session.compare.is_some()) {
+                    for info in View::available(self.session.compare.is_some(), self.session.run.is_some()) {
                         let selected = self.settings.view == info.view;
                         if ui
                             .add(egui::Button::selectable(selected, info.label).shortcut_text(info.key_label))
@@ -88,7 +100,7 @@ impl VramscopeApp {
         let mut process = None;
         egui::Panel::top("toolbar").show(ui, |ui| {
             ui.horizontal(|ui| {
-                for info in View::available(self.session.compare.is_some()) {
+                for info in View::available(self.session.compare.is_some(), self.session.run.is_some()) {
                     ui.selectable_value(&mut view, info.view, info.label)
                         .on_hover_text(format!("{} ({})", info.about, info.key_label));
                 }
@@ -190,31 +202,26 @@ impl VramscopeApp {
     }
 }
 
-/// The menu of a run's processes; the one picked this frame, if any.
-fn process_combo(
-    ui: &mut egui::Ui,
-    whole: &vramscope_trace_format::Trace,
-    chosen: Option<usize>,
-) -> Option<Option<usize>> {
-    let label = |index: Option<usize>| match index.and_then(|i| whole.metadata.processes.get(i)) {
-        None => "all processes".to_owned(),
+/// The menu of a recording's processes; the one picked this frame, if any.
+fn process_combo(ui: &mut egui::Ui, whole: &vramscope_trace_format::Trace, chosen: usize) -> Option<usize> {
+    let label = |index: usize| match whole.metadata.processes.get(index) {
+        None => format!("process {index}"),
         Some(p) => match (p.rank, p.pid) {
             (Some(rank), Some(pid)) => format!("rank {rank} (pid {pid})"),
             (Some(rank), None) => format!("rank {rank}"),
             (None, Some(pid)) => format!("pid {pid}"),
-            (None, None) => format!("process {}", index.unwrap_or(0)),
+            (None, None) => format!("process {index}"),
         },
     };
     let mut picked = chosen;
     egui::ComboBox::from_id_salt("process")
         .selected_text(label(chosen))
         .show_ui(ui, |ui| {
-            ui.selectable_value(&mut picked, None, label(None));
             for i in 0..whole.metadata.processes.len() {
-                ui.selectable_value(&mut picked, Some(i), label(Some(i)));
+                ui.selectable_value(&mut picked, i, label(i));
             }
         })
         .response
-        .on_hover_text("The ranks of a distributed run: all together, or one at a time");
+        .on_hover_text("The process shown: one at a time, so no view mixes two processes' blocks (the Ranks view, 6, shows them side by side)");
     (picked != chosen).then_some(picked)
 }

@@ -1,0 +1,260 @@
+//! A run of several ranks in the app: its files read in the background, several at a time, each
+//! rank shown as it arrives with its figures and an outline of its timeline (what the ranks
+//! view draws), then numbered and summed up once all are read. The rank chosen opens in the
+//! other views on its own: no view mixes the blocks of two processes.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use vramscope_trace_format::{Clock, DeviceId, Trace};
+
+use super::jobs::Job;
+use crate::analysis::run::{self, Part, RankFrom, RankSummary, RunSummary};
+use crate::analysis::timeline::Timeline;
+
+/// How many columns a rank's outline keeps: enough for a row of the ranks view, small enough
+/// for a thousand ranks.
+pub const OUTLINE_COLUMNS: usize = 480;
+
+/// A rank's memory over time, boiled down to a row's worth of columns.
+#[derive(Clone, Debug, Default)]
+pub struct Outline {
+    /// Its first and last point's times (ns on its clock).
+    pub span_ns: (i64, i64),
+    /// Per column of equal time: the most allocated and reserved bytes in it (`None`: no point).
+    pub columns: Vec<Option<(u64, u64)>>,
+}
+
+impl Outline {
+    /// The outline of `device`'s timeline in `trace`.
+    pub fn of(trace: &Trace, device: DeviceId) -> Self {
+        let timeline = Timeline::build(trace, device);
+        if timeline.is_empty() {
+            return Self::default();
+        }
+        let span_ns = timeline.time_span_ns();
+        let end = span_ns.1 as f64 + ((span_ns.1 - span_ns.0) as f64 / OUTLINE_COLUMNS as f64).max(1.0);
+        let columns = timeline
+            .columns(span_ns.0 as f64, end, OUTLINE_COLUMNS)
+            .into_iter()
+            .map(|c| c.map(|c| (c.range.allocated_max, c.range.reserved_max)))
+            .collect();
+        Self { span_ns, columns }
+    }
+}
+
+/// One rank of the run: where it is read from, its figures and its outline.
+#[derive(Debug)]
+pub struct RankRow {
+    /// Its file.
+    pub path: PathBuf,
+    /// Its process in that file, when the file is a recording of several ranks.
+    pub process: Option<usize>,
+    /// Its figures (their `rank` is the run's to set: see [`RunState::rows`]).
+    pub figures: RankSummary,
+    /// Its memory over time.
+    pub outline: Outline,
+    /// Whether its times are real (else event indices).
+    pub has_clock: bool,
+}
+
+impl RankRow {
+    /// Where its timeline is aligned with the others': its first iteration, else its first
+    /// event.
+    pub fn align_ns(&self) -> i64 {
+        self.figures.first_iteration_ns.or(self.figures.first_event_ns).unwrap_or(self.outline.span_ns.0)
+    }
+}
+
+/// The rows of one file: each rank of a recording of several, else the file.
+fn rows_of(path: &Path, parts: Vec<Part<Trace>>) -> Vec<Part<Arc<RankRow>>> {
+    parts
+        .into_iter()
+        .map(|part| {
+            let process = part.process().map(|p| p as usize);
+            part.map(|trace, source| {
+                let figures = run::figures(&trace, source);
+                let outline = Outline::of(&trace, figures.peak.device);
+                let has_clock = trace.metadata.clock != Clock::EventIndex;
+                Arc::new(RankRow { path: path.to_owned(), process, figures, outline, has_clock })
+            })
+        })
+        .collect()
+}
+
+/// A run read and numbered.
+#[derive(Clone)]
+pub struct Finished {
+    /// Its ranks, by number.
+    pub rows: Vec<(u32, RankFrom, Arc<RankRow>)>,
+    /// The run summed up.
+    pub summary: Option<RunSummary>,
+    /// What its reader should know (guessed numbers, repeated ranks, files left out), in words.
+    pub notes: Vec<String>,
+    /// `file: what` for the files' warnings.
+    pub warnings: Vec<String>,
+}
+
+/// Numbers the parts and sums the run up.
+fn finish(parts: Vec<Part<Arc<RankRow>>>, warnings: Vec<String>, skipped: &[String]) -> Finished {
+    let (numbered, notes) = run::number(parts);
+    let rows: Vec<(u32, RankFrom, Arc<RankRow>)> =
+        numbered.into_iter().map(|(rank, from, _, row)| (rank, from, row)).collect();
+    let figures =
+        rows.iter().map(|(rank, from, row)| RankSummary { rank: *rank, rank_from: *from, ..row.figures.clone() });
+    let summary = run::sum_up(figures.collect());
+    Finished { rows, summary, notes: crate::words::run_notes(&notes, skipped), warnings }
+}
+
+/// The rows of a recording of several ranks already in memory (it is kept, for switching
+/// between its ranks without reading it again).
+pub fn of_recording(path: &Path, trace: &Trace) -> Option<Finished> {
+    let parts = run::split(&path.display().to_string(), trace)?;
+    Some(finish(rows_of(path, parts), Vec::new(), &[]))
+}
+
+/// The ranks read so far, each with the rank it says it is.
+type Arrived = Arc<Mutex<Vec<(Option<u32>, Arc<RankRow>)>>>;
+
+/// How reading a run ended.
+pub enum RunPoll {
+    /// Read: the rank to show first (the one that peaks highest).
+    Read {
+        /// Its number.
+        worst: Option<u32>,
+    },
+    /// It could not be read.
+    Failed(String),
+    /// The user stopped it.
+    Cancelled,
+}
+
+/// A run in the app: its ranks as far as they are read, and, once all are, the run summed up.
+pub struct RunState {
+    /// What was opened (files, directories).
+    pub paths: Vec<PathBuf>,
+    /// The ranks read so far, by the rank each says it is (`None`: not known until all are read).
+    arrived: Arrived,
+    files_read: Arc<AtomicU64>,
+    files_total: u64,
+    job: Option<Job<anyhow::Result<Finished>>>,
+    /// The run, once read.
+    pub finished: Option<Finished>,
+    /// The rank shown in the other views.
+    pub shown: Option<u32>,
+}
+
+impl RunState {
+    /// Starts reading the run the paths hold (files, directories of them).
+    pub fn start(paths: &[PathBuf], repaint: impl Fn() + Send + Sync + 'static) -> anyhow::Result<Self> {
+        let files = crate::runs::expand(paths)?;
+        let arrived: Arrived = Arc::default();
+        let files_read = Arc::new(AtomicU64::new(0));
+        let files_total = files.len() as u64;
+        let (thread_arrived, thread_read) = (Arc::clone(&arrived), Arc::clone(&files_read));
+        let thread_paths = paths.to_vec();
+        let repaint = Arc::new(repaint);
+        let thread_repaint = Arc::clone(&repaint);
+        let job = Job::spawn(
+            "run",
+            move || repaint(),
+            move |progress| {
+                let (parts, warnings, skipped) = crate::runs::read_all(&thread_paths, |loaded| {
+                    if progress.is_cancelled() {
+                        return Vec::new();
+                    }
+                    let parts = run::parts(&loaded.path.display().to_string(), loaded.trace);
+                    let rows = rows_of(&loaded.path, parts);
+                    if let Ok(mut arrived) = thread_arrived.lock() {
+                        arrived.extend(rows.iter().map(|p| (p.rank_hint(), Arc::clone(&p.item))));
+                    }
+                    thread_read.fetch_add(1, Ordering::Relaxed);
+                    thread_repaint();
+                    rows
+                })?;
+                if progress.is_cancelled() {
+                    anyhow::bail!("cancelled");
+                }
+                Ok(finish(parts.into_iter().flatten().collect(), warnings, &skipped))
+            },
+            |why| Err(anyhow::anyhow!(why)),
+        );
+        Ok(Self {
+            paths: paths.to_vec(),
+            arrived,
+            files_read,
+            files_total,
+            job: Some(job),
+            finished: None,
+            shown: None,
+        })
+    }
+
+    /// A run already read (a recording of several ranks), showing `shown`.
+    pub fn read(paths: Vec<PathBuf>, finished: Finished, shown: Option<u32>) -> Self {
+        let files_total = paths.len() as u64;
+        Self {
+            paths,
+            arrived: Arc::default(),
+            files_read: Arc::new(AtomicU64::new(files_total)),
+            files_total,
+            job: None,
+            finished: Some(finished),
+            shown,
+        }
+    }
+
+    /// Files read, of all.
+    pub fn progress(&self) -> (u64, u64) {
+        (self.files_read.load(Ordering::Relaxed), self.files_total)
+    }
+
+    /// Whether files are still being read.
+    pub fn is_reading(&self) -> bool {
+        self.job.is_some()
+    }
+
+    /// Stops reading.
+    pub fn cancel(&self) {
+        if let Some(job) = &self.job {
+            job.cancel();
+        }
+    }
+
+    /// Picks up the finished read.
+    pub fn poll(&mut self) -> Option<RunPoll> {
+        let job = self.job.as_ref()?;
+        let result = job.poll()?;
+        let cancelled = job.is_cancelled();
+        self.job = None;
+        if cancelled {
+            return Some(RunPoll::Cancelled);
+        }
+        Some(match result.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| format!("{e:#}"))) {
+            Ok(finished) => {
+                let worst = finished.summary.as_ref().map(|s| s.worst_rank);
+                self.finished = Some(finished);
+                RunPoll::Read { worst }
+            }
+            Err(error) => RunPoll::Failed(error),
+        })
+    }
+
+    /// The ranks to draw: numbered once all are read; before, as they arrive, by the rank each
+    /// says (`None`: not yet known).
+    pub fn rows(&self) -> Vec<(Option<u32>, Arc<RankRow>)> {
+        if let Some(finished) = &self.finished {
+            return finished.rows.iter().map(|(rank, _, row)| (Some(*rank), Arc::clone(row))).collect();
+        }
+        let mut rows = self.arrived.lock().map(|a| a.clone()).unwrap_or_default();
+        rows.sort_by_key(|(rank, row)| (rank.is_none(), *rank, row.figures.source.clone()));
+        rows
+    }
+
+    /// The row of `rank`, once numbered.
+    pub fn row(&self, rank: u32) -> Option<Arc<RankRow>> {
+        let finished = self.finished.as_ref()?;
+        finished.rows.iter().find(|r| r.0 == rank).map(|r| Arc::clone(&r.2))
+    }
+}
