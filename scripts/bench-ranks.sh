@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # A run of many ranks: `vramscope info DIR` on 64 generated per-rank snapshots of 150k trace
-# entries each, read one file at a time and with a reader per core, side by side in one run.
+# entries each, read one file at a time and with a reader per core, side by side in one run;
+# `diff` of two such runs and `advise` on one (peak RSS: each trace dropped once its figures are
+# taken); and the app opening the directory under Xvfb (when the first rank and all ranks are
+# drawn, and the first frame of the rank shown in the other views).
 #
 #   scripts/bench-ranks.sh [RUNS]
 #
@@ -33,3 +36,16 @@ done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ms=$(median "${serial[@]}"); mp=$(median "${parallel[@]}")
 echo "median: one reader $ms s, $(nproc) readers $mp s: $(awk -v a="$ms" -v b="$mp" 'BEGIN {printf "%.2fx", a / b}')"
+other=/var/tmp/vramscope-bench/ranks_${ranks}x${entries}_b
+mkdir -p "$other"
+for f in "$dir"/*.pickle; do ln -sf "$f" "$other/"; done
+/usr/bin/time -f "diff DIR DIR2: %e s, %M KiB peak RSS" "$bin" diff "$dir" "$other" 2>&1 >/dev/null | tail -n1
+/usr/bin/time -f "advise DIR: %e s, %M KiB peak RSS" "$bin" advise "$dir" 2>&1 >/dev/null | tail -n1
+if command -v xvfb-run >/dev/null; then
+    for _ in $(seq "$runs"); do
+        VRAMSCOPE_TIMINGS=1 xvfb-run -a -s "-screen 0 1600x1000x24" /usr/bin/time -f "app: %e s, %M KiB peak RSS" \
+            "$bin" "$dir" --screenshot "$dir.png" --size 1500x1000 2>&1 |
+            grep -E "drawn after|first frame|peak RSS" | sed 's/^vramscope: //' | tr '\n' ';'
+        echo
+    done
+fi

@@ -238,8 +238,10 @@ impl<'a> Attributor<'a> {
         for &(address, size) in &before {
             before_by_size.entry(size).or_default().push(address);
         }
-        for (category, per_parameter) in [(Category::Gradient, 1), (Category::OptimizerState, 2)] {
-            let (most_bytes, at_most) = self.most_alive(&events, category);
+        let [gradients, optimizer_state] = self.most_alive(&events);
+        for (category, per_parameter, (most_bytes, at_most)) in
+            [(Category::Gradient, 1, gradients), (Category::OptimizerState, 2, optimizer_state)]
+        {
             let mut matched = Vec::new();
             let mut matched_bytes = 0u64;
             for (size, &count) in &at_most {
@@ -258,46 +260,66 @@ impl<'a> Attributor<'a> {
         self.persistent = Some(persistent);
     }
 
-    /// The blocks of `category` alive together when their bytes (as asked for) are most: those
-    /// bytes, and how many blocks of each size (a second pass counts them up to that point).
-    fn most_alive(&mut self, events: &[usize], category: Category) -> (u64, BTreeMap<u64, usize>) {
+    /// For the gradients and the optimizer state (in that order): the most bytes of each alive
+    /// together (as asked for), and how many blocks of each size were alive then. One pass
+    /// attributes each allocation once and finds both highs; a second pass per category, up to
+    /// its high, counts the blocks by size from what the first pass found.
+    fn most_alive(&mut self, events: &[usize]) -> [(u64, BTreeMap<u64, usize>); 2] {
+        const WATCHED: [Category; 2] = [Category::Gradient, Category::OptimizerState];
+        const NEITHER: u8 = u8::MAX;
         let trace = self.trace;
-        let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
-        let (mut most, mut most_at) = (0u64, None);
-        for pass in 0..2 {
-            let mut live: HashMap<u64, u64> = HashMap::default();
-            let mut bytes = 0u64;
-            for (n, &i) in events.iter().enumerate() {
-                if pass == 1 && Some(n) > most_at {
-                    break;
-                }
-                let Some(e) = trace.events.get(i) else { continue };
-                match e.kind {
-                    EventKind::Alloc if self.known(e.address, e.time_ns, i64::MAX, e.stack).category == category => {
-                        live.insert(e.address, e.requested_bytes);
-                        bytes += e.requested_bytes;
-                        if pass == 0 && bytes > most {
-                            (most, most_at) = (bytes, Some(n));
+        // Per event (by its place in `events`): which watched category it allocates, if any.
+        let mut which: Vec<u8> = Vec::with_capacity(events.len());
+        let mut live: HashMap<u64, (usize, u64)> = HashMap::default();
+        let (mut bytes, mut most, mut most_at) = ([0u64; 2], [0u64; 2], [None::<usize>; 2]);
+        for (n, &i) in events.iter().enumerate() {
+            let Some(e) = trace.events.get(i) else {
+                which.push(NEITHER);
+                continue;
+            };
+            let mut watched = NEITHER;
+            match e.kind {
+                EventKind::Alloc => {
+                    let category = self.known(e.address, e.time_ns, i64::MAX, e.stack).category;
+                    if let Some(w) = WATCHED.iter().position(|&c| c == category) {
+                        watched = w as u8;
+                        live.insert(e.address, (w, e.requested_bytes));
+                        bytes[w] += e.requested_bytes;
+                        if bytes[w] > most[w] {
+                            (most[w], most_at[w]) = (bytes[w], Some(n));
                         }
                     }
+                }
+                EventKind::FreeCompleted => {
+                    if let Some((w, size)) = live.remove(&e.address) {
+                        bytes[w] -= size;
+                    }
+                }
+                _ => {}
+            }
+            which.push(watched);
+        }
+        std::array::from_fn(|w| {
+            let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+            let Some(at) = most_at[w] else { return (most[w], counts) };
+            let mut live: HashMap<u64, u64> = HashMap::default();
+            for (n, &i) in events.iter().enumerate().take(at + 1) {
+                let Some(e) = trace.events.get(i) else { continue };
+                match e.kind {
+                    EventKind::Alloc if which[n] == w as u8 => {
+                        live.insert(e.address, e.requested_bytes);
+                    }
                     EventKind::FreeCompleted => {
-                        if let Some(size) = live.remove(&e.address) {
-                            bytes -= size;
-                        }
+                        live.remove(&e.address);
                     }
                     _ => {}
                 }
             }
-            if pass == 1 {
-                for size in live.values() {
-                    *counts.entry(*size).or_default() += 1;
-                }
+            for size in live.values() {
+                *counts.entry(*size).or_default() += 1;
             }
-            if most_at.is_none() {
-                break;
-            }
-        }
-        (most, counts)
+            (most[w], counts)
+        })
     }
 
     /// When the block at `address` allocated at `alloc_ns` was freed (`i64::MAX`: never, or not

@@ -140,22 +140,73 @@ pub struct Summed {
     pub notes: Vec<crate::analysis::run::RunNote>,
     /// `file: why` for each file of a directory left out.
     pub skipped: Vec<String>,
+    /// Where each rank is: its file, and its process there when the file holds several.
+    pub origins: Vec<(u32, Origin)>,
 }
 
-/// The figures of the run the paths hold, read in parallel and summed up as they come.
-pub fn summaries(paths: &[PathBuf]) -> Result<Summed> {
-    use crate::analysis::run::{self, RankSummary};
+/// Where a rank of a run is read from.
+#[derive(Clone, Debug)]
+pub struct Origin {
+    /// The file.
+    pub path: PathBuf,
+    /// Its process in the file, when the file is a recording of several ranks.
+    pub process: Option<u32>,
+}
+
+/// Each rank's item by rank, with where the rank is; the notes on the numbering; the files left
+/// out.
+pub type EachRank<T> =
+    (Vec<crate::analysis::run::Numbered<(Origin, T)>>, Vec<crate::analysis::run::RunNote>, Vec<String>);
+
+/// What `pick` takes of each rank of the run the paths hold, read in parallel and each trace
+/// dropped once taken: by rank, with where each rank is, the notes on the numbering, and the
+/// files of its directories left out. The files' warnings are said on stderr.
+pub fn each_rank<T: Send>(
+    paths: &[PathBuf],
+    pick: impl Fn(&Path, &vramscope_trace_format::Trace, &str) -> T + Sync,
+) -> Result<EachRank<T>> {
+    use crate::analysis::run;
     let (parts, warnings, skipped) = read_all(paths, |l| {
         let name = l.path.display().to_string();
-        run::parts(&name, l.trace).into_iter().map(|p| p.map(|t, source| run::figures(&t, source))).collect::<Vec<_>>()
+        let path = l.path.clone();
+        run::parts(&name, l.trace)
+            .into_iter()
+            .map(|p| {
+                let origin = Origin { path: path.clone(), process: p.process() };
+                p.map(|t, source| (origin, pick(&path, &t, source)))
+            })
+            .collect::<Vec<_>>()
     })?;
     for warning in &warnings {
         eprintln!("warning: {warning}");
     }
     let (numbered, notes) = run::number(parts.into_iter().flatten().collect());
-    let ranks =
-        numbered.into_iter().map(|(rank, from, _, figures)| RankSummary { rank, rank_from: from, ..figures }).collect();
-    Ok(Summed { summary: run::sum_up(ranks), notes, skipped })
+    Ok((numbered, notes, skipped))
+}
+
+/// The figures of the run the paths hold, read in parallel and summed up as they come.
+pub fn summaries(paths: &[PathBuf]) -> Result<Summed> {
+    use crate::analysis::run::{self, RankSummary};
+    let (numbered, notes, skipped) = each_rank(paths, |_, trace, source| run::figures(trace, source))?;
+    let mut origins = Vec::with_capacity(numbered.len());
+    let mut ranks = Vec::with_capacity(numbered.len());
+    for (rank, from, _, (origin, figures)) in numbered {
+        origins.push((rank, origin));
+        ranks.push(RankSummary { rank, rank_from: from, ..figures });
+    }
+    Ok(Summed { summary: run::sum_up(ranks), notes, skipped, origins })
+}
+
+/// One rank of a run, read again from where [`summaries`] found it.
+pub fn read_rank(origin: &Origin) -> Result<vramscope_trace_format::Trace> {
+    let loaded = load::load(&origin.path)?;
+    for warning in &loaded.warnings {
+        eprintln!("warning: {}: {warning}", origin.path.display());
+    }
+    Ok(match origin.process {
+        Some(p) => loaded.trace.of_process(vramscope_trace_format::ProcessId(p)),
+        None => loaded.trace,
+    })
 }
 
 /// A run, what was odd about its files, and the files of its directories left out.

@@ -182,23 +182,46 @@ struct RankChosen {
 }
 
 /// The trace to advise on: the file's; of a run of several ranks (a directory of rank files,
-/// or a recording of several), the rank that peaks highest, each rank analysed alone.
+/// or a recording of several), the rank that peaks highest, each rank analysed alone. A
+/// directory's files are read for their figures, each dropped once they are taken, and the
+/// rank chosen is read again: a run of many ranks holds one trace per reader at a time.
 fn one_rank(path: &Path) -> Result<(vramscope_trace_format::Trace, Option<RankChosen>)> {
-    let opened = crate::runs::open(&[path.to_path_buf()])?;
-    opened.warn();
-    let mut run = opened.run;
-    if !run.is_distributed() {
-        let Some(only) = run.ranks.pop() else { bail!("{}: no trace", path.display()) };
-        return Ok((only.trace, None));
-    }
-    let Some(summary) = crate::analysis::run::summarize(&run) else {
-        bail!("{}: no rank holds memory events to advise on", path.display());
+    let (summary, origin) = if path.is_dir() {
+        let summed = crate::runs::summaries(&[path.to_path_buf()])?;
+        for note in words::run_notes(&summed.notes, &summed.skipped) {
+            eprintln!("warning: {note}");
+        }
+        let Some(summary) = summed.summary else {
+            bail!("{}: no rank holds memory events to advise on", path.display());
+        };
+        let origin = summed.origins.iter().find(|o| o.0 == summary.worst_rank).map(|o| o.1.clone());
+        (summary, origin)
+    } else {
+        let loaded = load::load(path)?;
+        for warning in &loaded.warnings {
+            eprintln!("warning: {}: {warning}", path.display());
+        }
+        if !crate::analysis::run::holds_ranks(&loaded.trace) {
+            return Ok((loaded.trace, None));
+        }
+        let mut run = crate::analysis::run::Run::of(vec![(path.display().to_string(), loaded.trace)]);
+        let Some(summary) = crate::analysis::run::summarize(&run) else {
+            bail!("{}: no rank holds memory events to advise on", path.display());
+        };
+        let Some(at) = run.ranks.iter().position(|r| r.rank == summary.worst_rank) else {
+            bail!("rank {} is gone", summary.worst_rank)
+        };
+        let rank = run.ranks.swap_remove(at);
+        let peaks = summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect();
+        return Ok((rank.trace, (summary.ranks.len() > 1).then_some(RankChosen { rank: summary.worst_rank, peaks })));
     };
+    let Some(origin) = origin else { bail!("rank {} is gone", summary.worst_rank) };
+    let trace = crate::runs::read_rank(&origin)?;
+    if summary.ranks.len() == 1 {
+        return Ok((trace, None));
+    }
     let peaks = summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect();
-    let worst = summary.worst_rank;
-    let Some(at) = run.ranks.iter().position(|r| r.rank == worst) else { bail!("rank {worst} is gone") };
-    let rank = run.ranks.swap_remove(at);
-    Ok((rank.trace, Some(RankChosen { rank: worst, peaks })))
+    Ok((trace, Some(RankChosen { rank: summary.worst_rank, peaks })))
 }
 
 /// The reserved peak of `device` in the recording at `path` (the device advised on).

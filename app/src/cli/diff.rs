@@ -9,7 +9,6 @@ use serde::Serialize;
 use vramscope_trace_format::{Category, DeviceId};
 
 use crate::analysis::diff::{self, Diff, SiteDelta, percent};
-use crate::analysis::run::Run;
 use crate::units::{bytes, signed_bytes};
 
 /// A limit on growth from A to B.
@@ -126,16 +125,17 @@ pub fn run(
     if a == b {
         bail!("{} is compared with itself: give two different traces", a.display());
     }
-    let (side_a, side_b) = (open_side(a)?, open_side(b)?);
-    if side_a.is_distributed() || side_b.is_distributed() {
-        return ranks(a, b, &side_a, &side_b, json, gates, device, out);
+    let (side_a, side_b) = (open_side(a, device)?, open_side(b, device)?);
+    if side_a.len() > 1 || side_b.len() > 1 {
+        let peaks = |side: ByRank| side.into_iter().map(|(rank, (_, peak))| (rank, peak)).collect::<Vec<_>>();
+        return ranks(a, b, &peaks(side_a), &peaks(side_b), json, gates, out);
     }
-    let peak_of = |path: &Path, run: &Run| -> Result<diff::RunPeak> {
-        let Some(rank) = run.ranks.first() else { bail!("{}: no trace", path.display()) };
-        super::check_device(path, &rank.trace, device)?;
-        Ok(diff::run_peak(&rank.trace, &path.display().to_string(), device))
+    let peak_of = |path: &Path, side: ByRank| -> Result<diff::RunPeak> {
+        let Some((_, (fits, peak))) = side.into_iter().next() else { bail!("{}: no trace", path.display()) };
+        fits?;
+        Ok(peak)
     };
-    let d = diff::diff(peak_of(a, &side_a)?, peak_of(b, &side_b)?);
+    let d = diff::diff(peak_of(a, side_a)?, peak_of(b, side_b)?);
     let results: Vec<GateResult> = gates.iter().map(|g| check(g, &d)).collect();
     if json {
         let delta = Delta {
@@ -164,12 +164,22 @@ pub fn run(
     Ok(results.iter().all(|r| r.passed))
 }
 
+/// One side of a comparison by rank: whether it holds the device asked for, and its peak.
+type ByRank = Vec<(u32, (Result<()>, diff::RunPeak))>;
+
 /// One side of a comparison: a trace, or a run of several ranks (a directory of rank files, or a
-/// recording of several ranks).
-fn open_side(path: &Path) -> Result<Run> {
-    let opened = crate::runs::open(&[path.to_path_buf()])?;
-    opened.warn();
-    Ok(opened.run)
+/// recording of several ranks). Each rank's peak is taken as its file is read and the trace is
+/// dropped, so a run of many ranks holds one trace per reader at a time.
+fn open_side(path: &Path, device: Option<DeviceId>) -> Result<ByRank> {
+    let (numbered, notes, skipped) = crate::runs::each_rank(&[path.to_path_buf()], |file, trace, source| {
+        let fits = super::check_device(file, trace, device);
+        // A file's name as given, a rank of a recording as `file (rank N)`.
+        (fits, diff::run_peak(trace, source, device))
+    })?;
+    for note in crate::words::run_notes(&notes, &skipped) {
+        eprintln!("warning: {note}");
+    }
+    Ok(numbered.into_iter().map(|(rank, _, _, (_, taken))| (rank, taken)).collect())
 }
 
 /// A rank's comparison.
@@ -185,26 +195,22 @@ struct RankRow {
 /// `diff` of two runs of several ranks: ranks paired by number; each gate must hold on every
 /// rank, and says the rank where it came out worst; the full comparison of the rank whose peak
 /// grew most.
-#[allow(clippy::too_many_arguments)]
 fn ranks(
     a: &Path,
     b: &Path,
-    side_a: &Run,
-    side_b: &Run,
+    side_a: &[(u32, diff::RunPeak)],
+    side_b: &[(u32, diff::RunPeak)],
     json: bool,
     gates: &[Gate],
-    device: Option<DeviceId>,
     out: &mut dyn Write,
 ) -> Result<bool> {
     let mut pairs: Vec<(u32, Diff)> = Vec::new();
-    for ra in &side_a.ranks {
-        let Some(rb) = side_b.ranks.iter().find(|r| r.rank == ra.rank) else { continue };
-        let peak_a = diff::run_peak(&ra.trace, &ra.source, device);
-        let peak_b = diff::run_peak(&rb.trace, &rb.source, device);
-        pairs.push((ra.rank, diff::diff(peak_a, peak_b)));
+    for (rank, peak_a) in side_a {
+        let Some((_, peak_b)) = side_b.iter().find(|(r, _)| r == rank) else { continue };
+        pairs.push((*rank, diff::diff(peak_a.clone(), peak_b.clone())));
     }
-    let only = |x: &Run, y: &Run| -> Vec<u32> {
-        x.ranks.iter().map(|r| r.rank).filter(|rank| y.ranks.iter().all(|o| o.rank != *rank)).collect()
+    let only = |x: &[(u32, diff::RunPeak)], y: &[(u32, diff::RunPeak)]| -> Vec<u32> {
+        x.iter().map(|r| r.0).filter(|rank| y.iter().all(|o| o.0 != *rank)).collect()
     };
     let (only_a, only_b) = (only(side_a, side_b), only(side_b, side_a));
     if pairs.is_empty() {
@@ -212,8 +218,8 @@ fn ranks(
             "{} and {} have no rank in common (ranks {:?} and {:?})",
             a.display(),
             b.display(),
-            side_a.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(),
-            side_b.ranks.iter().map(|r| r.rank).collect::<Vec<_>>()
+            side_a.iter().map(|r| r.0).collect::<Vec<_>>(),
+            side_b.iter().map(|r| r.0).collect::<Vec<_>>()
         );
     }
     // Each gate on every rank: its worst rank decides.
@@ -267,8 +273,8 @@ fn ranks(
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
     } else {
-        writeln!(out, "A  {} ({} ranks)", a.display(), side_a.ranks.len())?;
-        writeln!(out, "B  {} ({} ranks)", b.display(), side_b.ranks.len())?;
+        writeln!(out, "A  {} ({} ranks)", a.display(), side_a.len())?;
+        writeln!(out, "B  {} ({} ranks)", b.display(), side_b.len())?;
         let which = if grew(worst) > 0 {
             format!("rank {worst_rank} grew most")
         } else {

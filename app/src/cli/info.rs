@@ -185,6 +185,7 @@ pub fn run_paths(
                 summary: crate::analysis::run::summarize(&run),
                 notes: run.notes,
                 skipped: Vec::new(),
+                origins: Vec::new(),
             }
         }
         // Each file's figures taken as it is read, and the file dropped.

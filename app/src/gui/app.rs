@@ -93,6 +93,8 @@ pub struct VramscopeApp {
     /// When set, the time from this instant to the first frame that shows a trace is printed
     /// to stderr (for benchmarks).
     pub report_first_frame_since: Option<std::time::Instant>,
+    /// How many of a run's timings were said (first rank, all ranks).
+    run_timings_said: u8,
 }
 
 impl VramscopeApp {
@@ -106,6 +108,7 @@ impl VramscopeApp {
             path_input: String::new(),
             picker,
             report_first_frame_since: None,
+            run_timings_said: 0,
         }
     }
 
@@ -323,22 +326,23 @@ impl VramscopeApp {
         egui::CentralPanel::default().show(ui, |ui| {
             if self.session.doc.is_some() {
                 self.document_ui(ui);
-            } else if let Some(run) = &self.session.run {
-                // The run's ranks as they arrive, before the first is shown in the other views.
-                if let Some(rank) = super::ranks_view::run_ui(ui, run) {
-                    let ctx = ui.ctx().clone();
-                    self.session.open_rank(&ctx, rank);
-                }
                 if let Some(since) = self.report_first_frame_since.take() {
                     eprintln!(
                         "vramscope: first frame with the trace after {:.0} ms",
                         since.elapsed().as_secs_f64() * 1e3
                     );
                 }
+            } else if let Some(run) = &self.session.run {
+                // The run's ranks as they arrive, before the first is shown in the other views.
+                if let Some(rank) = super::ranks_view::run_ui(ui, run) {
+                    let ctx = ui.ctx().clone();
+                    self.session.open_rank(&ctx, rank);
+                }
             } else {
                 self.welcome_ui(ui);
             }
         });
+        self.report_run_timings();
         self.loading_overlay(&ctx);
         if self.show_help {
             self.help_window(&ctx);
@@ -355,6 +359,21 @@ impl VramscopeApp {
                 egui::FontId::proportional(28.0),
                 egui::Color32::WHITE,
             );
+        }
+    }
+
+    /// With `VRAMSCOPE_TIMINGS`, when a run's first rank and all its ranks were first drawn.
+    fn report_run_timings(&mut self) {
+        let (Some(since), Some(run)) = (self.report_first_frame_since, &self.session.run) else { return };
+        let rows = run.rows().len();
+        let ms = since.elapsed().as_secs_f64() * 1e3;
+        if self.run_timings_said == 0 && rows > 0 {
+            eprintln!("vramscope: first rank of the run drawn after {ms:.0} ms");
+            self.run_timings_said = 1;
+        }
+        if self.run_timings_said == 1 && run.finished.is_some() {
+            eprintln!("vramscope: all {rows} ranks of the run drawn after {ms:.0} ms");
+            self.run_timings_said = 2;
         }
     }
 

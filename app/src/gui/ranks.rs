@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use vramscope_trace_format::{Clock, DeviceId, Trace};
 
 use super::jobs::Job;
+use crate::analysis::replay;
 use crate::analysis::run::{self, Part, RankFrom, RankSummary, RunSummary};
-use crate::analysis::timeline::Timeline;
 
 /// How many columns a rank's outline keeps: enough for a row of the ranks view, small enough
 /// for a thousand ranks.
@@ -22,26 +22,79 @@ pub const OUTLINE_COLUMNS: usize = 480;
 pub struct Outline {
     /// Its first and last point's times (ns on its clock).
     pub span_ns: (i64, i64),
-    /// Per column of equal time: the most allocated and reserved bytes in it (`None`: no point).
+    /// Per column of equal time: the most allocated and reserved bytes in it (`None`: no point
+    /// falls in it; the one before holds).
     pub columns: Vec<Option<(u64, u64)>>,
 }
 
+/// A stretch of a replay: its first time, the most allocated and reserved bytes in it, and the
+/// bytes at its end.
+#[derive(Clone, Copy)]
+struct Stretch {
+    time_ns: i64,
+    most: (u64, u64),
+    end: (u64, u64),
+}
+
 impl Outline {
-    /// The outline of `device`'s timeline in `trace`.
+    /// The outline of `device`'s memory in `trace`: its replay (allocated and reserved only, no
+    /// categories) folded into columns of equal time as it goes.
     pub fn of(trace: &Trace, device: DeviceId) -> Self {
-        let timeline = Timeline::build(trace, device);
-        if timeline.is_empty() {
+        let mut stretches: Vec<Stretch> = Vec::new();
+        let (mut first, mut last) = (i64::MAX, i64::MIN);
+        replay::replay(trace, device, |_, p| {
+            first = first.min(p.time_ns);
+            last = last.max(p.time_ns);
+            let now = (p.allocated_bytes, p.reserved_bytes);
+            stretches.push(Stretch { time_ns: p.time_ns, most: now, end: now });
+            // Bounded: folded into finer columns than drawn whenever it grows past a few
+            // columns' worth (a peak moves by at most an eighth of a column).
+            if stretches.len() >= OUTLINE_COLUMNS * 64 {
+                stretches = fold(&stretches, first, last, OUTLINE_COLUMNS * 8);
+            }
+        });
+        if stretches.is_empty() {
             return Self::default();
         }
-        let span_ns = timeline.time_span_ns();
-        let end = span_ns.1 as f64 + ((span_ns.1 - span_ns.0) as f64 / OUTLINE_COLUMNS as f64).max(1.0);
-        let columns = timeline
-            .columns(span_ns.0 as f64, end, OUTLINE_COLUMNS)
-            .into_iter()
-            .map(|c| c.map(|c| (c.range.allocated_max, c.range.reserved_max)))
-            .collect();
-        Self { span_ns, columns }
+        let mut columns: Vec<Option<(u64, u64)>> = vec![None; OUTLINE_COLUMNS];
+        let mut ends: Vec<Option<(u64, u64)>> = vec![None; OUTLINE_COLUMNS];
+        for s in fold(&stretches, first, last, OUTLINE_COLUMNS) {
+            let c = column_of(s.time_ns, first, last, OUTLINE_COLUMNS);
+            columns[c] = Some(s.most);
+            ends[c] = Some(s.end);
+        }
+        // A column no event falls in holds what the one before ended with.
+        let mut held = None;
+        for (column, end) in columns.iter_mut().zip(&ends) {
+            if column.is_none() {
+                *column = held;
+            }
+            held = end.or(held);
+        }
+        Self { span_ns: (first, last), columns }
     }
+}
+
+/// The column of `columns` equal ones over `first..=last` that time `t` falls in.
+fn column_of(t: i64, first: i64, last: i64, columns: usize) -> usize {
+    let span = (last - first).max(1) as f64;
+    (((t - first) as f64 / span * columns as f64) as usize).min(columns - 1)
+}
+
+/// The stretches merged into at most `columns` equal columns of time.
+fn fold(stretches: &[Stretch], first: i64, last: i64, columns: usize) -> Vec<Stretch> {
+    let mut out: Vec<(usize, Stretch)> = Vec::with_capacity(columns);
+    for s in stretches {
+        let c = column_of(s.time_ns, first, last, columns);
+        match out.last_mut() {
+            Some((col, merged)) if *col == c => {
+                merged.most = (merged.most.0.max(s.most.0), merged.most.1.max(s.most.1));
+                merged.end = s.end;
+            }
+            _ => out.push((c, *s)),
+        }
+    }
+    out.into_iter().map(|(_, s)| s).collect()
 }
 
 /// One rank of the run: where it is read from, its figures and its outline.
@@ -256,5 +309,47 @@ impl RunState {
     pub fn row(&self, rank: u32) -> Option<Arc<RankRow>> {
         let finished = self.finished.as_ref()?;
         finished.rows.iter().find(|r| r.0 == rank).map(|r| Arc::clone(&r.2))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_trace_format::{Event, EventKind};
+
+    use super::*;
+
+    #[test]
+    fn an_outline_keeps_each_columns_most_and_holds_through_quiet_columns() {
+        // 100 B at t=0, 50 B more at t=10 (150), the first freed at t=11 (50), then nothing
+        // until 50 more at t=960 (100): columns of 2 ns over 0..=960.
+        let mut trace = Trace::default();
+        for (kind, t, address, size) in [
+            (EventKind::Alloc, 0, 0x100, 100),
+            (EventKind::Alloc, 10, 0x200, 50),
+            (EventKind::FreeCompleted, 11, 0x100, 100),
+            (EventKind::Alloc, 960, 0x300, 50),
+        ] {
+            trace.events.push(Event::new(kind, t, 0, address, size));
+        }
+        let outline = Outline::of(&trace, DeviceId(0));
+        assert_eq!(outline.span_ns, (0, 960));
+        assert_eq!(outline.columns.len(), OUTLINE_COLUMNS);
+        let allocated: Vec<u64> = outline.columns.iter().map(|c| c.map_or(0, |c| c.0)).collect();
+        assert_eq!(allocated[0], 100);
+        // t=10 and t=11 share column 5: its most is 150, and it ends at 50.
+        assert_eq!(allocated[5], 150);
+        // No event from t=12 to t=959: each column holds 50.
+        assert!(allocated[6..OUTLINE_COLUMNS - 1].iter().all(|&b| b == 50), "{:?}", &allocated[..12]);
+        assert_eq!(allocated[OUTLINE_COLUMNS - 1], 100);
+        // A long replay is folded as it goes: the highest point survives.
+        let mut long = Trace::default();
+        for i in 0..200_000u64 {
+            let size = if i == 123_457 { 1 << 20 } else { 64 };
+            long.events.push(Event::new(EventKind::Alloc, 2 * i as i64, 0, 0x1000 + i * 0x100, size));
+            long.events.push(Event::new(EventKind::FreeCompleted, 2 * i as i64 + 1, 0, 0x1000 + i * 0x100, size));
+        }
+        let outline = Outline::of(&long, DeviceId(0));
+        let most = outline.columns.iter().flatten().map(|c| c.0).max();
+        assert_eq!(most, Some(1 << 20));
     }
 }

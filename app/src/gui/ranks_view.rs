@@ -45,7 +45,7 @@ pub fn run_ui(ui: &mut egui::Ui, run: &RunState) -> Option<u32> {
                 egui::ProgressBar::new(fraction)
                     .desired_width(260.0)
                     .text(format!("{read} of {total} files read"))
-                    .animate(true),
+                    .animate(false),
             );
             ui.weak("Esc stops");
         }
@@ -111,7 +111,7 @@ fn table(
         .id_salt("ranks")
         .striped(true)
         .sense(Sense::click())
-        .column(Column::auto().at_least(60.0))
+        .column(Column::auto().at_least(76.0))
         .column(Column::auto().at_least(if nodes { 120.0 } else { 0.0 }))
         .column(Column::auto().at_least(100.0))
         .column(Column::auto().at_least(100.0))
@@ -156,7 +156,7 @@ fn table(
                     } else {
                         "Click to open it"
                     };
-                    if ui.selectable_label(*rank == shown, text).on_hover_text(tip).clicked() {
+                    if ui.add(egui::Button::selectable(*rank == shown, text)).on_hover_text(tip).clicked() {
                         clicked = Some(*n);
                     }
                 });
@@ -221,15 +221,22 @@ fn extent(rows: &[(Option<u32>, Arc<RankRow>)]) -> (f64, f64, u64) {
 fn timelines(ui: &mut egui::Ui, rows: &[(Option<u32>, Arc<RankRow>)], shown: Option<u32>) -> Option<u32> {
     let (lo, hi, top) = extent(rows);
     let mut clicked = None;
+    // Aligned at each rank's first iteration where the ranks recorded their phases, else at their
+    // first events.
+    let zero = if rows.iter().any(|(_, r)| r.figures.first_iteration_ns.is_some()) {
+        "first iteration"
+    } else {
+        "first event"
+    };
     ui.horizontal(|ui| {
         ui.strong("Allocated over time");
         ui.weak(format!(
-            "one byte scale (0 to {}) and one time axis, each rank from its first iteration; reserved as a line",
+            "one byte scale (0 to {}) and one time axis, each rank from its {zero}; reserved as a line",
             units::bytes(top)
         ));
     });
     let has_clock = rows.iter().any(|(_, r)| r.has_clock);
-    time_axis(ui, (lo, hi), has_clock);
+    time_axis(ui, (lo, hi), has_clock, zero);
     egui::ScrollArea::vertical().id_salt("rank timelines").auto_shrink([false, false]).show_rows(
         ui,
         ROW_HEIGHT,
@@ -256,7 +263,7 @@ fn timelines(ui: &mut egui::Ui, rows: &[(Option<u32>, Arc<RankRow>)], shown: Opt
 }
 
 /// Ticks of the shared time axis, above the timelines.
-fn time_axis(ui: &mut egui::Ui, (lo, hi): (f64, f64), has_clock: bool) {
+fn time_axis(ui: &mut egui::Ui, (lo, hi): (f64, f64), has_clock: bool, zero: &str) {
     let (rect, _) = ui.allocate_exact_size(vec2(ui.available_width(), 16.0), Sense::hover());
     let plot = Rect::from_min_max(pos2(rect.left() + LABEL_WIDTH, rect.top()), rect.right_bottom());
     let painter = ui.painter_at(rect);
@@ -268,7 +275,7 @@ fn time_axis(ui: &mut egui::Ui, (lo, hi): (f64, f64), has_clock: bool) {
         let text = if !has_clock {
             format!("{t:+.0}")
         } else if t == 0.0 {
-            "first iteration".to_owned()
+            zero.to_owned()
         } else {
             let sign = if t < 0.0 { "-" } else { "+" };
             format!("{sign}{}", units::duration_ns(t.abs() as i64))
