@@ -236,3 +236,50 @@ pub fn open(paths: &[PathBuf]) -> Result<Opened> {
     let (traces, warnings, skipped) = read_all(paths, |l| (l.path.display().to_string(), l.trace))?;
     Ok(Opened { run: Run::of(traces), warnings, skipped })
 }
+
+/// The run the paths hold, one rank at a time in rank order, for writers whose output follows
+/// that order: a file (a recording of several ranks is one file) is read once, whole; files of
+/// several ranks are read twice, first in parallel to number the ranks (each trace dropped at
+/// once), then one rank at a time, so a run of many ranks holds one trace at a time. Returns how
+/// many ranks there were.
+pub fn for_each_rank(
+    paths: &[PathBuf],
+    mut each: impl FnMut(&crate::analysis::run::Rank, usize) -> Result<()>,
+) -> Result<usize> {
+    use crate::analysis::run::Rank;
+    if let [one] = paths
+        && !one.is_dir()
+    {
+        let opened = open(paths)?;
+        opened.warn();
+        let count = opened.run.ranks.len();
+        for rank in &opened.run.ranks {
+            each(rank, count)?;
+        }
+        return Ok(count);
+    }
+    let (numbered, notes, skipped) = each_rank(paths, |_, _, _| ())?;
+    for note in crate::words::run_notes(&notes, &skipped) {
+        eprintln!("warning: {note}");
+    }
+    let count = numbered.len();
+    // The last recording read, for its next rank (a recording's ranks are consecutive).
+    let mut last: Option<(PathBuf, vramscope_trace_format::Trace)> = None;
+    for (rank, from, source, (origin, ())) in numbered {
+        let trace = match (origin.process, &last) {
+            (Some(p), Some((path, whole))) if *path == origin.path => {
+                whole.of_process(vramscope_trace_format::ProcessId(p))
+            }
+            (Some(p), _) => {
+                // Read again: its warnings were said in the first pass.
+                let whole = load::load(&origin.path)?.trace;
+                let trace = whole.of_process(vramscope_trace_format::ProcessId(p));
+                last = Some((origin.path.clone(), whole));
+                trace
+            }
+            (None, _) => load::load(&origin.path)?.trace,
+        };
+        each(&Rank { rank, from, source, trace }, count)?;
+    }
+    Ok(count)
+}

@@ -12,7 +12,7 @@ use serde_json::json;
 use vramscope_trace_format::{AnnotationKind, Clock, Trace};
 
 use crate::analysis::replay;
-use crate::analysis::run::Run;
+use crate::analysis::run::Rank;
 use crate::atomic;
 
 /// What `export` writes.
@@ -65,24 +65,23 @@ fn event(out: &mut dyn Write, first: &mut bool, value: &serde_json::Value) -> Re
     Ok(())
 }
 
-/// Writes the run as Chrome trace event JSON.
-fn write_perfetto(run: &Run, out: &mut dyn Write) -> Result<()> {
-    out.write_all(b"{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n")?;
-    let mut first = true;
-    for rank in &run.ranks {
+/// Writes one rank of a run of `ranks` as Chrome trace events (after the header `first` says
+/// whether anything was written yet).
+fn write_perfetto_rank(rank: &Rank, ranks: usize, out: &mut dyn Write, first: &mut bool) -> Result<()> {
+    {
         let trace = &rank.trace;
         let pid = rank.rank;
         let process = trace.metadata.processes.first();
         let node = process.and_then(|p| p.node).map_or_else(String::new, |n| format!(" (node {n})"));
-        let name = if run.ranks.len() > 1 { format!("rank {}{node}", rank.rank) } else { rank.source.clone() };
+        let name = if ranks > 1 { format!("rank {}{node}", rank.rank) } else { rank.source.clone() };
         event(
             out,
-            &mut first,
+            &mut *first,
             &json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}),
         )?;
         event(
             out,
-            &mut first,
+            &mut *first,
             &json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}),
         )?;
         if trace.metadata.clock == Clock::EventIndex {
@@ -95,7 +94,7 @@ fn write_perfetto(run: &Run, out: &mut dyn Write) -> Result<()> {
             for (ts, allocated, reserved) in points(trace, device) {
                 event(
                     out,
-                    &mut first,
+                    &mut *first,
                     &json!({"ph": "C", "name": track, "pid": pid, "tid": 0, "ts": ts,
                             "args": {"allocated": allocated, "reserved": reserved}}),
                 )?;
@@ -103,7 +102,7 @@ fn write_perfetto(run: &Run, out: &mut dyn Write) -> Result<()> {
         }
         event(
             out,
-            &mut first,
+            &mut *first,
             &json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "phases"}}),
         )?;
         for a in &trace.annotations {
@@ -114,7 +113,7 @@ fn write_perfetto(run: &Run, out: &mut dyn Write) -> Result<()> {
             let tid = if a.kind == AnnotationKind::Iteration { 2 } else { 1 };
             event(
                 out,
-                &mut first,
+                &mut *first,
                 &json!({"ph": "X", "name": name, "cat": "phase", "pid": pid, "tid": tid, "ts": ts, "dur": dur}),
             )?;
         }
@@ -122,13 +121,12 @@ fn write_perfetto(run: &Run, out: &mut dyn Write) -> Result<()> {
             let label = trace.metadata.device_label(oom.device);
             event(
                 out,
-                &mut first,
+                &mut *first,
                 &json!({"ph": "i", "s": "p", "name": format!("OOM on {label}"), "pid": pid, "tid": 1,
                         "ts": oom.time_ns as f64 / 1000.0, "args": {"requested_bytes": oom.requested_bytes}}),
             )?;
         }
     }
-    out.write_all(b"\n]}\n")?;
     Ok(())
 }
 
@@ -141,36 +139,45 @@ pub fn run(paths: &[PathBuf], output: &Path, format: Format, force: bool, out: &
     if paths.iter().any(|p| p == output) {
         bail!("{} is both read and written: give another output", output.display());
     }
-    let opened = crate::runs::open(paths)?;
-    opened.warn();
-    let ranks = match opened.run.ranks.len() {
+    let describe = |count: usize| match count {
         1 => String::from("one trace"),
         n => format!("{n} ranks"),
     };
     if format == Format::Parquet {
-        let written = super::parquet_out::write(&opened.run, output, force)?;
+        let mut count = 0;
+        let written = super::parquet_out::write(output, force, |each| {
+            count = crate::runs::for_each_rank(paths, |rank, _| each(rank))?;
+            Ok(count)
+        })?;
         writeln!(
             out,
-            "wrote {} tables into {} ({}, {ranks}): {}",
+            "wrote {} tables into {} ({}, {}): {}",
             super::parquet_out::TABLES.len(),
             output.display(),
             crate::units::bytes(written),
+            describe(count),
             super::parquet_out::TABLES.map(|t| format!("{t}.parquet")).join(", ")
         )?;
         return Ok(());
     }
     let mut file = atomic::AtomicFile::create(output)?;
-    {
+    let count = {
         let mut writer = BufWriter::new(file.file());
-        write_perfetto(&opened.run, &mut writer)?;
+        writer.write_all(b"{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n")?;
+        let mut first = true;
+        let count =
+            crate::runs::for_each_rank(paths, |rank, ranks| write_perfetto_rank(rank, ranks, &mut writer, &mut first))?;
+        writer.write_all(b"\n]}\n")?;
         writer.flush().with_context(|| format!("cannot write {}", output.display()))?;
-    }
+        count
+    };
     let written = file.commit(force)?;
     writeln!(
         out,
-        "wrote {} ({}, {ranks}): open it in https://ui.perfetto.dev or chrome://tracing",
+        "wrote {} ({}, {}): open it in https://ui.perfetto.dev or chrome://tracing",
         output.display(),
         crate::units::bytes(written),
+        describe(count),
     )?;
     Ok(())
 }

@@ -16,7 +16,7 @@ use vramscope_trace_format::{Clock, DeviceId, EventKind, SegmentPool, StackId, T
 
 use crate::analysis::attribution::{Attribution, Attributor, Evidence};
 use crate::analysis::instant::allocation_site;
-use crate::analysis::run::Run;
+use crate::analysis::run::Rank;
 use crate::analysis::{peak, replay};
 use crate::atomic;
 
@@ -78,26 +78,40 @@ fn bytes_of(values: &[String]) -> Vec<ByteArray> {
     values.iter().map(|s| ByteArray::from(s.as_bytes().to_vec())).collect()
 }
 
-/// Writes `table` to `dir/NAME.parquet`, atomically; its bytes.
-fn write_table(dir: &Path, table: &Table, force: bool) -> Result<u64> {
-    let path = dir.join(format!("{}.parquet", table.name));
-    let rows = table.columns.first().map_or(0, |c| c.1.len());
-    if table.columns.iter().any(|c| c.1.len() != rows) {
-        bail!("{}: columns of different lengths", table.name);
-    }
-    let lines: Vec<String> = table.columns.iter().map(|(name, values)| values.schema(name)).collect();
-    let schema = Arc::new(parse_message_type(&format!("message {} {{ {} }}", table.name, lines.join(" ")))?);
-    let mut file = atomic::AtomicFile::create(&path)?;
-    let cannot = || format!("cannot write {}", path.display());
-    {
+/// A table's file being written: a row group per rank.
+struct TableFile {
+    file: atomic::AtomicFile,
+    writer: SerializedFileWriter<std::fs::File>,
+}
+
+impl TableFile {
+    /// Starts `dir/NAME.parquet` (a temporary file until committed) with `table`'s schema.
+    fn create(dir: &Path, table: &Table) -> Result<Self> {
+        let path = dir.join(format!("{}.parquet", table.name));
+        let lines: Vec<String> = table.columns.iter().map(|(name, values)| values.schema(name)).collect();
+        let schema = Arc::new(parse_message_type(&format!("message {} {{ {} }}", table.name, lines.join(" ")))?);
+        let mut file = atomic::AtomicFile::create(&path)?;
+        let cannot = || format!("cannot write {}", path.display());
         let props = Arc::new(
             WriterProperties::builder().set_created_by(format!("vramscope {}", env!("CARGO_PKG_VERSION"))).build(),
         );
-        let mut writer = SerializedFileWriter::new(file.file(), schema, props).with_context(cannot)?;
+        let handle = file.file().try_clone().with_context(cannot)?;
+        let writer = SerializedFileWriter::new(handle, schema, props).with_context(cannot)?;
+        Ok(Self { file, writer })
+    }
+
+    /// Appends `table`'s rows, in row groups of at most [`ROW_GROUP_ROWS`].
+    fn append(&mut self, table: &Table) -> Result<()> {
+        let path = self.file.output().to_owned();
+        let cannot = || format!("cannot write {}", path.display());
+        let rows = table.columns.first().map_or(0, |c| c.1.len());
+        if table.columns.iter().any(|c| c.1.len() != rows) {
+            bail!("{}: columns of different lengths", table.name);
+        }
         let mut start = 0;
-        while start < rows || (rows == 0 && start == 0) {
+        while start < rows {
             let end = (start + ROW_GROUP_ROWS).min(rows);
-            let mut group = writer.next_row_group().with_context(cannot)?;
+            let mut group = self.writer.next_row_group().with_context(cannot)?;
             let mut columns = table.columns.iter();
             while let Some(mut column) = group.next_column().with_context(cannot)? {
                 let Some((_, values)) = columns.next() else { bail!("{}: more columns than values", table.name) };
@@ -124,14 +138,17 @@ fn write_table(dir: &Path, table: &Table, force: bool) -> Result<u64> {
                 column.close().with_context(cannot)?;
             }
             group.close().with_context(cannot)?;
-            if rows == 0 {
-                break;
-            }
             start = end;
         }
-        writer.close().with_context(cannot)?;
+        Ok(())
     }
-    file.commit(force)
+
+    /// Finishes the file and puts it in place; its bytes.
+    fn commit(self, force: bool) -> Result<u64> {
+        let path = self.file.output().to_owned();
+        self.writer.close().with_context(|| format!("cannot write {}", path.display()))?;
+        self.file.commit(force)
+    }
 }
 
 /// An address or a size as Parquet's signed 64 bits: the same bits (addresses above 2^63 read
@@ -159,12 +176,12 @@ fn site(trace: &Trace, stack: StackId, sites: &mut HashMap<StackId, Option<Strin
 }
 
 /// The ranks table: one row per rank and device.
-fn ranks_table(run: &Run) -> Table {
+fn ranks_table(ranks: &[Rank]) -> Table {
     let (mut rank_col, mut from, mut source, mut node, mut local, mut host, mut world, mut pid) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let (mut device_col, mut peak_col, mut reserved, mut time, mut format, mut clock) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
-    for rank in &run.ranks {
+    for rank in ranks {
         let trace = &rank.trace;
         let process = trace.metadata.processes.first();
         let world_size = trace.metadata.extra.get("world_size").and_then(serde_json::Value::as_u64);
@@ -340,10 +357,10 @@ fn device_rows(trace: &Trace, rank: i32, device: DeviceId, events_out: &mut Even
 }
 
 /// The events and blocks tables.
-fn event_and_block_tables(run: &Run) -> [Table; 2] {
+fn event_and_block_tables(ranks: &[Rank]) -> [Table; 2] {
     let mut e = EventColumns::default();
     let mut b = BlockColumns::default();
-    for rank in &run.ranks {
+    for rank in ranks {
         for device in rank.trace.devices() {
             device_rows(&rank.trace, rank.rank as i32, device, &mut e, &mut b);
         }
@@ -385,14 +402,14 @@ fn event_and_block_tables(run: &Run) -> [Table; 2] {
 }
 
 /// The segments, annotations and tags tables.
-fn state_tables(run: &Run) -> [Table; 3] {
+fn state_tables(ranks: &[Rank]) -> [Table; 3] {
     let (mut s_rank, mut s_device, mut s_address, mut s_size, mut s_stream, mut s_pool, mut s_expandable) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let (mut a_rank, mut a_kind, mut a_name, mut a_start, mut a_end, mut a_device) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let (mut t_rank, mut t_device, mut t_address, mut t_time, mut t_category, mut t_name) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
-    for rank in &run.ranks {
+    for rank in ranks {
         let (trace, number) = (&rank.trace, rank.rank as i32);
         for s in &trace.segments {
             s_rank.push(number);
@@ -464,19 +481,24 @@ fn state_tables(run: &Run) -> [Table; 3] {
 }
 
 /// The tables of a run.
-fn tables(run: &Run) -> Vec<Table> {
-    let mut out = vec![ranks_table(run)];
-    out.extend(event_and_block_tables(run));
-    out.extend(state_tables(run));
+fn tables(ranks: &[Rank]) -> Vec<Table> {
+    let mut out = vec![ranks_table(ranks)];
+    out.extend(event_and_block_tables(ranks));
+    out.extend(state_tables(ranks));
     out
 }
 
 /// The table files `write` makes.
 pub const TABLES: [&str; 6] = ["ranks", "events", "blocks", "segments", "annotations", "tags"];
 
-/// Writes the run's tables into `dir` (made if missing); each file atomically, an existing one
-/// replaced only with `force`. Returns the bytes written.
-pub fn write(run: &Run, dir: &Path, force: bool) -> Result<u64> {
+/// Writes the run's tables into `dir` (made if missing), a rank at a time as `ranks` hands
+/// them over (each rank's rows built, written and dropped before the next); each file put in
+/// place once complete, an existing one replaced only with `force`. Returns the bytes written.
+pub fn write(
+    dir: &Path,
+    force: bool,
+    ranks: impl FnOnce(&mut dyn FnMut(&Rank) -> Result<()>) -> Result<usize>,
+) -> Result<u64> {
     if dir.exists() && !dir.is_dir() {
         bail!("{} is a file; give a directory to write the tables into", dir.display());
     }
@@ -487,9 +509,20 @@ pub fn write(run: &Run, dir: &Path, force: bool) -> Result<u64> {
         }
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot make the directory {}", dir.display()))?;
+    let mut files: Vec<TableFile> = Vec::new();
+    ranks(&mut |rank| {
+        let tables = tables(std::slice::from_ref(rank));
+        if files.is_empty() {
+            files = tables.iter().map(|t| TableFile::create(dir, t)).collect::<Result<_>>()?;
+        }
+        for (file, table) in files.iter_mut().zip(&tables) {
+            file.append(table)?;
+        }
+        Ok(())
+    })?;
     let mut written = 0;
-    for table in tables(run) {
-        written += write_table(dir, &table, force)?;
+    for file in files {
+        written += file.commit(force)?;
     }
     Ok(written)
 }
