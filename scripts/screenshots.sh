@@ -20,6 +20,10 @@ for view in peak advisor; do
         --screenshot "docs/screenshots/sample-$view.png"
     echo "docs/screenshots/sample-$view.png"
 done
+# A run of two ranks (the DDP recording, torchrun with gloo): the ranks view.
+xvfb-run -a -s "-screen 0 1920x1200x24" "$CARGO_TARGET_DIR/release/vramscope" open \
+    samples/traces/cpu-ddp-gloo-2ranks.vtrace --view ranks --size 1400x900 --screenshot docs/screenshots/ranks.png
+echo docs/screenshots/ranks.png
 pair=(../shared/fixtures/pytorch-snapshots/gpt_ctx128_forward_fp32.pickle ../shared/fixtures/pytorch-snapshots/gpt_ctx128_forward_mixed.pickle)
 xvfb-run -a -s "-screen 0 1920x1200x24" "$CARGO_TARGET_DIR/release/vramscope" compare "${pair[@]}" \
     --size 1400x900 --screenshot docs/screenshots/compare.png

@@ -407,6 +407,34 @@ fn a_recording_of_two_ranks_shows_one_at_a_time_and_side_by_side() {
 }
 
 #[test]
+fn processes_without_ranks_are_shown_one_at_a_time_too() {
+    let (_, mut trace) = ddp_recording();
+    for process in &mut trace.metadata.processes {
+        process.rank = None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("workers.vtrace");
+    vramscope_trace_format::vtrace::write(&trace, std::fs::File::create(&path).unwrap()).unwrap();
+    let mut harness = harness(Some(path));
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let app = harness.state();
+    let doc = app.session.doc.as_ref().expect("open");
+    // One process alone, the one that peaks highest; no run of ranks.
+    assert_eq!(doc.trace.metadata.processes.len(), 1);
+    let peak_of = |p: u32| {
+        let one = trace.of_process(vramscope_trace_format::ProcessId(p));
+        vramscope::analysis::diff::run_peak(&one, "", None).peak_allocated_bytes
+    };
+    let shown = app.session.processes().expect("its processes").1 as u32;
+    assert!(peak_of(shown) >= peak_of(1 - shown));
+    assert_eq!(doc.trace.events.len(), trace.events.iter().filter(|e| e.process.0 == shown).count());
+    assert!(app.session.run.is_none());
+    assert!(harness.query_by_label("Ranks").is_none());
+}
+
+#[test]
 fn a_folder_of_rank_files_opens_as_one_run_and_a_click_opens_a_rank() {
     use vramscope::analysis::run::Run;
     let (_, trace) = ddp_recording();

@@ -68,10 +68,10 @@ pub struct Origin {
     pub load_time: Duration,
 }
 
-impl Document {
-    /// Precomputes every device's data for a loaded trace.
-    pub fn build(loaded: LoadedTrace, load_time: Duration) -> Self {
-        let origin = Origin {
+impl Origin {
+    /// A loaded file taken apart: its trace, and where it came from.
+    pub fn of(loaded: LoadedTrace, load_time: Duration) -> (Trace, Self) {
+        let origin = Self {
             path: loaded.path,
             format: loaded.format,
             wrappers: loaded.wrappers,
@@ -79,7 +79,15 @@ impl Document {
             warnings: loaded.warnings,
             load_time,
         };
-        Self::build_shared(Arc::new(loaded.trace), origin)
+        (loaded.trace, origin)
+    }
+}
+
+impl Document {
+    /// Precomputes every device's data for a loaded trace.
+    pub fn build(loaded: LoadedTrace, load_time: Duration) -> Self {
+        let (trace, origin) = Origin::of(loaded, load_time);
+        Self::build_shared(Arc::new(trace), origin)
     }
 
     /// Precomputes every device's data for a trace that may be shared with another document

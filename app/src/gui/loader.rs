@@ -20,13 +20,13 @@ pub struct Loader {
     job: Job<anyhow::Result<Loaded>>,
 }
 
-/// A recording of several ranks, read: the whole of it (kept, to switch between its ranks
-/// without reading it again), its run, and the process shown.
+/// A recording of several processes, read: the whole of it (kept, to switch between its
+/// processes without reading it again), its run when they are ranks, and the process shown.
 pub struct Recording {
     /// The recording.
     pub whole: Arc<Trace>,
-    /// Its ranks.
-    pub run: Finished,
+    /// Its ranks (`None`: its processes have none; they are shown one at a time all the same).
+    pub run: Option<Finished>,
     /// The process shown (the rank that peaks highest).
     pub process: usize,
 }
@@ -35,7 +35,7 @@ pub struct Recording {
 pub struct Loaded {
     /// What to show: the trace, or one rank of a recording of several.
     pub doc: Document,
-    /// When it is a recording of several ranks: the whole and its ranks.
+    /// When it is a recording of several processes: the whole and its ranks.
     pub recording: Option<Recording>,
 }
 
@@ -47,23 +47,28 @@ pub enum Poll {
     Done(Box<anyhow::Result<Loaded>>),
 }
 
-/// The document of a loaded file: the trace, or (a recording of several ranks) the rank that
-/// peaks highest, with the whole and its ranks.
+/// The document of a loaded file: the trace, or (a recording of several processes) the one
+/// that peaks highest alone, with the whole and its ranks.
 fn document(loaded: LoadedTrace, started: Instant) -> Loaded {
-    let Some(run) = ranks::of_recording(&loaded.path, &loaded.trace) else {
+    if loaded.trace.metadata.processes.len() < 2 {
         return Loaded { doc: Document::build(loaded, started.elapsed()), recording: None };
+    }
+    let run = ranks::of_recording(&loaded.path, &loaded.trace);
+    let process = match &run {
+        Some(run) => {
+            let worst = run.summary.as_ref().map(|s| s.worst_rank);
+            run.rows.iter().find(|r| Some(r.0) == worst).and_then(|r| r.2.process).unwrap_or(0)
+        }
+        // Processes without ranks (a program's workers, forks): the one that peaks highest.
+        None => (0..loaded.trace.metadata.processes.len())
+            .max_by_key(|&p| {
+                let one = loaded.trace.of_process(ProcessId(p as u32));
+                (crate::analysis::diff::run_peak(&one, "", None).peak_allocated_bytes, std::cmp::Reverse(p))
+            })
+            .unwrap_or(0),
     };
-    let worst = run.summary.as_ref().map(|s| s.worst_rank);
-    let process = run.rows.iter().find(|r| Some(r.0) == worst).and_then(|r| r.2.process).unwrap_or(0);
-    let whole = Arc::new(loaded.trace);
-    let origin = Origin {
-        path: loaded.path,
-        format: loaded.format,
-        wrappers: loaded.wrappers,
-        file_bytes: loaded.file_bytes,
-        warnings: loaded.warnings,
-        load_time: started.elapsed(),
-    };
+    let (whole, origin) = Origin::of(loaded, started.elapsed());
+    let whole = Arc::new(whole);
     let doc = Document::build_shared(Arc::new(whole.of_process(ProcessId(process as u32))), origin);
     Loaded { doc, recording: Some(Recording { whole, run, process }) }
 }

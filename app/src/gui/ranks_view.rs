@@ -63,14 +63,21 @@ pub fn run_ui(ui: &mut egui::Ui, run: &RunState) -> Option<u32> {
     }
     ui.separator();
     let worst = run.finished.as_ref().and_then(|f| f.summary.as_ref()).map(|s| s.worst_rank);
+    // Aligned at each rank's first iteration where the ranks recorded their phases, else at
+    // their first events.
+    let zero = if rows.iter().any(|(_, r)| r.figures.first_iteration_ns.is_some()) {
+        "first iteration"
+    } else {
+        "first event"
+    };
     let table_height = (ui.available_height() * 0.42).min(22.0 * (rows.len() as f32 + 1.5)).max(60.0);
     ui.allocate_ui(vec2(ui.available_width(), table_height), |ui| {
-        if let Some(rank) = table(ui, &rows, run.shown, worst) {
+        if let Some(rank) = table(ui, &rows, run.shown, worst, zero) {
             clicked = Some(rank);
         }
     });
     ui.separator();
-    if let Some(rank) = timelines(ui, &rows, run.shown) {
+    if let Some(rank) = timelines(ui, &rows, run.shown, zero) {
         clicked = Some(rank);
     }
     clicked
@@ -104,6 +111,7 @@ fn table(
     rows: &[(Option<u32>, Arc<RankRow>)],
     shown: Option<u32>,
     worst: Option<u32>,
+    zero: &str,
 ) -> Option<u32> {
     let mut clicked = None;
     let nodes = rows.iter().any(|(_, r)| r.figures.node.is_some() || r.figures.host.is_some());
@@ -128,10 +136,13 @@ fn table(
                 ("node", "Its node (torchrun's GROUP_RANK) and host, when recorded"),
                 ("peak allocated", "The highest allocated bytes on its busiest device"),
                 ("peak reserved", "The highest bytes its allocator held from the driver"),
-                ("when", "When the peak was reached, from its first iteration (else its first event)"),
+                (
+                    &*format!("when, after its {zero}"),
+                    "When the peak was reached, from its first iteration (else its first event)",
+                ),
                 ("phase", "The recorded phase of the peak"),
                 ("largest at the peak", "The categories holding most at its peak"),
-                ("first OOM", "When it first failed an allocation, from its first iteration"),
+                ("first OOM", "When it first failed an allocation, from its first iteration (else its first event)"),
                 ("file", "Where it was read from"),
             ] {
                 header.col(|ui| {
@@ -218,16 +229,9 @@ fn extent(rows: &[(Option<u32>, Arc<RankRow>)]) -> (f64, f64, u64) {
 }
 
 /// One timeline per rank; the rank clicked, if any.
-fn timelines(ui: &mut egui::Ui, rows: &[(Option<u32>, Arc<RankRow>)], shown: Option<u32>) -> Option<u32> {
+fn timelines(ui: &mut egui::Ui, rows: &[(Option<u32>, Arc<RankRow>)], shown: Option<u32>, zero: &str) -> Option<u32> {
     let (lo, hi, top) = extent(rows);
     let mut clicked = None;
-    // Aligned at each rank's first iteration where the ranks recorded their phases, else at their
-    // first events.
-    let zero = if rows.iter().any(|(_, r)| r.figures.first_iteration_ns.is_some()) {
-        "first iteration"
-    } else {
-        "first event"
-    };
     ui.horizontal(|ui| {
         ui.strong("Allocated over time");
         ui.weak(format!(

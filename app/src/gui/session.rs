@@ -269,8 +269,10 @@ impl Session {
         self.processes = None;
         self.run = None;
         if let Some(recording) = &loaded.recording {
-            let shown = recording.run.rows.iter().find(|r| r.2.process == Some(recording.process)).map(|r| r.0);
-            self.run = Some(RunState::read(vec![path.clone()], recording.run.clone(), shown));
+            if let Some(run) = &recording.run {
+                let shown = run.rows.iter().find(|r| r.2.process == Some(recording.process)).map(|r| r.0);
+                self.run = Some(RunState::read(vec![path.clone()], run.clone(), shown));
+            }
             self.processes = Some(Processes { path, whole: Arc::clone(&recording.whole), chosen: recording.process });
         }
     }
@@ -300,14 +302,7 @@ impl Session {
     pub fn close(&mut self, ctx: &egui::Context) {
         self.cancel_loads();
         self.run = None;
-        self.doc = None;
-        self.processes = None;
-        self.switching = None;
-        self.compare = None;
-        self.worker = None;
-        self.instant = None;
-        self.selected_point = None;
-        ctx.send_viewport_cmd(egui::ViewportCommand::Title("vramscope".to_owned()));
+        self.close_document(ctx);
     }
 
     /// The device shown.
