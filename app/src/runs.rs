@@ -197,15 +197,13 @@ pub fn summaries(paths: &[PathBuf]) -> Result<Summed> {
     Ok(Summed { summary: run::sum_up(ranks), notes, skipped, origins })
 }
 
-/// One rank of a run, read again from where [`summaries`] found it.
+/// One rank of a run, read again from where [`summaries`] found it (its file's warnings were
+/// said when it was first read).
 pub fn read_rank(origin: &Origin) -> Result<vramscope_trace_format::Trace> {
-    let loaded = load::load(&origin.path)?;
-    for warning in &loaded.warnings {
-        eprintln!("warning: {}: {warning}", origin.path.display());
-    }
+    let trace = load::load(&origin.path)?.trace;
     Ok(match origin.process {
-        Some(p) => loaded.trace.of_process(vramscope_trace_format::ProcessId(p)),
-        None => loaded.trace,
+        Some(p) => trace.of_process(vramscope_trace_format::ProcessId(p)),
+        None => trace,
     })
 }
 
@@ -271,13 +269,12 @@ pub fn for_each_rank(
                 whole.of_process(vramscope_trace_format::ProcessId(p))
             }
             (Some(p), _) => {
-                // Read again: its warnings were said in the first pass.
-                let whole = load::load(&origin.path)?.trace;
+                let whole = read_rank(&Origin { path: origin.path.clone(), process: None })?;
                 let trace = whole.of_process(vramscope_trace_format::ProcessId(p));
                 last = Some((origin.path.clone(), whole));
                 trace
             }
-            (None, _) => load::load(&origin.path)?.trace,
+            (None, _) => read_rank(&origin)?,
         };
         each(&Rank { rank, from, source, trace }, count)?;
     }

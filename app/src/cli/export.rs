@@ -68,64 +68,54 @@ fn event(out: &mut dyn Write, first: &mut bool, value: &serde_json::Value) -> Re
 /// Writes one rank of a run of `ranks` as Chrome trace events (after the header `first` says
 /// whether anything was written yet).
 fn write_perfetto_rank(rank: &Rank, ranks: usize, out: &mut dyn Write, first: &mut bool) -> Result<()> {
-    {
-        let trace = &rank.trace;
-        let pid = rank.rank;
-        let process = trace.metadata.processes.first();
-        let node = process.and_then(|p| p.node).map_or_else(String::new, |n| format!(" (node {n})"));
-        let name = if ranks > 1 { format!("rank {}{node}", rank.rank) } else { rank.source.clone() };
-        event(
-            out,
-            &mut *first,
-            &json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}),
-        )?;
-        event(
-            out,
-            &mut *first,
-            &json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}),
-        )?;
-        if trace.metadata.clock == Clock::EventIndex {
-            // No time was recorded: the counter's "time" is the event's index, said in its name.
-            eprintln!("warning: {}: no times recorded; the tracks are over event indices, not time", rank.source);
-        }
-        for device in trace.devices() {
-            let label = trace.metadata.device_label(device);
-            let track = format!("memory {label}");
-            for (ts, allocated, reserved) in points(trace, device) {
-                event(
-                    out,
-                    &mut *first,
-                    &json!({"ph": "C", "name": track, "pid": pid, "tid": 0, "ts": ts,
-                            "args": {"allocated": allocated, "reserved": reserved}}),
-                )?;
-            }
-        }
-        event(
-            out,
-            &mut *first,
-            &json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "phases"}}),
-        )?;
-        for a in &trace.annotations {
-            let Some(name) = phase_name(a.kind) else { continue };
-            let ts = a.start_ns as f64 / 1000.0;
-            let dur = (a.end_ns - a.start_ns).max(0) as f64 / 1000.0;
-            // Iterations on their own row: they contain the phases.
-            let tid = if a.kind == AnnotationKind::Iteration { 2 } else { 1 };
+    let trace = &rank.trace;
+    let pid = rank.rank;
+    let process = trace.metadata.processes.first();
+    let node = process.and_then(|p| p.node).map_or_else(String::new, |n| format!(" (node {n})"));
+    let name = if ranks > 1 { format!("rank {}{node}", rank.rank) } else { rank.source.clone() };
+    event(out, first, &json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}))?;
+    event(
+        out,
+        first,
+        &json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}),
+    )?;
+    if trace.metadata.clock == Clock::EventIndex {
+        // No time was recorded: the counter's "time" is the event's index, said in its name.
+        eprintln!("warning: {}: no times recorded; the tracks are over event indices, not time", rank.source);
+    }
+    for device in trace.devices() {
+        let label = trace.metadata.device_label(device);
+        let track = format!("memory {label}");
+        for (ts, allocated, reserved) in points(trace, device) {
             event(
                 out,
-                &mut *first,
-                &json!({"ph": "X", "name": name, "cat": "phase", "pid": pid, "tid": tid, "ts": ts, "dur": dur}),
+                first,
+                &json!({"ph": "C", "name": track, "pid": pid, "tid": 0, "ts": ts,
+                        "args": {"allocated": allocated, "reserved": reserved}}),
             )?;
         }
-        for oom in &trace.ooms {
-            let label = trace.metadata.device_label(oom.device);
-            event(
-                out,
-                &mut *first,
-                &json!({"ph": "i", "s": "p", "name": format!("OOM on {label}"), "pid": pid, "tid": 1,
-                        "ts": oom.time_ns as f64 / 1000.0, "args": {"requested_bytes": oom.requested_bytes}}),
-            )?;
-        }
+    }
+    event(out, first, &json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "phases"}}))?;
+    for a in &trace.annotations {
+        let Some(name) = phase_name(a.kind) else { continue };
+        let ts = a.start_ns as f64 / 1000.0;
+        let dur = (a.end_ns - a.start_ns).max(0) as f64 / 1000.0;
+        // Iterations on their own row: they contain the phases.
+        let tid = if a.kind == AnnotationKind::Iteration { 2 } else { 1 };
+        event(
+            out,
+            first,
+            &json!({"ph": "X", "name": name, "cat": "phase", "pid": pid, "tid": tid, "ts": ts, "dur": dur}),
+        )?;
+    }
+    for oom in &trace.ooms {
+        let label = trace.metadata.device_label(oom.device);
+        event(
+            out,
+            first,
+            &json!({"ph": "i", "s": "p", "name": format!("OOM on {label}"), "pid": pid, "tid": 1,
+                    "ts": oom.time_ns as f64 / 1000.0, "args": {"requested_bytes": oom.requested_bytes}}),
+        )?;
     }
     Ok(())
 }

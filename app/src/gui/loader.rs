@@ -9,6 +9,7 @@ use vramscope_trace_format::{ProcessId, Trace};
 use super::document::{Document, Origin};
 use super::jobs::Job;
 use super::ranks::{self, Finished};
+use crate::analysis::peak;
 use crate::load::LoadedTrace;
 
 /// A load in progress.
@@ -63,7 +64,8 @@ fn document(loaded: LoadedTrace, started: Instant) -> Loaded {
         None => (0..loaded.trace.metadata.processes.len())
             .max_by_key(|&p| {
                 let one = loaded.trace.of_process(ProcessId(p as u32));
-                (crate::analysis::diff::run_peak(&one, "", None).peak_allocated_bytes, std::cmp::Reverse(p))
+                let peak = one.devices().into_iter().map(|d| peak::peaks(&one, d).allocated.bytes).max();
+                (peak.unwrap_or(0), std::cmp::Reverse(p))
             })
             .unwrap_or(0),
     };

@@ -301,7 +301,9 @@ impl RunState {
             return finished.rows.iter().map(|(rank, _, row)| (Some(*rank), Arc::clone(row))).collect();
         }
         let mut rows = self.arrived.lock().map(|a| a.clone()).unwrap_or_default();
-        rows.sort_by_key(|(rank, row)| (rank.is_none(), *rank, row.figures.source.clone()));
+        rows.sort_by(|(ra, a), (rb, b)| {
+            (ra.is_none(), ra).cmp(&(rb.is_none(), rb)).then_with(|| a.figures.source.cmp(&b.figures.source))
+        });
         rows
     }
 

@@ -11,7 +11,7 @@ use vramscope_trace_format::{ProcessId, Trace};
 use super::compare_view::Compare;
 use super::document::{DeviceData, Document};
 use super::jobs::Job;
-use super::loader::{Loaded, Loader, Poll};
+use super::loader::{Loaded, Loader, Poll, Recording};
 use super::ranks::{RunPoll, RunState};
 use super::worker::{InstantView, Request, Worker};
 
@@ -171,11 +171,12 @@ impl Session {
             match result {
                 Ok(loaded) => {
                     self.switching = None;
+                    let Loaded { doc, recording } = loaded;
                     if !rank_of_run {
                         changes.push(Change::Opened(path.clone()));
-                        self.adopt_run(path, &loaded);
+                        self.adopt_run(path, recording);
                     }
-                    self.set_document(ctx, loaded.doc);
+                    self.set_document(ctx, doc);
                     changes.push(Change::NewDocument);
                 }
                 Err(error) => self.errors.push(error),
@@ -265,15 +266,15 @@ impl Session {
 
     /// A file was opened on its own: it is the run now (a recording of several ranks), or no
     /// run is open any more.
-    fn adopt_run(&mut self, path: PathBuf, loaded: &Loaded) {
+    fn adopt_run(&mut self, path: PathBuf, recording: Option<Recording>) {
         self.processes = None;
         self.run = None;
-        if let Some(recording) = &loaded.recording {
-            if let Some(run) = &recording.run {
-                let shown = run.rows.iter().find(|r| r.2.process == Some(recording.process)).map(|r| r.0);
-                self.run = Some(RunState::read(vec![path.clone()], run.clone(), shown));
+        if let Some(Recording { whole, run, process }) = recording {
+            if let Some(run) = run {
+                let shown = run.rows.iter().find(|r| r.2.process == Some(process)).map(|r| r.0);
+                self.run = Some(RunState::read(vec![path.clone()], run, shown));
             }
-            self.processes = Some(Processes { path, whole: Arc::clone(&recording.whole), chosen: recording.process });
+            self.processes = Some(Processes { path, whole, chosen: process });
         }
     }
 
