@@ -104,6 +104,13 @@ impl Timeline {
     pub fn build(trace: &Trace, device: DeviceId) -> Self {
         let mut t = Self { device, checkpoint_every: BLOCK, ..Self::default() };
         let device_events = replay::device_events(trace, device);
+        // One point per event and one before: sized once, not grown by doubling (each doubling
+        // of a curve of tens of millions of points is hundreds of MB of fresh pages, copied).
+        let points = device_events.len() + 1;
+        t.time_ns.reserve_exact(points);
+        t.allocated.reserve_exact(points);
+        t.requested.reserve_exact(points);
+        t.category.reserve_exact(points);
         if replay::replays_counters(trace, device, &device_events) {
             t.build_from_counters(trace, device);
         } else {

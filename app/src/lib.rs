@@ -12,6 +12,7 @@ pub mod colors;
 pub mod gui;
 pub mod load;
 pub mod mapped;
+pub mod memory;
 pub mod report;
 pub mod runs;
 pub mod sample;

@@ -315,6 +315,7 @@ fn open(
 
 fn main() -> ExitCode {
     let started = std::time::Instant::now();
+    vramscope::memory::configure();
     let cli = Cli::parse();
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {

@@ -446,7 +446,7 @@ impl VramscopeApp {
             } else {
                 format!("{} of {}", units::bytes(done), units::bytes(total))
             };
-            ui.add(egui::ProgressBar::new(fraction).text(text).animate(true));
+            ui.add(egui::ProgressBar::new(fraction).text(text));
             ui.horizontal(|ui| {
                 ui.weak(format!("{:.1} s", loader.started().elapsed().as_secs_f32()));
                 if ui.button("Cancel").on_hover_text("Esc").clicked() {
@@ -457,7 +457,9 @@ impl VramscopeApp {
         if cancel {
             loader.cancel();
         }
-        ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        // Four frames a second: the bar and the seconds move, and drawing (on a software
+        // renderer, every pixel on the CPU) leaves the cores to the load.
+        ctx.request_repaint_after(std::time::Duration::from_millis(250));
     }
 
     fn help_window(&mut self, ctx: &egui::Context) {

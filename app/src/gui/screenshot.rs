@@ -75,7 +75,11 @@ impl eframe::App for ScreenshotApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         self.app.ui(ui);
         let ctx = ui.ctx().clone();
-        ctx.request_repaint();
+        // While the file loads the app schedules its own (slow) repaints, as it does for a person
+        // watching; drawing flat out here would take the cores from the load being timed.
+        if !self.app.session.is_loading() {
+            ctx.request_repaint();
+        }
         if self.started.elapsed() > TIMEOUT {
             self.finish(&ctx, Err(format!("gave up after {} s without a finished render", TIMEOUT.as_secs())));
             return;
