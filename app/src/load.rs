@@ -99,6 +99,25 @@ pub fn progress_bar(total: u64, message: &str) -> ProgressBar {
     bar
 }
 
+/// Progress over a mapped file that hands its pages back as they are read: those behind the
+/// reported position, and any range the importer says it is done with (pieces of a snapshot
+/// read in parallel).
+struct Releasing<'a> {
+    mapped: &'a MappedFile,
+    progress: &'a dyn Progress,
+}
+
+impl Progress for Releasing<'_> {
+    fn update(&self, done: u64, total: u64) -> bool {
+        self.mapped.release_before(done.saturating_sub(KEEP_BEHIND_BYTES) as usize);
+        self.progress.update(done, total)
+    }
+
+    fn release(&self, start: u64, end: u64) {
+        self.mapped.release_range(start as usize, end as usize);
+    }
+}
+
 /// Reads a file of any supported format with a caller-provided progress sink.
 pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
     if crate::sample::is_sample(path) {
@@ -136,11 +155,7 @@ pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
         import_json_stream(reader, file_bytes, progress).with_context(cannot_load)?
     } else if file_bytes >= MAP_AT_BYTES {
         let mapped = MappedFile::map(&file).with_context(cannot_read)?;
-        let progress = |done: u64, total: u64| {
-            mapped.release_before(done.saturating_sub(KEEP_BEHIND_BYTES) as usize);
-            progress.update(done, total)
-        };
-        import(mapped.bytes(), &progress).with_context(cannot_load)?
+        import(mapped.bytes(), &Releasing { mapped: &mapped, progress }).with_context(cannot_load)?
     } else {
         let mut data = Vec::with_capacity(file_bytes as usize);
         std::io::Read::read_to_end(&mut &file, &mut data).with_context(cannot_read)?;

@@ -33,6 +33,19 @@ impl MappedFile {
         &self.map
     }
 
+    /// Hands the whole pages inside `start..end` back to the kernel.
+    pub fn release_range(&self, start: usize, end: usize) {
+        const PAGE: usize = 4096;
+        let start = start.div_ceil(PAGE) * PAGE;
+        let end = end.min(self.map.len()) / PAGE * PAGE;
+        if end <= start {
+            return;
+        }
+        // SAFETY: as in `release_before`: dropping pages of a shared read-only file mapping
+        // leaves its contents as they are; a later access reads them again from the file.
+        let _ = unsafe { self.map.unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start) };
+    }
+
     /// Hands the whole pages before `offset` back to the kernel.
     pub fn release_before(&self, offset: usize) {
         const PAGE: usize = 4096;

@@ -4,6 +4,9 @@
 pub trait Progress: Sync {
     /// `done` of `total` units (bytes of input) are processed. Return `false` to cancel.
     fn update(&self, done: u64, total: u64) -> bool;
+
+    /// Bytes `start..end` of the input will not be read again soon (their pages can go).
+    fn release(&self, _start: u64, _end: u64) {}
 }
 
 /// Progress that nobody watches.

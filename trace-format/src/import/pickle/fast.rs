@@ -4,11 +4,11 @@
 //! the general machine to run (and to report errors with their position).
 
 use super::scalars::long_from_le;
-use super::{ContainerKind, Machine, PICKLER_BATCH, Sink, Value};
+use super::{ContainerKind, Machine, PICKLER_BATCH, PieceSink, Value};
 use crate::error::Result;
 use crate::model::ids::StackId;
 
-impl<S: Sink> Machine<'_, S> {
+impl<S: PieceSink> Machine<'_, S> {
     /// The hot path of snapshots: a fresh list filled with memoized frames, pickled as
     /// `MARK (BINGET | LONG_BINGET)* APPENDS`. Scanned here without going through the stack;
     /// anything else leaves `pos` untouched for the general machine. Returns whether it applied.
@@ -109,7 +109,7 @@ impl<S: Sink> Machine<'_, S> {
                         p += 4;
                         u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
                     };
-                    match *self.store.memo.get(index)? {
+                    match self.memo_value(index)? {
                         Value::Missing => return None,
                         Value::Container(h) => match self.store.container(h).ok()?.resolved {
                             Value::None => Value::Container(h),
@@ -188,7 +188,7 @@ impl<S: Sink> Machine<'_, S> {
                     let (stack, end) = self.scan_frames(p + 1)?;
                     p = end;
                     let value = Value::Stack(stack);
-                    if let Some(entry) = self.store.memo.get_mut(slot) {
+                    if let Some(entry) = self.store.memo.own_mut(slot) {
                         *entry = value;
                     }
                     value
@@ -212,7 +212,14 @@ impl<S: Sink> Machine<'_, S> {
         if !pairs.len().is_multiple_of(2) {
             return None;
         }
-        let value = match self.sink.convert_dict(&mut self.store, pairs) {
+        // Inside a list being scanned as frames only a frame may convert: a trace entry
+        // converted there would be a record that no list holds once the scan gives up.
+        let converted = if top {
+            self.sink.convert_dict(&mut self.store, pairs)
+        } else {
+            Ok(self.sink.convert_earlier(&mut self.store, pairs))
+        };
+        let value = match converted {
             Ok(Some(record)) => record,
             Ok(None) if top => {
                 let h = self.store.new_container(ContainerKind::Dict);
@@ -225,7 +232,7 @@ impl<S: Sink> Machine<'_, S> {
             // Errors are left for the general machine to report with their position.
             _ => return None,
         };
-        if let Some(entry) = self.store.memo.get_mut(slot) {
+        if let Some(entry) = self.store.memo.own_mut(slot) {
             *entry = value;
         }
         Some((value, p))
@@ -266,7 +273,7 @@ impl<S: Sink> Machine<'_, S> {
             let candidates = self.runs.entry(key).or_default();
             if candidates.len() < MAX_RUN_CANDIDATES {
                 let first = self.run_memo.len() as u32;
-                self.run_memo.extend_from_slice(self.store.memo.get(memo_before..).unwrap_or(&[]));
+                self.run_memo.extend_from_slice(self.store.memo.own_from(memo_before));
                 let memoized = (first, self.run_memo.len() as u32);
                 candidates.push(FrameRun { stack, start: p as u64, len: (after - 1 - p) as u32, memoized });
             }
@@ -284,12 +291,12 @@ impl<S: Sink> Machine<'_, S> {
                 b'h' => {
                     let index = usize::from(*data.get(p + 1)?);
                     p += 2;
-                    self.store.memo.get(index).copied()
+                    self.memo_value(index)
                 }
                 b'j' => {
                     let b = data.get(p + 1..p + 5)?;
                     p += 5;
-                    self.store.memo.get(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize).copied()
+                    self.memo_value(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
                 }
                 b'}' => match self.scan_dict_at(p + 1, false) {
                     Some((value, end)) => {

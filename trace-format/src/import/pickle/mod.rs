@@ -14,12 +14,16 @@
 //! being dropped. The shapes that make up nearly all of a snapshot take fast paths (`fast.rs`).
 
 mod fast;
+mod memo;
+mod parallel;
 mod scalars;
 mod store;
 
 use rustc_hash::FxHashMap;
 
 use self::fast::FrameRun;
+pub(crate) use self::memo::Remap;
+pub(crate) use self::parallel::PieceSink;
 use self::store::NO_SLOT;
 pub(crate) use self::store::{ContainerKind, Handle, RecordKind, Sink, Store, Value};
 use crate::error::{Error, Result};
@@ -87,9 +91,11 @@ pub(crate) struct Loaded {
     pub(crate) root: Value,
     /// Containers, memo and strings.
     pub(crate) store: Store,
+    /// How many pieces run in parallel were taken in (0: run in one go).
+    pub(crate) pieces_taken: usize,
 }
 
-struct Machine<'a, S: Sink> {
+struct Machine<'a, S: PieceSink> {
     data: &'a [u8],
     pos: usize,
     op_pos: usize,
@@ -113,34 +119,36 @@ struct Machine<'a, S: Sink> {
     last_string: (usize, usize, StringId),
     /// Whether a `PUT` ever replaced a memo entry (which makes `runs` unsafe to use).
     memo_overwritten: bool,
+    /// Where the run stops first to do something else ([`Machine::stop_here`]): take in a piece
+    /// run in parallel, or end a piece. `usize::MAX` when nothing is planned.
+    next_stop: usize,
+    /// This machine's part in a parallel run, if any.
+    role: parallel::Role<'a, S>,
+    /// Pieces run in parallel and taken in.
+    pieces_taken: usize,
 }
 
 /// Runs the pickle in `data`, letting `sink` convert dicts as they are appended to lists.
-pub(crate) fn load<S: Sink>(data: &[u8], interner: Interner, sink: &mut S, progress: &dyn Progress) -> Result<Loaded> {
+///
+/// A large pickle of the snapshot's shape is run in pieces on several cores ([`parallel`]); the
+/// result is the same as running it in one go, which is what happens to anything else.
+pub(crate) fn load<S: PieceSink>(
+    data: &[u8],
+    interner: Interner,
+    sink: &mut S,
+    progress: &dyn Progress,
+    pieces: Option<usize>,
+) -> Result<Loaded> {
     let mut store = Store::new(interner);
     // Real snapshots memoize one object per 30 to 80 bytes. Reserving generously costs only
     // address space (pages are touched as they fill) and saves copying a growing memo.
     store.memo.reserve(data.len() / 16);
-    let mut machine = Machine {
-        data,
-        pos: 0,
-        op_pos: 0,
-        stack: Vec::with_capacity(1024),
-        marks: Vec::new(),
-        store,
-        sink,
-        frames: Vec::new(),
-        dict_items: Vec::with_capacity(256),
-        runs: FxHashMap::default(),
-        run_memo: Vec::new(),
-        run_hits: 0,
-        last_string: (0, usize::MAX, StringId(0)),
-        run_misses: 0,
-        explicit_memo_index: false,
-        memo_overwritten: false,
-    };
+    if let Some(plan) = parallel::plan(data, pieces) {
+        return parallel::load(data, store, sink, progress, plan);
+    }
+    let mut machine = Machine::new(data, store, sink, parallel::Role::Alone);
     let root = machine.run(progress)?;
-    Ok(Loaded { root, store: machine.store })
+    Ok(Loaded { root, store: machine.store, pieces_taken: 0 })
 }
 
 fn opcode_name(op: u8) -> &'static str {
@@ -164,7 +172,31 @@ fn opcode_name(op: u8) -> &'static str {
     }
 }
 
-impl<S: Sink> Machine<'_, S> {
+impl<'a, S: PieceSink> Machine<'a, S> {
+    fn new(data: &'a [u8], store: Store, sink: &'a mut S, role: parallel::Role<'a, S>) -> Self {
+        Self {
+            data,
+            pos: 0,
+            op_pos: 0,
+            stack: Vec::with_capacity(1024),
+            marks: Vec::new(),
+            store,
+            sink,
+            frames: Vec::new(),
+            dict_items: Vec::with_capacity(256),
+            runs: FxHashMap::default(),
+            run_memo: Vec::new(),
+            run_hits: 0,
+            last_string: (0, usize::MAX, StringId(0)),
+            run_misses: 0,
+            explicit_memo_index: false,
+            memo_overwritten: false,
+            next_stop: usize::MAX,
+            role,
+            pieces_taken: 0,
+        }
+    }
+
     fn err(&self, message: impl Into<String>) -> Error {
         Error::Pickle { offset: self.op_pos as u64, message: message.into() }
     }
@@ -253,23 +285,21 @@ impl<S: Sink> Machine<'_, S> {
     #[inline]
     fn memo_put(&mut self, index: usize) -> Result<()> {
         let value = self.top()?;
-        let len = self.store.memo.len();
-        if index >= len {
-            // Every value a pickle memoizes costs at least one byte of it, so its memo can never
-            // hold more entries than the file has bytes: an index beyond that stores nothing real,
-            // and honouring it would cost memory out of all proportion to the file.
-            if index > self.data.len() {
-                return Err(self.err(format!(
-                    "memo index {index} is beyond anything a pickle of {} bytes can have stored",
-                    self.data.len()
-                )));
-            }
-            self.store.memo.resize(index + 1, Value::Missing);
+        // Every value a pickle memoizes costs at least one byte of it, so its memo can never
+        // hold more entries than the file has bytes: an index beyond that stores nothing real,
+        // and honouring it would cost memory out of all proportion to the file.
+        if index >= self.store.memo.len() && index > self.data.len() {
+            return Err(self.err(format!(
+                "memo index {index} is beyond anything a pickle of {} bytes can have stored",
+                self.data.len()
+            )));
         }
-        if self.store.memo[index] != Value::Missing {
+        if index < self.store.memo.base() && !self.store.memo.holds_below_base() {
+            return Err(self.err("a piece stores to a memo index of an earlier piece"));
+        }
+        if self.store.memo.set(index, value) {
             self.memo_overwritten = true;
         }
-        self.store.memo[index] = value;
         if let Value::Container(handle) = value
             && let Ok(container) = self.store.container_mut(handle)
             && container.memo_slot == NO_SLOT
@@ -279,16 +309,29 @@ impl<S: Sink> Machine<'_, S> {
         Ok(())
     }
 
+    /// The value at a memo index: this machine's, or (in a piece run in parallel) an earlier
+    /// piece's, read from the file.
+    #[inline]
+    pub(super) fn memo_value(&mut self, index: usize) -> Option<Value> {
+        match self.store.memo.get(index) {
+            Some(value) => Some(value),
+            None if index < self.store.memo.base() && !self.store.memo.holds_below_base() => {
+                self.earlier_piece_value(index)
+            }
+            None => None,
+        }
+    }
+
     #[inline]
     fn memo_get(&mut self, index: usize) -> Result<()> {
-        let value = match self.store.memo.get(index) {
+        let value = match self.memo_value(index) {
             Some(Value::Missing) | None => {
                 return Err(self.err(format!(
                     "memo index {index} is out of range (the memo has {} entries)",
                     self.store.memo.len()
                 )));
             }
-            Some(&v) => v,
+            Some(v) => v,
         };
         let value = match value {
             Value::Container(handle) => match self.store.container(handle) {
@@ -337,6 +380,9 @@ impl<S: Sink> Machine<'_, S> {
         };
         self.append_batch(target, mark)?;
         self.stack.truncate(mark.stack_len);
+        if self.marks.is_empty() {
+            self.piece_list_may_end();
+        }
         Ok(())
     }
 
@@ -392,6 +438,12 @@ impl<S: Sink> Machine<'_, S> {
                 if !progress.update(self.pos as u64, total) {
                     return Err(Error::Cancelled);
                 }
+            }
+            if self.pos >= self.next_stop {
+                if let Some(value) = self.stop_here()? {
+                    return Ok(value);
+                }
+                continue;
             }
             self.op_pos = self.pos;
             let Some(&op) = self.data.get(self.pos) else {

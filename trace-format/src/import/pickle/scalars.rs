@@ -1,10 +1,10 @@
 //! The opcodes that push a scalar (None, booleans, integers, floats, strings, bytes), in the
 //! binary protocols and the text ones (0 and 1), and the decoding of their arguments.
 
-use super::{Machine, Sink, Value};
+use super::{Machine, PieceSink, Value};
 use crate::error::Result;
 
-impl<S: Sink> Machine<'_, S> {
+impl<S: PieceSink> Machine<'_, S> {
     fn string(&mut self, bytes_len: usize) -> Result<Value> {
         let start = self.pos;
         self.take(bytes_len)?;

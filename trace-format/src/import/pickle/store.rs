@@ -1,6 +1,7 @@
 //! Values and containers of the pickle machine: one pool of items, a table of containers with
 //! generations (so a stale reference is detected), and the memo.
 
+use super::memo::Memo;
 use crate::model::ids::{FrameId, StackId, StringId};
 use crate::model::interner::Interner;
 
@@ -122,7 +123,7 @@ pub(crate) struct Store {
     pub(super) live_containers: usize,
     pub(super) chunks: Vec<Chunk>,
     pub(super) pool: Vec<Value>,
-    pub(super) memo: Vec<Value>,
+    pub(super) memo: Memo,
     /// Strings, frames and stacks, shared with the trace being built.
     pub(crate) interner: Interner,
 }
@@ -134,7 +135,7 @@ impl Store {
             live_containers: 0,
             chunks: Vec::new(),
             pool: Vec::new(),
-            memo: Vec::new(),
+            memo: Memo::default(),
             interner,
         }
     }
@@ -201,7 +202,7 @@ impl Store {
         let container = self.container_mut(handle)?;
         container.resolved = value;
         let slot = container.memo_slot;
-        if let Some(entry) = self.memo.get_mut(slot as usize)
+        if let Some(entry) = self.memo.own_mut(slot as usize)
             && *entry == Value::Container(handle)
         {
             *entry = value;
@@ -285,6 +286,38 @@ impl Store {
             _ => self.push_chunk(handle, Chunk { start: first, len: n, next: NO_CHUNK, records: Some(kind) })?,
         }
         Ok(())
+    }
+
+    /// Appends the records `first..first + n` of one kind to a list.
+    pub(super) fn append_record_run(
+        &mut self,
+        handle: Handle,
+        kind: RecordKind,
+        first: u32,
+        n: u32,
+    ) -> Result<(), String> {
+        let container = *self.container(handle)?;
+        if container.resolved != Value::None {
+            return Err("an object was changed after it was complete".to_owned());
+        }
+        let total = (container.len as usize).checked_add(n as usize).filter(|&t| t <= u32::MAX as usize);
+        let total = total.ok_or("a container with more than 4 billion items")?;
+        self.append_records(handle, kind, first, n)?;
+        self.container_mut(handle)?.len = total as u32;
+        Ok(())
+    }
+
+    /// A container that holds one run of records and nothing else: their kind, first index and
+    /// number.
+    pub(super) fn record_run(&self, handle: Handle) -> Result<(RecordKind, u32, u32), String> {
+        let container = self.container(handle)?;
+        let chunk = self.chunks.get(container.first_chunk as usize).ok_or("an empty container")?;
+        match chunk.records {
+            Some(kind) if container.first_chunk == container.last_chunk && chunk.len == container.len => {
+                Ok((kind, chunk.start, chunk.len))
+            }
+            _ => Err("a container of other values".to_owned()),
+        }
     }
 
     /// Calls `f` with each item of a container, in order.

@@ -65,6 +65,8 @@ pub(super) struct Entries {
     chunks: Vec<Vec<Compact>>,
     rare: Vec<Rare>,
     len: usize,
+    /// Entries that stand for nothing: the padding before a piece's chunks.
+    unused: usize,
     /// Chunks below this one have been freed.
     freed_below: usize,
 }
@@ -73,6 +75,11 @@ impl Entries {
     /// Number of entries pushed.
     pub(super) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Number of entries read from the pickle (pushed, or taken in from pieces).
+    pub(super) fn read(&self) -> usize {
+        self.len - self.unused
     }
 
     /// Appends an entry; returns its index.
@@ -138,6 +145,55 @@ impl Entries {
             device_free: rare.and_then(|r| r.device_free),
             name: rare.map_or(StringId(0), |r| r.name),
         })
+    }
+
+    /// Appends the entries of `other` (a piece of the same snapshot read on its own) with their
+    /// ids mapped, moving its chunks rather than copying its entries: this table is first padded
+    /// to a whole chunk with entries that no list names. Returns the index of `other`'s first.
+    pub(super) fn append_moved(
+        &mut self,
+        other: Entries,
+        stack: impl Fn(StackId) -> StackId,
+        context: impl Fn(ContextId) -> ContextId,
+        string: impl Fn(StringId) -> StringId,
+    ) -> u32 {
+        let pad = (CHUNK - self.len % CHUNK) % CHUNK;
+        if let Some(last) = self.chunks.last_mut()
+            && pad > 0
+        {
+            let unused = Compact {
+                addr: 0,
+                size: 0,
+                stream: 0,
+                time_us: NO_TIME,
+                stack: StackId(0),
+                context: ContextId(0),
+                rare: NO_RARE,
+                code: 7,
+            };
+            last.resize(CHUNK, unused);
+            self.len += pad;
+            self.unused += pad;
+        }
+        let first = self.len;
+        let rare_base = self.rare.len() as u32;
+        self.rare.extend(other.rare.iter().map(|r| Rare {
+            device_free: r.device_free,
+            name: string(r.name),
+            unknown_action: string(r.unknown_action),
+        }));
+        for mut chunk in other.chunks {
+            for c in &mut chunk {
+                c.stack = stack(c.stack);
+                c.context = context(c.context);
+                if c.rare != NO_RARE {
+                    c.rare += rare_base;
+                }
+            }
+            self.chunks.push(chunk);
+        }
+        self.len += other.len;
+        first as u32
     }
 
     /// Frees the chunks holding only entries below `index`: the caller reads entries in

@@ -158,6 +158,8 @@ pub(crate) struct Parsed {
     extra: serde_json::Map<String, serde_json::Value>,
     warnings: Vec<String>,
     fx_traces: rustc_hash::FxHashMap<FrameId, StringId>,
+    /// Pieces of the pickle run in parallel and taken in.
+    pieces_taken: usize,
 }
 
 impl Parsed {
@@ -252,10 +254,24 @@ fn top_level(store: &Store, root: Value, warnings: &mut Vec<String>) -> Result<T
 
 /// Reads a snapshot pickle's contents, leaving the trace to [`Parsed::build`].
 pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
+    parse_in_pieces(data, progress, None)
+}
+
+/// Reads a snapshot pickle run in `pieces` pieces in parallel, however small it is (the result
+/// is the same as [`import_snapshot`]'s; for tests and measurements).
+#[doc(hidden)]
+pub fn import_snapshot_in_pieces(data: &[u8], pieces: usize) -> Result<(Imported, usize)> {
+    let parsed = parse_in_pieces(data, &crate::progress::NoProgress, Some(pieces))?;
+    let taken = parsed.pieces_taken;
+    Ok((parsed.build()?, taken))
+}
+
+fn parse_in_pieces(data: &[u8], progress: &dyn Progress, pieces: Option<usize>) -> Result<Parsed> {
     let mut interner = Interner::new();
     let mut sink = SnapshotSink::new(&mut interner);
-    let loaded = pickle::load(data, interner, &mut sink, progress)?;
+    let loaded = pickle::load(data, interner, &mut sink, progress, pieces)?;
     let store = loaded.store;
+    let pieces_taken = loaded.pieces_taken;
     let mut warnings = Vec::new();
 
     let top = top_level(&store, loaded.root, &mut warnings)?;
@@ -379,5 +395,5 @@ pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
     let interner = store.interner;
     let entries = std::mem::take(&mut sink.entries);
     let fx_traces = std::mem::take(&mut sink.fx_traces);
-    Ok(Parsed { interner, segments, entries, per_device, external, settings, extra, warnings, fx_traces })
+    Ok(Parsed { interner, segments, entries, per_device, external, settings, extra, warnings, fx_traces, pieces_taken })
 }

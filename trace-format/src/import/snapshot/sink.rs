@@ -2,7 +2,7 @@
 //! entries, blocks and segments.
 
 use super::entries::{Action, Entries, Entry};
-use crate::import::pickle::{ContainerKind, Handle, RecordKind, Sink, Store, Value};
+use crate::import::pickle::{ContainerKind, Handle, PieceSink, RecordKind, Remap, Sink, Store, Value};
 use crate::model::event::EventKind;
 use crate::model::ids::{ContextId, DeviceId, FrameId, ProcessId, StackId, StringId};
 use crate::model::interner::{Context, Frame, Interner};
@@ -324,7 +324,7 @@ impl SnapshotSink {
         };
         let mut frames = Value::None;
         let mut context = Context::default();
-        let fail = |message: String| format!("trace entry {}: {message}", self.entries.len());
+        let fail = |message: String| format!("trace entry {}: {message}", self.entries.read());
         for pair in pairs.chunks_exact(2) {
             let value = pair[1];
             match self.keys.field(pair[0]) {
@@ -361,7 +361,7 @@ impl SnapshotSink {
                 _ => {}
             }
         }
-        entry.stack = self.stack(store, frames).map_err(|m| format!("trace entry {}: {m}", self.entries.len()))?;
+        entry.stack = self.stack(store, frames).map_err(|m| format!("trace entry {}: {m}", self.entries.read()))?;
         // Consecutive entries nearly always share their context.
         entry.context = match self.last_context {
             (last, id) if last == context => id,
@@ -572,4 +572,50 @@ fn for_pairs(pairs: &[Value], mut f: impl FnMut(Value, Value) -> Result<(), Stri
         f(pair[0], pair[1])?;
     }
     Ok(())
+}
+
+impl PieceSink for SnapshotSink {
+    fn for_piece(interner: &mut Interner) -> Self {
+        Self::new(interner)
+    }
+
+    fn convert_earlier(&mut self, store: &mut Store, pairs: &[Value]) -> Option<Value> {
+        let (mut name, mut filename) = (false, false);
+        for key in pairs.iter().step_by(2) {
+            match self.keys.field(*key) {
+                Field::Name => name = true,
+                Field::Filename => filename = true,
+                Field::Action | Field::TotalSize | Field::State | Field::History => return None,
+                _ => {}
+            }
+        }
+        if !(name && filename) {
+            return None;
+        }
+        self.frame(store, pairs).ok()
+    }
+
+    fn only_entries(&self) -> bool {
+        self.blocks.is_empty() && self.segments.is_empty() && self.block_lists.is_empty()
+    }
+
+    fn entry_count(&self) -> u32 {
+        self.entries.len() as u32
+    }
+
+    fn take_in(&mut self, piece: Self, remap: &Remap) -> u32 {
+        let string = |id: StringId| remap.strings.get(id.index()).copied().unwrap_or(StringId(0));
+        let first = self.entries.append_moved(
+            piece.entries,
+            |stack| remap.stacks.get(stack.index()).copied().unwrap_or(StackId(0)),
+            |context| remap.contexts.get(context.index()).copied().unwrap_or(ContextId(0)),
+            string,
+        );
+        for (frame, trace) in piece.fx_traces {
+            if let Some(&frame) = remap.frames.get(frame.index()) {
+                self.fx_traces.insert(frame, string(trace));
+            }
+        }
+        first
+    }
 }

@@ -1,0 +1,688 @@
+//! Running a large pickle in pieces, on several cores, with the result of running it in one go.
+//!
+//! Nearly all of a big snapshot is one list of trace entries, pickled in batches of 1,000:
+//! `MARK <entry dict>... APPENDS`. A batch boundary (`APPENDS MARK EMPTY_DICT MEMOIZE`) can be
+//! found from any `FRAME` of a protocol 4 pickle, since frames start at opcode boundaries. The
+//! file is cut at such boundaries into pieces. The first is run by the ordinary machine; each
+//! other piece by a machine of its own, on its own thread, that starts inside a list and stops
+//! at the next cut or where the list ends.
+//!
+//! Memo indices are the one thing a piece cannot know alone: every `MEMOIZE` takes the next one.
+//! So before its piece, each thread counts the stores of the stretch before it (walking opcodes
+//! is several times faster than running them), noting where every 64th stored value was built.
+//! A piece that refers to a value stored before it (the keys, the action names, frames and
+//! their lists) reads that value from the file, from where it was built, into its own tables.
+//!
+//! The machine that runs the whole takes a piece in when it reaches the piece's start in the
+//! state the piece assumed (a list on top, the memo as long as counted): the piece's records
+//! are appended, its strings, frames and stacks interned again, its memo becomes part of the
+//! whole's. Anything a piece cannot do (another opcode, an error, a shape it does not know) only
+//! means it is not taken in: the whole runs that stretch itself, and reports any error itself.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex, mpsc};
+
+use rustc_hash::FxHashMap;
+
+use super::memo::{Memo, Remap};
+use super::store::{ContainerKind, RecordKind, Sink, Store, Value};
+use super::{Loaded, Machine};
+use crate::error::Result;
+use crate::model::ids::{ContextId, FrameId, StackId, StringId};
+use crate::model::interner::{Context, Frame, Interner};
+use crate::progress::Progress;
+
+/// Pickles smaller than this run in one go: a piece would not pay for its thread.
+const MIN_BYTES: usize = 64 << 20;
+/// At most this many pieces.
+const MAX_PIECES: usize = 8;
+/// How far past a cut's frame a batch boundary is looked for.
+const SEARCH_BYTES: usize = 4 << 20;
+/// Every this many stored values, where the value was built is noted.
+const SAMPLE: usize = 64;
+/// How often the counting and the pieces check whether to stop, and hand back the file's
+/// pages behind them.
+const CHECK_BYTES: usize = 4 << 20;
+/// How deep a value of an earlier piece may nest (a frame dict in a list of frames).
+const MAX_EARLIER_DEPTH: u8 = 4;
+
+/// A sink whose dicts can be converted in pieces and the pieces joined.
+pub(crate) trait PieceSink: Sink + Send + Sized {
+    /// A sink for a piece, with its keys interned in `interner` first as in the whole's.
+    fn for_piece(interner: &mut Interner) -> Self;
+    /// Converts a frame dict, and nothing else (no record is made): a dict of an earlier piece
+    /// that a piece refers to, or one inside a list being scanned as frames.
+    fn convert_earlier(&mut self, store: &mut Store, pairs: &[Value]) -> Option<Value>;
+    /// Whether every record the sink made is a trace entry (a piece that made anything else is
+    /// not taken in).
+    fn only_entries(&self) -> bool;
+    /// Number of entry records made.
+    fn entry_count(&self) -> u32;
+    /// Appends a piece's entries, with their ids mapped by `remap` (but for `entries_from`);
+    /// returns the index the first of them now has.
+    fn take_in(&mut self, piece: Self, remap: &Remap) -> u32;
+}
+
+/// Where to cut a pickle: the start of each piece after the first.
+#[derive(Debug)]
+pub(super) struct Plan {
+    cuts: Vec<usize>,
+}
+
+/// This machine's part in a run.
+pub(super) enum Role<'a, S> {
+    /// The whole pickle, in one go.
+    Alone,
+    /// The whole pickle, taking pieces in as it reaches them.
+    Whole(Vec<Pending<S>>),
+    /// One piece.
+    Piece(Piece<'a>),
+}
+
+/// A piece that the whole may take in when it reaches `at`.
+pub(super) struct Pending<S> {
+    at: usize,
+    result: mpsc::Receiver<Option<Done<S>>>,
+}
+
+/// A piece's machine: where earlier values are, and those read already.
+pub(super) struct Piece<'a> {
+    earlier: &'a Earlier,
+    read: FxHashMap<usize, Value>,
+    /// Values of earlier pieces being read, one inside another.
+    reading: u8,
+}
+
+/// A piece run to its end.
+pub(super) struct Done<S> {
+    /// The first memo index it stored to.
+    base: usize,
+    /// Where it stopped.
+    end: usize,
+    memo: Vec<Value>,
+    interner: Interner,
+    sink: S,
+}
+
+/// The stores counted in one stretch of the file.
+#[derive(Clone, Debug, Default)]
+struct Counted {
+    /// The first memo index of the stretch.
+    base: usize,
+    count: usize,
+    /// Where the values `0, SAMPLE, 2 * SAMPLE, ...` of the stretch were built.
+    built_at: Vec<usize>,
+}
+
+/// Where the values stored before a piece were built.
+pub(super) struct Earlier {
+    stretches: Vec<Counted>,
+}
+
+/// Bytes of argument after an opcode, `VAR` when its length is read from it, `NO` when a piece
+/// cannot take the opcode (text arguments, explicit memo indices, code).
+const VAR: u8 = 0xfe;
+const NO: u8 = 0xff;
+
+const fn argument_bytes() -> [u8; 256] {
+    let mut table = [NO; 256];
+    let fixed: [(u8, u8); 37] = [
+        (0x80, 1),
+        (0x95, 8),
+        (b'(', 0),
+        (b'.', 0),
+        (b'0', 0),
+        (b'1', 0),
+        (b'2', 0),
+        (b'N', 0),
+        (0x88, 0),
+        (0x89, 0),
+        (b'J', 4),
+        (b'K', 1),
+        (b'M', 2),
+        (b'G', 8),
+        (b']', 0),
+        (b'}', 0),
+        (b')', 0),
+        (0x8f, 0),
+        (0x85, 0),
+        (0x86, 0),
+        (0x87, 0),
+        (b't', 0),
+        (b'l', 0),
+        (b'd', 0),
+        (0x91, 0),
+        (b'a', 0),
+        (b'e', 0),
+        (0x90, 0),
+        (b's', 0),
+        (b'u', 0),
+        (0x94, 0),
+        (b'h', 1),
+        (b'j', 4),
+        (0x8a, VAR),
+        (0x8b, VAR),
+        (0x8c, VAR),
+        (b'X', VAR),
+    ];
+    let mut i = 0;
+    while i < fixed.len() {
+        table[fixed[i].0 as usize] = fixed[i].1;
+        i += 1;
+    }
+    let more_var = [0x8d, b'T', b'U', b'B', b'C', 0x8e, 0x96];
+    let mut i = 0;
+    while i < more_var.len() {
+        table[more_var[i] as usize] = VAR;
+        i += 1;
+    }
+    table
+}
+
+static ARGUMENT_BYTES: [u8; 256] = argument_bytes();
+
+/// The position of the opcode after the one at `p`, or `None` for an opcode pieces do not take
+/// or one that runs past the end.
+#[inline]
+fn next_op(data: &[u8], p: usize) -> Option<usize> {
+    let op = *data.get(p)?;
+    let fixed = ARGUMENT_BYTES[op as usize];
+    let end = if fixed < VAR {
+        p + 1 + fixed as usize
+    } else if fixed == VAR {
+        let (width, len) = match op {
+            0x8a | 0x8c | b'U' | b'C' => (1, u64::from(*data.get(p + 1)?)),
+            0x8b | b'X' | b'T' | b'B' => {
+                let b = data.get(p + 1..p + 5)?;
+                (4, u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            }
+            _ => {
+                let b = data.get(p + 1..p + 9)?;
+                let mut a = [0u8; 8];
+                a.copy_from_slice(b);
+                (8, u64::from_le_bytes(a))
+            }
+        };
+        (p + 1 + width).checked_add(usize::try_from(len).ok()?)?
+    } else {
+        return None;
+    };
+    (end <= data.len()).then_some(end)
+}
+
+/// Where to cut `data` into `pieces` (by default: as many as there are cores, for a pickle
+/// large enough to be worth it; `VRAMSCOPE_PICKLE_PIECES` sets the number, 1 to run in one go).
+pub(super) fn plan(data: &[u8], pieces: Option<usize>) -> Option<Plan> {
+    let asked = pieces.or_else(|| std::env::var("VRAMSCOPE_PICKLE_PIECES").ok().and_then(|v| v.trim().parse().ok()));
+    let cores = match asked {
+        Some(n) => n.min(MAX_PIECES),
+        None if data.len() < MIN_BYTES => return None,
+        None => std::thread::available_parallelism().map_or(1, usize::from).min(MAX_PIECES),
+    };
+    if cores < 2 || data.first() != Some(&0x80) || data.get(1).is_none_or(|&p| p < 4) {
+        return None;
+    }
+    // The frames, from their headers alone.
+    let mut frames = Vec::new();
+    let mut pos = 2usize;
+    while data.get(pos) == Some(&0x95) {
+        let b = data.get(pos + 1..pos + 9)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        let len = usize::try_from(u64::from_le_bytes(a)).ok()?;
+        frames.push(pos + 9);
+        pos = (pos + 9).checked_add(len)?;
+    }
+    // The first piece is a little longer: the stretch before each other piece is counted while
+    // it runs.
+    let mut cuts: Vec<usize> = Vec::new();
+    for k in 1..cores {
+        let target = (data.len() as f64 * (k as f64 + 0.4) / (cores as f64 + 0.4)) as usize;
+        let Some(&frame) = frames.get(frames.partition_point(|&f| f < target)) else { continue };
+        if let Some(cut) = batch_boundary(data, frame)
+            && cuts.last().is_none_or(|&last| cut > last)
+        {
+            cuts.push(cut);
+        }
+    }
+    (!cuts.is_empty()).then_some(Plan { cuts })
+}
+
+/// The first `MARK` of a batch of dicts appended to a list (`APPENDS MARK EMPTY_DICT MEMOIZE`)
+/// after the opcode boundary `from`.
+fn batch_boundary(data: &[u8], from: usize) -> Option<usize> {
+    let mut p = from;
+    while p < from + SEARCH_BYTES {
+        if data.get(p) == Some(&b'e') && data.get(p + 1..p + 4) == Some(&[b'(', b'}', 0x94]) {
+            return Some(p + 1);
+        }
+        p = next_op(data, p)?;
+    }
+    None
+}
+
+/// Counts the memo stores from `start` to `end` (both opcode boundaries).
+fn count(data: &[u8], start: usize, end: usize, check: &Check<'_>) -> Option<Counted> {
+    let mut counted = Counted::default();
+    let (mut p, mut built) = (start, start);
+    let mut next_check = start + CHECK_BYTES;
+    while p < end {
+        match data.get(p) {
+            Some(0x94) => {
+                if counted.count.is_multiple_of(SAMPLE) {
+                    counted.built_at.push(built);
+                }
+                counted.count += 1;
+            }
+            // An explicit index may reuse one: the count would not say what is where.
+            Some(b'q' | b'r') => return None,
+            _ => built = p,
+        }
+        p = next_op(data, p)?;
+        if p >= next_check {
+            next_check = p + CHECK_BYTES;
+            if !check.go_on(start, p) {
+                return None;
+            }
+        }
+    }
+    (p == end).then_some(counted)
+}
+
+impl Earlier {
+    /// Where the value stored at `index` was built.
+    fn built_at(&self, data: &[u8], index: usize) -> Option<usize> {
+        let k = self.stretches.partition_point(|s| s.base <= index).checked_sub(1)?;
+        let stretch = self.stretches.get(k)?;
+        let local = index - stretch.base;
+        if local >= stretch.count {
+            return None;
+        }
+        let sample = local / SAMPLE;
+        let mut p = *stretch.built_at.get(sample)?;
+        let mut built = p;
+        let mut left = local - sample * SAMPLE;
+        loop {
+            if data.get(p) == Some(&0x94) {
+                if left == 0 {
+                    return Some(built);
+                }
+                left -= 1;
+            } else {
+                built = p;
+            }
+            p = next_op(data, p)?;
+        }
+    }
+}
+
+/// Stops counting and pieces once the whole no longer needs them, and hands their pages back.
+struct Check<'a> {
+    abandon: &'a AtomicBool,
+    progress: &'a dyn Progress,
+}
+
+impl Check<'_> {
+    fn go_on(&self, start: usize, pos: usize) -> bool {
+        self.progress.release(start as u64, pos.saturating_sub(1 << 20) as u64);
+        !self.abandon.load(Ordering::Relaxed)
+    }
+}
+
+/// The progress of a piece's machine: checks, never reports.
+struct PieceProgress<'a> {
+    check: Check<'a>,
+    start: usize,
+}
+
+impl Progress for PieceProgress<'_> {
+    fn update(&self, done: u64, _total: u64) -> bool {
+        self.check.go_on(self.start, done as usize)
+    }
+}
+
+/// Runs `data` in pieces as `plan` cuts it.
+pub(super) fn load<S: PieceSink>(
+    data: &[u8],
+    store: Store,
+    sink: &mut S,
+    progress: &dyn Progress,
+    plan: Plan,
+) -> Result<Loaded> {
+    let pieces = plan.cuts.len();
+    let starts: Vec<usize> = std::iter::once(0).chain(plan.cuts.iter().copied()).collect();
+    let ends: Vec<usize> = plan.cuts.iter().copied().chain(std::iter::once(data.len())).collect();
+    let abandon = AtomicBool::new(false);
+    let counts: Mutex<Vec<Option<Counted>>> = Mutex::new(vec![None; pieces]);
+    let barrier = Barrier::new(pieces);
+    std::thread::scope(|scope| {
+        let mut pending = Vec::new();
+        for piece in 1..=pieces {
+            let (sender, result) = mpsc::channel();
+            pending.push(Pending { at: starts[piece], result });
+            let (starts, ends, counts, barrier, abandon) = (&starts, &ends, &counts, &barrier, &abandon);
+            let spawned =
+                std::thread::Builder::new().name(format!("vramscope-pickle-{piece}")).spawn_scoped(scope, move || {
+                    let check = Check { abandon, progress };
+                    // Every thread reaches the barrier, whatever happens while counting.
+                    let counted =
+                        catch_unwind(AssertUnwindSafe(|| count(data, starts[piece - 1], starts[piece], &check)))
+                            .ok()
+                            .flatten();
+                    if let Ok(mut counts) = counts.lock() {
+                        counts[piece - 1] = counted;
+                    }
+                    barrier.wait();
+                    let stretches = counts.lock().ok().and_then(|counts| stretches_before(&counts, piece));
+                    let done = stretches.and_then(|stretches| {
+                        let earlier = Earlier { stretches };
+                        let base = earlier.stretches.last().map_or(0, |s| s.base + s.count);
+                        run_piece::<S>(data, starts[piece], ends[piece], base, &earlier, &check)
+                    });
+                    // The whole may have finished without this piece.
+                    let _ = sender.send(done);
+                });
+            if spawned.is_err() {
+                // Without its thread the barrier would never open: run in one go instead.
+                abandon.store(true, Ordering::Relaxed);
+                break;
+            }
+        }
+        if pending.len() < pieces {
+            // The threads spawned wait at a barrier that will not open; they cannot be reached.
+            // This only happens when the system refuses threads; run alone and leave them.
+            pending.clear();
+        }
+        let next_stop = pending.first().map_or(usize::MAX, |p| p.at);
+        let mut machine = Machine::new(data, store, sink, Role::Whole(pending));
+        machine.next_stop = next_stop;
+        let result = machine.run(progress);
+        abandon.store(true, Ordering::Relaxed);
+        let Machine { store, role, pieces_taken, .. } = machine;
+        drop(role);
+        result.map(|root| Loaded { root, store, pieces_taken })
+    })
+}
+
+/// The stretches before piece `piece`, with their bases, if all were counted.
+fn stretches_before(counts: &[Option<Counted>], piece: usize) -> Option<Vec<Counted>> {
+    let mut stretches = Vec::with_capacity(piece);
+    let mut base = 0usize;
+    for counted in counts.get(..piece)? {
+        let mut counted = counted.clone()?;
+        counted.base = base;
+        base += counted.count;
+        stretches.push(counted);
+    }
+    Some(stretches)
+}
+
+/// Runs one piece: from `start`, inside a list, to `end` or where the list ends.
+fn run_piece<S: PieceSink>(
+    data: &[u8],
+    start: usize,
+    end: usize,
+    base: usize,
+    earlier: &Earlier,
+    check: &Check<'_>,
+) -> Option<Done<S>> {
+    let mut interner = Interner::new();
+    let mut sink = S::for_piece(&mut interner);
+    let mut store = Store::new(interner);
+    store.memo = Memo::from_base(base);
+    store.memo.reserve((end - start) / 16);
+    let list = store.new_container(ContainerKind::List);
+    let role = Role::Piece(Piece { earlier, read: FxHashMap::default(), reading: 0 });
+    let mut machine = Machine::new(data, store, &mut sink, role);
+    machine.stack.push(Value::Container(list));
+    machine.pos = start;
+    machine.next_stop = end;
+    let progress = PieceProgress { check: Check { abandon: check.abandon, progress: check.progress }, start };
+    let ran = catch_unwind(AssertUnwindSafe(|| machine.run(&progress))).ok()?.is_ok();
+    let clean = ran && machine.marks.is_empty() && machine.stack == [Value::Container(list)];
+    let stopped = machine.pos;
+    let Machine { store, .. } = machine;
+    if !clean || !sink.only_entries() {
+        return None;
+    }
+    let entries = sink.entry_count();
+    if entries > 0 && store.record_run(list).ok()? != (RecordKind::Entry, 0, entries) {
+        return None;
+    }
+    let Store { memo, interner, .. } = store;
+    let memo = memo.into_own();
+    // What the whole cannot read through a remap: containers of the piece's own pool.
+    if memo.iter().any(|v| matches!(v, Value::Container(_) | Value::Record(RecordKind::Block | RecordKind::Segment, _)))
+    {
+        return None;
+    }
+    Some(Done { base, end: stopped, memo, interner, sink })
+}
+
+impl<S: PieceSink> Machine<'_, S> {
+    /// What to do on reaching `next_stop`: `Some` ends the run (a piece is done).
+    pub(super) fn stop_here(&mut self) -> Result<Option<Value>> {
+        let pending = match &mut self.role {
+            Role::Piece(_) => return Ok(Some(Value::None)),
+            Role::Alone => {
+                self.next_stop = usize::MAX;
+                return Ok(None);
+            }
+            Role::Whole(pending) => pending,
+        };
+        if pending.is_empty() {
+            self.next_stop = usize::MAX;
+            return Ok(None);
+        }
+        let piece = pending.remove(0);
+        self.next_stop = pending.first().map_or(usize::MAX, |p| p.at);
+        if self.pos != piece.at {
+            // Run past (the cut was not where the whole's opcodes are): the piece is not needed.
+            return Ok(None);
+        }
+        if let Ok(Some(done)) = piece.result.recv() {
+            self.take_in(done);
+        }
+        // A piece that ended at its own end leaves the whole at the next cut.
+        while self.next_stop != usize::MAX && self.pos > self.next_stop {
+            if let Role::Whole(pending) = &mut self.role {
+                pending.remove(0);
+                self.next_stop = pending.first().map_or(usize::MAX, |p| p.at);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Takes a piece in, if the whole is where the piece began.
+    fn take_in(&mut self, done: Done<S>) {
+        let Some(&Value::Container(list)) = self.stack.last() else { return };
+        let Ok(&container) = self.store.container(list) else { return };
+        let entries = done.sink.entry_count();
+        // The list's items and the sink's entries (padded to a chunk) stay countable in 32 bits.
+        let fits = (container.len as usize).checked_add(entries as usize).is_some_and(|n| n <= u32::MAX as usize)
+            && (self.sink.entry_count() as usize + entries as usize) < (u32::MAX as usize) - (1 << 17);
+        if container.kind != ContainerKind::List
+            || container.resolved != Value::None
+            || !fits
+            || self.store.memo.len() != done.base
+            || self.memo_overwritten
+        {
+            return;
+        }
+        let Done { end, memo, interner: piece, sink, .. } = done;
+        let whole = &mut self.store.interner;
+        let strings: Vec<StringId> = piece.strings().map(|text| whole.string(text)).collect();
+        let string = |id: StringId| strings.get(id.index()).copied().unwrap_or(StringId(0));
+        let frames: Vec<FrameId> = piece
+            .frames()
+            .iter()
+            .map(|f| whole.frame(Frame { function: string(f.function), file: string(f.file), line: f.line }))
+            .collect();
+        let mut mapped = Vec::new();
+        let stacks: Vec<StackId> = piece
+            .stacks()
+            .map(|of| {
+                mapped.clear();
+                mapped.extend(of.iter().map(|f| frames.get(f.index()).copied().unwrap_or(FrameId(0))));
+                whole.stack(&mapped)
+            })
+            .collect();
+        let contexts: Vec<ContextId> = piece
+            .contexts()
+            .iter()
+            .map(|c| {
+                whole.context(Context {
+                    compile_context: string(c.compile_context),
+                    user_metadata: string(c.user_metadata),
+                })
+            })
+            .collect();
+        let mut remap = Remap { strings, frames, stacks, contexts, entries_from: 0 };
+        let entries_from = self.sink.take_in(sink, &remap);
+        remap.entries_from = entries_from;
+        if entries > 0 {
+            self.touched(list);
+            // Cannot fail: the list is open and the count fits (checked above).
+            let _ = self.store.append_record_run(list, RecordKind::Entry, entries_from, entries);
+        }
+        self.store.memo.take_in(memo, Arc::new(remap));
+        self.pos = end;
+        self.pieces_taken += 1;
+    }
+
+    /// In a piece: after an `APPENDS` that leaves only the piece's list, whether the list goes on.
+    pub(super) fn piece_list_may_end(&mut self) {
+        if matches!(self.role, Role::Piece(_)) && self.stack.len() == 1 && self.data.get(self.pos) != Some(&b'(') {
+            self.next_stop = self.pos;
+        }
+    }
+
+    /// In a piece: the value an earlier piece stored at `index`, read from where it was built.
+    pub(super) fn earlier_piece_value(&mut self, index: usize) -> Option<Value> {
+        let Role::Piece(piece) = &self.role else { return None };
+        if let Some(&value) = piece.read.get(&index) {
+            return Some(value);
+        }
+        // A damaged file can make references chase each other: a piece then gives up.
+        if piece.reading >= MAX_EARLIER_DEPTH {
+            return None;
+        }
+        let at = piece.earlier.built_at(self.data, index)?;
+        self.reading(1);
+        let read = self.read_earlier(at, 0);
+        self.reading(-1);
+        let (value, _) = read?;
+        if let Role::Piece(piece) = &mut self.role {
+            piece.read.insert(index, value);
+        }
+        Some(value)
+    }
+
+    fn reading(&mut self, change: i8) {
+        if let Role::Piece(piece) = &mut self.role {
+            piece.reading = piece.reading.saturating_add_signed(change);
+        }
+    }
+
+    /// Reads the value built at `p` by an earlier piece: a string, a number, a reference, a frame
+    /// dict or a list of frames. Returns it and where it ends (past its `MEMOIZE`).
+    fn read_earlier(&mut self, p: usize, depth: u8) -> Option<(Value, usize)> {
+        if depth > MAX_EARLIER_DEPTH {
+            return None;
+        }
+        let data = self.data;
+        let mut p = p;
+        // A frame may begin before any value (the pickler starts them between objects).
+        while data.get(p) == Some(&0x95) {
+            p = next_op(data, p)?;
+        }
+        let op = *data.get(p)?;
+        let after = next_op(data, p)?;
+        let memoized = |q: usize| if data.get(q) == Some(&0x94) { q + 1 } else { q };
+        let value = match op {
+            0x8c | b'X' | 0x8d => {
+                let width = match op {
+                    0x8c => 1,
+                    b'X' => 4,
+                    _ => 8,
+                };
+                let bytes = data.get(p + 1 + width..after)?;
+                let id = self.store.interner.string_from_utf8(bytes)?;
+                return Some((Value::Str(id), memoized(after)));
+            }
+            b'K' => Value::Int(i64::from(*data.get(p + 1)?)),
+            b'M' => {
+                let b = data.get(p + 1..p + 3)?;
+                Value::Int(i64::from(u16::from_le_bytes([b[0], b[1]])))
+            }
+            b'J' => {
+                let b = data.get(p + 1..p + 5)?;
+                Value::Int(i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            }
+            0x8a => super::scalars::long_from_le(data.get(p + 2..after)?),
+            b'N' => Value::None,
+            0x88 => Value::Bool(true),
+            0x89 => Value::Bool(false),
+            b'h' => self.memo_value(usize::from(*data.get(p + 1)?))?,
+            b'j' => {
+                let b = data.get(p + 1..p + 5)?;
+                self.memo_value(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)?
+            }
+            b'}' => return self.read_earlier_dict(memoized(after), depth),
+            b']' => return self.read_earlier_frames(memoized(after), depth),
+            _ => return None,
+        };
+        Some((value, after))
+    }
+
+    /// The items of a dict from `p` (`MARK (key value)* SETITEMS`), converted by the sink.
+    fn read_earlier_dict(&mut self, mut p: usize, depth: u8) -> Option<(Value, usize)> {
+        if self.data.get(p) != Some(&b'(') {
+            return None;
+        }
+        p += 1;
+        let mut pairs = Vec::with_capacity(8);
+        while self.data.get(p) != Some(&b'u') {
+            let (value, next) = self.read_earlier(p, depth + 1)?;
+            pairs.push(value);
+            p = next;
+            if pairs.len() > 64 {
+                return None;
+            }
+        }
+        if !pairs.len().is_multiple_of(2) {
+            return None;
+        }
+        let value = self.sink.convert_earlier(&mut self.store, &pairs)?;
+        Some((value, p + 1))
+    }
+
+    /// The frames of a list from `p`: `MARK frame* APPENDS`, one frame and `APPEND`, or none.
+    fn read_earlier_frames(&mut self, p: usize, depth: u8) -> Option<(Value, usize)> {
+        let mut frames: Vec<FrameId> = Vec::new();
+        let end = if self.data.get(p) == Some(&b'(') {
+            let mut q = p + 1;
+            while self.data.get(q) != Some(&b'e') {
+                let (Value::Frame(id), next) = self.read_earlier(q, depth + 1)? else { return None };
+                frames.push(id);
+                q = next;
+                if frames.len() >= super::PICKLER_BATCH {
+                    return None;
+                }
+            }
+            q + 1
+        } else {
+            match self.read_earlier(p, depth + 1) {
+                Some((Value::Frame(id), next)) if self.data.get(next) == Some(&b'a') => {
+                    frames.push(id);
+                    next + 1
+                }
+                // An empty list; what follows is not its.
+                _ => p,
+            }
+        };
+        let stack = if frames.is_empty() { StackId(0) } else { self.store.interner.stack(&frames) };
+        Some((Value::Stack(stack), end))
+    }
+}

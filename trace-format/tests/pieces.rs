@@ -1,0 +1,174 @@
+//! A snapshot pickle run in pieces in parallel reads exactly as run in one go: real snapshots
+//! from GPU runs and pickles written by CPython's own pickler (several devices, annotations,
+//! OOMs, contexts, frames shared and fresh), cut into 2 to 8 pieces; damaged ones fail or
+//! recover the same way.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use vramscope_trace_format::import::snapshot::{import_snapshot, import_snapshot_in_pieces};
+use vramscope_trace_format::{Imported, NoProgress};
+
+/// Everything a read snapshot says, ids and all, as text.
+fn canonical(imported: &Imported) -> String {
+    let t = &imported.trace;
+    let mut out = String::new();
+    let i = &t.interner;
+    writeln!(out, "strings {:?}", i.strings().collect::<Vec<_>>()).unwrap();
+    writeln!(out, "frames {:?}", i.frames()).unwrap();
+    writeln!(out, "stacks {:?}", i.stacks().collect::<Vec<_>>()).unwrap();
+    writeln!(out, "contexts {:?}", i.contexts()).unwrap();
+    writeln!(out, "metadata {:?}", t.metadata).unwrap();
+    writeln!(out, "segments {:?}", t.segments).unwrap();
+    writeln!(out, "annotations {:?}", t.annotations).unwrap();
+    writeln!(out, "ooms {:?}", t.ooms).unwrap();
+    writeln!(out, "warnings {:?}", imported.warnings).unwrap();
+    for e in &t.events {
+        writeln!(out, "{e:?}").unwrap();
+    }
+    out
+}
+
+/// Reads `data` in one go and in 2 to 8 pieces; all must agree. Returns the most pieces any
+/// run took in, and how many events were read.
+fn agrees(name: &str, data: &[u8]) -> (usize, usize) {
+    let whole = import_snapshot(data, &NoProgress);
+    let mut most = 0;
+    for pieces in [2, 3, 5, 8] {
+        let split = import_snapshot_in_pieces(data, pieces);
+        match (&whole, split) {
+            (Ok(whole), Ok((split, taken))) => {
+                let (a, b) = (canonical(whole), canonical(&split));
+                if a != b {
+                    let line = a.lines().zip(b.lines()).position(|(x, y)| x != y);
+                    panic!("{name} in {pieces} pieces reads differently (first difference at line {line:?})");
+                }
+                most = most.max(taken);
+            }
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{name} in {pieces} pieces"),
+            (a, b) => panic!("{name} in {pieces} pieces: {:?} in one go, {:?} in pieces", a.is_ok(), b.is_ok()),
+        }
+    }
+    (most, whole.map_or(0, |w| w.trace.events.len()))
+}
+
+#[test]
+fn real_snapshots_read_the_same_in_pieces() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pytorch-snapshots");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&dir).expect("the shared fixtures") {
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        let (taken, events) = agrees(&path.display().to_string(), &data);
+        // Any snapshot whose trace spans a few pickle frames is cut and taken in.
+        if data.len() > 400_000 && events > 1000 {
+            assert!(taken >= 1, "{} was never read in pieces", path.display());
+            read += 1;
+        }
+    }
+    assert!(read >= 3, "only {read} fixtures were large enough to cut");
+}
+
+/// A snapshot pickled by CPython itself: `devices` devices, `entries` entries each.
+fn cpython_snapshot(dir: &Path, entries: usize, devices: usize, protocol: u8) -> Vec<u8> {
+    let script = r#"
+import pickle, random, sys
+entries, devices, protocol, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rng = random.Random(7)
+frames = [{'name': f'fn_{i}', 'filename': f'/src/model_{i % 40}.py', 'line': 10 + i} for i in range(300)]
+fx = {'name': 'forward', 'filename': '<eval_with_key>.3', 'line': 9, 'fx_node_op': 'call_function',
+      'fx_node_name': 'add_1', 'fx_node_target': 'aten.add.Tensor', 'fx_original_trace': 'x = a + b'}
+shared = [[rng.choice(frames) for _ in range(rng.randint(1, 12))] for _ in range(50)]
+traces, segments = [], []
+for d in range(devices):
+    trace, live, t = [], {}, 1_700_000_000_000_000
+    base = 0x7f0000000000 + d * 0x100000000
+    for i in range(entries):
+        t += rng.randint(0, 40)
+        r = rng.random()
+        if r < 0.45 or not live:
+            addr = base + i * 512
+            size = rng.choice([512, 4096, 1 << 20, 3 << 20])
+            kind = rng.random()
+            if kind < 0.3:
+                stack = rng.choice(shared)
+            elif kind < 0.5:
+                stack = [rng.choice(frames) for _ in range(rng.randint(0, 3))]
+            elif kind < 0.52:
+                stack = [fx, rng.choice(frames)]
+            else:
+                stack = [dict(f) for f in rng.choice(shared)]
+            e = {'action': 'alloc', 'addr': addr, 'size': size, 'stream': 0, 'time_us': t, 'frames': stack}
+            if rng.random() < 0.05:
+                e['compile_context'] = f'[0/{i % 3}]'
+            if rng.random() < 0.05:
+                e['user_metadata'] = 'step %d' % (i // 1000)
+            live[addr] = (size, stack)
+            trace.append(e)
+        elif r < 0.9:
+            addr = rng.choice(list(live))
+            size, stack = live.pop(addr)
+            trace.append({'action': 'free_requested', 'addr': addr, 'size': size, 'stream': 0, 'time_us': t, 'frames': stack})
+            trace.append({'action': 'free_completed', 'addr': addr, 'size': size, 'stream': 0, 'time_us': t, 'frames': stack})
+        elif r < 0.93:
+            trace.append({'action': 'segment_alloc', 'addr': base + (i << 21), 'size': 2 << 20, 'stream': 0, 'time_us': t, 'frames': []})
+        elif r < 0.935:
+            trace.append({'action': 'oom', 'addr': 0, 'size': 1 << 30, 'stream': 0, 'time_us': t, 'frames': rng.choice(shared), 'device_free': 12345})
+        elif r < 0.94:
+            trace.append({'action': 'snapshot', 'addr': 0, 'size': 0, 'stream': 0, 'time_us': t, 'frames': []})
+        elif r < 0.945:
+            trace.append({'action': 'mystery_action', 'addr': 1, 'size': 2, 'stream': 0, 'time_us': t, 'frames': []})
+    traces.append(trace)
+    blocks = [{'address': a, 'size': s, 'requested_size': s, 'state': 'active_allocated', 'frames': f} for a, (s, f) in sorted(live.items())[:200]]
+    segments.append({'device': d, 'address': base, 'total_size': 1 << 30, 'allocated_size': 0, 'active_size': 0,
+                     'requested_size': 0, 'stream': 0, 'segment_type': 'large', 'segment_pool_id': (0, 0),
+                     'is_expandable': False, 'frames': [], 'blocks': blocks})
+snapshot = {'segments': segments, 'device_traces': traces,
+            'allocator_settings': {'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'},
+            'external_annotations': [{'stage': 'START', 'name': 'fwd', 'device': 0, 'time_us': 1_700_000_000_000_100},
+                                     {'stage': 'END', 'name': 'fwd', 'device': 0, 'time_us': 1_700_000_000_900_000}]}
+with open(out, 'wb') as f:
+    pickle.dump(snapshot, f, protocol=protocol)
+"#;
+    let out = dir.join(format!("cpython_{entries}_{devices}_{protocol}.pickle"));
+    let status = Command::new("python3")
+        .args(["-c", script, &entries.to_string(), &devices.to_string(), &protocol.to_string()])
+        .arg(&out)
+        .status()
+        .expect("python3 runs");
+    assert!(status.success());
+    std::fs::read(out).unwrap()
+}
+
+#[test]
+fn cpython_pickles_read_the_same_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    for (entries, devices, protocol) in [(40_000, 1, 4), (25_000, 3, 4), (30_000, 2, 5), (300, 2, 4)] {
+        let data = cpython_snapshot(dir.path(), entries, devices, protocol);
+        let (taken, events) = agrees(&format!("{entries} x {devices} (protocol {protocol})"), &data);
+        assert!(events > entries / 2);
+        if entries >= 10_000 {
+            assert!(taken >= 1, "{entries} x {devices} was never read in pieces");
+        }
+    }
+}
+
+#[test]
+fn damaged_pickles_fail_or_recover_the_same_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = cpython_snapshot(dir.path(), 30_000, 2, 4);
+    // Cut short, and single bytes changed throughout (in the first piece, in later ones).
+    let mut cases = vec![data[..data.len() / 2].to_vec(), data[..data.len() - 1].to_vec()];
+    for k in 1..12 {
+        let mut bad = data.clone();
+        let at = data.len() * k / 12;
+        bad[at] = bad[at].wrapping_add(1 + k as u8);
+        cases.push(bad);
+    }
+    for (n, case) in cases.iter().enumerate() {
+        agrees(&format!("damaged case {n}"), case);
+    }
+}
