@@ -21,7 +21,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, Mutex, mpsc};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 
 use rustc_hash::FxHashMap;
 
@@ -354,27 +354,24 @@ pub(super) fn load<S: PieceSink>(
     let starts: Vec<usize> = std::iter::once(0).chain(plan.cuts.iter().copied()).collect();
     let ends: Vec<usize> = plan.cuts.iter().copied().chain(std::iter::once(data.len())).collect();
     let abandon = AtomicBool::new(false);
-    let counts: Mutex<Vec<Option<Counted>>> = Mutex::new(vec![None; pieces]);
-    let barrier = Barrier::new(pieces);
+    // Each thread counts one stretch, then waits for all the stretches before its piece.
+    let counts = Counts { counted: Mutex::new((vec![None; pieces], 0)), all: Condvar::new() };
     std::thread::scope(|scope| {
         let mut pending = Vec::new();
         for piece in 1..=pieces {
             let (sender, result) = mpsc::channel();
             pending.push(Pending { at: starts[piece], result });
-            let (starts, ends, counts, barrier, abandon) = (&starts, &ends, &counts, &barrier, &abandon);
+            let (starts, ends, counts, abandon) = (&starts, &ends, &counts, &abandon);
             let spawned =
                 std::thread::Builder::new().name(format!("vramscope-pickle-{piece}")).spawn_scoped(scope, move || {
                     let check = Check { abandon, progress };
-                    // Every thread reaches the barrier, whatever happens while counting.
+                    // Every thread reports its count, whatever happens while counting.
                     let counted =
                         catch_unwind(AssertUnwindSafe(|| count(data, starts[piece - 1], starts[piece], &check)))
                             .ok()
                             .flatten();
-                    if let Ok(mut counts) = counts.lock() {
-                        counts[piece - 1] = counted;
-                    }
-                    barrier.wait();
-                    let stretches = counts.lock().ok().and_then(|counts| stretches_before(&counts, piece));
+                    let stretches = counts.report(piece - 1, counted, pieces, abandon);
+                    let stretches = stretches.and_then(|counted| stretches_before(&counted, piece));
                     let done = stretches.and_then(|stretches| {
                         let earlier = Earlier { stretches };
                         let base = earlier.stretches.last().map_or(0, |s| s.base + s.count);
@@ -384,25 +381,56 @@ pub(super) fn load<S: PieceSink>(
                     let _ = sender.send(done);
                 });
             if spawned.is_err() {
-                // Without its thread the barrier would never open: run in one go instead.
+                // A count would be missing: the threads spawned stop waiting, and the whole
+                // runs in one go.
                 abandon.store(true, Ordering::Relaxed);
+                counts.wake();
+                pending.clear();
                 break;
             }
-        }
-        if pending.len() < pieces {
-            // The threads spawned wait at a barrier that will not open; they cannot be reached.
-            // This only happens when the system refuses threads; run alone and leave them.
-            pending.clear();
         }
         let next_stop = pending.first().map_or(usize::MAX, |p| p.at);
         let mut machine = Machine::new(data, store, sink, Role::Whole(pending));
         machine.next_stop = next_stop;
         let result = machine.run(progress);
         abandon.store(true, Ordering::Relaxed);
+        counts.wake();
         let Machine { store, role, pieces_taken, .. } = machine;
         drop(role);
         result.map(|root| Loaded { root, store, pieces_taken })
     })
+}
+
+/// The counts of the stretches, and how many threads have reported one.
+struct Counts {
+    counted: Mutex<(Vec<Option<Counted>>, usize)>,
+    all: Condvar,
+}
+
+impl Counts {
+    /// Records stretch `stretch`'s count, then waits for all `threads` to have reported theirs
+    /// (or for the whole to give the pieces up); returns every count.
+    fn report(
+        &self,
+        stretch: usize,
+        counted: Option<Counted>,
+        threads: usize,
+        abandon: &AtomicBool,
+    ) -> Option<Vec<Option<Counted>>> {
+        let mut state = self.counted.lock().ok()?;
+        *state.0.get_mut(stretch)? = counted;
+        state.1 += 1;
+        self.all.notify_all();
+        let state = self.all.wait_while(state, |s| s.1 < threads && !abandon.load(Ordering::Relaxed)).ok()?;
+        (state.1 == threads).then(|| state.0.clone())
+    }
+
+    /// Wakes the threads waiting for counts (to see that the pieces were given up). The lock is
+    /// taken first, so that a thread about to wait cannot miss it.
+    fn wake(&self) {
+        drop(self.counted.lock());
+        self.all.notify_all();
+    }
 }
 
 /// The stretches before piece `piece`, with their bases, if all were counted.
