@@ -167,3 +167,47 @@ impl Memo {
         self.base = next;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_taken_in_read_through_their_remap_and_own_indices_go_on_after_them() {
+        let mut memo = Memo::default();
+        memo.push(Value::Int(10));
+        memo.push(Value::Str(StringId(1)));
+        assert_eq!(memo.len(), 2);
+        // A piece of three values whose string 0 is the whole's 5 and entries start at 100.
+        let remap = Remap { strings: vec![StringId(5)], entries_from: 100, ..Remap::default() };
+        let piece = vec![Value::Str(StringId(0)), Value::Record(RecordKind::Entry, 2), Value::Int(7)];
+        memo.take_in(piece, Arc::new(remap));
+        assert_eq!(memo.len(), 5);
+        assert_eq!(memo.get(0), Some(Value::Int(10)));
+        assert_eq!(memo.get(1), Some(Value::Str(StringId(1))));
+        assert_eq!(memo.get(2), Some(Value::Str(StringId(5))));
+        assert_eq!(memo.get(3), Some(Value::Record(RecordKind::Entry, 102)));
+        assert_eq!(memo.get(4), Some(Value::Int(7)));
+        assert_eq!(memo.get(5), None);
+        memo.push(Value::Bool(true));
+        assert_eq!(memo.get(5), Some(Value::Bool(true)));
+        assert_eq!(memo.own_from(5), &[Value::Bool(true)]);
+        // An explicit store into a part taken in overrides it; one beyond the end grows the memo.
+        assert!(memo.set(3, Value::None));
+        assert_eq!(memo.get(3), Some(Value::None));
+        assert!(!memo.set(8, Value::Int(1)));
+        assert_eq!((memo.len(), memo.get(7), memo.get(8)), (9, Some(Value::Missing), Some(Value::Int(1))));
+        memo.truncate(6);
+        assert_eq!(memo.len(), 6);
+    }
+
+    #[test]
+    fn a_piece_holds_only_its_own_indices() {
+        let mut memo = Memo::from_base(1000);
+        assert!(!memo.holds_below_base());
+        memo.push(Value::Int(1));
+        assert_eq!((memo.len(), memo.get(1000), memo.get(999)), (1001, Some(Value::Int(1)), None));
+        assert!(memo.own_mut(999).is_none());
+        assert_eq!(memo.into_own(), vec![Value::Int(1)]);
+    }
+}
