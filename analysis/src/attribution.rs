@@ -264,7 +264,7 @@ impl<'a> Attributor<'a> {
     /// together (as asked for), and how many blocks of each size were alive then. One pass
     /// attributes each allocation once and finds both highs; a second pass per category, up to
     /// its high, counts the blocks by size from what the first pass found.
-    fn most_alive(&mut self, events: &[usize]) -> [(u64, BTreeMap<u64, usize>); 2] {
+    fn most_alive(&mut self, events: &[u32]) -> [(u64, BTreeMap<u64, usize>); 2] {
         const WATCHED: [Category; 2] = [Category::Gradient, Category::OptimizerState];
         const NEITHER: u8 = u8::MAX;
         let trace = self.trace;
@@ -272,7 +272,7 @@ impl<'a> Attributor<'a> {
         let mut which: Vec<u8> = Vec::with_capacity(events.len());
         let mut live: HashMap<u64, (usize, u64)> = HashMap::default();
         let (mut bytes, mut most, mut most_at) = ([0u64; 2], [0u64; 2], [None::<usize>; 2]);
-        for (n, &i) in events.iter().enumerate() {
+        for (n, i) in events.iter().map(|&i| i as usize).enumerate() {
             let Some(e) = trace.events.get(i) else {
                 which.push(NEITHER);
                 continue;
@@ -303,7 +303,7 @@ impl<'a> Attributor<'a> {
             let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
             let Some(at) = most_at[w] else { return (most[w], counts) };
             let mut live: HashMap<u64, u64> = HashMap::default();
-            for (n, &i) in events.iter().enumerate().take(at + 1) {
+            for (n, i) in events.iter().map(|&i| i as usize).enumerate().take(at + 1) {
                 let Some(e) = trace.events.get(i) else { continue };
                 match e.kind {
                     EventKind::Alloc if which[n] == w as u8 => {

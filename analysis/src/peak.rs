@@ -92,7 +92,7 @@ pub fn live_at(trace: &Trace, device: DeviceId, upto: Option<usize>) -> Vec<Live
         }
     }
     if let Some(upto) = upto {
-        for &i in events.iter().take_while(|&&i| i <= upto) {
+        for i in events.iter().map(|&i| i as usize).take_while(|&i| i <= upto) {
             let Some(e) = trace.events.get(i) else { continue };
             match e.kind {
                 EventKind::Alloc => {

@@ -71,8 +71,11 @@ impl Initial {
 }
 
 /// Indices of a device's events in [`Trace::events`].
-pub fn device_events(trace: &Trace, device: DeviceId) -> Vec<usize> {
-    trace.events.iter().enumerate().filter(|(_, e)| e.device == device).map(|(i, _)| i).collect()
+///
+/// Indices are 32-bit (a trace holds fewer than 4 billion events): a list of tens of millions
+/// costs half the memory, and several analyses hold one at a time.
+pub fn device_events(trace: &Trace, device: DeviceId) -> Vec<u32> {
+    trace.events.iter().enumerate().filter(|(_, e)| e.device == device).map(|(i, _)| i as u32).collect()
 }
 
 fn is_block_event(kind: EventKind) -> bool {
@@ -88,13 +91,13 @@ fn removes_reserved(kind: EventKind) -> bool {
 }
 
 /// Works out what a device's replay starts from.
-pub fn initial_state(trace: &Trace, device: DeviceId, events: &[usize]) -> Initial {
+pub fn initial_state(trace: &Trace, device: DeviceId, events: &[u32]) -> Initial {
     let mut initial = Initial::default();
     // Blocks: an address whose first block event frees it was allocated before the window.
     // The value is the index of the pre-existing block the address holds, if it is one.
     let mut live: HashMap<u64, Option<usize>> = HashMap::default();
     let mut segments_live: BTreeMap<u64, u64> = BTreeMap::new();
-    for &i in events {
+    for i in events.iter().map(|&i| i as usize) {
         let Some(e) = trace.events.get(i) else { continue };
         match e.kind {
             EventKind::Alloc => {
@@ -223,7 +226,7 @@ pub fn replay(trace: &Trace, device: DeviceId, visit: impl FnMut(Option<usize>, 
 /// Whether a device's memory comes from its counters (a profiler's totals) rather than from its
 /// events: it has no events but has counters. A device with neither (a snapshot taken without
 /// allocation history) replays its final segment state as its only instant.
-pub fn replays_counters(trace: &Trace, device: DeviceId, events: &[usize]) -> bool {
+pub fn replays_counters(trace: &Trace, device: DeviceId, events: &[u32]) -> bool {
     events.is_empty() && trace.counters.iter().any(|c| c.device == device)
 }
 
@@ -232,7 +235,7 @@ pub fn replays_counters(trace: &Trace, device: DeviceId, events: &[usize]) -> bo
 pub fn replay_from(
     trace: &Trace,
     device: DeviceId,
-    events: &[usize],
+    events: &[u32],
     initial: &Initial,
     mut visit: impl FnMut(Option<usize>, Point),
 ) -> Point {
@@ -240,9 +243,9 @@ pub fn replay_from(
         .counters
         .iter()
         .find(|c| c.device == device && c.kind == CounterKind::Reserved)
-        .filter(|_| !events.iter().any(|&i| trace.events.get(i).is_some_and(|e| !is_block_event(e.kind))));
+        .filter(|_| !events.iter().any(|&i| trace.events.get(i as usize).is_some_and(|e| !is_block_event(e.kind))));
     let mut reserved_reader = reserved_counter.map(|c| StepReader { samples: &c.samples, next: 0, value: 0 });
-    let first_time = events.first().and_then(|&i| trace.events.get(i)).map_or(0, |e| e.time_ns);
+    let first_time = events.first().and_then(|&i| trace.events.get(i as usize)).map_or(0, |e| e.time_ns);
     let mut point = Point {
         time_ns: first_time,
         allocated_bytes: initial.allocated_bytes(),
@@ -253,7 +256,7 @@ pub fn replay_from(
         point.reserved_bytes = reader.at(first_time).max(0) as u64;
     }
     visit(None, point);
-    for &i in events {
+    for i in events.iter().map(|&i| i as usize) {
         let Some(e) = trace.events.get(i) else { continue };
         apply(&mut point, e);
         if let Some(reader) = reserved_reader.as_mut() {
