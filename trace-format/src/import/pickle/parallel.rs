@@ -211,42 +211,70 @@ fn next_op(data: &[u8], p: usize) -> Option<usize> {
     (end <= data.len()).then_some(end)
 }
 
-/// Where to cut `data` into `pieces` (by default: as many as there are cores, for a pickle
-/// large enough to be worth it; `VRAMSCOPE_PICKLE_PIECES` sets the number, 1 to run in one go).
+/// Where to cut `data` into `pieces`, if asked to, by the caller or by `VRAMSCOPE_PICKLE_PIECES`
+/// (a number, or `auto`: as many as there are cores, for a pickle large enough to be worth it).
+///
+/// Not by default: on a file that is not in the page cache, two streams of page faults over one
+/// mapping made a 565 MB snapshot read 2.6x slower (10.0 s against 3.9 s), and on a machine of two
+/// cores the window's own work leaves no core idle for the app to gain from (measured in
+/// docs/BENCHMARKS.md).
 pub(super) fn plan(data: &[u8], pieces: Option<usize>) -> Option<Plan> {
-    let asked = pieces.or_else(|| std::env::var("VRAMSCOPE_PICKLE_PIECES").ok().and_then(|v| v.trim().parse().ok()));
-    let cores = match asked {
-        Some(n) => n.min(MAX_PIECES),
-        None if data.len() < MIN_BYTES => return None,
-        None => std::thread::available_parallelism().map_or(1, usize::from).min(MAX_PIECES),
+    let setting = std::env::var("VRAMSCOPE_PICKLE_PIECES").ok();
+    let asked = match pieces {
+        Some(n) => Some(n),
+        None => match setting.as_deref().map(str::trim) {
+            Some("auto") if data.len() >= MIN_BYTES => {
+                Some(std::thread::available_parallelism().map_or(1, usize::from))
+            }
+            Some(n) => n.parse().ok(),
+            None => None,
+        },
     };
+    let cores = asked?.min(MAX_PIECES);
     if cores < 2 || data.first() != Some(&0x80) || data.get(1).is_none_or(|&p| p < 4) {
         return None;
-    }
-    // The frames, from their headers alone.
-    let mut frames = Vec::new();
-    let mut pos = 2usize;
-    while data.get(pos) == Some(&0x95) {
-        let b = data.get(pos + 1..pos + 9)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        let len = usize::try_from(u64::from_le_bytes(a)).ok()?;
-        frames.push(pos + 9);
-        pos = (pos + 9).checked_add(len)?;
     }
     // The first piece is a little longer: the stretch before each other piece is counted while
     // it runs.
     let mut cuts: Vec<usize> = Vec::new();
     for k in 1..cores {
         let target = (data.len() as f64 * (k as f64 + 0.4) / (cores as f64 + 0.4)) as usize;
-        let Some(&frame) = frames.get(frames.partition_point(|&f| f < target)) else { continue };
-        if let Some(cut) = batch_boundary(data, frame)
+        if let Some(frame) = frame_after(data, target)
+            && let Some(cut) = batch_boundary(data, frame)
             && cuts.last().is_none_or(|&last| cut > last)
         {
             cuts.push(cut);
         }
     }
     (!cuts.is_empty()).then_some(Plan { cuts })
+}
+
+/// The start of the first `FRAME` at or after `target`: a `FRAME` opcode whose length leads to
+/// two more (or to the end). Found near the target alone, not by following every frame from the
+/// start, which on a file not yet in the page cache is a random read per 64 KiB. A match that is
+/// no frame costs nothing but the piece: the count before it walks opcodes from a known
+/// boundary and must land on the cut exactly.
+fn frame_after(data: &[u8], target: usize) -> Option<usize> {
+    let header = |q: usize| -> Option<usize> {
+        if data.get(q) != Some(&0x95) {
+            return None;
+        }
+        let b = data.get(q + 1..q + 9)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        let len = usize::try_from(u64::from_le_bytes(a)).ok()?;
+        (1..=SEARCH_BYTES).contains(&len).then_some(q + 9 + len)
+    };
+    let end = target.saturating_add(SEARCH_BYTES).min(data.len());
+    (target..end)
+        .find(|&q| {
+            let Some(next) = header(q) else { return false };
+            if next >= data.len() {
+                return next == data.len();
+            }
+            header(next).is_some_and(|after| after >= data.len() || header(after).is_some())
+        })
+        .map(|q| q + 9)
 }
 
 /// The first `MARK` of a batch of dicts appended to a list (`APPENDS MARK EMPTY_DICT MEMOIZE`)
