@@ -18,6 +18,7 @@ mod memo;
 mod parallel;
 mod scalars;
 mod store;
+mod walk;
 
 use rustc_hash::FxHashMap;
 

@@ -27,6 +27,7 @@ use rustc_hash::FxHashMap;
 
 use super::memo::{Memo, Remap};
 use super::store::{ContainerKind, RecordKind, Sink, Store, Value};
+use super::walk::{CHECK_BYTES, Counted, Earlier, batch_boundary, count, frame_after, next_op};
 use super::{Loaded, Machine};
 use crate::error::Result;
 use crate::model::ids::{ContextId, FrameId, StackId, StringId};
@@ -37,13 +38,6 @@ use crate::progress::Progress;
 const MIN_BYTES: usize = 64 << 20;
 /// At most this many pieces.
 const MAX_PIECES: usize = 8;
-/// How far past a cut's frame a batch boundary is looked for.
-const SEARCH_BYTES: usize = 4 << 20;
-/// Every this many stored values, where the value was built is noted.
-const SAMPLE: usize = 64;
-/// How often the counting and the pieces check whether to stop, and hand back the file's
-/// pages behind them.
-const CHECK_BYTES: usize = 4 << 20;
 /// How deep a value of an earlier piece may nest (a frame dict in a list of frames).
 const MAX_EARLIER_DEPTH: u8 = 4;
 
@@ -105,112 +99,6 @@ pub(super) struct Done<S> {
     sink: S,
 }
 
-/// The stores counted in one stretch of the file.
-#[derive(Clone, Debug, Default)]
-struct Counted {
-    /// The first memo index of the stretch.
-    base: usize,
-    count: usize,
-    /// Where the values `0, SAMPLE, 2 * SAMPLE, ...` of the stretch were built.
-    built_at: Vec<usize>,
-}
-
-/// Where the values stored before a piece were built.
-pub(super) struct Earlier {
-    stretches: Vec<Counted>,
-}
-
-/// Bytes of argument after an opcode, `VAR` when its length is read from it, `NO` when a piece
-/// cannot take the opcode (text arguments, explicit memo indices, code).
-const VAR: u8 = 0xfe;
-const NO: u8 = 0xff;
-
-const fn argument_bytes() -> [u8; 256] {
-    let mut table = [NO; 256];
-    let fixed: [(u8, u8); 37] = [
-        (0x80, 1),
-        (0x95, 8),
-        (b'(', 0),
-        (b'.', 0),
-        (b'0', 0),
-        (b'1', 0),
-        (b'2', 0),
-        (b'N', 0),
-        (0x88, 0),
-        (0x89, 0),
-        (b'J', 4),
-        (b'K', 1),
-        (b'M', 2),
-        (b'G', 8),
-        (b']', 0),
-        (b'}', 0),
-        (b')', 0),
-        (0x8f, 0),
-        (0x85, 0),
-        (0x86, 0),
-        (0x87, 0),
-        (b't', 0),
-        (b'l', 0),
-        (b'd', 0),
-        (0x91, 0),
-        (b'a', 0),
-        (b'e', 0),
-        (0x90, 0),
-        (b's', 0),
-        (b'u', 0),
-        (0x94, 0),
-        (b'h', 1),
-        (b'j', 4),
-        (0x8a, VAR),
-        (0x8b, VAR),
-        (0x8c, VAR),
-        (b'X', VAR),
-    ];
-    let mut i = 0;
-    while i < fixed.len() {
-        table[fixed[i].0 as usize] = fixed[i].1;
-        i += 1;
-    }
-    let more_var = [0x8d, b'T', b'U', b'B', b'C', 0x8e, 0x96];
-    let mut i = 0;
-    while i < more_var.len() {
-        table[more_var[i] as usize] = VAR;
-        i += 1;
-    }
-    table
-}
-
-static ARGUMENT_BYTES: [u8; 256] = argument_bytes();
-
-/// The position of the opcode after the one at `p`, or `None` for an opcode pieces do not take
-/// or one that runs past the end.
-#[inline]
-fn next_op(data: &[u8], p: usize) -> Option<usize> {
-    let op = *data.get(p)?;
-    let fixed = ARGUMENT_BYTES[op as usize];
-    let end = if fixed < VAR {
-        p + 1 + fixed as usize
-    } else if fixed == VAR {
-        let (width, len) = match op {
-            0x8a | 0x8c | b'U' | b'C' => (1, u64::from(*data.get(p + 1)?)),
-            0x8b | b'X' | b'T' | b'B' => {
-                let b = data.get(p + 1..p + 5)?;
-                (4, u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-            }
-            _ => {
-                let b = data.get(p + 1..p + 9)?;
-                let mut a = [0u8; 8];
-                a.copy_from_slice(b);
-                (8, u64::from_le_bytes(a))
-            }
-        };
-        (p + 1 + width).checked_add(usize::try_from(len).ok()?)?
-    } else {
-        return None;
-    };
-    (end <= data.len()).then_some(end)
-}
-
 /// Where to cut `data` into `pieces`, if asked to, by the caller or by `VRAMSCOPE_PICKLE_PIECES`
 /// (a number, or `auto`: as many as there are cores, for a pickle large enough to be worth it).
 ///
@@ -249,102 +137,6 @@ pub(super) fn plan(data: &[u8], pieces: Option<usize>) -> Option<Plan> {
     (!cuts.is_empty()).then_some(Plan { cuts })
 }
 
-/// The start of the first `FRAME` at or after `target`: a `FRAME` opcode whose length leads to
-/// two more (or to the end). Found near the target alone, not by following every frame from the
-/// start, which on a file not yet in the page cache is a random read per 64 KiB. A match that is
-/// no frame costs nothing but the piece: the count before it walks opcodes from a known
-/// boundary and must land on the cut exactly.
-fn frame_after(data: &[u8], target: usize) -> Option<usize> {
-    let header = |q: usize| -> Option<usize> {
-        if data.get(q) != Some(&0x95) {
-            return None;
-        }
-        let b = data.get(q + 1..q + 9)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        let len = usize::try_from(u64::from_le_bytes(a)).ok()?;
-        (1..=SEARCH_BYTES).contains(&len).then_some(q + 9 + len)
-    };
-    let end = target.saturating_add(SEARCH_BYTES).min(data.len());
-    (target..end)
-        .find(|&q| {
-            let Some(next) = header(q) else { return false };
-            if next >= data.len() {
-                return next == data.len();
-            }
-            header(next).is_some_and(|after| after >= data.len() || header(after).is_some())
-        })
-        .map(|q| q + 9)
-}
-
-/// The first `MARK` of a batch of dicts appended to a list (`APPENDS MARK EMPTY_DICT MEMOIZE`)
-/// after the opcode boundary `from`.
-fn batch_boundary(data: &[u8], from: usize) -> Option<usize> {
-    let mut p = from;
-    while p < from + SEARCH_BYTES {
-        if data.get(p) == Some(&b'e') && data.get(p + 1..p + 4) == Some(&[b'(', b'}', 0x94]) {
-            return Some(p + 1);
-        }
-        p = next_op(data, p)?;
-    }
-    None
-}
-
-/// Counts the memo stores from `start` to `end` (both opcode boundaries).
-fn count(data: &[u8], start: usize, end: usize, check: &Check<'_>) -> Option<Counted> {
-    let mut counted = Counted::default();
-    let (mut p, mut built) = (start, start);
-    let mut next_check = start + CHECK_BYTES;
-    while p < end {
-        match data.get(p) {
-            Some(0x94) => {
-                if counted.count.is_multiple_of(SAMPLE) {
-                    counted.built_at.push(built);
-                }
-                counted.count += 1;
-            }
-            // An explicit index may reuse one: the count would not say what is where.
-            Some(b'q' | b'r') => return None,
-            _ => built = p,
-        }
-        p = next_op(data, p)?;
-        if p >= next_check {
-            next_check = p + CHECK_BYTES;
-            if !check.go_on(start, p) {
-                return None;
-            }
-        }
-    }
-    (p == end).then_some(counted)
-}
-
-impl Earlier {
-    /// Where the value stored at `index` was built.
-    fn built_at(&self, data: &[u8], index: usize) -> Option<usize> {
-        let k = self.stretches.partition_point(|s| s.base <= index).checked_sub(1)?;
-        let stretch = self.stretches.get(k)?;
-        let local = index - stretch.base;
-        if local >= stretch.count {
-            return None;
-        }
-        let sample = local / SAMPLE;
-        let mut p = *stretch.built_at.get(sample)?;
-        let mut built = p;
-        let mut left = local - sample * SAMPLE;
-        loop {
-            if data.get(p) == Some(&0x94) {
-                if left == 0 {
-                    return Some(built);
-                }
-                left -= 1;
-            } else {
-                built = p;
-            }
-            p = next_op(data, p)?;
-        }
-    }
-}
-
 /// Stops counting and pieces once the whole no longer needs them, and hands their pages back.
 struct Check<'a> {
     abandon: &'a AtomicBool,
@@ -352,8 +144,12 @@ struct Check<'a> {
 }
 
 impl Check<'_> {
+    /// Called every [`CHECK_BYTES`] of a stretch from `start`: hands back the pages read since
+    /// the last call (but the last MiB), says whether to go on.
     fn go_on(&self, start: usize, pos: usize) -> bool {
-        self.progress.release(start as u64, pos.saturating_sub(1 << 20) as u64);
+        const KEEP: usize = 1 << 20;
+        let from = pos.saturating_sub(CHECK_BYTES + KEEP).max(start);
+        self.progress.release(from as u64, pos.saturating_sub(KEEP) as u64);
         !self.abandon.load(Ordering::Relaxed)
     }
 }
@@ -394,10 +190,11 @@ pub(super) fn load<S: PieceSink>(
                 std::thread::Builder::new().name(format!("vramscope-pickle-{piece}")).spawn_scoped(scope, move || {
                     let check = Check { abandon, progress };
                     // Every thread reports its count, whatever happens while counting.
-                    let counted =
-                        catch_unwind(AssertUnwindSafe(|| count(data, starts[piece - 1], starts[piece], &check)))
-                            .ok()
-                            .flatten();
+                    let counted = catch_unwind(AssertUnwindSafe(|| {
+                        count(data, starts[piece - 1], starts[piece], |p| check.go_on(starts[piece - 1], p))
+                    }))
+                    .ok()
+                    .flatten();
                     let stretches = counts.report(piece - 1, counted, pieces, abandon);
                     let stretches = stretches.and_then(|counted| stretches_before(&counted, piece));
                     let done = stretches.and_then(|stretches| {
