@@ -1,7 +1,7 @@
 //! What a trace cannot show: a snapshot taken without allocation history, a profiler trace that
 //! cannot see memory from before it began. Found here once for `info` and the app, which word it.
 
-use vramscope_trace_format::{DeviceId, SourceFormat, Trace};
+use vramscope_trace_format::{DeviceId, RangeInfo, SourceFormat, Trace};
 
 /// Something the trace cannot show.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,6 +14,9 @@ pub enum Caveat {
     /// On these devices memory allocated before the profiler started is not seen: the trace's
     /// events carry only sizes, so the curve is their running sum.
     UnseenBeforeStart(Vec<DeviceId>),
+    /// The trace is a range of its source: what came before is folded into what was alive at
+    /// its start, what came after is left out.
+    Range(RangeInfo),
 }
 
 /// What `trace` cannot show.
@@ -36,6 +39,9 @@ pub fn caveats(trace: &Trace) -> Vec<Caveat> {
         trace.metadata.devices.iter().filter(|d| d.allocated_before_unknown).map(|d| d.device).collect();
     if !unseen.is_empty() {
         notes.push(Caveat::UnseenBeforeStart(unseen));
+    }
+    if let Some(range) = trace.metadata.range {
+        notes.push(Caveat::Range(range));
     }
     notes
 }

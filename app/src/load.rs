@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vramscope_trace_format::import::Wrapper;
 use vramscope_trace_format::import::import_json_stream;
-use vramscope_trace_format::{Progress, SourceFormat, Trace, import, import_owned};
+use vramscope_trace_format::{Progress, SourceFormat, Trace, TraceRange, import, import_owned_range, import_range};
 
 use crate::mapped::MappedFile;
 
@@ -30,6 +30,22 @@ pub struct LoadedTrace {
     pub format: SourceFormat,
     /// What the content came wrapped in (gzip, a memory_viz HTML page), outermost first.
     pub wrappers: Vec<Wrapper>,
+}
+
+/// The part of each trace this process reads (`--range`, or the app's File > Open part of a
+/// trace): [`load`] and the app's loads cut every file to it.
+static RANGE: std::sync::RwLock<Option<TraceRange>> = std::sync::RwLock::new(None);
+
+/// Sets the part of each trace read from now on (`None`: the whole).
+pub fn set_range(range: Option<TraceRange>) {
+    if let Ok(mut slot) = RANGE.write() {
+        *slot = range;
+    }
+}
+
+/// The part of each trace read, if only a part is.
+pub fn range() -> Option<TraceRange> {
+    RANGE.read().ok().and_then(|r| *r)
 }
 
 /// The path that names standard input.
@@ -58,7 +74,7 @@ fn not_a_file(kind: std::fs::FileType) -> Option<&'static str> {
 }
 
 /// Reads a trace from standard input (`vramscope info -`), up to [`MAX_STDIN_BYTES`].
-fn load_stdin(progress: &dyn Progress) -> Result<LoadedTrace> {
+fn load_stdin(progress: &dyn Progress, range: Option<TraceRange>) -> Result<LoadedTrace> {
     let mut data = Vec::new();
     let read =
         std::io::Read::read_to_end(&mut std::io::Read::take(std::io::stdin().lock(), MAX_STDIN_BYTES + 1), &mut data)
@@ -70,7 +86,7 @@ fn load_stdin(progress: &dyn Progress) -> Result<LoadedTrace> {
         bail!("standard input is empty");
     }
     let file_bytes = data.len() as u64;
-    let imported = import_owned(data, progress).context("cannot load standard input")?;
+    let imported = import_owned_range(data, progress, range).context("cannot load standard input")?;
     Ok(LoadedTrace {
         trace: imported.trace,
         warnings: imported.warnings,
@@ -120,8 +136,15 @@ impl Progress for Releasing<'_> {
 
 /// Reads a file of any supported format with a caller-provided progress sink.
 pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
+    load_range_with(path, None, progress)
+}
+
+/// Reads `range` of the trace in a file ([`vramscope_trace_format::range`]); the whole of it
+/// without one.
+pub fn load_range_with(path: &Path, range: Option<TraceRange>, progress: &dyn Progress) -> Result<LoadedTrace> {
     if crate::sample::is_sample(path) {
-        let imported = import(crate::sample::BYTES, progress).context("cannot load the built-in sample")?;
+        let imported =
+            import_range(crate::sample::BYTES, progress, range).context("cannot load the built-in sample")?;
         return Ok(LoadedTrace {
             trace: imported.trace,
             warnings: imported.warnings,
@@ -132,7 +155,7 @@ pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
         });
     }
     if path == Path::new(STDIN) {
-        return load_stdin(progress);
+        return load_stdin(progress, range);
     }
     let cannot_read = || format!("cannot read {}", path.display());
     // Looked at before opening: opening a named pipe without a writer waits forever.
@@ -152,15 +175,15 @@ pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
     let imported = if file_bytes >= MAP_AT_BYTES && starts_as_json(&file) {
         // A large JSON file is parsed as it is read: memory for the records kept, not the bytes.
         let reader = std::io::BufReader::with_capacity(1 << 20, &file);
-        import_json_stream(reader, file_bytes, progress).with_context(cannot_load)?
+        import_json_stream(reader, file_bytes, progress, range).with_context(cannot_load)?
     } else if file_bytes >= MAP_AT_BYTES {
         let mapped = MappedFile::map(&file).with_context(cannot_read)?;
-        import(mapped.bytes(), &Releasing { mapped: &mapped, progress }).with_context(cannot_load)?
+        import_range(mapped.bytes(), &Releasing { mapped: &mapped, progress }, range).with_context(cannot_load)?
     } else {
         let mut data = Vec::with_capacity(file_bytes as usize);
         std::io::Read::read_to_end(&mut &file, &mut data).with_context(cannot_read)?;
         // The bytes are dropped as soon as they are parsed: less memory at the peak.
-        import_owned(data, progress).with_context(cannot_load)?
+        import_owned_range(data, progress, range).with_context(cannot_load)?
     };
     if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -177,7 +200,8 @@ pub fn load_with(path: &Path, progress: &dyn Progress) -> Result<LoadedTrace> {
     })
 }
 
-/// Reads a file of any supported format, showing a progress bar on a terminal.
+/// Reads a file of any supported format, showing a progress bar on a terminal; cut to the
+/// part asked for ([`set_range`]) when there is one.
 pub fn load(path: &Path) -> Result<LoadedTrace> {
     let size = if path == Path::new(STDIN) || crate::sample::is_sample(path) {
         0
@@ -186,7 +210,7 @@ pub fn load(path: &Path) -> Result<LoadedTrace> {
     };
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let bar = progress_bar(size, &format!("reading {name}"));
-    let result = load_with(path, &|done: u64, _total: u64| {
+    let result = load_range_with(path, range(), &|done: u64, _total: u64| {
         bar.set_position(done);
         true
     });

@@ -38,7 +38,27 @@ struct OpenArgs {
     /// its ranks side by side in the Ranks view.
     files: Vec<PathBuf>,
     #[command(flatten)]
+    range: RangeArg,
+    #[command(flatten)]
     window: WindowArgs,
+}
+
+#[derive(Args, Debug, Default)]
+struct RangeArg {
+    /// Read only this part of each trace: +2s..+3.5s (time after its first event) or
+    /// #1000000..#2000000 (events by index from 0, end excluded; a snapshot's trace entries in
+    /// file order); either end may be left out. What was alive when the range starts is kept,
+    /// so its memory is the whole trace's; a snapshot is cut as it is read, so a trace too large
+    /// for this machine's memory opens in part.
+    #[arg(long, value_name = "START..END")]
+    range: Option<vramscope_trace_format::TraceRange>,
+}
+
+impl RangeArg {
+    /// Applies the range to every file the command reads.
+    fn set(&self) {
+        vramscope::load::set_range(self.range);
+    }
 }
 
 #[derive(Args, Debug)]
@@ -95,6 +115,8 @@ enum Command {
         /// The run compared with it.
         b: PathBuf,
         #[command(flatten)]
+        range: RangeArg,
+        #[command(flatten)]
         window: WindowArgs,
     },
     /// Print what a trace holds: peaks, the final segment state, fragmentation.
@@ -122,6 +144,8 @@ enum Command {
         /// why it has it, and where it was allocated.
         #[arg(long, value_name = "N", default_value_t = 0)]
         blocks: usize,
+        #[command(flatten)]
+        range: RangeArg,
     },
     /// Compare two runs at their peaks; with gates, fail (exit 1) when memory grew too much.
     ///
@@ -152,6 +176,9 @@ enum Command {
         /// with the highest peak).
         #[arg(long, value_name = "DEVICE")]
         device: Option<vramscope_trace_format::DeviceId>,
+        /// Compare this part of both runs (see `info --range`).
+        #[arg(long, value_name = "START..END")]
+        range: Option<vramscope_trace_format::TraceRange>,
     },
     /// Draw a report image: the timeline by category and the breakdown at the peak; with two
     /// files, both timelines on one time axis and byte scale, and what changed.
@@ -168,6 +195,8 @@ enum Command {
         /// Replace OUT if it exists.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        range: RangeArg,
     },
     /// Run a workload with its GPU memory recorded, and write it as one trace.
     ///
@@ -244,6 +273,8 @@ enum Command {
         #[arg(long, value_name = "N,…", value_delimiter = ',', group = "sizes", requires = "with",
               value_parser = clap::value_parser!(u64).range(1..))]
         seq_len: Vec<u64>,
+        #[command(flatten)]
+        range: RangeArg,
     },
     /// Write a trace or a run for the tools people already use.
     ///
@@ -266,11 +297,14 @@ enum Command {
         /// Replace OUT if it exists.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        range: RangeArg,
     },
     /// Convert any supported file to a compact `.vtrace`.
     ///
     /// The output is written to a temporary file beside it and renamed into place when complete,
-    /// so an interrupted conversion never leaves a half-written trace.
+    /// so an interrupted conversion never leaves a half-written trace. With --range, only that
+    /// part is written (a small trace of one step of a huge snapshot, say).
     Convert {
         /// The file to convert ('-' for standard input).
         file: PathBuf,
@@ -280,6 +314,8 @@ enum Command {
         /// Replace OUT if it exists.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        range: RangeArg,
     },
 }
 
@@ -291,6 +327,7 @@ const EXIT_GATE_FAILED: u8 = 1;
 fn open(
     files: Vec<PathBuf>,
     compare: Option<PathBuf>,
+    range: RangeArg,
     window: WindowArgs,
     started: std::time::Instant,
 ) -> anyhow::Result<()> {
@@ -302,6 +339,8 @@ fn open(
     if compare.is_some() && files.len() > 1 {
         anyhow::bail!("compare takes two traces, not runs of several files");
     }
+    // Every file the app reads is cut to it, until the user opens a whole one.
+    range.set();
     vramscope::gui::run(vramscope::gui::GuiOptions {
         files,
         compare,
@@ -319,17 +358,21 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
-        None => open(cli.open.files, None, cli.open.window, started),
-        Some(Command::Open(args)) => open(args.files, None, args.window, started),
-        Some(Command::Compare { a, b, window }) => open(vec![a], Some(b), window, started),
-        Some(Command::Info { files, json, at, blocks }) => vramscope::cli::info::run_paths(
-            &files,
-            json,
-            at.as_ref().map(|(t, w)| (t.as_str(), w)),
-            blocks,
-            &mut stdout,
-        ),
-        Some(Command::Diff { a, b, json, fail_if_peak_grows, fail_if_category_grows, device }) => {
+        None => open(cli.open.files, None, cli.open.range, cli.open.window, started),
+        Some(Command::Open(args)) => open(args.files, None, args.range, args.window, started),
+        Some(Command::Compare { a, b, range, window }) => open(vec![a], Some(b), range, window, started),
+        Some(Command::Info { files, json, at, blocks, range }) => {
+            range.set();
+            vramscope::cli::info::run_paths(
+                &files,
+                json,
+                at.as_ref().map(|(t, w)| (t.as_str(), w)),
+                blocks,
+                &mut stdout,
+            )
+        }
+        Some(Command::Diff { a, b, json, fail_if_peak_grows, fail_if_category_grows, device, range }) => {
+            RangeArg { range }.set();
             use vramscope::cli::diff::Gate;
             let gates: Vec<Gate> = fail_if_peak_grows
                 .map(Gate::PeakGrows)
@@ -342,7 +385,8 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             }
         }
-        Some(Command::Report { file, file2, output, force }) => {
+        Some(Command::Report { file, file2, output, force, range }) => {
+            range.set();
             let files: Vec<PathBuf> = std::iter::once(file).chain(file2).collect();
             vramscope::cli::report::run(&files, &output, force, &mut stdout)
         }
@@ -358,7 +402,8 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             }
         }
-        Some(Command::Advise { file, json, gpus, target_bytes, device, with, batch, seq_len }) => {
+        Some(Command::Advise { file, json, gpus, target_bytes, device, with, batch, seq_len, range }) => {
+            range.set();
             use vramscope::analysis::advisor::scaling::Dimension;
             let scaling = (!with.is_empty()).then(|| {
                 let (dimension, sizes) =
@@ -367,10 +412,12 @@ fn main() -> ExitCode {
             });
             vramscope::cli::advise::run(&file, json, gpus, target_bytes, device, scaling.as_ref(), &mut stdout)
         }
-        Some(Command::Export { files, output, format, force }) => {
+        Some(Command::Export { files, output, format, force, range }) => {
+            range.set();
             vramscope::cli::export::run(&files, &output, format, force, &mut stdout)
         }
-        Some(Command::Convert { file, output, force }) => {
+        Some(Command::Convert { file, output, force, range }) => {
+            range.set();
             vramscope::cli::convert::run(&file, &output, force, &mut stdout)
         }
     };

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Independent reference numbers for vramscope's Rust tests.
 
-Usage: python3 snapshot_reference.py FILE
+Usage: python3 snapshot_reference.py FILE [--range-us FROM TO]
+
+With --range-us (snapshots only), each device also reports the highest requested
+and reserved bytes over the part of its trace from FROM to TO microseconds after
+the trace's first entry (both included), counting everything alive then: what
+`vramscope info --range +FROMus..+TOus` must report as its peaks.
 
 Prints one JSON object on stdout. The input kind is detected from the file's
 content, not its name:
@@ -121,9 +126,11 @@ class Curve:
         self.best = 0  # the window start is a candidate for the maximum
         self.best_time = start_time
         self.baseline = 0
+        self.history = []  # (time, delta after the entry), for peaks over part of the trace
 
     def add(self, amount, time):
         self.delta += amount
+        self.history.append((time, self.delta))
         # Strictly greater: report the first moment the peak is reached.
         if self.delta > self.best:
             self.best = self.delta
@@ -131,6 +138,19 @@ class Curve:
 
     def peak(self):
         return self.baseline + self.best
+
+    def peak_between(self, lo, hi):
+        """The highest value from time lo to hi (both included), counting the value when lo
+        begins (after the last entry before it)."""
+        before = 0
+        best = None
+        for time, delta in self.history:
+            if time < lo:
+                before = delta
+            elif time <= hi:
+                best = delta if best is None else max(best, delta)
+        best = before if best is None else max(best, before)
+        return self.baseline + best
 
     def end(self):
         return self.baseline + self.delta
@@ -147,7 +167,7 @@ def held_blocks(segments):
     return held
 
 
-def replay(trace, segments):
+def replay(trace, segments, range_us=None):
     """Peaks over the trace window, using MemoryViz.js's pre-window rule.
 
     The trace is a ring buffer, so memory can be in use before its first
@@ -258,13 +278,24 @@ def replay(trace, segments):
     allocated.baseline = pre_allocated
     reserved.baseline = pre_reserved
 
+    in_range = {}
+    if range_us is not None and trace:
+        lo, hi = start_time + range_us[0], start_time + range_us[1]
+        in_range = {
+            "range_peak_requested_bytes": requested.peak_between(lo, hi),
+            "range_peak_reserved_bytes": reserved.peak_between(lo, hi),
+        }
+
     return {
+        **in_range,
         "peak_allocated_bytes": allocated.peak(),
         "peak_allocated_time_us": allocated.best_time,
         "peak_requested_bytes": requested.peak(),
         "peak_requested_time_us": requested.best_time,
         "peak_reserved_bytes": reserved.peak(),
         "trace_entries": len(trace),
+        "trace_first_time_us": times[0] if trace else None,
+        "trace_last_time_us": times[-1] if trace else None,
         "actions": dict(sorted(actions.items())),
         # Where the replay ends; equals the final-state numbers when the trace
         # and the segments agree (allocated: plus any active_pending_free
@@ -403,7 +434,7 @@ def parameters_by_size(trace, segments, open_at_end):
     return set()
 
 
-def analyze_snapshot(snap):
+def analyze_snapshot(snap, range_us=None):
     # _memory_viz.py accepts a bare list of segments (the oldest format).
     if isinstance(snap, list):
         snap = {"segments": snap}
@@ -421,7 +452,7 @@ def analyze_snapshot(snap):
         trace = traces[device] if device < len(traces) else []
         entry = {"device": device}
         entry.update(final_state(segs))
-        entry.update(replay(trace, segs))
+        entry.update(replay(trace, segs, range_us))
         entry["categories_at_peak"] = categories_at_peak(trace, segs)
         result.append(entry)
     return {"format": "pytorch-snapshot", "devices": result}
@@ -604,25 +635,28 @@ def is_pickle(data):
     return data[:1] == b"\x80" or data[:2] in (b"(d", b"(l") or data[:1] in (b"}", b"]")
 
 
-def analyze_bytes(data):
+def analyze_bytes(data, range_us=None):
     if is_pickle(data):
         # Snapshots are plain dicts/lists/ints/strings; no custom classes.
-        return analyze_snapshot(pickle.loads(data))
+        return analyze_snapshot(pickle.loads(data), range_us)
     if data[:2] == b"\x1f\x8b":
-        return analyze_bytes(gzip.decompress(data))
+        return analyze_bytes(gzip.decompress(data), range_us)
     return analyze_json(json.loads(data))
 
 
-def analyze_file(path):
+def analyze_file(path, range_us=None):
     with open(path, "rb") as f:
-        return analyze_bytes(f.read())
+        return analyze_bytes(f.read(), range_us)
 
 
 def main(argv):
-    if len(argv) != 2:
-        print("usage: snapshot_reference.py FILE", file=sys.stderr)
+    range_us = None
+    if len(argv) == 5 and argv[2] == "--range-us":
+        range_us = (int(argv[3]), int(argv[4]))
+    elif len(argv) != 2:
+        print("usage: snapshot_reference.py FILE [--range-us FROM TO]", file=sys.stderr)
         return 2
-    json.dump(analyze_file(argv[1]), sys.stdout, indent=2)
+    json.dump(analyze_file(argv[1], range_us), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
 

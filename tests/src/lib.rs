@@ -180,6 +180,18 @@ pub fn reference(file: &Path) -> serde_json::Value {
     }
 }
 
+/// The reference's JSON for a snapshot with its peaks over the part of each device's trace from
+/// `from_us` to `to_us` after its first entry (`range_peak_requested_bytes`, ...).
+pub fn reference_in_range(file: &Path, from_us: i64, to_us: i64) -> serde_json::Value {
+    let script = repo_root().join("scripts/reference/snapshot_reference.py");
+    let (from, to) = (from_us.to_string(), to_us.to_string());
+    let text = run_python(&script, &[file.as_os_str(), "--range-us".as_ref(), from.as_ref(), to.as_ref()]);
+    match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => panic!("reference output is not JSON ({e}): {text}"),
+    }
+}
+
 /// `vramscope info --json FILE`, parsed; panics if the command fails, or if any device's peak is
 /// below the state the trace ends in (checked on every file the suite opens this way).
 pub fn info_json(file: &Path) -> serde_json::Value {

@@ -111,3 +111,53 @@ fn a_device_the_trace_lacks_is_refused_by_name() {
     let output = vramscope(&["advise".as_ref(), file.as_os_str(), "--device=cuda:0".as_ref()]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }
+
+/// `--range` reads part of a trace, says so, and refuses what it cannot read, naming why.
+#[test]
+fn a_range_is_read_said_and_written_and_a_bad_one_is_refused() {
+    let file = fixtures_dir().join("pytorch-snapshots/gpt_ctx128_fullstep_fp32.pickle");
+    let output = vramscope(&["info".as_ref(), file.as_os_str(), "--range".as_ref(), "#5000..#6000".as_ref()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8_lossy(&output.stdout);
+    for expected in ["Only #5000..#6000 of the file is open", "5,000 events before it", "final state     no segment state"] {
+        assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+    }
+    // Written to a .vtrace, the part reads back as the part, saying so.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = dir.path().join("part.vtrace");
+    let converted = vramscope(&[
+        "convert".as_ref(),
+        file.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--range".as_ref(),
+        "#5000..#6000".as_ref(),
+    ]);
+    assert!(converted.status.success(), "{}", String::from_utf8_lossy(&converted.stderr));
+    let again = vramscope(&["info".as_ref(), out.as_os_str()]);
+    let again = String::from_utf8_lossy(&again.stdout);
+    let peak = |text: &str| text.lines().find(|l| l.contains("peak allocated")).map(str::to_owned);
+    assert_eq!(peak(&again), peak(&text), "the part written keeps its numbers");
+    assert!(again.contains("Only #5000..#6000 of the file is open"), "{again}");
+    for (range, expected) in [
+        ("+2s", "is not a range"),
+        ("5..10", "has no unit"),
+        ("#9..#3", "ends before it starts"),
+        ("#1..+2s", "mixes a time and an event index"),
+    ] {
+        let (code, stderr) = stderr_of(&["info".as_ref(), file.as_os_str(), "--range".as_ref(), range.as_ref()]);
+        assert_eq!(code, 2, "{range}: {stderr}");
+        assert!(stderr.contains(expected), "{range}: expected {expected:?} in {stderr}");
+    }
+    // A snapshot without times has no time range to give.
+    let untimed = dir.path().join("untimed.pickle");
+    vramscope_e2e::run_python_code(
+        "import pickle,sys; d=pickle.load(open(sys.argv[1],'rb'))\n\
+         for t in d['device_traces']:\n    for e in t: e.pop('time_us', None)\n\
+         pickle.dump(d, open(sys.argv[2],'wb'))",
+        &[file.as_os_str(), untimed.as_os_str()],
+    );
+    let (code, stderr) = stderr_of(&["info".as_ref(), untimed.as_os_str(), "--range".as_ref(), "+1ms..".as_ref()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("records no times") && stderr.contains("untimed.pickle"), "{stderr}");
+}

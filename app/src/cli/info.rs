@@ -478,20 +478,23 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
             )?;
         }
     }
+    // Without the allocator's segments, the end of the replay says what it can: how the free
+    // bytes lie in ranges is not known.
+    let segments =
+        if d.segments > 0 { format!("{} segments", count(d.segments)) } else { "no segment state".to_owned() };
     writeln!(
         out,
-        "  final state     {} segments, reserved {}, allocated {} (requested {})",
-        count(d.segments),
+        "  final state     {segments}, reserved {}, allocated {} (requested {})",
         bytes(d.final_state.reserved_bytes),
         bytes(d.final_state.allocated_bytes),
         bytes(d.final_state.requested_bytes)
     )?;
+    let largest = if d.segments > 0 { bytes(d.final_state.largest_free_bytes) } else { "not known".to_owned() };
     writeln!(
         out,
-        "  free            internal {}, external {} (largest free range {})",
+        "  free            internal {}, external {} (largest free range {largest})",
         bytes(d.final_state.free_internal_bytes),
         bytes(d.final_state.free_external_bytes),
-        bytes(d.final_state.largest_free_bytes)
     )?;
     if d.private_pool_segments > 0 {
         writeln!(

@@ -16,6 +16,7 @@ use super::views::{Body, ViewStates};
 use crate::units;
 
 mod bars;
+mod range;
 
 /// Options that persist between runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -95,6 +96,8 @@ pub struct VramscopeApp {
     pub report_first_frame_since: Option<std::time::Instant>,
     /// How many of a run's timings were said (first rank, all ranks).
     run_timings_said: u8,
+    /// File > Open part of a trace…, while it is open.
+    range_dialog: Option<range::RangeDialog>,
 }
 
 impl VramscopeApp {
@@ -109,6 +112,7 @@ impl VramscopeApp {
             picker,
             report_first_frame_since: None,
             run_timings_said: 0,
+            range_dialog: None,
         }
     }
 
@@ -122,9 +126,19 @@ impl VramscopeApp {
         self.open_paths(ctx, &[path.to_owned()]);
     }
 
-    /// Starts loading what `paths` name: one trace, or a run of several ranks (files, a
+    /// Starts loading what `paths` name, whole: one trace, or a run of several ranks (files, a
     /// directory of them), shown in the ranks view as its files are read.
     pub fn open_paths(&mut self, ctx: &egui::Context, paths: &[PathBuf]) {
+        crate::load::set_range(None);
+        self.start_paths(ctx, paths);
+    }
+
+    /// [`Self::open_paths`] cut to the range the command line asked for, if it did.
+    pub fn open_from_command_line(&mut self, ctx: &egui::Context, paths: &[PathBuf]) {
+        self.start_paths(ctx, paths);
+    }
+
+    fn start_paths(&mut self, ctx: &egui::Context, paths: &[PathBuf]) {
         self.session.open_paths(ctx, paths);
         if self.session.run.as_ref().is_some_and(|r| r.is_reading()) {
             self.settings.view = View::Ranks;
@@ -344,6 +358,7 @@ impl VramscopeApp {
         });
         self.report_run_timings();
         self.loading_overlay(&ctx);
+        self.range_window(&ctx);
         if self.show_help {
             self.help_window(&ctx);
         }

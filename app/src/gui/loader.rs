@@ -88,12 +88,14 @@ impl Loader {
 
     fn spawn(path: &Path, rank: Option<Option<usize>>, repaint: impl Fn() + Send + Sync + 'static) -> Self {
         let thread_path = path.to_owned();
+        let range = crate::load::range();
         let job = Job::spawn(
             "load",
             repaint,
             move |progress| {
                 let started = Instant::now();
-                let loaded = crate::load::load_with(&thread_path, &|done, total| progress.report(done, total));
+                let loaded =
+                    crate::load::load_range_with(&thread_path, range, &|done, total| progress.report(done, total));
                 let read = started.elapsed();
                 let document = loaded.map(|mut loaded| match rank {
                     None => document(loaded, started),

@@ -111,7 +111,7 @@ pub fn run(options: GuiOptions) -> Result<()> {
                 cc.egui_ctx.request_repaint();
             }
             if !run_paths.is_empty() {
-                app.open_paths(&cc.egui_ctx, &run_paths);
+                app.open_from_command_line(&cc.egui_ctx, &run_paths);
                 // The view asked for wins over the ranks view a run opens in.
                 if let Some(view) = options.view {
                     app.settings.view = view;

@@ -8,7 +8,7 @@ use crate::analysis::attribution::Evidence;
 use crate::analysis::caveats::Caveat;
 use crate::analysis::diff::{Diff, Headline};
 use crate::analysis::peak::LiveBlock;
-use crate::units::{bytes, signed_bytes};
+use crate::units::{bytes, count, signed_bytes};
 
 mod advice;
 mod run;
@@ -78,6 +78,31 @@ pub fn caveat(trace: &Trace, c: &Caveat) -> String {
              starting at the least memory that its frees imply was already there.",
             names(devices).join(", ")
         ),
+        Caveat::Range(r) => {
+            let mut text = format!(
+                "Only {} of the file is open: {} events before it are folded into the {} blocks and segments \
+                 alive when it starts (shown allocated at its start, with their stacks), {} events after it are \
+                 left out. Peaks and times are the range's, from its start.",
+                r.range,
+                count(r.events_before as usize),
+                count(r.alive_at_start as usize),
+                count(r.events_after as usize)
+            );
+            if r.final_state_dropped {
+                text.push_str(
+                    " The allocator's final state describes the end of the whole trace, after the range, so it \
+                     is left out",
+                );
+                text.push_str(
+                    if trace.metadata.source_format == vramscope_trace_format::SourceFormat::PytorchSnapshot {
+                        " (block sizes are estimated from requested sizes, as for any block it does not hold)."
+                    } else {
+                        "."
+                    },
+                );
+            }
+            text
+        }
     }
 }
 

@@ -641,6 +641,7 @@ fn assemble(state: State, facts: TopFacts) -> Imported {
         }],
         allocator_settings: serde_json::Value::Null,
         extra,
+        range: None,
     };
     Imported {
         trace: Trace {

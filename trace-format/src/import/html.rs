@@ -212,6 +212,7 @@ fn plot_trace(json: &[u8]) -> Result<Imported> {
         processes: vec![ProcessInfo::default()],
         allocator_settings: serde_json::Value::Null,
         extra,
+        range: None,
     };
     let warnings = vec![
         "this is a PyTorch 2.0 trace_plot page: it holds the allocations and frees of one device in order, \

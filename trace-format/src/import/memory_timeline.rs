@@ -62,6 +62,7 @@ fn build(interner: Interner, mut series: Vec<CounterSeries>, samples: usize) -> 
         processes: vec![ProcessInfo::default()],
         allocator_settings: serde_json::Value::Null,
         extra: serde_json::Map::new(),
+        range: None,
     };
     Ok(Imported {
         trace: Trace { metadata, interner, counters: series, ..Trace::default() },

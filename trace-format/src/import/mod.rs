@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::model::metadata::SourceFormat;
 use crate::model::trace::Trace;
 use crate::progress::Progress;
+use crate::range::TraceRange;
 
 /// A trace read from a file, with what was odd about the file but not fatal.
 #[derive(Debug)]
@@ -155,15 +156,36 @@ fn describe_start(data: &[u8]) -> String {
 /// `.vtrace` files damaged at the end load up to the damage; the damage is reported as a warning.
 /// Compressed files and memory_viz HTML pages are unwrapped and their content recognised again.
 pub fn import(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
-    let unwrapping = Unwrapping::of_file(data.len());
-    import_any(Bytes::Borrowed(data), progress, unwrapping)
+    import_range(data, progress, None)
 }
 
 /// Reads any supported file from its bytes, taking them so that they can be freed as soon as
 /// they have been read (a snapshot's bytes go before its trace is built): less memory at the peak.
 pub fn import_owned(data: Vec<u8>, progress: &dyn Progress) -> Result<Imported> {
-    let unwrapping = Unwrapping::of_file(data.len());
+    import_owned_range(data, progress, None)
+}
+
+/// Reads only `range` of the trace in a file ([`crate::range`]): a snapshot is cut as it is
+/// read, so its memory follows the range; other formats are read whole, then cut.
+pub fn import_range(data: &[u8], progress: &dyn Progress, range: Option<TraceRange>) -> Result<Imported> {
+    let unwrapping = Unwrapping::of_file(data.len(), range);
+    import_any(Bytes::Borrowed(data), progress, unwrapping)
+}
+
+/// [`import_range`] taking the bytes, so that they can be freed as soon as they are read.
+pub fn import_owned_range(data: Vec<u8>, progress: &dyn Progress, range: Option<TraceRange>) -> Result<Imported> {
+    let unwrapping = Unwrapping::of_file(data.len(), range);
     import_any(Bytes::Owned(data), progress, unwrapping)
+}
+
+/// Cuts a trace read whole to the range asked for, unless its importer already did.
+fn cut_to(mut imported: Imported, range: Option<TraceRange>) -> Result<Imported> {
+    if let Some(range) = range
+        && imported.trace.metadata.range.is_none()
+    {
+        crate::range::apply(&mut imported.trace, range)?;
+    }
+    Ok(imported)
 }
 
 /// A file's bytes, or what a container held (owned, so that it goes once read).
@@ -188,12 +210,14 @@ struct Unwrapping {
     wrappers: Vec<Wrapper>,
     file_bytes: u64,
     inflate_left: u64,
+    /// The part of the trace to keep.
+    range: Option<TraceRange>,
 }
 
 impl Unwrapping {
-    fn of_file(file_bytes: usize) -> Self {
+    fn of_file(file_bytes: usize, range: Option<TraceRange>) -> Self {
         let file_bytes = file_bytes as u64;
-        Self { wrappers: Vec::new(), file_bytes, inflate_left: container::inflate_budget(file_bytes) }
+        Self { wrappers: Vec::new(), file_bytes, inflate_left: container::inflate_budget(file_bytes), range }
     }
 }
 
@@ -214,7 +238,7 @@ fn import_any(bytes: Bytes<'_>, progress: &dyn Progress, mut state: Unwrapping) 
             Imported { trace: loaded.trace, warnings, format: SourceFormat::Vtrace, wrappers: Vec::new() }
         }
         Detected::Pickle => {
-            let parsed = snapshot::parse(data, progress)?;
+            let parsed = snapshot::parse(data, progress, state.range)?;
             // The bytes go before the trace is built: less memory at the peak.
             drop(bytes);
             parsed.build()?
@@ -245,7 +269,7 @@ fn import_any(bytes: Bytes<'_>, progress: &dyn Progress, mut state: Unwrapping) 
                 let mut imported = result.map_err(|e| failure.borrow_mut().take().unwrap_or(e))?;
                 imported.wrappers = state.wrappers;
                 check_devices(&imported.trace)?;
-                return Ok(imported);
+                return cut_to(imported, state.range);
             }
             let mut inner = head;
             container::read_to_end(&mut stream, &mut inner)?;
@@ -268,13 +292,19 @@ fn import_any(bytes: Bytes<'_>, progress: &dyn Progress, mut state: Unwrapping) 
     };
     imported.wrappers = state.wrappers;
     check_devices(&imported.trace)?;
-    Ok(imported)
+    cut_to(imported, state.range)
 }
 
 /// Reads a JSON file (a Chrome trace or a memory timeline) from a stream, records as they are
 /// parsed: a large file costs memory for what is kept, not for its bytes. `total` is the size
 /// of the stream, for progress.
-pub fn import_json_stream(reader: impl std::io::Read, total: u64, progress: &dyn Progress) -> Result<Imported> {
+/// With `range`, the trace is then cut to it.
+pub fn import_json_stream(
+    reader: impl std::io::Read,
+    total: u64,
+    progress: &dyn Progress,
+    range: Option<TraceRange>,
+) -> Result<Imported> {
     /// Counts what the parser has read, for progress and cancellation.
     struct Counted<'a, R> {
         inner: R,
@@ -317,7 +347,7 @@ pub fn import_json_stream(reader: impl std::io::Read, total: u64, progress: &dyn
     }
     let imported = result?;
     check_devices(&imported.trace)?;
-    Ok(imported)
+    cut_to(imported, range)
 }
 
 /// An error about the content of a container says what the container was.

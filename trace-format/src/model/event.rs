@@ -59,6 +59,10 @@ impl EventKind {
 pub mod event_flags {
     /// `size_bytes` was not recorded but inferred (from the allocator's rounding rules).
     pub const SIZE_ESTIMATED: u8 = 1;
+    /// Allocated before the range the trace was opened at ([`crate::range`]), at a time the
+    /// trace no longer holds: the event stands for the block (or segment) alive at the range's
+    /// start, and its time is that start.
+    pub const BEFORE_RANGE: u8 = 2;
 }
 
 /// One allocator or driver event.

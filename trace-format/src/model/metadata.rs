@@ -128,6 +128,25 @@ pub struct Metadata {
     /// Other facts of the source worth keeping (e.g. the profiler's `deviceProperties`).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The part of the source this trace was opened at, when it was opened in part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<RangeInfo>,
+}
+
+/// How a trace opened in part ([`crate::range`]) relates to its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeInfo {
+    /// The range asked for.
+    pub range: crate::range::TraceRange,
+    /// Events of the source before the range, folded into what was alive at its start.
+    pub events_before: u64,
+    /// Events of the source after the range, left out.
+    pub events_after: u64,
+    /// Blocks and segments alive at the range's start, kept as allocations there.
+    pub alive_at_start: u64,
+    /// Whether the source's final state (a snapshot's segments) was left out because it
+    /// describes a time after the range.
+    pub final_state_dropped: bool,
 }
 
 #[cfg(test)]

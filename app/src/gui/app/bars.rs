@@ -17,6 +17,17 @@ impl VramscopeApp {
                         self.open_dialog(&ctx);
                     }
                     if ui
+                        .button("Open part of a trace…")
+                        .on_hover_text(
+                            "A range of time or of events only (+2s..+3.5s, #1000000..#2000000): for traces too \
+                             long to look at whole, or too large for this machine's memory",
+                        )
+                        .clicked()
+                    {
+                        ui.close();
+                        self.open_range_dialog();
+                    }
+                    if ui
                         .add(egui::Button::new("Open a run's folder…").shortcut_text("Ctrl+Shift+D"))
                         .on_hover_text("A directory of a distributed run's per-rank files, opened as one run")
                         .clicked()

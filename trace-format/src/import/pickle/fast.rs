@@ -255,7 +255,7 @@ impl<S: PieceSink> Machine<'_, S> {
         {
             for run in candidates {
                 let (start, len) = (run.start as usize, run.len as usize);
-                if data.get(p + len) == Some(&b'e') && data.get(p..p + len) == data.get(start..start + len) {
+                if data.get(p + len) == Some(&b'e') && data.get(p..p + len) == self.run_bytes.get(start..start + len) {
                     let memoized = self.run_memo.get(run.memoized.0 as usize..run.memoized.1 as usize)?;
                     self.store.memo.extend_from_slice(memoized);
                     self.run_hits += 1;
@@ -269,13 +269,19 @@ impl<S: PieceSink> Machine<'_, S> {
         self.run_misses += 1;
         // A file whose runs never repeat (synthetic ones) is not worth remembering runs for.
         let worthwhile = self.run_misses < 256 || self.run_hits * 8 >= self.run_misses;
-        if worthwhile && !self.memo_overwritten && !self.explicit_memo_index {
+        let len = after - 1 - p;
+        let room = self.run_bytes.len() + len <= MAX_RUN_BYTES;
+        if worthwhile && room && !self.memo_overwritten && !self.explicit_memo_index {
             let candidates = self.runs.entry(key).or_default();
-            if candidates.len() < MAX_RUN_CANDIDATES {
+            if candidates.len() < MAX_RUN_CANDIDATES
+                && let Some(bytes) = data.get(p..p + len)
+            {
                 let first = self.run_memo.len() as u32;
                 self.run_memo.extend_from_slice(self.store.memo.own_from(memo_before));
                 let memoized = (first, self.run_memo.len() as u32);
-                candidates.push(FrameRun { stack, start: p as u64, len: (after - 1 - p) as u32, memoized });
+                let start = self.run_bytes.len() as u64;
+                self.run_bytes.extend_from_slice(bytes);
+                candidates.push(FrameRun { stack, start, len: len as u32, memoized });
             }
         }
         Some((stack, after))
@@ -329,10 +335,13 @@ impl<S: PieceSink> Machine<'_, S> {
 const RUN_PREFIX: usize = 64;
 /// Runs kept per key (runs sharing their first frames).
 const MAX_RUN_CANDIDATES: usize = 64;
+/// Bytes of runs kept in all (past this, new runs are decoded and not remembered).
+const MAX_RUN_BYTES: usize = 64 << 20;
 
 /// A run of frame opcodes decoded once: its stack, where it is, and what it memoized.
 pub(super) struct FrameRun {
     stack: StackId,
+    /// Where its bytes are in the machine's `run_bytes`.
     start: u64,
     len: u32,
     /// Range of `run_memo`.

@@ -111,6 +111,9 @@ struct Machine<'a, S: PieceSink> {
     runs: FxHashMap<u64, Vec<FrameRun>>,
     /// What the runs memoized, each a range of this.
     run_memo: Vec<Value>,
+    /// The bytes of the runs, each a range of this: compared here rather than in the file,
+    /// whose pages behind the parser are handed back (comparing there would read them again).
+    run_bytes: Vec<u8>,
     /// Frame runs found in `runs`, and decoded.
     run_hits: u64,
     run_misses: u64,
@@ -188,6 +191,7 @@ impl<'a, S: PieceSink> Machine<'a, S> {
             dict_items: Vec::with_capacity(256),
             runs: FxHashMap::default(),
             run_memo: Vec::new(),
+            run_bytes: Vec::new(),
             run_hits: 0,
             last_string: (0, usize::MAX, StringId(0)),
             run_misses: 0,

@@ -5,13 +5,13 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use super::entries::{Action, Entries};
+use super::entries::{Action, Entries, Entry, RangeFolded};
 use crate::error::Result;
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::event::{Event, EventKind, event_flags};
 use crate::model::ids::{DeviceId, ProcessId, StackId, StringId};
 use crate::model::interner::Interner;
-use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, SourceFormat};
+use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, RangeInfo, SourceFormat};
 use crate::model::oom::Oom;
 use crate::model::segment::{Block, BlockState, Segment};
 use crate::model::trace::Trace;
@@ -146,6 +146,200 @@ fn external_spans(
     spans
 }
 
+/// A snapshot read for a range of its trace: what the entries outside it left behind, and the
+/// first and last entry each device's list named (which places the entries folded away).
+pub(super) struct RangeBuild {
+    pub(super) folded: RangeFolded,
+    pub(super) spans: Vec<(i16, u32, u32)>,
+}
+
+/// What a range leaves each device: the entries standing for what was alive at its start, and
+/// the blocks of the final state whose size is known (all of them unless the range ends before
+/// the trace).
+struct RangeStart {
+    per_device: FxHashMap<i16, Vec<Entry>>,
+    /// Blocks of the final state the trace never touched, when the final state goes.
+    untouched: FxHashMap<u64, Block>,
+    start_us: Option<i64>,
+    end_ns: Option<i64>,
+    info: RangeInfo,
+}
+
+impl RangeStart {
+    /// Adds the devices that have only what was alive at the range's start to `per_device`.
+    fn add_devices(&self, per_device: &mut Vec<(i16, Vec<u32>)>) {
+        for &device in self.per_device.keys() {
+            if !per_device.iter().any(|(d, _)| *d == device) {
+                per_device.push((device, Vec::new()));
+            }
+        }
+        per_device.sort_by_key(|(d, _)| if *d < 0 { i16::MAX } else { *d });
+    }
+}
+
+/// Works out what was alive at a range's start, per device, and leaves the final state out when
+/// the range ends before the trace (it describes a later time).
+fn range_start(range: RangeBuild, segments: &mut Vec<Segment>) -> RangeStart {
+    let RangeBuild { folded: RangeFolded { range, classifier, folded }, spans } = range;
+    let cut = folded.after > 0;
+    let mut per_device: FxHashMap<i16, Vec<Entry>> = FxHashMap::default();
+    for alive in &folded.alive {
+        let order = alive.order;
+        let Some(&(device, _, _)) =
+            spans.iter().find(|&&(_, first, last)| (u64::from(first)..=u64::from(last)).contains(&order))
+        else {
+            continue;
+        };
+        let mut entry = Entries::expand(alive);
+        entry.action = match entry.action {
+            Action::Event(
+                EventKind::SegmentAlloc | EventKind::SegmentFree | EventKind::SegmentMap | EventKind::SegmentUnmap,
+            ) => Action::Event(EventKind::SegmentAlloc),
+            _ => Action::Event(EventKind::Alloc),
+        };
+        if alive.from_free {
+            entry.stack = StackId(0);
+            entry.context = crate::model::ids::ContextId(0);
+        }
+        per_device.entry(device).or_default().push(entry);
+    }
+    let mut untouched = FxHashMap::default();
+    if cut {
+        for segment in segments.iter() {
+            let device = segment.device.0;
+            for block in segment.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
+                if !folded.blocks_at_end.contains(&(0, block.address)) {
+                    untouched.insert(block.address, *block);
+                    per_device.entry(device).or_default().push(Entry {
+                        action: Action::Event(EventKind::Alloc),
+                        addr: block.address,
+                        size: block.requested_bytes,
+                        stream: segment.stream,
+                        time_us: None,
+                        stack: block.stack,
+                        context: crate::model::ids::ContextId(0),
+                        device_free: None,
+                        name: StringId(0),
+                    });
+                }
+            }
+            if let Some((address, size)) =
+                crate::range::uncovered(&folded.segments_at_end, 0, segment.address, segment.size_bytes)
+            {
+                per_device.entry(device).or_default().push(Entry {
+                    action: Action::Event(EventKind::SegmentAlloc),
+                    addr: address,
+                    size,
+                    stream: segment.stream,
+                    time_us: None,
+                    stack: StackId(0),
+                    context: crate::model::ids::ContextId(0),
+                    device_free: None,
+                    name: StringId(0),
+                });
+            }
+        }
+        segments.clear();
+    }
+    let start_ns = classifier.start_ns();
+    let info = RangeInfo {
+        range,
+        events_before: folded.before,
+        events_after: folded.after,
+        alive_at_start: per_device.values().map(|v| v.len() as u64).sum(),
+        final_state_dropped: cut,
+    };
+    RangeStart {
+        per_device,
+        untouched,
+        // Entry times are microseconds; the range's start may fall inside one.
+        start_us: start_ns.map(|ns| ns.div_euclid(1000)),
+        end_ns: classifier.end_ns(cut),
+        info,
+    }
+}
+
+/// The annotation a `snapshot` or `annotate` entry makes; `_annotate_tensor`'s text also
+/// becomes part of the metadata of the allocation `open` at its address, which its details then
+/// show.
+fn marker(
+    interner: &mut Interner,
+    entry: &Entry,
+    time_ns: i64,
+    device: DeviceId,
+    snapshot_name: StringId,
+    open: Option<&mut Event>,
+) -> Annotation {
+    let context = interner.context_of(entry.context);
+    let name = if entry.action == Action::Snapshot {
+        snapshot_name
+    } else if entry.name != StringId(0) {
+        entry.name
+    } else {
+        context.user_metadata
+    };
+    if entry.action == Action::Annotate
+        && name != StringId(0)
+        && let Some(alloc) = open
+    {
+        let mut target = interner.context_of(alloc.context);
+        let (old, new) = (interner.resolve(target.user_metadata), interner.resolve(name));
+        // The same annotation made again (every step, say) adds nothing; the text stops growing
+        // at a length a person still reads.
+        let known = old.split("; ").any(|part| part == new);
+        if target.user_metadata == StringId(0) {
+            target.user_metadata = name;
+        } else if !known && old.len() + new.len() < MAX_ANNOTATION_BYTES {
+            let joined = format!("{old}; {new}");
+            target.user_metadata = interner.string(&joined);
+        }
+        alloc.context = interner.context(target);
+    }
+    Annotation {
+        kind: if entry.action == Action::Snapshot { AnnotationKind::Snapshot } else { AnnotationKind::Marker },
+        device: Some(device),
+        process: ProcessId(0),
+        start_ns: time_ns,
+        end_ns: time_ns,
+        name,
+        stack: entry.stack,
+    }
+}
+
+/// A device's blocks in the final state (by address), with those a range found the trace never
+/// touched, and when what was alive at a range's start is allocated: at its start, or at the
+/// device's first entry (`first_time_us`) when that comes earlier.
+fn device_start(
+    segments: &[Segment],
+    device: DeviceId,
+    at_start: &[Entry],
+    range: Option<&RangeStart>,
+    first_time_us: impl FnOnce() -> Option<i64>,
+) -> (FxHashMap<u64, Block>, Option<i64>) {
+    // Segments are sorted by device: this device's are one range, found without a scan.
+    let first = segments.partition_point(|s| s.device < device);
+    let end = segments.partition_point(|s| s.device <= device);
+    let mut final_blocks: FxHashMap<u64, Block> = segments
+        .get(first..end)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state != BlockState::Inactive)
+        .map(|b| (b.address, *b))
+        .collect();
+    if let Some(range) = range {
+        final_blocks.extend(at_start.iter().filter_map(|e| range.untouched.get(&e.addr)).map(|b| (b.address, *b)));
+    }
+    // What was alive at a range's start is allocated at its start (or at the device's first
+    // entry, when that comes earlier).
+    let first_time_us = first_time_us();
+    let start_us = match (range.and_then(|r| r.start_us), first_time_us) {
+        (Some(start), Some(first)) => Some(start.min(first)),
+        (start, first) => start.or(first),
+    };
+    (final_blocks, start_us)
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn build_trace(
     mut interner: Interner,
@@ -155,8 +349,11 @@ pub(super) fn build_trace(
     external: &serde_json::Value,
     allocator_settings: serde_json::Value,
     extra: serde_json::Map<String, serde_json::Value>,
+    range: Option<RangeBuild>,
     warnings: &mut Vec<String>,
 ) -> Result<Trace> {
+    let mut segments = segments;
+    let mut range = range.map(|r| range_start(r, &mut segments));
     let has_time =
         per_device.iter().flat_map(|(_, e)| e).filter_map(|&i| all_entries.get(i)).any(|e| e.time_us.is_some());
     // Entries are nearly always read in the order they were pushed: then each chunk is freed
@@ -168,30 +365,39 @@ pub(super) fn build_trace(
     let mut unknown_actions: HashMap<String, usize> = HashMap::new();
     let snapshot_name = interner.string("snapshot");
     let mut devices: Vec<DeviceId> = segments.iter().map(|s| s.device).collect();
+    let mut per_device = per_device;
+    if let Some(range) = &range {
+        range.add_devices(&mut per_device);
+    }
     for &(device, ref entries) in &per_device {
-        if entries.is_empty() {
+        let at_start = range.as_mut().and_then(|r| r.per_device.remove(&device)).unwrap_or_default();
+        if entries.is_empty() && at_start.is_empty() {
             continue;
         }
         let device = DeviceId(device);
         devices.push(device);
-        // Segments are sorted by device: this device's are one range, found without a scan.
-        let first = segments.partition_point(|s| s.device < device);
-        let end = segments.partition_point(|s| s.device <= device);
-        let final_blocks: FxHashMap<u64, Block> = segments
-            .get(first..end)
-            .unwrap_or_default()
-            .iter()
-            .flat_map(|s| s.blocks.iter())
-            .filter(|b| b.state != BlockState::Inactive)
-            .map(|b| (b.address, *b))
-            .collect();
-        let mut device_events = Vec::with_capacity(entries.len());
+        let (final_blocks, start_us) = device_start(&segments, device, &at_start, range.as_ref(), || {
+            entries.first().and_then(|&i| all_entries.get(i)).and_then(|e| e.time_us)
+        });
+        let synthetic = at_start.len();
+        let mut device_events = Vec::with_capacity(entries.len() + synthetic);
         // Allocations open at each address, for `annotate` entries to attach their text to.
         let mut open: FxHashMap<u64, usize> = FxHashMap::default();
         let mut last_time_ns = 0i64;
-        for (i, &index) in entries.iter().enumerate() {
-            let Some(entry) = all_entries.get(index) else { continue };
-            if in_order && i % 4096 == 0 {
+        let mut at_start = at_start.into_iter();
+        for i in 0..synthetic + entries.len() {
+            let (entry, index) = match i.checked_sub(synthetic) {
+                None => (at_start.next().map(|e| Entry { time_us: start_us, ..e }), None),
+                Some(k) => {
+                    let index = entries.get(k).copied();
+                    (index.and_then(|index| all_entries.get(index)), index)
+                }
+            };
+            let Some(entry) = entry else { continue };
+            if let Some(index) = index
+                && in_order
+                && i % 4096 == 0
+            {
                 all_entries.free_below(index);
             }
             let time_ns = match entry.time_us {
@@ -222,7 +428,7 @@ pub(super) fn build_trace(
                         process: ProcessId(0),
                         device,
                         kind,
-                        flags: 0,
+                        flags: if index.is_none() { event_flags::BEFORE_RANGE } else { 0 },
                     });
                 }
                 Action::Oom => ooms.push(Oom {
@@ -234,48 +440,14 @@ pub(super) fn build_trace(
                     device_free_bytes: entry.device_free,
                     stack: entry.stack,
                 }),
-                Action::Snapshot | Action::Annotate => {
-                    let context = interner.context_of(entry.context);
-                    let name = if entry.action == Action::Snapshot {
-                        snapshot_name
-                    } else if entry.name != StringId(0) {
-                        entry.name
-                    } else {
-                        context.user_metadata
-                    };
-                    // `_annotate_tensor` names a tensor's storage: its text becomes part of the
-                    // metadata of the allocation open there, which its details then show.
-                    if entry.action == Action::Annotate
-                        && name != StringId(0)
-                        && let Some(alloc) = open.get(&entry.addr).and_then(|&i| device_events.get_mut(i))
-                    {
-                        let mut target = interner.context_of(alloc.context);
-                        let (old, new) = (interner.resolve(target.user_metadata), interner.resolve(name));
-                        // The same annotation made again (every step, say) adds nothing; the text
-                        // stops growing at a length a person still reads.
-                        let known = old.split("; ").any(|part| part == new);
-                        if target.user_metadata == StringId(0) {
-                            target.user_metadata = name;
-                        } else if !known && old.len() + new.len() < MAX_ANNOTATION_BYTES {
-                            let joined = format!("{old}; {new}");
-                            target.user_metadata = interner.string(&joined);
-                        }
-                        alloc.context = interner.context(target);
-                    }
-                    annotations.push(Annotation {
-                        kind: if entry.action == Action::Snapshot {
-                            AnnotationKind::Snapshot
-                        } else {
-                            AnnotationKind::Marker
-                        },
-                        device: Some(device),
-                        process: ProcessId(0),
-                        start_ns: time_ns,
-                        end_ns: time_ns,
-                        name,
-                        stack: entry.stack,
-                    });
-                }
+                Action::Snapshot | Action::Annotate => annotations.push(marker(
+                    &mut interner,
+                    &entry,
+                    time_ns,
+                    device,
+                    snapshot_name,
+                    open.get(&entry.addr).and_then(|&i| device_events.get_mut(i)),
+                )),
                 Action::Unknown(name) => {
                     *unknown_actions.entry(interner.resolve(name).to_owned()).or_default() += 1;
                 }
@@ -300,7 +472,20 @@ pub(super) fn build_trace(
     }
     let start_ns = events.first().map_or(0, |e| e.time_ns);
     let end_ns = events.last().map_or(0, |e| e.time_ns);
-    annotations.extend(external_spans(external, &mut interner, start_ns, end_ns, warnings));
+    let mut spans = external_spans(external, &mut interner, start_ns, end_ns, warnings);
+    if let Some(range) = &range {
+        // Spans are clipped to the range; those outside it go.
+        let end_ns = range.end_ns.unwrap_or(end_ns).max(end_ns);
+        spans.retain_mut(|a| {
+            if a.end_ns < start_ns || a.start_ns > end_ns {
+                return false;
+            }
+            a.start_ns = a.start_ns.max(start_ns);
+            a.end_ns = a.end_ns.min(end_ns).max(a.start_ns);
+            true
+        });
+    }
+    annotations.extend(spans);
     annotations.sort_by_key(|a| (a.start_ns, a.end_ns));
     if devices.is_empty() {
         devices.push(DeviceId(0));
@@ -315,6 +500,7 @@ pub(super) fn build_trace(
         processes: vec![ProcessInfo::default()],
         allocator_settings,
         extra,
+        range: range.map(|r| r.info),
     };
     Ok(Trace { metadata, interner, events, segments, annotations, ooms, counters: Vec::new(), tags: Vec::new() })
 }

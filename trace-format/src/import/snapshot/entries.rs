@@ -4,6 +4,7 @@
 
 use crate::model::event::EventKind;
 use crate::model::ids::{ContextId, StackId, StringId};
+use crate::range::{Alive, Classifier, Fold, Foldable, Folded, TraceRange};
 
 /// A trace entry's action.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,7 +39,7 @@ const NO_RARE: u32 = u32::MAX;
 
 /// An entry as stored: 48 bytes, where [`Entry`] takes 80.
 #[derive(Clone, Copy, Debug)]
-struct Compact {
+pub(super) struct Compact {
     addr: u64,
     size: u64,
     stream: u64,
@@ -59,6 +60,30 @@ struct Rare {
     unknown_action: StringId,
 }
 
+impl Foldable for Compact {
+    fn event_kind(&self) -> Option<EventKind> {
+        EventKind::from_u8(self.code)
+    }
+    // Trace entries do not say their device (the list holding them does); CUDA's addresses are
+    // unique across the devices of a process.
+    fn key(&self) -> (i16, u64) {
+        (0, self.addr)
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// Entries kept for a range of the trace ([`crate::range`]): those outside it are folded as
+/// they are pushed, and only those inside are stored.
+#[derive(Debug)]
+struct Windowed {
+    /// Where entries lie and what those outside left behind; taken when the pickle is read.
+    folding: Option<(Classifier, Fold<Compact>)>,
+    /// The index of each stored entry, in order.
+    kept: Vec<u32>,
+}
+
 /// The entries of a snapshot, in the order the pickle holds them.
 #[derive(Debug, Default)]
 pub(super) struct Entries {
@@ -69,6 +94,15 @@ pub(super) struct Entries {
     unused: usize,
     /// Chunks below this one have been freed.
     freed_below: usize,
+    /// When only a range is kept.
+    window: Option<Box<Windowed>>,
+}
+
+/// What the entries outside a range left behind.
+pub(super) struct RangeFolded {
+    pub(super) range: TraceRange,
+    pub(super) classifier: Classifier,
+    pub(super) folded: Folded<Compact>,
 }
 
 impl Entries {
@@ -82,6 +116,51 @@ impl Entries {
         self.len - self.unused
     }
 
+    /// Entries that keep only `range` of the trace: the rest is folded as it is pushed.
+    pub(super) fn in_range(range: TraceRange) -> Self {
+        Self {
+            window: Some(Box::new(Windowed { folding: Some((Classifier::new(range), Fold::new())), kept: Vec::new() })),
+            ..Self::default()
+        }
+    }
+
+    /// Whether the entry at `index` was stored (always, unless a range is kept).
+    pub(super) fn is_stored(&self, index: u32) -> bool {
+        self.window.as_ref().is_none_or(|w| w.kept.binary_search(&index).is_ok())
+    }
+
+    /// What the entries outside the range left behind (`None` when the whole trace is kept).
+    pub(super) fn take_folded(&mut self) -> Option<RangeFolded> {
+        let (classifier, fold) = self.window.as_mut()?.folding.take()?;
+        Some(RangeFolded { range: classifier.range(), classifier, folded: fold.finish() })
+    }
+
+    /// The entry an alive block of a range came from.
+    pub(super) fn expand(alive: &Alive<Compact>) -> Entry {
+        Self::entry_of(&alive.item, None)
+    }
+
+    fn entry_of(c: &Compact, rare: Option<&Rare>) -> Entry {
+        let action = match c.code {
+            7 => Action::Snapshot,
+            8 => Action::Oom,
+            9 => Action::Annotate,
+            10 => Action::Unknown(rare.map_or(StringId(0), |r| r.unknown_action)),
+            code => EventKind::from_u8(code).map_or(Action::Snapshot, Action::Event),
+        };
+        Entry {
+            action,
+            addr: c.addr,
+            size: c.size,
+            stream: c.stream,
+            time_us: (c.time_us != NO_TIME).then_some(c.time_us),
+            stack: c.stack,
+            context: c.context,
+            device_free: rare.and_then(|r| r.device_free),
+            name: rare.map_or(StringId(0), |r| r.name),
+        }
+    }
+
     /// Appends an entry; returns its index.
     pub(super) fn push(&mut self, entry: Entry) -> u32 {
         let (code, unknown_action) = match entry.action {
@@ -91,22 +170,31 @@ impl Entries {
             Action::Annotate => (9, StringId(0)),
             Action::Unknown(name) => (10, name),
         };
-        let rare = if entry.device_free.is_some() || entry.name != StringId(0) || code == 10 {
-            self.rare.push(Rare { device_free: entry.device_free, name: entry.name, unknown_action });
-            (self.rare.len() - 1) as u32
-        } else {
-            NO_RARE
-        };
-        let compact = Compact {
+        let mut compact = Compact {
             addr: entry.addr,
             size: entry.size,
             stream: entry.stream,
             time_us: entry.time_us.unwrap_or(NO_TIME),
             stack: entry.stack,
             context: entry.context,
-            rare,
+            rare: NO_RARE,
             code,
         };
+        let index = self.len as u32;
+        if let Some(window) = &mut self.window {
+            if let Some((classifier, fold)) = &mut window.folding {
+                let phase = classifier.phase(entry.time_us.map(|us| us.saturating_mul(1000)));
+                if !fold.take(phase, u64::from(index), compact) {
+                    self.len += 1;
+                    return index;
+                }
+            }
+            window.kept.push(index);
+        }
+        if entry.device_free.is_some() || entry.name != StringId(0) || code == 10 {
+            self.rare.push(Rare { device_free: entry.device_free, name: entry.name, unknown_action });
+            compact.rare = (self.rare.len() - 1) as u32;
+        }
         match self.chunks.last_mut().filter(|c| c.len() < CHUNK) {
             Some(chunk) => chunk.push(compact),
             None => {
@@ -117,34 +205,26 @@ impl Entries {
                 self.chunks.push(chunk);
             }
         }
-        let index = self.len as u32;
         self.len += 1;
         index
     }
 
-    /// The entry at `index`, unless it was never pushed or its chunk was freed.
+    /// Where the entry at `index` is stored.
+    fn slot(&self, index: u32) -> Option<usize> {
+        match &self.window {
+            None => Some(index as usize),
+            Some(w) => w.kept.binary_search(&index).ok(),
+        }
+    }
+
+    /// The entry at `index`, unless it was never pushed (or not kept) or its chunk was freed.
     pub(super) fn get(&self, index: u32) -> Option<Entry> {
-        let index = index as usize;
-        let c = self.chunks.get(index / CHUNK)?.get(index % CHUNK)?;
-        let rare = self.rare.get(c.rare as usize);
-        let action = match c.code {
-            7 => Action::Snapshot,
-            8 => Action::Oom,
-            9 => Action::Annotate,
-            10 => Action::Unknown(rare.map_or(StringId(0), |r| r.unknown_action)),
-            code => Action::Event(EventKind::from_u8(code)?),
-        };
-        Some(Entry {
-            action,
-            addr: c.addr,
-            size: c.size,
-            stream: c.stream,
-            time_us: (c.time_us != NO_TIME).then_some(c.time_us),
-            stack: c.stack,
-            context: c.context,
-            device_free: rare.and_then(|r| r.device_free),
-            name: rare.map_or(StringId(0), |r| r.name),
-        })
+        let slot = self.slot(index)?;
+        let c = self.chunks.get(slot / CHUNK)?.get(slot % CHUNK)?;
+        if c.code > 10 {
+            return None;
+        }
+        Some(Self::entry_of(c, self.rare.get(c.rare as usize)))
     }
 
     /// Appends the entries of `other` (a piece of the same snapshot read on its own) with their
@@ -199,7 +279,11 @@ impl Entries {
     /// Frees the chunks holding only entries below `index`: the caller reads entries in
     /// increasing order and will not ask for those again.
     pub(super) fn free_below(&mut self, index: u32) {
-        let below = index as usize / CHUNK;
+        let stored = match &self.window {
+            None => index as usize,
+            Some(w) => w.kept.partition_point(|&k| k < index),
+        };
+        let below = stored / CHUNK;
         while self.freed_below < below {
             if let Some(chunk) = self.chunks.get_mut(self.freed_below) {
                 *chunk = Vec::new();

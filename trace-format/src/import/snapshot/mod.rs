@@ -14,7 +14,7 @@ mod entries;
 mod fx;
 mod sink;
 
-use self::build::build_trace;
+use self::build::{RangeBuild, build_trace};
 use self::entries::Entries;
 use self::sink::SnapshotSink;
 use super::Imported;
@@ -25,6 +25,7 @@ use crate::model::interner::Interner;
 use crate::model::metadata::SourceFormat;
 use crate::model::segment::Segment;
 use crate::progress::Progress;
+use crate::range::TraceRange;
 
 /// Bound on nodes converted to JSON from generic parts of the pickle (settings, unknown keys).
 const MAX_JSON_NODES: usize = 1_000_000;
@@ -144,7 +145,7 @@ fn list_of(store: &Store, value: Value, field: &str) -> Result<Option<Handle>> {
 
 /// Reads a snapshot pickle.
 pub fn import_snapshot(data: &[u8], progress: &dyn Progress) -> Result<Imported> {
-    parse(data, progress)?.build()
+    parse(data, progress, None)?.build()
 }
 
 /// A snapshot read from its pickle, not yet turned into a trace: it no longer needs the bytes.
@@ -160,6 +161,8 @@ pub(crate) struct Parsed {
     fx_traces: rustc_hash::FxHashMap<FrameId, StringId>,
     /// Pieces of the pickle run in parallel and taken in.
     pieces_taken: usize,
+    /// When only a range was kept: what the rest left behind.
+    range: Option<RangeBuild>,
 }
 
 impl Parsed {
@@ -173,6 +176,7 @@ impl Parsed {
             &self.external,
             self.settings,
             self.extra,
+            self.range,
             &mut self.warnings,
         )?;
         if !self.fx_traces.is_empty() {
@@ -252,39 +256,43 @@ fn top_level(store: &Store, root: Value, warnings: &mut Vec<String>) -> Result<T
     Ok(TopLevel { segments_value, traces_value, settings, annotations_value, host_traces_value, extra, budget })
 }
 
-/// Reads a snapshot pickle's contents, leaving the trace to [`Parsed::build`].
-pub(crate) fn parse(data: &[u8], progress: &dyn Progress) -> Result<Parsed> {
-    parse_in_pieces(data, progress, None)
+/// The first and last entry a device's list names.
+type Span = (u32, u32);
+
+/// Reads a snapshot pickle's contents, leaving the trace to [`Parsed::build`]; with `range`,
+/// only that part of the trace is kept (the rest folded as it is read, [`crate::range`]).
+pub(crate) fn parse(data: &[u8], progress: &dyn Progress, range: Option<TraceRange>) -> Result<Parsed> {
+    match range {
+        // Entries are folded in the order they are read: one machine reads them all.
+        Some(range) => parse_with(data, progress, Some(1), Entries::in_range(range)),
+        None => parse_with(data, progress, None, Entries::default()),
+    }
 }
 
 /// Reads a snapshot pickle run in `pieces` pieces in parallel, however small it is (the result
 /// is the same as [`import_snapshot`]'s; for tests and measurements).
 #[doc(hidden)]
 pub fn import_snapshot_in_pieces(data: &[u8], pieces: usize) -> Result<(Imported, usize)> {
-    let parsed = parse_in_pieces(data, &crate::progress::NoProgress, Some(pieces))?;
+    let parsed = parse_with(data, &crate::progress::NoProgress, Some(pieces), Entries::default())?;
     let taken = parsed.pieces_taken;
     Ok((parsed.build()?, taken))
 }
 
-fn parse_in_pieces(data: &[u8], progress: &dyn Progress, pieces: Option<usize>) -> Result<Parsed> {
-    let mut interner = Interner::new();
-    let mut sink = SnapshotSink::new(&mut interner);
-    let loaded = pickle::load(data, interner, &mut sink, progress, pieces)?;
-    let store = loaded.store;
-    let pieces_taken = loaded.pieces_taken;
-    let mut warnings = Vec::new();
-
-    let top = top_level(&store, loaded.root, &mut warnings)?;
-    let TopLevel { segments_value, traces_value, settings, annotations_value, host_traces_value, extra, mut budget } =
-        top;
+/// The segments the snapshot lists, sorted by device and address, each taken once.
+fn take_segments(
+    store: &Store,
+    segments_value: Value,
+    sink: &mut SnapshotSink,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Segment>> {
     let mut segments = Vec::new();
     let mut repeated_segments = 0usize;
-    if let Some(h) = list_of(&store, segments_value, "segments")? {
+    if let Some(h) = list_of(store, segments_value, "segments")? {
         let mut i = 0usize;
         store
             .for_each_item(h, |item| {
                 let Value::Record(RecordKind::Segment, index) = item else {
-                    return Err(format!("segments[{i}] should be a segment dict, found {}", describe(&store, item)));
+                    return Err(format!("segments[{i}] should be a segment dict, found {}", describe(store, item)));
                 };
                 // A segment is taken once: the same one named again (two bytes of pickle per
                 // reference) would otherwise be copied, blocks and all, each time.
@@ -309,20 +317,43 @@ fn parse_in_pieces(data: &[u8], progress: &dyn Progress, pieces: Option<usize>) 
         ));
     }
     segments.sort_by_key(|s| (s.device, s.address));
+    Ok(segments)
+}
+
+fn parse_with(data: &[u8], progress: &dyn Progress, pieces: Option<usize>, entries: Entries) -> Result<Parsed> {
+    let mut interner = Interner::new();
+    let mut sink = SnapshotSink::new(&mut interner);
+    sink.entries = entries;
+    let loaded = pickle::load(data, interner, &mut sink, progress, pieces)?;
+    let store = loaded.store;
+    let pieces_taken = loaded.pieces_taken;
+    let mut warnings = Vec::new();
+
+    let top = top_level(&store, loaded.root, &mut warnings)?;
+    let TopLevel { segments_value, traces_value, settings, annotations_value, host_traces_value, extra, mut budget } =
+        top;
+    let segments = take_segments(&store, segments_value, &mut sink, &mut warnings)?;
 
     // Per device, indices into the sink's entries (copying the entries would double the memory).
     // An entry belongs to one device's trace: one listed again (a list shared between devices,
     // or an entry named in two) is counted once.
+    // With a range, only the entries kept are listed, and each device's list remembers the first
+    // and last entry it named, which places the entries folded away.
     let mut per_device: Vec<(i16, Vec<u32>)> = Vec::new();
+    let mut spans: Vec<(i16, u32, u32)> = Vec::new();
     let mut used = vec![false; sink.entries.len()];
     let mut seen_lists = rustc_hash::FxHashSet::default();
     let mut repeated_entries = 0usize;
-    let mut entry_indices = |list: Option<Handle>, name: &dyn Fn(usize) -> String| -> Result<Vec<u32>> {
+    let entries_store = &sink.entries;
+    let mut entry_indices = |list: Option<Handle>,
+                             name: &dyn Fn(usize) -> String|
+     -> Result<(Vec<u32>, Option<Span>)> {
         let mut entries = Vec::new();
-        let Some(l) = list else { return Ok(entries) };
+        let mut span: Option<(u32, u32)> = None;
+        let Some(l) = list else { return Ok((entries, span)) };
         if !seen_lists.insert(l) {
             repeated_entries += store.len(l).map_err(structure)?;
-            return Ok(entries);
+            return Ok((entries, span));
         }
         let mut i = 0usize;
         store
@@ -333,7 +364,10 @@ fn parse_in_pieces(data: &[u8], progress: &dyn Progress, pieces: Option<usize>) 
                 match used.get_mut(index as usize) {
                     Some(slot) if !*slot => {
                         *slot = true;
-                        entries.push(index);
+                        span = Some(span.map_or((index, index), |(lo, hi)| (lo.min(index), hi.max(index))));
+                        if entries_store.is_stored(index) {
+                            entries.push(index);
+                        }
                     }
                     _ => repeated_entries += 1,
                 }
@@ -341,7 +375,7 @@ fn parse_in_pieces(data: &[u8], progress: &dyn Progress, pieces: Option<usize>) 
                 Ok(())
             })
             .map_err(structure)?;
-        Ok(entries)
+        Ok((entries, span))
     };
     if let Some(h) = list_of(&store, traces_value, "device_traces")? {
         let mut lists = Vec::new();
@@ -355,21 +389,23 @@ fn parse_in_pieces(data: &[u8], progress: &dyn Progress, pieces: Option<usize>) 
             .map_err(structure)?;
         for (device, list) in lists {
             let list = list_of(&store, list, &format!("device_traces[{device}]"))?;
-            let entries = entry_indices(list, &|i| format!("device_traces[{device}][{i}]"))?;
-            if entries.is_empty() {
-                continue;
-            }
+            let (entries, span) = entry_indices(list, &|i| format!("device_traces[{device}][{i}]"))?;
+            let Some((first, last)) = span else { continue };
             let device = i16::try_from(device).ok().filter(|&d| d <= MAX_DEVICE_INDEX).ok_or_else(|| {
                 structure(format!(
                     "device_traces[{device}] holds a trace, but PyTorch numbers devices 0 to {MAX_DEVICE_INDEX} \
                      (c10::DeviceIndex is 8 bits)"
                 ))
             })?;
+            spans.push((device, first, last));
             per_device.push((device, entries));
         }
     }
     if let Some(h) = list_of(&store, host_traces_value, "host_traces")? {
-        let entries = entry_indices(Some(h), &|i| format!("host_traces[{i}]"))?;
+        let (entries, span) = entry_indices(Some(h), &|i| format!("host_traces[{i}]"))?;
+        if let Some((first, last)) = span {
+            spans.push((-1, first, last));
+        }
         per_device.push((-1, entries));
     }
     if repeated_entries > 0 {
@@ -393,7 +429,26 @@ fn parse_in_pieces(data: &[u8], progress: &dyn Progress, pieces: Option<usize>) 
         }),
     };
     let interner = store.interner;
-    let entries = std::mem::take(&mut sink.entries);
+    let mut entries = std::mem::take(&mut sink.entries);
+    let range = match entries.take_folded() {
+        Some(folded) => {
+            folded.classifier.check()?;
+            Some(RangeBuild { folded, spans })
+        }
+        None => None,
+    };
     let fx_traces = std::mem::take(&mut sink.fx_traces);
-    Ok(Parsed { interner, segments, entries, per_device, external, settings, extra, warnings, fx_traces, pieces_taken })
+    Ok(Parsed {
+        interner,
+        segments,
+        entries,
+        per_device,
+        external,
+        settings,
+        extra,
+        warnings,
+        fx_traces,
+        pieces_taken,
+        range,
+    })
 }
