@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use vramscope_trace_format::{AnnotationKind, Category, DeviceId, EventKind, FrameId, StackId, StringId, Trace};
+use vramscope_trace_format::{
+    AnnotationKind, Category, DeviceId, EventKind, FrameId, StackId, StringId, Trace, event_flags,
+};
 
 /// Why a block has its category.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +136,9 @@ pub struct Attributor<'a> {
     /// first such block is asked for).
     persistent: Option<Persistent>,
     device: DeviceId,
+    /// Blocks (address, alloc time) that a trace opened at a range of its source shows allocated
+    /// at its start, allocated before it: they are attributed as allocated before the recording.
+    before_range: rustc_hash::FxHashSet<(u64, i64)>,
 }
 
 /// The blocks alive from before the recording to its end, and those of them whose sizes match
@@ -198,6 +203,18 @@ impl<'a> Attributor<'a> {
         }
         let tagged = |category: Category| tags.values().flatten().any(|t| t.1 == category);
         let (gradients_tagged, state_tagged) = (tagged(Category::Gradient), tagged(Category::OptimizerState));
+        let before_range = if trace.metadata.range.is_some() {
+            trace
+                .events
+                .iter()
+                .filter(|e| {
+                    e.device == device && e.kind == EventKind::Alloc && e.flags & event_flags::BEFORE_RANGE != 0
+                })
+                .map(|e| (e.address, e.time_ns))
+                .collect()
+        } else {
+            rustc_hash::FxHashSet::default()
+        };
         Self {
             trace,
             by_stack: HashMap::default(),
@@ -209,6 +226,17 @@ impl<'a> Attributor<'a> {
             state_tagged,
             persistent: None,
             device,
+            before_range,
+        }
+    }
+
+    /// When a block counts as allocated: `i64::MIN` (before the recording) for a block a range
+    /// shows allocated at its start.
+    fn alloc_time(&self, address: u64, alloc_ns: i64) -> i64 {
+        if !self.before_range.is_empty() && self.before_range.contains(&(address, alloc_ns)) {
+            i64::MIN
+        } else {
+            alloc_ns
         }
     }
 
@@ -227,8 +255,24 @@ impl<'a> Attributor<'a> {
         let trace = self.trace;
         let events = crate::replay::device_events(trace, self.device);
         let initial = crate::replay::initial_state(trace, self.device, &events);
-        let before: Vec<(u64, u64)> =
+        let mut before: Vec<(u64, u64)> =
             initial.blocks.iter().filter(|b| b.freed_by.is_none()).map(|b| (b.address, b.requested_bytes)).collect();
+        // A range of a trace shows what was alive at its start allocated there.
+        if !self.before_range.is_empty() {
+            let mut alive: HashMap<u64, u64> = HashMap::default();
+            for e in events.iter().filter_map(|&i| trace.events.get(i as usize)) {
+                match e.kind {
+                    EventKind::Alloc if self.before_range.contains(&(e.address, e.time_ns)) => {
+                        alive.insert(e.address, e.requested_bytes);
+                    }
+                    EventKind::FreeCompleted => {
+                        alive.remove(&e.address);
+                    }
+                    _ => {}
+                }
+            }
+            before.extend(alive);
+        }
         let mut persistent = Persistent {
             alive_throughout: before.iter().map(|b| b.0).collect(),
             parameters: Default::default(),
@@ -383,6 +427,7 @@ impl<'a> Attributor<'a> {
     /// before the trace) until `until_ns`, allocated by `stack`.
     pub fn block(&mut self, address: u64, alloc_ns: i64, until_ns: i64, stack: StackId) -> Attribution {
         let found = self.known(address, alloc_ns, until_ns, stack);
+        let alloc_ns = self.alloc_time(address, alloc_ns);
         if found.category != Category::Unknown || alloc_ns != i64::MIN || found.evidence != Evidence::Nothing {
             return found;
         }
@@ -402,6 +447,7 @@ impl<'a> Attributor<'a> {
     fn known(&mut self, address: u64, alloc_ns: i64, until_ns: i64, stack: StackId) -> Attribution {
         // Its whole life counts where it is known, else up to `until_ns`.
         let free_ns = self.freed_at(address, alloc_ns);
+        let alloc_ns = self.alloc_time(address, alloc_ns);
         let end_ns = if free_ns == i64::MAX && self.frees.is_empty() { until_ns } else { free_ns };
         if let Some(list) = self.tags.get(&address) {
             let start = list.partition_point(|t| t.0 < alloc_ns);

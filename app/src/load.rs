@@ -32,20 +32,18 @@ pub struct LoadedTrace {
     pub wrappers: Vec<Wrapper>,
 }
 
-/// The part of each trace this process reads (`--range`, or the app's File > Open part of a
-/// trace): [`load`] and the app's loads cut every file to it.
-static RANGE: std::sync::RwLock<Option<TraceRange>> = std::sync::RwLock::new(None);
+/// The part of each trace a command reads (its `--range`): [`load`] cuts every file to it.
+static CLI_RANGE: std::sync::OnceLock<TraceRange> = std::sync::OnceLock::new();
 
-/// Sets the part of each trace read from now on (`None`: the whole).
-pub fn set_range(range: Option<TraceRange>) {
-    if let Ok(mut slot) = RANGE.write() {
-        *slot = range;
-    }
+/// Sets the part of each trace [`load`] reads, once, from the command line (the app passes its
+/// range to each load instead).
+pub fn set_cli_range(range: TraceRange) {
+    let _ = CLI_RANGE.set(range);
 }
 
-/// The part of each trace read, if only a part is.
-pub fn range() -> Option<TraceRange> {
-    RANGE.read().ok().and_then(|r| *r)
+/// The part of each trace the command line asked for, if only a part.
+pub fn cli_range() -> Option<TraceRange> {
+    CLI_RANGE.get().copied()
 }
 
 /// The path that names standard input.
@@ -201,8 +199,13 @@ pub fn load_range_with(path: &Path, range: Option<TraceRange>, progress: &dyn Pr
 }
 
 /// Reads a file of any supported format, showing a progress bar on a terminal; cut to the
-/// part asked for ([`set_range`]) when there is one.
+/// command line's range ([`set_cli_range`]) when it gave one.
 pub fn load(path: &Path) -> Result<LoadedTrace> {
+    load_range(path, cli_range())
+}
+
+/// [`load`] of `range` of the file (`None`: the whole).
+pub fn load_range(path: &Path, range: Option<TraceRange>) -> Result<LoadedTrace> {
     let size = if path == Path::new(STDIN) || crate::sample::is_sample(path) {
         0
     } else {
@@ -210,7 +213,7 @@ pub fn load(path: &Path) -> Result<LoadedTrace> {
     };
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let bar = progress_bar(size, &format!("reading {name}"));
-    let result = load_range_with(path, range(), &|done: u64, _total: u64| {
+    let result = load_range_with(path, range, &|done: u64, _total: u64| {
         bar.set_position(done);
         true
     });

@@ -57,7 +57,9 @@ struct RangeArg {
 impl RangeArg {
     /// Applies the range to every file the command reads.
     fn set(&self) {
-        vramscope::load::set_range(self.range);
+        if let Some(range) = self.range {
+            vramscope::load::set_cli_range(range);
+        }
     }
 }
 
@@ -339,8 +341,6 @@ fn open(
     if compare.is_some() && files.len() > 1 {
         anyhow::bail!("compare takes two traces, not runs of several files");
     }
-    // Every file the app reads is cut to it, until the user opens a whole one.
-    range.set();
     vramscope::gui::run(vramscope::gui::GuiOptions {
         files,
         compare,
@@ -349,6 +349,7 @@ fn open(
         size: window.size,
         dark_mode: window.theme.map(|t| matches!(t, ThemeArg::Dark)),
         started: Some(started),
+        range: range.range,
     })
 }
 

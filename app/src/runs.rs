@@ -108,9 +108,18 @@ pub fn read_all<T: Send>(
     paths: &[PathBuf],
     read: impl Fn(LoadedTrace) -> T + Sync,
 ) -> Result<(Vec<T>, Vec<String>, Vec<String>)> {
+    read_all_in(paths, load::cli_range(), read)
+}
+
+/// [`read_all`] of `range` of each file (`None`: the whole).
+pub fn read_all_in<T: Send>(
+    paths: &[PathBuf],
+    range: Option<vramscope_trace_format::TraceRange>,
+    read: impl Fn(LoadedTrace) -> T + Sync,
+) -> Result<(Vec<T>, Vec<String>, Vec<String>)> {
     let files = expand(paths)?;
     let results = in_parallel(&files, |path| {
-        let loaded = load::load(path)?;
+        let loaded = load::load_range(path, range)?;
         let warnings: Vec<String> = loaded.warnings.iter().map(|w| format!("{}: {w}", path.display())).collect();
         Ok((read(loaded), warnings))
     });

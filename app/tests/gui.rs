@@ -559,3 +559,59 @@ snap = {'segments': [seg(0, 1 << 40, 64 * MB, 60 * MB), seg(1, 2 << 40, 20 * MB,
     let trace = &doc.trace;
     assert_eq!(vramscope::words::context_lines(trace, &block.block), ["user metadata: step=4"]);
 }
+
+/// File > Open part of a trace…: a bad range is said and nothing opens; a good one opens that
+/// part of the file chosen, shows what the CLI's `--range` shows, and says it is a part; the
+/// same window then opens another part of the file open.
+#[test]
+fn a_part_of_a_trace_opens_from_the_file_menu() {
+    let name = "gpt_ctx128_fullstep_fp32.pickle";
+    let mut harness = harness(Some(fixture(name)));
+    harness.get_by_label("File").click();
+    harness.run_steps(2);
+    harness.get_by_label("Open part of a trace…").click();
+    harness.run_steps(2);
+    harness.get_by_role_and_label(egui::accesskit::Role::TextInput, "Range").type_text("#9..#3");
+    harness.run_steps(2);
+    harness.get_by_label_contains("ends before it starts");
+    assert!(harness.state().session.doc.is_none());
+    // Replace the text with a good range.
+    for _ in 0..6 {
+        harness.key_press(egui::Key::Backspace);
+    }
+    harness.get_by_role_and_label(egui::accesskit::Role::TextInput, "Range").type_text("#5000..#6000");
+    harness.run_steps(2);
+    harness.get_by_label_contains("events 5,000 to 5,999 (from 0), 1,000 events");
+    harness.get_by_label("Choose a file…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let range: vramscope_trace_format::TraceRange = "#5000..#6000".parse().expect("range");
+    let data = std::fs::read(fixture(name)).expect("fixture");
+    let part = vramscope_trace_format::import_range(&data, &NoProgress, Some(range)).expect("import").trace;
+    let expected = summary::device_summary(&part, DeviceId(0));
+    {
+        let app = harness.state();
+        let doc = app.session.doc.as_ref().expect("opened");
+        assert_eq!(doc.trace.metadata.range.map(|r| r.range), Some(range));
+        assert_eq!(doc.trace.events.len(), part.events.len());
+    }
+    harness.get_by_label(&format!("Jump to peak ({})", units::bytes(expected.peak_allocated_bytes)));
+    harness.get_by_label_contains("Only #5000..#6000 of the file is open");
+    // Another part of the file open, from the same window (filled with the range open).
+    harness.get_by_label("File").click();
+    harness.run_steps(2);
+    harness.get_by_label("Open part of a trace…").click();
+    harness.run_steps(2);
+    harness.get_by_role_and_label(egui::accesskit::Role::TextInput, "Range").focus();
+    for _ in 0.."#5000..#6000".len() {
+        harness.key_press(egui::Key::Backspace);
+    }
+    harness.get_by_role_and_label(egui::accesskit::Role::TextInput, "Range").type_text("+100ms..");
+    harness.run_steps(2);
+    harness.get_by_label(&format!("Open this part of {name}")).click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let app = harness.state();
+    let doc = app.session.doc.as_ref().expect("opened");
+    assert_eq!(doc.trace.metadata.range.map(|r| r.range), Some("+100ms..".parse().expect("range")));
+}

@@ -119,7 +119,9 @@ fn a_range_is_read_said_and_written_and_a_bad_one_is_refused() {
     let output = vramscope(&["info".as_ref(), file.as_os_str(), "--range".as_ref(), "#5000..#6000".as_ref()]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8_lossy(&output.stdout);
-    for expected in ["Only #5000..#6000 of the file is open", "5,000 events before it", "final state     no segment state"] {
+    for expected in
+        ["Only #5000..#6000 of the file is open", "5,000 events before it", "final state     no segment state"]
+    {
         assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
     }
     // Written to a .vtrace, the part reads back as the part, saying so.

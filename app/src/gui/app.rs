@@ -129,11 +129,12 @@ impl VramscopeApp {
     /// Starts loading what `paths` name, whole: one trace, or a run of several ranks (files, a
     /// directory of them), shown in the ranks view as its files are read.
     pub fn open_paths(&mut self, ctx: &egui::Context, paths: &[PathBuf]) {
-        crate::load::set_range(None);
+        self.session.range = None;
         self.start_paths(ctx, paths);
     }
 
-    /// [`Self::open_paths`] cut to the range the command line asked for, if it did.
+    /// [`Self::open_paths`] of the part the session reads ([`Session::range`]: the one the
+    /// command line asked for, if it did).
     pub fn open_from_command_line(&mut self, ctx: &egui::Context, paths: &[PathBuf]) {
         self.start_paths(ctx, paths);
     }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use vramscope_trace_format::{ProcessId, Trace};
+use vramscope_trace_format::{ProcessId, Trace, TraceRange};
 
 use super::document::{Document, Origin};
 use super::jobs::Job;
@@ -76,19 +76,29 @@ fn document(loaded: LoadedTrace, started: Instant) -> Loaded {
 }
 
 impl Loader {
-    /// Starts loading `path`; `repaint` is called whenever there is something new to show.
-    pub fn start(path: &Path, repaint: impl Fn() + Send + Sync + 'static) -> Self {
-        Self::spawn(path, None, repaint)
+    /// Starts loading `path` (only `range` of it, if given); `repaint` is called whenever there
+    /// is something new to show.
+    pub fn start(path: &Path, range: Option<TraceRange>, repaint: impl Fn() + Send + Sync + 'static) -> Self {
+        Self::spawn(path, range, None, repaint)
     }
 
     /// Starts loading one rank of the run open: the file, or one process of it.
-    pub fn start_rank(path: &Path, process: Option<usize>, repaint: impl Fn() + Send + Sync + 'static) -> Self {
-        Self::spawn(path, Some(process), repaint)
+    pub fn start_rank(
+        path: &Path,
+        range: Option<TraceRange>,
+        process: Option<usize>,
+        repaint: impl Fn() + Send + Sync + 'static,
+    ) -> Self {
+        Self::spawn(path, range, Some(process), repaint)
     }
 
-    fn spawn(path: &Path, rank: Option<Option<usize>>, repaint: impl Fn() + Send + Sync + 'static) -> Self {
+    fn spawn(
+        path: &Path,
+        range: Option<TraceRange>,
+        rank: Option<Option<usize>>,
+        repaint: impl Fn() + Send + Sync + 'static,
+    ) -> Self {
         let thread_path = path.to_owned();
-        let range = crate::load::range();
         let job = Job::spawn(
             "load",
             repaint,

@@ -46,6 +46,8 @@ pub struct GuiOptions {
     /// When the process started: with `VRAMSCOPE_TIMINGS=1`, the time from it to the first frame
     /// showing the trace is printed.
     pub started: Option<std::time::Instant>,
+    /// Open only this part of the files (and of those opened with them: a rank, a comparison).
+    pub range: Option<vramscope_trace_format::TraceRange>,
 }
 
 /// Runs the window until it is closed.
@@ -81,7 +83,7 @@ pub fn run(options: GuiOptions) -> Result<()> {
     };
     let run_paths = if one_file.is_none() { files } else { Vec::new() };
     let early_loader = one_file.as_deref().map(|file| {
-        loader::Loader::start(file, move || {
+        loader::Loader::start(file, options.range, move || {
             if let Some(ctx) = repaint_ctx.get() {
                 ctx.request_repaint();
             }
@@ -103,6 +105,7 @@ pub fn run(options: GuiOptions) -> Result<()> {
             }
             let _ = window_ctx.set(cc.egui_ctx.clone());
             let mut app = VramscopeApp::new(settings, Box::new(NativePicker));
+            app.session.range = options.range;
             if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
                 app.report_first_frame_since = options.started;
             }

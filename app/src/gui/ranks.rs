@@ -200,7 +200,11 @@ pub struct RunState {
 
 impl RunState {
     /// Starts reading the run the paths hold (files, directories of them).
-    pub fn start(paths: &[PathBuf], repaint: impl Fn() + Send + Sync + 'static) -> anyhow::Result<Self> {
+    pub fn start(
+        paths: &[PathBuf],
+        range: Option<vramscope_trace_format::TraceRange>,
+        repaint: impl Fn() + Send + Sync + 'static,
+    ) -> anyhow::Result<Self> {
         let files = crate::runs::expand(paths)?;
         let arrived: Arrived = Arc::default();
         let files_read = Arc::new(AtomicU64::new(0));
@@ -213,7 +217,7 @@ impl RunState {
             "run",
             move || repaint(),
             move |progress| {
-                let (parts, warnings, skipped) = crate::runs::read_all(&thread_paths, |loaded| {
+                let (parts, warnings, skipped) = crate::runs::read_all_in(&thread_paths, range, |loaded| {
                     if progress.is_cancelled() {
                         return Vec::new();
                     }

@@ -46,6 +46,9 @@ pub enum Change {
 /// The open trace and everything worked out about it.
 #[derive(Default)]
 pub struct Session {
+    /// The part of each file read (the files opened with it, a rank of their run, a comparison);
+    /// `None`: the whole.
+    pub range: Option<vramscope_trace_format::TraceRange>,
     /// The open trace (one rank, when a run of several is open).
     pub doc: Option<Document>,
     /// The run of several ranks open, if one is.
@@ -89,10 +92,10 @@ impl Session {
         if let [one] = paths
             && !one.is_dir()
         {
-            self.adopt_loader(Loader::start(one, repainter(ctx)));
+            self.adopt_loader(Loader::start(one, self.range, repainter(ctx)));
             return;
         }
-        match RunState::start(paths, repainter(ctx)) {
+        match RunState::start(paths, self.range, repainter(ctx)) {
             Ok(run) => {
                 self.cancel_loads();
                 self.loader = None;
@@ -111,7 +114,7 @@ impl Session {
         run.shown = Some(rank);
         match (&self.processes, row.process) {
             (Some(processes), Some(process)) if processes.path == row.path => self.choose_process(ctx, process),
-            _ => self.adopt_loader(Loader::start_rank(&row.path, row.process, repainter(ctx))),
+            _ => self.adopt_loader(Loader::start_rank(&row.path, self.range, row.process, repainter(ctx))),
         }
     }
 
@@ -124,7 +127,7 @@ impl Session {
 
     /// Starts loading `path` as the run to compare the open one with.
     pub fn open_second(&mut self, ctx: &egui::Context, path: &Path) {
-        if let Some(old) = self.second_loader.replace(Loader::start(path, repainter(ctx))) {
+        if let Some(old) = self.second_loader.replace(Loader::start(path, self.range, repainter(ctx))) {
             old.cancel();
         }
     }

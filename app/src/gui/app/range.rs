@@ -12,12 +12,14 @@ use super::VramscopeApp;
 pub(super) struct RangeDialog {
     /// The range as typed.
     text: String,
+    /// Whether the field was given the keyboard (once, when the window opens).
+    focused: bool,
 }
 
 impl RangeDialog {
     /// A window filled with `range` (the one the open trace was read at), if any.
     pub(super) fn new(range: Option<TraceRange>) -> Self {
-        Self { text: range.map(|r| r.to_string()).unwrap_or_default() }
+        Self { text: range.map(|r| r.to_string()).unwrap_or_default(), focused: false }
     }
 }
 
@@ -63,13 +65,20 @@ impl VramscopeApp {
                  opens in part.",
             );
             ui.add_space(6.0);
-            let edit = ui.add(
-                egui::TextEdit::singleline(&mut dialog.text)
-                    .hint_text("+2s..+3.5s   or   #1000000..#2000000")
-                    .desired_width(f32::INFINITY),
-            );
-            if !edit.has_focus() && dialog.text.is_empty() {
+            let edit = ui
+                .horizontal(|ui| {
+                    let label = ui.label("Range");
+                    ui.add(
+                        egui::TextEdit::singleline(&mut dialog.text)
+                            .hint_text("+2s..+3.5s   or   #1000000..#2000000")
+                            .desired_width(f32::INFINITY),
+                    )
+                    .labelled_by(label.id)
+                })
+                .inner;
+            if !dialog.focused {
                 edit.request_focus();
+                dialog.focused = true;
             }
             let parsed = parse(&dialog.text);
             match &parsed {
@@ -113,10 +122,10 @@ impl VramscopeApp {
         }
     }
 
-    /// Opens `range` of `path`: every file read from now on (a rank of its run, a comparison) is
-    /// cut to it, until a whole file is opened.
+    /// Opens `range` of `path`: the files read with it (a rank of its run, a comparison) are
+    /// cut to it too, until a whole file is opened.
     pub fn open_part(&mut self, ctx: &egui::Context, path: &std::path::Path, range: TraceRange) {
-        crate::load::set_range(Some(range));
+        self.session.range = Some(range);
         self.start_paths(ctx, &[path.to_owned()]);
     }
 }
