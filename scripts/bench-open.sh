@@ -8,8 +8,9 @@
 # Each run is a fresh process: `vramscope open FILE --screenshot`, with VRAMSCOPE_TIMINGS=1 so
 # the app prints when its first frame with the trace is drawn; /usr/bin/time gives the peak RSS
 # and the CPU time. Every file is read once first, so that all runs read it from the page cache.
-# Each run is made twice, side by side: in one go (the default) and with the pickle run in pieces
-# on every core (VRAMSCOPE_PICKLE_PIECES=auto), so that the ratio survives a noisy machine.
+# Each run is made twice, side by side: with the pickle run in pieces on every core (the default
+# for large files) and in one go (VRAMSCOPE_PICKLE_PIECES=1), so that the ratio survives a noisy
+# machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/vramscope-target}"
@@ -31,8 +32,7 @@ for entries in "${sizes[@]}"; do
     echo "## $(basename "$file"): $(du -m "$file" | cut -f1) MB"
     for _ in $(seq "$runs"); do
         for pieces in auto 1; do
-            env_pieces=()
-            [ "$pieces" = 1 ] || env_pieces=(VRAMSCOPE_PICKLE_PIECES="$pieces")
+            env_pieces=(VRAMSCOPE_PICKLE_PIECES="$pieces")
             printf 'pieces=%-4s ' "$pieces"
             env "${env_pieces[@]}" VRAMSCOPE_TIMINGS=1 xvfb-run -a -s "-screen 0 1600x1000x24" /usr/bin/time -v \
                 "$bin" open "$file" --screenshot "$dir/open.png" 2>&1 |

@@ -119,7 +119,8 @@ fn file_matches(file: &str, pattern: &str) -> bool {
 /// Attributes blocks of one trace, caching the stack rules by stack.
 pub struct Attributor<'a> {
     trace: &'a Trace,
-    by_stack: HashMap<StackId, Attribution>,
+    /// The stack rules' answer by stack id (ids are dense: a list, not a map).
+    by_stack: Vec<Option<Attribution>>,
     /// Tags by address, in time order.
     tags: HashMap<u64, Vec<(i64, Category, StringId)>>,
     /// When each block (address, alloc time) was freed; only for traces with tags or phases.
@@ -217,7 +218,7 @@ impl<'a> Attributor<'a> {
         };
         Self {
             trace,
-            by_stack: HashMap::default(),
+            by_stack: Vec::new(),
             tags,
             frees,
             phases,
@@ -252,9 +253,21 @@ impl<'a> Attributor<'a> {
         if self.persistent.is_some() {
             return;
         }
+        let events = crate::replay::device_events(self.trace, self.device);
+        let initial = crate::replay::initial_state(self.trace, self.device, &events);
+        self.find_persistent_with(&events, &initial);
+    }
+
+    /// Works out which blocks from before the recording are parameters, from the device's events
+    /// and initial state already at hand (rather than working them out again).
+    pub fn prepare_persistent(&mut self, events: &[u32], initial: &crate::replay::Initial) {
+        if self.persistent.is_none() && (!initial.blocks.is_empty() || !self.before_range.is_empty()) {
+            self.find_persistent_with(events, initial);
+        }
+    }
+
+    fn find_persistent_with(&mut self, events: &[u32], initial: &crate::replay::Initial) {
         let trace = self.trace;
-        let events = crate::replay::device_events(trace, self.device);
-        let initial = crate::replay::initial_state(trace, self.device, &events);
         let mut before: Vec<(u64, u64)> =
             initial.blocks.iter().filter(|b| b.freed_by.is_none()).map(|b| (b.address, b.requested_bytes)).collect();
         // A range of a trace shows what was alive at its start allocated there.
@@ -282,7 +295,7 @@ impl<'a> Attributor<'a> {
         for &(address, size) in &before {
             before_by_size.entry(size).or_default().push(address);
         }
-        let [gradients, optimizer_state] = self.most_alive(&events);
+        let [gradients, optimizer_state] = self.most_alive(events);
         for (category, per_parameter, (most_bytes, at_most)) in
             [(Category::Gradient, 1, gradients), (Category::OptimizerState, 2, optimizer_state)]
         {
@@ -463,11 +476,17 @@ impl<'a> Attributor<'a> {
 
     /// The category the stack-frame rules give `stack`.
     pub fn stack(&mut self, stack: StackId) -> Attribution {
-        if let Some(found) = self.by_stack.get(&stack) {
+        if let Some(Some(found)) = self.by_stack.get(stack.index()) {
             return *found;
         }
         let found = classify_stack(self.trace, stack);
-        self.by_stack.insert(stack, found);
+        // The list grows to the trace's stack table at most (an id past it is not cached).
+        if self.by_stack.len() <= stack.index() && stack.index() < self.trace.interner.stack_count() {
+            self.by_stack.resize(stack.index() + 1, None);
+        }
+        if let Some(slot) = self.by_stack.get_mut(stack.index()) {
+            *slot = Some(found);
+        }
         found
     }
 }

@@ -165,6 +165,7 @@ impl Timeline {
             }
         }
         let initial = replay::initial_state(trace, device, device_events);
+        attributor.prepare_persistent(device_events, &initial);
         let mut totals: ByCategory = [0; CATEGORIES];
         let mut live: rustc_hash::FxHashMap<u64, u8> = Default::default();
         for block in &initial.blocks {

@@ -473,9 +473,10 @@ impl VramscopeApp {
         if cancel {
             loader.cancel();
         }
-        // Four frames a second: the bar and the seconds move, and drawing (on a software
-        // renderer, every pixel on the CPU) leaves the cores to the load.
-        ctx.request_repaint_after(std::time::Duration::from_millis(250));
+        // Two frames a second: the bar and the seconds move, and drawing (on a software
+        // renderer, every pixel on the CPU, tens of milliseconds of both cores a frame) leaves
+        // the cores to the load.
+        ctx.request_repaint_after(std::time::Duration::from_millis(500));
     }
 
     fn help_window(&mut self, ctx: &egui::Context) {

@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError, channel};
 use std::time::Instant;
 
+/// The least time between two repaints that progress asks for.
+const REPAINT_EVERY_MS: u64 = 500;
+
 /// What a job and the UI thread share.
 #[derive(Default)]
 struct Shared {
@@ -18,6 +21,10 @@ struct Shared {
     cancel: AtomicBool,
     /// The last progress percentage that asked for a repaint.
     percent: AtomicU64,
+    /// When progress last asked for a repaint, in milliseconds after the job started.
+    repainted_ms: AtomicU64,
+    /// When the job started.
+    started: std::sync::OnceLock<Instant>,
 }
 
 /// The job's side: report progress, see whether to stop.
@@ -28,13 +35,19 @@ pub struct Progress {
 
 impl Progress {
     /// Records `done` of `total` units; returns whether to go on (false once cancelled).
-    /// Repaints at most once per percent.
+    /// Repaints at most once per percent and twice a second: on a software renderer a frame
+    /// of the window costs tens of milliseconds of both cores, taken from the job.
     pub fn report(&self, done: u64, total: u64) -> bool {
         self.shared.done.store(done, Ordering::Relaxed);
         self.shared.total.store(total, Ordering::Relaxed);
         let percent = done.saturating_mul(100) / total.max(1);
         if self.shared.percent.swap(percent, Ordering::Relaxed) != percent {
-            (self.repaint)();
+            let now_ms = self.shared.started.get_or_init(Instant::now).elapsed().as_millis() as u64;
+            let last = self.shared.repainted_ms.load(Ordering::Relaxed);
+            if now_ms >= last + REPAINT_EVERY_MS || done >= total {
+                self.shared.repainted_ms.store(now_ms, Ordering::Relaxed);
+                (self.repaint)();
+            }
         }
         !self.is_cancelled()
     }

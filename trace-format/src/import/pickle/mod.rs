@@ -134,9 +134,9 @@ struct Machine<'a, S: PieceSink> {
 
 /// Runs the pickle in `data`, letting `sink` convert dicts as they are appended to lists.
 ///
-/// Asked to (`pieces`, or `VRAMSCOPE_PICKLE_PIECES`), a pickle of the snapshot's shape is run in
-/// pieces on several cores ([`parallel`]); the result is the same as running it in one go, which
-/// is what happens otherwise.
+/// A large pickle of the snapshot's shape is run in pieces on several cores ([`parallel`], as
+/// `pieces` or `VRAMSCOPE_PICKLE_PIECES` asks, else one per core); the result is the same as
+/// running it in one go, which is what happens otherwise.
 pub(crate) fn load<S: PieceSink>(
     data: &[u8],
     interner: Interner,

@@ -99,23 +99,24 @@ pub(super) struct Done<S> {
     sink: S,
 }
 
-/// Where to cut `data` into `pieces`, if asked to, by the caller or by `VRAMSCOPE_PICKLE_PIECES`
-/// (a number, or `auto`: as many as there are cores, for a pickle large enough to be worth it).
+/// Where to cut `data` into `pieces`: as the caller asks, else as `VRAMSCOPE_PICKLE_PIECES` says
+/// (a number; `1` runs every pickle in one go), else one piece per core for a pickle large enough
+/// to be worth it.
 ///
-/// Not by default: on a file that is not in the page cache, two streams of page faults over one
-/// mapping made a 565 MB snapshot read 2.6x slower (10.0 s against 3.9 s), and on a machine of two
-/// cores the window's own work leaves no core idle for the app to gain from (measured in
-/// docs/BENCHMARKS.md).
+/// On two cores the 2.26 GB snapshot of 36M entries opens in the app 2.6 to 2.9 s sooner in
+/// pieces (11.4-13.0 s against 14.3-15.6 s). A 565 MB snapshot out of the page cache once read
+/// 2.6x slower in pieces: the frame runs were compared against the file's bytes, and the pages
+/// handed back behind the parser were read again; they are compared against a copy now, and
+/// out of the page cache pieces read it as fast as one go (docs/BENCHMARKS.md).
 pub(super) fn plan(data: &[u8], pieces: Option<usize>) -> Option<Plan> {
     let setting = std::env::var("VRAMSCOPE_PICKLE_PIECES").ok();
+    let cores = || std::thread::available_parallelism().map_or(1, usize::from);
     let asked = match pieces {
         Some(n) => Some(n),
         None => match setting.as_deref().map(str::trim) {
-            Some("auto") if data.len() >= MIN_BYTES => {
-                Some(std::thread::available_parallelism().map_or(1, usize::from))
-            }
+            Some("auto") | None if data.len() >= MIN_BYTES => Some(cores()),
+            Some("auto") | None => None,
             Some(n) => n.parse().ok(),
-            None => None,
         },
     };
     let cores = asked?.min(MAX_PIECES);

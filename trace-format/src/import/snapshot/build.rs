@@ -340,6 +340,19 @@ fn device_start(
     (final_blocks, start_us)
 }
 
+/// Whether the entries listed have times: known from the counts when every entry stored is
+/// listed (the usual case), else looked at.
+fn listed_have_times(entries: &Entries, per_device: &[(i16, Vec<u32>)]) -> bool {
+    let listed: usize = per_device.iter().map(|(_, e)| e.len()).sum();
+    if entries.timed() == 0 {
+        false
+    } else if listed == entries.stored() {
+        true
+    } else {
+        per_device.iter().flat_map(|(_, e)| e).filter_map(|&i| entries.get(i)).any(|e| e.time_us.is_some())
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn build_trace(
     mut interner: Interner,
@@ -354,8 +367,9 @@ pub(super) fn build_trace(
 ) -> Result<Trace> {
     let mut segments = segments;
     let mut range = range.map(|r| range_start(r, &mut segments));
-    let has_time =
-        per_device.iter().flat_map(|(_, e)| e).filter_map(|&i| all_entries.get(i)).any(|e| e.time_us.is_some());
+    let has_time = listed_have_times(&all_entries, &per_device);
+    // Allocations open at each address matter only to `annotate` entries.
+    let annotated = all_entries.annotations() > 0;
     // Entries are nearly always read in the order they were pushed: then each chunk is freed
     // once read, and the entries and the events are never whole in memory together.
     let in_order = per_device.iter().flat_map(|(_, e)| e).is_sorted();
@@ -409,10 +423,10 @@ pub(super) fn build_trace(
             match entry.action {
                 Action::Event(kind) => {
                     match kind {
-                        EventKind::Alloc => {
+                        EventKind::Alloc if annotated => {
                             open.insert(entry.addr, device_events.len());
                         }
-                        EventKind::FreeCompleted => {
+                        EventKind::FreeCompleted if annotated => {
                             open.remove(&entry.addr);
                         }
                         _ => {}

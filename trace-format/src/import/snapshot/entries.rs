@@ -96,6 +96,9 @@ pub(super) struct Entries {
     freed_below: usize,
     /// When only a range is kept.
     window: Option<Box<Windowed>>,
+    /// Entries stored with a time, and `annotate` entries stored.
+    timed: usize,
+    annotations: usize,
 }
 
 /// What the entries outside a range left behind.
@@ -109,6 +112,21 @@ impl Entries {
     /// Number of entries pushed.
     pub(super) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Entries stored with a time.
+    pub(super) fn timed(&self) -> usize {
+        self.timed
+    }
+
+    /// `annotate` entries stored.
+    pub(super) fn annotations(&self) -> usize {
+        self.annotations
+    }
+
+    /// Entries stored (read, less those a range left out).
+    pub(super) fn stored(&self) -> usize {
+        self.window.as_ref().map_or(self.read(), |w| w.kept.len())
     }
 
     /// Number of entries read from the pickle (pushed, or taken in from pieces).
@@ -195,6 +213,8 @@ impl Entries {
             self.rare.push(Rare { device_free: entry.device_free, name: entry.name, unknown_action });
             compact.rare = (self.rare.len() - 1) as u32;
         }
+        self.timed += usize::from(entry.time_us.is_some());
+        self.annotations += usize::from(code == 9);
         match self.chunks.last_mut().filter(|c| c.len() < CHUNK) {
             Some(chunk) => chunk.push(compact),
             None => {
@@ -273,6 +293,8 @@ impl Entries {
             self.chunks.push(chunk);
         }
         self.len += other.len;
+        self.timed += other.timed;
+        self.annotations += other.annotations;
         first as u32
     }
 
