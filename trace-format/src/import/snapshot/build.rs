@@ -27,47 +27,61 @@ fn estimated_block_size(requested: u64) -> u64 {
     requested.max(1).div_ceil(MIN_BLOCK_BYTES).saturating_mul(MIN_BLOCK_BYTES)
 }
 
-/// Trace entries record the requested size only. A block still alive at the end of the trace is
-/// in the final segment state with its real size; every other size is estimated with the
-/// allocator's default rounding and flagged as such. Frees take the size of their alloc.
-fn settle_sizes(events: &mut [Event], final_blocks: &FxHashMap<u64, Block>) {
-    const NONE: u32 = u32::MAX;
-    let mut live: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut paired = vec![NONE; events.len()];
-    for (i, event) in events.iter().enumerate() {
+/// Pairs frees with their allocations as a device's events are built, for [`settle_sizes`].
+#[derive(Default)]
+struct Pairing {
+    /// The allocation open at each address, by its index.
+    live: FxHashMap<u64, u32>,
+}
+
+/// While events are built, a free's `size_bytes` holds the index of its allocation (this when
+/// it has none); [`settle_sizes`] then gives it the allocation's size.
+const UNPAIRED: u64 = u64::MAX;
+/// A flag bit [`settle_sizes`] uses for a moment: the allocation's size is the final state's.
+const EXACT: u8 = 0x80;
+
+impl Pairing {
+    /// Notes `event`, to be pushed at `index`.
+    fn note(&mut self, index: usize, event: &mut Event) {
         match event.kind {
             EventKind::Alloc => {
-                live.insert(event.address, i as u32);
+                self.live.insert(event.address, index as u32);
             }
             EventKind::FreeRequested => {
-                if let Some(&alloc) = live.get(&event.address) {
-                    paired[i] = alloc;
-                }
+                event.size_bytes = self.live.get(&event.address).map_or(UNPAIRED, |&a| u64::from(a));
             }
             EventKind::FreeCompleted => {
-                if let Some(alloc) = live.remove(&event.address) {
-                    paired[i] = alloc;
-                }
+                event.size_bytes = self.live.remove(&event.address).map_or(UNPAIRED, u64::from);
             }
             _ => {}
         }
     }
-    let mut exact = vec![false; events.len()];
-    for (address, &i) in &live {
+}
+
+/// Trace entries record the requested size only. A block still alive at the end of the trace is
+/// in the final segment state with its real size; every other size is estimated with the
+/// allocator's default rounding and flagged as such. Frees take the size of their alloc.
+fn settle_sizes(events: &mut [Event], pairing: Pairing, final_blocks: &FxHashMap<u64, Block>) {
+    for (address, &i) in &pairing.live {
         if let (Some(block), Some(event)) = (final_blocks.get(address), events.get_mut(i as usize)) {
             event.size_bytes = block.size_bytes;
-            exact[i as usize] = true;
+            event.flags |= EXACT;
         }
     }
     for i in 0..events.len() {
         let event = events[i];
         let is_free = matches!(event.kind, EventKind::FreeRequested | EventKind::FreeCompleted);
-        if event.kind == EventKind::Alloc && !exact[i] {
-            events[i].size_bytes = estimated_block_size(event.requested_bytes);
-            events[i].flags |= event_flags::SIZE_ESTIMATED;
+        if event.kind == EventKind::Alloc {
+            if event.flags & EXACT == 0 {
+                events[i].size_bytes = estimated_block_size(event.requested_bytes);
+                events[i].flags |= event_flags::SIZE_ESTIMATED;
+            }
+            events[i].flags &= !EXACT;
         } else if is_free {
-            match events.get(paired[i] as usize).copied() {
-                Some(alloc) if paired[i] != NONE => {
+            // The allocation comes earlier, so it is settled already.
+            let alloc = usize::try_from(event.size_bytes).ok().filter(|&a| a < i).and_then(|a| events.get(a)).copied();
+            match alloc {
+                Some(alloc) if event.size_bytes != UNPAIRED => {
                     events[i].size_bytes = alloc.size_bytes;
                     events[i].flags |= alloc.flags & event_flags::SIZE_ESTIMATED;
                 }
@@ -395,6 +409,7 @@ pub(super) fn build_trace(
         });
         let synthetic = at_start.len();
         let mut device_events = Vec::with_capacity(entries.len() + synthetic);
+        let mut pairing = Pairing::default();
         // Allocations open at each address, for `annotate` entries to attach their text to.
         let mut open: FxHashMap<u64, usize> = FxHashMap::default();
         let mut last_time_ns = 0i64;
@@ -431,7 +446,7 @@ pub(super) fn build_trace(
                         }
                         _ => {}
                     }
-                    device_events.push(Event {
+                    let mut event = Event {
                         time_ns,
                         address: entry.addr,
                         size_bytes: entry.size,
@@ -443,7 +458,9 @@ pub(super) fn build_trace(
                         device,
                         kind,
                         flags: if index.is_none() { event_flags::BEFORE_RANGE } else { 0 },
-                    });
+                    };
+                    pairing.note(device_events.len(), &mut event);
+                    device_events.push(event);
                 }
                 Action::Oom => ooms.push(Oom {
                     time_ns,
@@ -467,7 +484,7 @@ pub(super) fn build_trace(
                 }
             }
         }
-        settle_sizes(&mut device_events, &final_blocks);
+        settle_sizes(&mut device_events, pairing, &final_blocks);
         if events.is_empty() {
             events = device_events;
         } else {
