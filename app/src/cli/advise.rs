@@ -280,6 +280,9 @@ pub fn run(
         if let (Some(chosen), Some(object)) = (&chosen, value.as_object_mut()) {
             object.insert("rank".to_owned(), serde_json::to_value(chosen)?);
         }
+        if let (Some(range), Some(object)) = (load::cli_range(), value.as_object_mut()) {
+            object.insert("range".to_owned(), serde_json::Value::String(range.to_string()));
+        }
         serde_json::to_writer_pretty(&mut *out, &value)?;
         writeln!(out)?;
         return Ok(());
@@ -296,6 +299,9 @@ pub fn run(
     }
     let b = &advice.baseline;
     writeln!(out, "{}", path.display())?;
+    if let Some(range) = load::cli_range() {
+        writeln!(out, "  {}", words::range_note(range))?;
+    }
     writeln!(
         out,
         "  baseline: peak {} allocated, {} reserved on device {} ({:?} phase); {} repeated blocks",

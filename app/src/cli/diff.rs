@@ -94,6 +94,9 @@ struct Json<'a> {
     only_in_a: &'a [SiteDelta],
     only_in_b: &'a [SiteDelta],
     gates: &'a [GateResult],
+    /// The part of both read (`--range`), if only a part.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    range: Option<String>,
 }
 
 fn side(run: &diff::RunPeak) -> Side<'_> {
@@ -155,6 +158,7 @@ pub fn run(
             only_in_a: top(&d.only_in_a),
             only_in_b: top(&d.only_in_b),
             gates: &results,
+            range: crate::load::cli_range().map(|r| r.to_string()),
         };
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
@@ -269,12 +273,16 @@ fn ranks(
             "most_grown_rank": worst_rank,
             "most_grown": { "summary": crate::words::diff_summary(worst) },
             "gates": gates,
+            "range": crate::load::cli_range().map(|r| r.to_string()),
         });
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
     } else {
         writeln!(out, "A  {} ({} ranks)", a.display(), side_a.len())?;
         writeln!(out, "B  {} ({} ranks)", b.display(), side_b.len())?;
+        if let Some(range) = crate::load::cli_range() {
+            writeln!(out, "   {}", crate::words::range_note(range))?;
+        }
         let which = if grew(worst) > 0 {
             format!("rank {worst_rank} grew most")
         } else {
@@ -326,6 +334,9 @@ fn pct_text(p: Option<f64>) -> String {
 fn write_text(d: &Diff, gates: &[GateResult], out: &mut dyn Write) -> Result<()> {
     writeln!(out, "A  {}", d.a.file)?;
     writeln!(out, "B  {}", d.b.file)?;
+    if let Some(range) = crate::load::cli_range() {
+        writeln!(out, "   {}", crate::words::range_note(range))?;
+    }
     writeln!(out)?;
     writeln!(out, "{}", crate::words::diff_summary(d))?;
     writeln!(out)?;

@@ -211,7 +211,10 @@ fn run_of_ranks(
             paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         );
     };
-    let notes = crate::words::run_notes(&summed.notes, &summed.skipped);
+    let mut notes = crate::words::run_notes(&summed.notes, &summed.skipped);
+    if let Some(range) = load::cli_range() {
+        notes.insert(0, crate::words::range_note(range));
+    }
     if json {
         let events: usize = summary.ranks.iter().map(|r| r.events).sum();
         let value = serde_json::json!({

@@ -18,7 +18,11 @@ pub fn run(files: &[PathBuf], out: &Path, force: bool, stdout: &mut dyn Write) -
         for warning in &loaded.warnings {
             eprintln!("warning: {}: {warning}", path.display());
         }
-        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let mut name =
+            path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        if let Some(range) = loaded.trace.metadata.range {
+            name = format!("{name}, {} only", range.range);
+        }
         runs.push(ReportRun::new(&loaded.trace, &name));
     }
     report::write(&runs, out, force)?;

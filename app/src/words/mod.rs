@@ -106,6 +106,14 @@ pub fn caveat(trace: &Trace, c: &Caveat) -> String {
     }
 }
 
+/// What a command read when it read only a part of each file (`--range`).
+pub fn range_note(range: vramscope_trace_format::TraceRange) -> String {
+    format!(
+        "only {range} of each file is read: what was alive when it starts is counted as allocated there, and \
+         peaks and times are the part's"
+    )
+}
+
 /// Every caveat of a trace, worded.
 pub fn caveats(trace: &Trace, caveats: &[Caveat]) -> Vec<String> {
     caveats.iter().map(|c| caveat(trace, c)).collect()
