@@ -8,7 +8,7 @@
 //! [`event_flags::BEFORE_RANGE`]), so the memory at every instant of the range is what it was in
 //! the whole trace.
 //!
-//! A snapshot is cut while its pickle is read ([`Fold`] over its trace entries), so the memory
+//! A snapshot is cut while its pickle is read (a fold over its trace entries), so the memory
 //! of opening it follows the range and the blocks alive, not the file; other formats are read
 //! whole and then cut ([`apply`]).
 //!
