@@ -21,14 +21,16 @@ pub enum Caveat {
 
 /// What `trace` cannot show.
 pub fn caveats(trace: &Trace) -> Vec<Caveat> {
+    caveats_given(trace, &trace.event_devices())
+}
+
+/// [`caveats`], given the devices that have events ([`Trace::event_devices`]).
+pub fn caveats_given(trace: &Trace, event_devices: &[DeviceId]) -> Vec<Caveat> {
     let mut notes = Vec::new();
-    let devices = trace.devices();
+    let devices = trace.devices_given(event_devices);
     if trace.metadata.source_format == SourceFormat::PytorchSnapshot {
-        let mut with_history = vec![false; 1 << 16];
-        for event in &trace.events {
-            with_history[event.device.slot()] = true;
-        }
-        let without: Vec<DeviceId> = devices.iter().copied().filter(|&d| !with_history[d.slot()]).collect();
+        let without: Vec<DeviceId> =
+            devices.iter().copied().filter(|d| event_devices.binary_search(d).is_err()).collect();
         if !without.is_empty() && without.len() == devices.len() {
             notes.push(Caveat::NoHistory);
         } else if !without.is_empty() {

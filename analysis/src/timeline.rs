@@ -78,9 +78,10 @@ pub struct Column {
 pub struct Timeline {
     /// The device.
     pub device: DeviceId,
-    time_ns: Vec<i64>,
+    /// Times of the points, from their block's first (`block_start_ns`).
+    times: Times,
     allocated: Vec<u64>,
-    requested: Vec<u64>,
+    requested: Requested,
     /// Reserved bytes where they change: (point, value), the first at point 0. Reserved moves
     /// only on segment events, a few per thousand.
     reserved_changes: Vec<(u32, u64)>,
@@ -99,6 +100,112 @@ pub struct Timeline {
     block_start_ns: Vec<i64>,
 }
 
+/// Times of the points, as offsets in nanoseconds from the first point of their block (a block
+/// of 64 points nearly always spans less than 4.3 s), or whole once one does not fit: half the
+/// memory of a curve of tens of millions of points, most of the time.
+#[derive(Clone, Debug)]
+enum Times {
+    Offsets(Vec<u32>),
+    Whole(Vec<i64>),
+}
+
+impl Default for Times {
+    fn default() -> Self {
+        Self::Offsets(Vec::new())
+    }
+}
+
+impl Times {
+    fn reserve_exact(&mut self, n: usize) {
+        match self {
+            Self::Offsets(v) => v.reserve_exact(n),
+            Self::Whole(v) => v.reserve_exact(n),
+        }
+    }
+
+    /// Appends the time of the next point, whose block starts at `block_start`.
+    fn push(&mut self, time_ns: i64, block_start: i64, block_starts: &[i64]) {
+        if let Self::Offsets(v) = self {
+            match u32::try_from(time_ns.wrapping_sub(block_start)) {
+                Ok(offset) if time_ns >= block_start => {
+                    v.push(offset);
+                    return;
+                }
+                _ => {
+                    let mut whole = Vec::with_capacity(v.capacity());
+                    whole.extend(
+                        v.iter()
+                            .enumerate()
+                            .map(|(i, &o)| block_starts.get(i / BLOCK).copied().unwrap_or(0) + i64::from(o)),
+                    );
+                    *self = Self::Whole(whole);
+                }
+            }
+        }
+        if let Self::Whole(v) = self {
+            v.push(time_ns);
+        }
+    }
+
+    fn get(&self, i: usize, block_starts: &[i64]) -> Option<i64> {
+        match self {
+            Self::Offsets(v) => Some(block_starts.get(i / BLOCK)? + i64::from(*v.get(i)?)),
+            Self::Whole(v) => v.get(i).copied(),
+        }
+    }
+}
+
+/// Requested bytes of the points, as what the allocator added to them (allocated less requested,
+/// which fits 32 bits nearly always), or whole once that does not fit.
+#[derive(Clone, Debug)]
+enum Requested {
+    Rounding(Vec<u32>),
+    Whole(Vec<u64>),
+}
+
+impl Default for Requested {
+    fn default() -> Self {
+        Self::Rounding(Vec::new())
+    }
+}
+
+impl Requested {
+    fn reserve_exact(&mut self, n: usize) {
+        match self {
+            Self::Rounding(v) => v.reserve_exact(n),
+            Self::Whole(v) => v.reserve_exact(n),
+        }
+    }
+
+    /// Appends the next point's requested bytes, with its allocated bytes; `allocated` holds
+    /// every earlier point's.
+    fn push(&mut self, requested: u64, allocated_now: u64, allocated: &[u64]) {
+        if let Self::Rounding(v) = self {
+            match allocated_now.checked_sub(requested).and_then(|r| u32::try_from(r).ok()) {
+                Some(rounding) => {
+                    v.push(rounding);
+                    return;
+                }
+                None => {
+                    let mut whole = Vec::with_capacity(v.capacity());
+                    whole.extend(v.iter().zip(allocated).map(|(&r, &a)| a - u64::from(r)));
+                    *self = Self::Whole(whole);
+                }
+            }
+        }
+        if let Self::Whole(v) = self {
+            v.push(requested);
+        }
+    }
+
+    fn get(&self, i: usize, allocated: &[u64]) -> Option<u64> {
+        match self {
+            Self::Rounding(v) => Some(allocated.get(i)? - u64::from(*v.get(i)?)),
+            Self::Whole(v) => v.get(i).copied(),
+        }
+    }
+}
+
 impl Timeline {
     /// Builds the timeline of `device`.
     pub fn build(trace: &Trace, device: DeviceId) -> Self {
@@ -107,9 +214,10 @@ impl Timeline {
         // One point per event and one before: sized once, not grown by doubling (each doubling
         // of a curve of tens of millions of points is hundreds of MB of fresh pages, copied).
         let points = device_events.len() + 1;
-        t.time_ns.reserve_exact(points);
+        t.times.reserve_exact(points);
         t.allocated.reserve_exact(points);
         t.requested.reserve_exact(points);
+        t.block_start_ns.reserve_exact(points.div_ceil(BLOCK));
         t.category.reserve_exact(points);
         if replay::replays_counters(trace, device, &device_events) {
             t.build_from_counters(trace, device);
@@ -121,10 +229,14 @@ impl Timeline {
     }
 
     fn push(&mut self, event: Option<usize>, point: replay::Point) {
-        let index = self.time_ns.len();
-        self.time_ns.push(point.time_ns);
+        let index = self.allocated.len();
+        if index.is_multiple_of(BLOCK) {
+            self.block_start_ns.push(point.time_ns);
+        }
+        let block_start = self.block_start_ns.last().copied().unwrap_or(point.time_ns);
+        self.times.push(point.time_ns, block_start, &self.block_start_ns);
+        self.requested.push(point.requested_bytes, point.allocated_bytes, &self.allocated);
         self.allocated.push(point.allocated_bytes);
-        self.requested.push(point.requested_bytes);
         if self.reserved_changes.last().map(|c| c.1) != Some(point.reserved_bytes) {
             self.reserved_changes.push((index as u32, point.reserved_bytes));
         }
@@ -231,7 +343,6 @@ impl Timeline {
     }
 
     fn index(&mut self) {
-        self.block_start_ns = self.time_ns.iter().step_by(BLOCK).copied().collect();
         self.blocks =
             (0..self.len().div_ceil(BLOCK)).map(|b| self.scan(b * BLOCK, ((b + 1) * BLOCK).min(self.len()))).collect();
         self.supers = self
@@ -253,7 +364,7 @@ impl Timeline {
                 k += 1;
             }
             let s = self.reserved_changes.get(k).map_or(0, |c| c.1);
-            let (Some(&a), Some(&q)) = (self.allocated.get(i), self.requested.get(i)) else {
+            let (Some(&a), Some(q)) = (self.allocated.get(i), self.requested.get(i, &self.allocated)) else {
                 break;
             };
             r.merge(&Range {
@@ -270,27 +381,31 @@ impl Timeline {
 
     /// Number of points.
     pub fn len(&self) -> usize {
-        self.time_ns.len()
+        self.allocated.len()
     }
 
     /// Whether there are no points.
     pub fn is_empty(&self) -> bool {
-        self.time_ns.is_empty()
+        self.allocated.is_empty()
     }
 
     /// Time of the first and last point.
     pub fn time_span_ns(&self) -> (i64, i64) {
-        (self.time_ns.first().copied().unwrap_or(0), self.time_ns.last().copied().unwrap_or(0))
+        (self.time_ns(0), self.time_ns(self.len().saturating_sub(1)))
     }
 
     /// Time of point `i`.
     pub fn time_ns(&self, i: usize) -> i64 {
-        self.time_ns.get(i).copied().unwrap_or(0)
+        self.times.get(i, &self.block_start_ns).unwrap_or(0)
     }
 
     /// Allocated, requested and reserved bytes at point `i`.
     pub fn values(&self, i: usize) -> (u64, u64, u64) {
-        (self.allocated.get(i).copied().unwrap_or(0), self.requested.get(i).copied().unwrap_or(0), self.reserved_at(i))
+        (
+            self.allocated.get(i).copied().unwrap_or(0),
+            self.requested.get(i, &self.allocated).unwrap_or(0),
+            self.reserved_at(i),
+        )
     }
 
     /// The trace event after which point `i` holds, if any.
@@ -306,7 +421,12 @@ impl Timeline {
 
     /// The point in force at `time_ns`: the last at or before it (the first point before the start).
     pub fn point_at(&self, time_ns: i64) -> usize {
-        self.time_ns.partition_point(|&t| t <= time_ns).saturating_sub(1)
+        // Times are in order: the answer is in the last block that starts at or before it.
+        let block = self.block_start_ns.partition_point(|&t| t <= time_ns);
+        let Some(block) = block.checked_sub(1) else { return 0 };
+        let start = block * BLOCK;
+        let end = ((block + 1) * BLOCK).min(self.len());
+        self.first_in(start, end, |t| t > time_ns).saturating_sub(1)
     }
 
     /// The point of the highest allocated bytes (the first, on ties).
@@ -358,21 +478,36 @@ impl Timeline {
         totals
     }
 
+    /// The first point of `start..end` whose time makes `after` true (`end` if none); `after`
+    /// turns true once and stays so, times being in order.
+    fn first_in(&self, start: usize, end: usize, after: impl Fn(i64) -> bool) -> usize {
+        let (mut lo, mut hi) = (start, end.min(self.len()).max(start));
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if after(self.time_ns(mid)) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
     /// The first point at or after `time_ns` (`len()` if none).
     fn first_not_before(&self, time_ns: f64) -> usize {
         let block = self.block_start_ns.partition_point(|&t| (t as f64) < time_ns);
         // The answer is in the block before the first block that starts at or after the time.
         let start = block.saturating_sub(1) * BLOCK;
         let end = (block * BLOCK).min(self.len());
-        start + self.time_ns.get(start..end).unwrap_or_default().partition_point(|&t| (t as f64) < time_ns)
+        self.first_in(start, end, |t| t as f64 >= time_ns)
     }
 
     /// `columns` columns over `[start_ns, end_ns)`: each covers the points in force during its
     /// time (including the one in force at its start). `None` for columns before the first point.
     pub fn columns(&self, start_ns: f64, end_ns: f64, columns: usize) -> Vec<Option<Column>> {
         let width = (end_ns - start_ns) / columns.max(1) as f64;
-        let first_ns = self.time_ns.first().copied().unwrap_or(0) as f64;
-        let last_ns = self.time_ns.last().copied().unwrap_or(0) as f64;
+        let (first_ns, last_ns) = self.time_span_ns();
+        let (first_ns, last_ns) = (first_ns as f64, last_ns as f64);
         let mut out = Vec::with_capacity(columns);
         let mut lo = self.first_not_before(start_ns);
         for c in 0..columns {
@@ -468,5 +603,26 @@ mod tests {
         let col_max = cols.iter().flatten().map(|c| c.range.allocated_max).max().unwrap();
         assert_eq!(col_max, points[peak].allocated_bytes);
         assert!(cols.iter().all(Option::is_some));
+    }
+
+    /// Times 10 s apart inside one block, and a block asking for more than it was given: both
+    /// columns fall back to whole values, which read the same as the replay.
+    #[test]
+    fn wide_times_and_odd_sizes_are_kept_whole() {
+        let mut trace = Trace::default();
+        for i in 0..200u64 {
+            let mut e = Event::new(EventKind::Alloc, (i * i) as i64 * 10_000_000_000, 0, 0x1000 + i * 0x1000, 512);
+            e.requested_bytes = if i == 150 { 1 << 20 } else { 100 };
+            trace.events.push(e);
+        }
+        let t = Timeline::build(&trace, DeviceId(0));
+        assert!(matches!(t.times, Times::Whole(_)) && matches!(t.requested, Requested::Whole(_)));
+        let points = replay::timeline(&trace, DeviceId(0));
+        for (i, p) in points.iter().enumerate() {
+            assert_eq!(t.time_ns(i), p.time_ns, "time of point {i}");
+            assert_eq!(t.values(i), (p.allocated_bytes, p.requested_bytes, p.reserved_bytes), "point {i}");
+            let last_at = points.iter().rposition(|q| q.time_ns <= p.time_ns).unwrap_or(0);
+            assert_eq!(t.point_at(p.time_ns), last_at, "the point in force at {}", p.time_ns);
+        }
     }
 }

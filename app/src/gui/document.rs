@@ -93,12 +93,16 @@ impl Document {
     /// Precomputes every device's data for a trace that may be shared with another document
     /// (the whole run and the view of one of its processes).
     pub fn build_shared(trace: Arc<Trace>, origin: Origin) -> Self {
-        let devices = trace.devices().into_iter().map(|device| device_data(&trace, device)).collect();
+        // One pass over the events finds the devices that have some, for both.
+        let event_devices = trace.event_devices();
+        let caveats = crate::analysis::caveats::caveats_given(&trace, &event_devices);
+        let devices =
+            trace.devices_given(&event_devices).into_iter().map(|device| device_data(&trace, device)).collect();
         Self {
             path: origin.path,
             format: origin.format,
             wrappers: origin.wrappers,
-            caveats: crate::words::caveats(&trace, &crate::analysis::caveats::caveats(&trace)),
+            caveats: crate::words::caveats(&trace, &caveats),
             file_bytes: origin.file_bytes,
             warnings: origin.warnings,
             trace,

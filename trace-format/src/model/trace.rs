@@ -37,20 +37,30 @@ pub struct Trace {
 impl Trace {
     /// Every device index that appears anywhere in the trace, sorted.
     pub fn devices(&self) -> Vec<DeviceId> {
+        self.devices_given(&self.event_devices())
+    }
+
+    /// The devices that have events, sorted (one pass over the events).
+    pub fn event_devices(&self) -> Vec<DeviceId> {
+        // Events are the bulk: scan them without collecting every value.
+        let mut seen = vec![false; 1 << 16];
+        for event in &self.events {
+            seen[event.device.slot()] = true;
+        }
+        let mut devices: Vec<DeviceId> =
+            seen.iter().enumerate().filter(|(_, s)| **s).map(|(slot, _)| DeviceId::from_slot(slot)).collect();
+        // Slots put the host (-1) last; devices sort it first.
+        devices.sort_unstable();
+        devices
+    }
+
+    /// [`Trace::devices`], given the devices that have events ([`Trace::event_devices`]).
+    pub fn devices_given(&self, event_devices: &[DeviceId]) -> Vec<DeviceId> {
         let mut devices: Vec<DeviceId> = self.metadata.devices.iter().map(|d| d.device).collect();
         devices.extend(self.segments.iter().map(|s| s.device));
         devices.extend(self.counters.iter().map(|c| c.device));
         devices.extend(self.ooms.iter().map(|o| o.device));
-        // Events are the bulk: scan them without collecting every value.
-        let mut seen = [false; 1 << 16];
-        for event in &self.events {
-            seen[event.device.slot()] = true;
-        }
-        for (slot, was_seen) in seen.iter().enumerate() {
-            if *was_seen {
-                devices.push(DeviceId::from_slot(slot));
-            }
-        }
+        devices.extend_from_slice(event_devices);
         devices.sort_unstable();
         devices.dedup();
         devices
