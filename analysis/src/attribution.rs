@@ -258,10 +258,21 @@ impl<'a> Attributor<'a> {
         self.find_persistent_with(&events, &initial);
     }
 
-    /// Works out which blocks from before the recording are parameters, from the device's events
-    /// and initial state already at hand (rather than working them out again).
+    /// Where a block from before the recording will need it (one the tags, phases and stack
+    /// rules say nothing of, or a range's), works out which such blocks are parameters from
+    /// the device's events and initial state already at hand, rather than replaying the device
+    /// again when the first such block is asked for.
     pub fn prepare_persistent(&mut self, events: &[u32], initial: &crate::replay::Initial) {
-        if self.persistent.is_none() && (!initial.blocks.is_empty() || !self.before_range.is_empty()) {
+        if self.persistent.is_some() {
+            return;
+        }
+        let trace = self.trace;
+        let needed = !self.before_range.is_empty()
+            || initial.blocks.iter().any(|b| {
+                let found = self.known(b.address, i64::MIN, i64::MAX, b.stack(trace));
+                found.category == Category::Unknown && found.evidence == Evidence::Nothing
+            });
+        if needed {
             self.find_persistent_with(events, initial);
         }
     }
