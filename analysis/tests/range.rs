@@ -37,13 +37,12 @@ fn same_event(a: &Event, b: &Event) -> bool {
 }
 
 /// Checks the range's curve against the whole trace's: the state when the range starts (after
-/// what stands for the blocks alive then), and after each event it kept. Requested bytes are
-/// compared (a block's real size is known only while it is in the final state, which a range
-/// ending early leaves out), and reserved bytes. Returns how many events were compared.
+/// what stands for the blocks alive then), and after each event it kept: allocated, requested
+/// and reserved bytes. Returns how many events were compared.
 fn check(name: &str, whole: &Trace, part: &Trace, range: TraceRange) -> usize {
-    // Where the range runs to the end, the final state gives every size it gives the whole.
-    let exact = part.metadata.range.is_some_and(|r| !r.final_state_dropped);
-    let key = |p: &Point| (p.requested_bytes, p.reserved_bytes, if exact { p.allocated_bytes } else { 0 });
+    // Block sizes too: the final state gives a range every size it gives the whole (those of
+    // the blocks the trace leaves alive and does not touch after the range).
+    let key = |p: &Point| (p.requested_bytes, p.reserved_bytes, p.allocated_bytes);
     let mut compared = 0;
     for device in whole.devices() {
         let (whole_start, whole_points) = curve(whole, device);

@@ -3,8 +3,8 @@
 
 Usage: python3 snapshot_reference.py FILE [--range-us FROM TO]
 
-With --range-us (snapshots only), each device also reports the highest requested
-and reserved bytes over the part of its trace from FROM to TO microseconds after
+With --range-us (snapshots only), each device also reports the highest allocated,
+requested and reserved bytes over the part of its trace from FROM to TO microseconds after
 the trace's first entry (both included), counting everything alive then: what
 `vramscope info --range +FROMus..+TOus` must report as its peaks.
 
@@ -282,6 +282,7 @@ def replay(trace, segments, range_us=None):
     if range_us is not None and trace:
         lo, hi = start_time + range_us[0], start_time + range_us[1]
         in_range = {
+            "range_peak_allocated_bytes": allocated.peak_between(lo, hi),
             "range_peak_requested_bytes": requested.peak_between(lo, hi),
             "range_peak_reserved_bytes": reserved.peak_between(lo, hi),
         }

@@ -141,6 +141,10 @@ fn a_range_is_read_said_and_written_and_a_bad_one_is_refused() {
     let peak = |text: &str| text.lines().find(|l| l.contains("peak allocated")).map(str::to_owned);
     assert_eq!(peak(&again), peak(&text), "the part written keeps its numbers");
     assert!(again.contains("Only #5000..#6000 of the file is open"), "{again}");
+    // The part written is cut again when a part of it is asked for.
+    let twice = vramscope(&["info".as_ref(), out.as_os_str(), "--range".as_ref(), "#1800..".as_ref()]);
+    let twice = String::from_utf8_lossy(&twice.stdout);
+    assert!(twice.contains("Only #1800.. of the file is open") && twice.contains("1,800 events before it"), "{twice}");
     for (range, expected) in [
         ("+2s", "is not a range"),
         ("5..10", "has no unit"),

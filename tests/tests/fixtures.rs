@@ -338,10 +338,8 @@ pickle.dump({'segments': [], 'device_traces': [trace]}, open(sys.argv[1], 'wb'),
     assert_eq!(device(&ours, 0)["peak_allocated_bytes"].as_u64(), Some(2500 * 512));
 }
 
-/// `info --range` on each real snapshot: over the range, the highest requested and reserved
-/// bytes are the independent replay's over the same part of the whole trace (allocated bytes
-/// are not compared: a block's real size is known only from the final state, which a range
-/// ending early leaves out, so the two estimate sizes differently).
+/// `info --range` on each real snapshot: over the range, the highest allocated, requested and
+/// reserved bytes are the independent replay's over the same part of the whole trace.
 #[test]
 fn a_range_of_a_snapshot_peaks_where_the_whole_trace_does_there() {
     let snapshots: Vec<_> =
@@ -369,6 +367,7 @@ fn a_range_of_a_snapshot_peaks_where_the_whole_trace_does_there() {
                 }
                 let o = device(&ours, d);
                 for (key, theirs_key) in [
+                    ("peak_allocated_bytes", "range_peak_allocated_bytes"),
                     ("peak_requested_bytes", "range_peak_requested_bytes"),
                     ("peak_reserved_bytes", "range_peak_reserved_bytes"),
                 ] {

@@ -66,8 +66,8 @@ fn duration_text(ns: i64) -> String {
     }
     // Exact: as many decimals as the unit has nanoseconds' digits.
     for ((scale, unit), decimals) in UNITS.into_iter().zip([9usize, 6, 3]) {
-        if ns.abs() >= scale {
-            let fraction = format!("{:0decimals$}", (ns % scale).abs());
+        if ns.unsigned_abs() >= scale.unsigned_abs() {
+            let fraction = format!("{:0decimals$}", (ns % scale).unsigned_abs());
             return format!("{}.{}{unit}", ns / scale, fraction.trim_end_matches('0'));
         }
     }
@@ -165,7 +165,7 @@ impl FromStr for TraceRange {
         };
         let empty = match range {
             Self::Time { from_ns: Some(from), to_ns: Some(to) } => to < from,
-            Self::Events { from: Some(from), to: Some(to) } => to <= from,
+            Self::Events { from, to: Some(to) } => to <= from.unwrap_or(0),
             _ => false,
         };
         if empty {
@@ -194,6 +194,8 @@ pub(crate) struct Classifier {
     first_in_ns: Option<i64>,
     last_before_ns: Option<i64>,
     last_in_ns: Option<i64>,
+    /// The time of the first event after the range.
+    first_after_ns: Option<i64>,
 }
 
 impl Classifier {
@@ -206,6 +208,7 @@ impl Classifier {
             first_in_ns: None,
             last_before_ns: None,
             last_in_ns: None,
+            first_after_ns: None,
         }
     }
 
@@ -258,7 +261,11 @@ impl Classifier {
                 }
                 self.last_in_ns = time.or(self.last_in_ns);
             }
-            Phase::After => {}
+            Phase::After => {
+                if self.first_after_ns.is_none() {
+                    self.first_after_ns = time;
+                }
+            }
         }
         phase
     }
@@ -284,35 +291,51 @@ impl Classifier {
         }
     }
 
-    /// When the range ends: its end when it names one and the trace goes on past it, else its
-    /// last event's time.
+    /// When the range ends, where the trace goes on past it (`cut`): its end when it names one,
+    /// else just before the first event after it. `None`: the range runs to the trace's end.
     pub(crate) fn end_ns(&self, cut: bool) -> Option<i64> {
+        if !cut {
+            return None;
+        }
         match self.range {
-            TraceRange::Time { to_ns: Some(to), .. } if cut => self.first_ns.map(|first| first.saturating_add(to)),
-            _ => self.last_in_ns.or_else(|| self.start_ns()),
+            TraceRange::Time { to_ns: Some(to), .. } => self.first_ns.map(|first| first.saturating_add(to)),
+            _ => self.first_after_ns.map(|t| t.saturating_sub(1)).or(self.last_in_ns).or_else(|| self.start_ns()),
         }
     }
+
+    /// Whether any event of the stream had a time.
+    pub(crate) fn timed(&self) -> bool {
+        self.first_ns.is_some()
+    }
 }
+
+/// What a fold follows: a process, a device and an address.
+pub(crate) type Key = (u32, i16, u64);
 
 /// What the fold needs of an event or trace entry.
 pub(crate) trait Foldable: Copy {
     /// Its kind, if it is a block or segment event (OOMs and markers are `None`).
     fn event_kind(&self) -> Option<EventKind>;
-    /// The device and address it is about.
-    fn key(&self) -> (i16, u64);
+    /// The process, device and address it is about.
+    fn key(&self) -> Key;
     /// Its size.
     fn size(&self) -> u64;
+    /// The same with another size (a mapping partly unmapped before the range).
+    fn with_size(self, size: u64) -> Self;
 }
 
 impl Foldable for Event {
     fn event_kind(&self) -> Option<EventKind> {
         Some(self.kind)
     }
-    fn key(&self) -> (i16, u64) {
-        (self.device.0, self.address)
+    fn key(&self) -> Key {
+        (self.process.0, self.device.0, self.address)
     }
     fn size(&self) -> u64 {
         self.size_bytes
+    }
+    fn with_size(self, size: u64) -> Self {
+        Self { size_bytes: size, requested_bytes: size, ..self }
     }
 }
 
@@ -320,10 +343,30 @@ impl Foldable for Event {
 #[derive(Clone, Copy, Debug)]
 enum Slot<T> {
     /// Alive at the range's start: allocated before it (or, `from_free`, known alive only from
-    /// a free before it, so allocated before the trace).
-    Before { order: u64, item: T, from_free: bool },
+    /// a free before it, so allocated before the trace), `size` bytes of it still (a mapping can
+    /// be unmapped in part).
+    Before { order: u64, item: T, from_free: bool, size: u64 },
     /// Allocated (or freed, for a block from before the trace) inside the range or after it.
     Later { size: u64 },
+}
+
+impl<T: Foldable> Slot<T> {
+    /// What stands for it at the range's start, if it was alive then.
+    fn alive(self) -> Option<Alive<T>> {
+        match self {
+            Self::Before { order, item, from_free, size } => {
+                let item = if size == item.size() { item } else { item.with_size(size) };
+                Some(Alive { order, item, from_free })
+            }
+            Self::Later { .. } => None,
+        }
+    }
+
+    fn size(&self) -> u64 {
+        match *self {
+            Self::Before { size, .. } | Self::Later { size } => size,
+        }
+    }
 }
 
 /// A block or segment alive when the range starts.
@@ -340,9 +383,11 @@ pub(crate) struct Alive<T> {
 /// The state of a stream folded around a range.
 #[derive(Debug)]
 pub(crate) struct Fold<T> {
-    blocks: FxHashMap<(i16, u64), Slot<T>>,
-    segments: FxHashMap<(i16, u64), Slot<T>>,
+    blocks: FxHashMap<Key, Slot<T>>,
+    segments: FxHashMap<Key, Slot<T>>,
     alive: Vec<Alive<T>>,
+    /// Addresses of blocks an event after the range is about.
+    touched_after: FxHashSet<Key>,
     /// Events before and after the range, not kept.
     pub(crate) before: u64,
     pub(crate) after: u64,
@@ -353,9 +398,12 @@ pub(crate) struct Folded<T> {
     /// Blocks and segments alive at the range's start, in the order they were allocated.
     pub(crate) alive: Vec<Alive<T>>,
     /// Blocks alive at the end of the whole stream.
-    pub(crate) blocks_at_end: FxHashSet<(i16, u64)>,
+    pub(crate) blocks_at_end: FxHashSet<Key>,
+    /// Addresses of blocks an event after the range is about: a block alive at the end of the
+    /// range and not among them is the one the final state holds there.
+    pub(crate) touched_after: FxHashSet<Key>,
     /// Segments (and mappings) alive at the end of the whole stream, with their sizes.
-    pub(crate) segments_at_end: Vec<((i16, u64), u64)>,
+    pub(crate) segments_at_end: Vec<(Key, u64)>,
     pub(crate) before: u64,
     pub(crate) after: u64,
 }
@@ -374,7 +422,14 @@ fn closes(kind: EventKind) -> bool {
 
 impl<T: Foldable> Fold<T> {
     pub(crate) fn new() -> Self {
-        Self { blocks: FxHashMap::default(), segments: FxHashMap::default(), alive: Vec::new(), before: 0, after: 0 }
+        Self {
+            blocks: FxHashMap::default(),
+            segments: FxHashMap::default(),
+            alive: Vec::new(),
+            touched_after: FxHashSet::default(),
+            before: 0,
+            after: 0,
+        }
     }
 
     /// Takes the next event of the stream (its place `order`, where it lies `phase`); returns
@@ -386,27 +441,42 @@ impl<T: Foldable> Fold<T> {
             Phase::In => {}
         }
         let Some(kind) = item.event_kind() else { return phase == Phase::In };
-        let map = if is_segment(kind) { &mut self.segments } else { &mut self.blocks };
+        let segment = is_segment(kind);
+        let map = if segment { &mut self.segments } else { &mut self.blocks };
         let key = item.key();
         if phase == Phase::Before {
             if opens(kind) {
-                map.insert(key, Slot::Before { order, item, from_free: false });
+                // What was at the address is never freed now (a free pairs with the newest): it
+                // stays alive, at the range's start too.
+                let new = Slot::Before { order, item, from_free: false, size: item.size() };
+                if let Some(old) = map.insert(key, new).and_then(Slot::alive) {
+                    self.alive.push(old);
+                }
             } else if closes(kind) {
-                map.remove(&key);
+                match map.get_mut(&key) {
+                    // A mapping unmapped in part keeps the rest.
+                    Some(Slot::Before { size, .. }) if segment && item.size() < *size => *size -= item.size(),
+                    _ => {
+                        map.remove(&key);
+                    }
+                }
             } else {
                 // Freed but still allocated until the free completes; absent, it was allocated
                 // before the trace.
-                map.entry(key).or_insert(Slot::Before { order, item, from_free: true });
+                map.entry(key).or_insert(Slot::Before { order, item, from_free: true, size: item.size() });
             }
             return false;
+        }
+        if phase == Phase::After && !segment {
+            self.touched_after.insert(key);
         }
         // Inside the range or after it: an address alive at the start is kept for the start,
         // whatever happens to it now.
         if let Some(slot) = map.get_mut(&key)
-            && let Slot::Before { order, item, from_free } = *slot
+            && let Some(alive) = slot.alive()
         {
-            self.alive.push(Alive { order, item, from_free });
-            *slot = Slot::Later { size: item.size() };
+            *slot = Slot::Later { size: alive.item.size() };
+            self.alive.push(alive);
         }
         let present = map.contains_key(&key);
         if opens(kind) {
@@ -431,39 +501,41 @@ impl<T: Foldable> Fold<T> {
         let mut segments_at_end = Vec::new();
         for (key, slot) in self.blocks {
             blocks_at_end.insert(key);
-            if let Slot::Before { order, item, from_free } = slot {
-                self.alive.push(Alive { order, item, from_free });
-            }
+            self.alive.extend(slot.alive());
         }
         for (key, slot) in self.segments {
-            match slot {
-                Slot::Before { order, item, from_free } => {
-                    segments_at_end.push((key, item.size()));
-                    self.alive.push(Alive { order, item, from_free });
-                }
-                Slot::Later { size } => segments_at_end.push((key, size)),
-            }
+            segments_at_end.push((key, slot.size()));
+            self.alive.extend(slot.alive());
         }
         segments_at_end.sort_unstable();
         self.alive.sort_by_key(|a| a.order);
-        Folded { alive: self.alive, blocks_at_end, segments_at_end, before: self.before, after: self.after }
+        Folded {
+            alive: self.alive,
+            blocks_at_end,
+            touched_after: self.touched_after,
+            segments_at_end,
+            before: self.before,
+            after: self.after,
+        }
     }
 }
 
 /// The bytes of a final segment that no mapping alive at the end covers: reserved before the
 /// trace and never released. Returns where to put it (an address no mapping uses) and its size.
 pub(crate) fn uncovered(
-    segments_at_end: &[((i16, u64), u64)],
-    device: i16,
+    segments_at_end: &[(Key, u64)],
+    owner: (u32, i16),
     address: u64,
     size: u64,
 ) -> Option<(u64, u64)> {
+    let (process, device) = owner;
     let end = address.saturating_add(size);
-    let first = segments_at_end.partition_point(|&(k, _)| k < (device, address));
-    let inside = segments_at_end.get(first..).unwrap_or_default().iter().take_while(|&&(k, _)| k < (device, end));
+    let first = segments_at_end.partition_point(|&(k, _)| k < (process, device, address));
+    let inside =
+        segments_at_end.get(first..).unwrap_or_default().iter().take_while(|&&(k, _)| k < (process, device, end));
     let mut covered = 0u64;
     let mut at_start = false;
-    for &((_, a), s) in inside {
+    for &((_, _, a), s) in inside {
         covered = covered.saturating_add(s);
         at_start |= a == address;
     }
@@ -533,21 +605,32 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
     let cut = folded.after > 0;
     let start_ns = classifier.start_ns().unwrap_or(0);
     let end_ns = match (counters_only, range) {
-        (true, TraceRange::Time { to_ns: Some(to), .. }) => start_ns
-            .max(trace.counters.iter().filter_map(|c| c.samples.first()).map(|s| s.time_ns).min().unwrap_or(0) + to),
+        (true, TraceRange::Time { to_ns: Some(to), .. }) => start_ns.max(
+            trace
+                .counters
+                .iter()
+                .filter_map(|c| c.samples.first())
+                .map(|s| s.time_ns)
+                .min()
+                .unwrap_or(0)
+                .saturating_add(to),
+        ),
         (true, _) => i64::MAX,
-        _ => classifier.end_ns(cut).unwrap_or(start_ns),
+        _ => classifier.end_ns(cut).unwrap_or(i64::MAX),
     };
+    // What stands for the blocks alive at the start comes just before it: never at the time of an
+    // allocation inside the range, which the attribution tells apart by its address and time.
+    let before_start = start_ns.saturating_sub(1);
 
-    let mut synthetic: Vec<Event> = folded.alive.iter().map(|a| at_start(a, start_ns)).collect();
+    let mut synthetic: Vec<Event> = folded.alive.iter().map(|a| at_start(a, before_start)).collect();
     if cut {
         // The final state is the trace's end, not the range's: what in it the trace never
         // touched was alive all along.
         for segment in &trace.segments {
             for block in segment.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
-                if !folded.blocks_at_end.contains(&(segment.device.0, block.address)) {
+                if !folded.blocks_at_end.contains(&(segment.process.0, segment.device.0, block.address)) {
                     let mut event =
-                        Event::new(EventKind::Alloc, start_ns, segment.device, block.address, block.size_bytes);
+                        Event::new(EventKind::Alloc, before_start, segment.device, block.address, block.size_bytes);
                     event.requested_bytes = block.requested_bytes;
                     event.stack = block.stack;
                     event.stream = segment.stream;
@@ -556,10 +639,11 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
                     synthetic.push(event);
                 }
             }
+            let owner = (segment.process.0, segment.device.0);
             if let Some((address, size)) =
-                uncovered(&folded.segments_at_end, segment.device.0, segment.address, segment.size_bytes)
+                uncovered(&folded.segments_at_end, owner, segment.address, segment.size_bytes)
             {
-                let mut event = Event::new(EventKind::SegmentAlloc, start_ns, segment.device, address, size);
+                let mut event = Event::new(EventKind::SegmentAlloc, before_start, segment.device, address, size);
                 event.process = segment.process;
                 event.flags = event_flags::BEFORE_RANGE;
                 synthetic.push(event);
@@ -586,7 +670,7 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
     trace.sort_events();
 
     // Tags learnt before the range for blocks alive at its start are kept at the start.
-    let alive_since: FxHashMap<(i16, u64), i64> =
+    let alive_since: FxHashMap<Key, i64> =
         folded.alive.iter().filter(|a| !a.from_free).map(|a| (a.item.key(), a.item.time_ns)).collect();
     trace.tags.retain_mut(|tag| {
         if tag.time_ns > end_ns {
@@ -595,7 +679,7 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
         if tag.time_ns >= start_ns {
             return true;
         }
-        match alive_since.get(&(tag.device.0, tag.address)) {
+        match alive_since.get(&(tag.process.0, tag.device.0, tag.address)) {
             Some(&since) if tag.time_ns >= since => {
                 tag.time_ns = start_ns;
                 true
@@ -659,13 +743,15 @@ mod tests {
                 _ => assert_eq!(range.map(|r| r.to_string()).as_deref(), Ok(shown), "{text}"),
             }
         }
-        for bad in ["+2s", "..", "#5..+2s", "2..3", "+2x..", "#a..", "-1s..", "#5..#5", "+NaNs..", "+1e30s.."] {
+        for bad in ["+2s", "..", "#5..+2s", "2..3", "+2x..", "#a..", "-1s..", "#5..#5", "..#0", "+NaNs..", "+1e30s.."] {
             let range: std::result::Result<TraceRange, String> = bad.parse();
             assert!(range.is_err(), "{bad} should be refused");
         }
         assert_eq!(duration_text(1_500), "1.5us");
         assert_eq!(duration_text(1_500_000_001), "1.500000001s");
         assert_eq!(duration_text(999), "999ns");
+        // A range read from a file is shown whatever it holds.
+        assert_eq!(duration_text(i64::MIN), "-9223372036.854775808s");
     }
 
     fn event(kind: EventKind, t: i64, address: u64, size: u64) -> Event {
@@ -701,11 +787,11 @@ mod tests {
         assert_eq!(
             kinds,
             vec![
-                (SegmentAlloc, 0x1000, 60, true),
-                (Alloc, 0x1000, 60, true),
-                (Alloc, 0x2000, 60, true),
-                (Alloc, 0x9000, 60, true),
-                (Alloc, 0x7000, 60, true),
+                (SegmentAlloc, 0x1000, 59, true),
+                (Alloc, 0x1000, 59, true),
+                (Alloc, 0x2000, 59, true),
+                (Alloc, 0x9000, 59, true),
+                (Alloc, 0x7000, 59, true),
                 (Alloc, 0x4000, 100, false),
                 (FreeRequested, 0x1000, 110, false),
                 (FreeCompleted, 0x1000, 111, false),
@@ -726,7 +812,7 @@ mod tests {
         let kept: Vec<(u64, bool)> =
             trace.events.iter().map(|e| (e.address, e.flags & event_flags::BEFORE_RANGE != 0)).collect();
         assert_eq!(kept, vec![(0x1000, true), (0x2000, true), (0x3000, true), (0x4000, false), (0x5000, false)]);
-        assert!(trace.events.iter().all(|e| e.time_ns >= 30));
+        assert!(trace.events.iter().all(|e| e.time_ns >= 29), "what was alive stands just before the first event kept");
     }
 
     #[test]
@@ -746,5 +832,54 @@ mod tests {
         apply(&mut trace, "+150ns..+300ns".parse().expect("range")).expect("cut");
         let samples: Vec<(i64, i64)> = trace.counters[0].samples.iter().map(|s| (s.time_ns, s.value)).collect();
         assert_eq!(samples, vec![(1150, 1), (1200, 2), (1300, 3)]);
+    }
+
+    /// What the whole replay counts differently from a plain stack of blocks is kept: a block
+    /// allocated over a live one (the old one is never freed), a mapping unmapped in part, and
+    /// two processes with the same addresses.
+    #[test]
+    fn overwritten_blocks_partial_unmaps_and_processes_keep_their_memory() {
+        use EventKind::*;
+        let mut second = event(Alloc, 5, 0x5000, 256);
+        second.process = crate::model::ids::ProcessId(1);
+        let mut second_free = event(FreeCompleted, 30, 0x5000, 256);
+        second_free.process = crate::model::ids::ProcessId(1);
+        let events = vec![
+            event(SegmentMap, 0, 0x100_0000, 4 << 20),
+            event(Alloc, 1, 0x5000, 512),                // overwritten, never freed
+            event(Alloc, 2, 0x5000, 1024),               // freed inside
+            second,                                      // another process, same address
+            event(SegmentUnmap, 6, 0x100_0000, 2 << 20), // half unmapped before the range
+            event(FreeCompleted, 20, 0x5000, 1024),
+            second_free,
+        ];
+        let mut trace = Trace { events, ..Trace::default() };
+        trace.ooms.push(crate::model::oom::Oom {
+            time_ns: 40,
+            device: DeviceId(0),
+            process: crate::model::ids::ProcessId(0),
+            stream: 0,
+            requested_bytes: 1 << 30,
+            device_free_bytes: None,
+            stack: crate::model::ids::StackId(0),
+        });
+        apply(&mut trace, "+10ns..".parse().expect("range")).expect("cut");
+        let alive: Vec<(EventKind, u64, u64, u32)> = trace
+            .events
+            .iter()
+            .filter(|e| e.flags & event_flags::BEFORE_RANGE != 0)
+            .map(|e| (e.kind, e.address, e.size_bytes, e.process.0))
+            .collect();
+        assert_eq!(
+            alive,
+            vec![
+                (SegmentAlloc, 0x100_0000, 2 << 20, 0),
+                (Alloc, 0x5000, 512, 0),
+                (Alloc, 0x5000, 1024, 0),
+                (Alloc, 0x5000, 256, 1),
+            ]
+        );
+        // The range runs to the end: what follows the last event is in it.
+        assert_eq!(trace.ooms.len(), 1);
     }
 }

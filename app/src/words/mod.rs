@@ -90,15 +90,8 @@ pub fn caveat(trace: &Trace, c: &Caveat) -> String {
             );
             if r.final_state_dropped {
                 text.push_str(
-                    " The allocator's final state describes the end of the whole trace, after the range, so it \
-                     is left out",
-                );
-                text.push_str(
-                    if trace.metadata.source_format == vramscope_trace_format::SourceFormat::PytorchSnapshot {
-                        " (block sizes are estimated from requested sizes, as for any block it does not hold)."
-                    } else {
-                        "."
-                    },
+                    " The allocator's segments at the end of the whole trace, after the range, are left out: \
+                     the fragmentation map shows the segments the trace's events build.",
                 );
             }
             text

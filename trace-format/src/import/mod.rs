@@ -178,11 +178,10 @@ pub fn import_owned_range(data: Vec<u8>, progress: &dyn Progress, range: Option<
     import_any(Bytes::Owned(data), progress, unwrapping)
 }
 
-/// Cuts a trace read whole to the range asked for, unless its importer already did.
+/// Cuts a trace read whole to the range asked for (a trace opened at a range before, written to
+/// a `.vtrace`, is cut again: the range is of what the file holds).
 fn cut_to(mut imported: Imported, range: Option<TraceRange>) -> Result<Imported> {
-    if let Some(range) = range
-        && imported.trace.metadata.range.is_none()
-    {
+    if let Some(range) = range {
         crate::range::apply(&mut imported.trace, range)?;
     }
     Ok(imported)
@@ -292,6 +291,10 @@ fn import_any(bytes: Bytes<'_>, progress: &dyn Progress, mut state: Unwrapping) 
     };
     imported.wrappers = state.wrappers;
     check_devices(&imported.trace)?;
+    // A snapshot was cut while it was read.
+    if detected == Detected::Pickle {
+        return Ok(imported);
+    }
     cut_to(imported, state.range)
 }
 

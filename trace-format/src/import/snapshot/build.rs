@@ -172,10 +172,13 @@ pub(super) struct RangeBuild {
 /// the trace).
 struct RangeStart {
     per_device: FxHashMap<i16, Vec<Entry>>,
-    /// Blocks of the final state the trace never touched, when the final state goes.
-    untouched: FxHashMap<u64, Block>,
+    /// When the final state goes: its blocks whose size still holds at the range's end (the
+    /// trace never touched them, or not after the range), by address, with their device.
+    exact: FxHashMap<u64, (i16, Block)>,
     start_us: Option<i64>,
     end_ns: Option<i64>,
+    /// Whether the trace has times (the entries kept may have none).
+    timed: bool,
     info: RangeInfo,
 }
 
@@ -217,13 +220,18 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>) -> RangeStart {
         }
         per_device.entry(device).or_default().push(entry);
     }
-    let mut untouched = FxHashMap::default();
+    let mut exact = FxHashMap::default();
     if cut {
         for segment in segments.iter() {
             let device = segment.device.0;
             for block in segment.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
-                if !folded.blocks_at_end.contains(&(0, block.address)) {
-                    untouched.insert(block.address, *block);
+                let key = (0, 0, block.address);
+                if folded.blocks_at_end.contains(&key) {
+                    if !folded.touched_after.contains(&key) {
+                        exact.insert(block.address, (device, *block));
+                    }
+                } else {
+                    exact.insert(block.address, (device, *block));
                     per_device.entry(device).or_default().push(Entry {
                         action: Action::Event(EventKind::Alloc),
                         addr: block.address,
@@ -238,7 +246,7 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>) -> RangeStart {
                 }
             }
             if let Some((address, size)) =
-                crate::range::uncovered(&folded.segments_at_end, 0, segment.address, segment.size_bytes)
+                crate::range::uncovered(&folded.segments_at_end, (0, 0), segment.address, segment.size_bytes)
             {
                 per_device.entry(device).or_default().push(Entry {
                     action: Action::Event(EventKind::SegmentAlloc),
@@ -265,10 +273,11 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>) -> RangeStart {
     };
     RangeStart {
         per_device,
-        untouched,
+        exact,
         // Entry times are microseconds; the range's start may fall inside one.
         start_us: start_ns.map(|ns| ns.div_euclid(1000)),
         end_ns: classifier.end_ns(cut),
+        timed: classifier.timed(),
         info,
     }
 }
@@ -326,7 +335,6 @@ fn marker(
 fn device_start(
     segments: &[Segment],
     device: DeviceId,
-    at_start: &[Entry],
     range: Option<&RangeStart>,
     first_time_us: impl FnOnce() -> Option<i64>,
 ) -> (FxHashMap<u64, Block>, Option<i64>) {
@@ -342,7 +350,7 @@ fn device_start(
         .map(|b| (b.address, *b))
         .collect();
     if let Some(range) = range {
-        final_blocks.extend(at_start.iter().filter_map(|e| range.untouched.get(&e.addr)).map(|b| (b.address, *b)));
+        final_blocks.extend(range.exact.values().filter(|(d, _)| *d == device.0).map(|(_, b)| (b.address, *b)));
     }
     // What was alive at a range's start is allocated at its start (or at the device's first
     // entry, when that comes earlier).
@@ -381,7 +389,7 @@ pub(super) fn build_trace(
 ) -> Result<Trace> {
     let mut segments = segments;
     let mut range = range.map(|r| range_start(r, &mut segments));
-    let has_time = listed_have_times(&all_entries, &per_device);
+    let has_time = listed_have_times(&all_entries, &per_device) || range.as_ref().is_some_and(|r| r.timed);
     // Allocations open at each address matter only to `annotate` entries.
     let annotated = all_entries.annotations() > 0;
     // Entries are nearly always read in the order they were pushed: then each chunk is freed
@@ -404,7 +412,7 @@ pub(super) fn build_trace(
         }
         let device = DeviceId(device);
         devices.push(device);
-        let (final_blocks, start_us) = device_start(&segments, device, &at_start, range.as_ref(), || {
+        let (final_blocks, start_us) = device_start(&segments, device, range.as_ref(), || {
             entries.first().and_then(|&i| all_entries.get(i)).and_then(|e| e.time_us)
         });
         let synthetic = at_start.len();
@@ -430,6 +438,10 @@ pub(super) fn build_trace(
                 all_entries.free_below(index);
             }
             let time_ns = match entry.time_us {
+                // What stands for the blocks alive at a range's start comes just before it: never
+                // at the time of an allocation inside the range (the attribution tells them apart
+                // by address and time).
+                Some(us) if index.is_none() => us.saturating_mul(1000).saturating_sub(1),
                 Some(us) => us.saturating_mul(1000),
                 None if has_time => last_time_ns,
                 None => i as i64,

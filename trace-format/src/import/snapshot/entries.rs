@@ -66,11 +66,14 @@ impl Foldable for Compact {
     }
     // Trace entries do not say their device (the list holding them does); CUDA's addresses are
     // unique across the devices of a process.
-    fn key(&self) -> (i16, u64) {
-        (0, self.addr)
+    fn key(&self) -> crate::range::Key {
+        (0, 0, self.addr)
     }
     fn size(&self) -> u64 {
         self.size
+    }
+    fn with_size(self, size: u64) -> Self {
+        Self { size, ..self }
     }
 }
 
