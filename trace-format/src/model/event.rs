@@ -61,7 +61,7 @@ pub mod event_flags {
     pub const SIZE_ESTIMATED: u8 = 1;
     /// Allocated before the range the trace was opened at ([`crate::range`]), at a time the
     /// trace no longer holds: the event stands for the block (or segment) alive at the range's
-    /// start, and its time is that start.
+    /// start, and its time is 1 ns before that start.
     pub const BEFORE_RANGE: u8 = 2;
 }
 
