@@ -45,9 +45,9 @@ struct OpenArgs {
 
 #[derive(Args, Debug, Default)]
 struct RangeArg {
-    /// Read only this part of each trace: +2s..+3.5s (time after its first event) or
-    /// #1000000..#2000000 (events by index from 0, end excluded; a snapshot's trace entries in
-    /// file order); either end may be left out. What was alive when the range starts is kept,
+    /// Read only this part of each trace: +2s..+3.5s (time after its first event; a snapshot's
+    /// first trace entry in the file) or #1000000..#2000000 (events by index from 0, end
+    /// excluded; a snapshot's trace entries in file order); either end may be left out. What was alive when the range starts is kept,
     /// so its memory is the whole trace's; a snapshot is cut as it is read, so a trace too large
     /// for this machine's memory opens in part.
     #[arg(long, value_name = "START..END")]
