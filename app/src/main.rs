@@ -37,6 +37,13 @@ struct OpenArgs {
     /// The trace to open; several files (one per rank) or a directory of them open as one run,
     /// its ranks side by side in the Ranks view.
     files: Vec<PathBuf>,
+    /// Follow a run as it goes: the timeline grows and the peak, categories and current state
+    /// update about once a second. Give the recording's directory (`record` prints it), its -o
+    /// file before it exists, or a file something rewrites as it runs (a snapshot dumped every
+    /// few steps); alone, the newest recording in progress on this machine. Zooming, panning or
+    /// picking an instant stops at what is shown; End comes back to the newest.
+    #[arg(long, value_name = "DIR|FILE", num_args = 0..=1, conflicts_with = "files")]
+    follow: Option<Option<PathBuf>>,
     #[command(flatten)]
     range: RangeArg,
     #[command(flatten)]
@@ -220,6 +227,11 @@ enum Command {
         /// Where to write the trace (default: PROGRAM-PID.vtrace here).
         #[arg(short, long, value_name = "OUT.vtrace")]
         output: Option<PathBuf>,
+        /// Watch the run in the desktop app as it goes (needs a display). Closing the window
+        /// does not stop the workload: the recording goes on and the trace is written when it
+        /// ends; the window then shows the finished trace.
+        #[arg(long)]
+        live: bool,
         /// Replace OUT if it exists.
         #[arg(long)]
         force: bool,
@@ -326,13 +338,13 @@ const EXIT_ERROR: u8 = 2;
 /// Exit status of `diff` when a gate fails.
 const EXIT_GATE_FAILED: u8 = 1;
 
-fn open(
-    files: Vec<PathBuf>,
-    compare: Option<PathBuf>,
-    range: RangeArg,
-    window: WindowArgs,
-    started: std::time::Instant,
-) -> anyhow::Result<()> {
+fn open(args: OpenArgs, compare: Option<PathBuf>, started: std::time::Instant) -> anyhow::Result<()> {
+    let OpenArgs { files, follow, range, window } = args;
+    // What to follow is found before the window opens, so a mistake is said here.
+    let follow = follow.map(|arg| vramscope::gui::follow::Source::resolve(arg.as_deref())).transpose()?;
+    if follow.is_some() && range.range.is_some() {
+        anyhow::bail!("--follow shows the whole run as it grows; --range reads part of a finished trace");
+    }
     for path in files.iter().chain(compare.iter()).filter(|p| !vramscope::sample::is_sample(p)) {
         // Say so at once rather than in a window.
         std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
@@ -350,6 +362,7 @@ fn open(
         dark_mode: window.theme.map(|t| matches!(t, ThemeArg::Dark)),
         started: Some(started),
         range: range.range,
+        follow,
     })
 }
 
@@ -359,9 +372,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut stdout = std::io::stdout().lock();
     let result = match cli.command {
-        None => open(cli.open.files, None, cli.open.range, cli.open.window, started),
-        Some(Command::Open(args)) => open(args.files, None, args.range, args.window, started),
-        Some(Command::Compare { a, b, range, window }) => open(vec![a], Some(b), range, window, started),
+        None => open(cli.open, None, started),
+        Some(Command::Open(args)) => open(args, None, started),
+        Some(Command::Compare { a, b, range, window }) => {
+            open(OpenArgs { files: vec![a], follow: None, range, window }, Some(b), started)
+        }
         Some(Command::Info { files, json, at, blocks, range }) => {
             range.set();
             vramscope::cli::info::run_paths(
@@ -391,14 +406,14 @@ fn main() -> ExitCode {
             let files: Vec<PathBuf> = std::iter::once(file).chain(file2).collect();
             vramscope::cli::report::run(&files, &output, force, &mut stdout)
         }
-        Some(Command::Record { output, force, torch, command }) => {
+        Some(Command::Record { output, live, force, torch, command }) => {
             let torch = match torch {
                 TorchSource::Auto => "auto",
                 TorchSource::Cuda => "cuda",
                 TorchSource::Cpu => "cpu",
                 TorchSource::Off => "off",
             };
-            match vramscope::cli::record::run(output.as_deref(), force, torch, &command) {
+            match vramscope::cli::record::run(output.as_deref(), force, torch, live, &command) {
                 Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
                 Err(e) => Err(e),
             }

@@ -39,3 +39,18 @@ pub fn device_facts() -> (Vec<DeviceInfo>, Option<i32>) {
     });
     found.unwrap_or_default()
 }
+
+/// Gives the devices `trace` knows the driver's name and total memory, and notes the driver's
+/// version ([`device_facts`]'s answer).
+pub fn add_facts(trace: &mut vramscope_trace_format::Trace, facts: &(Vec<DeviceInfo>, Option<i32>)) {
+    let (devices, driver_version) = facts;
+    for fact in devices {
+        if let Some(known) = trace.metadata.devices.iter_mut().find(|d| d.device == fact.device) {
+            known.name.clone_from(&fact.name);
+            known.total_memory_bytes = fact.total_memory_bytes;
+        }
+    }
+    if let Some(version) = driver_version {
+        trace.metadata.extra.insert("cuda_driver_version".to_owned(), (*version).into());
+    }
+}

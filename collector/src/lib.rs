@@ -7,6 +7,7 @@
 
 pub mod cleanup;
 pub mod devices;
+pub mod live;
 pub mod merge;
 pub mod session;
 pub mod signals;

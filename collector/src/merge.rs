@@ -16,13 +16,13 @@
 //! driver that could not be asked) each stream-ordered allocation is its own segment again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use vramscope_trace_format::{
     Clock, DeviceId, DeviceInfo, Event, EventKind, Oom, ProcessId, ProcessInfo, SourceFormat, Trace,
 };
 
-use crate::wire::{Api, RECORD_BYTES, Record};
+use crate::wire::{Api, Record};
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
@@ -90,29 +90,6 @@ pub struct Recorded {
     pub records: Vec<Record>,
     /// Files whose last record was cut short (the process was killed mid-write).
     pub cut_short: Vec<PathBuf>,
-}
-
-/// Reads every `events.*.bin` in `dir`.
-pub fn read_dir(dir: &Path) -> std::io::Result<Recorded> {
-    let mut recorded = Recorded::default();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("events.") && n.ends_with(".bin"))
-        })
-        .collect();
-    files.sort();
-    for file in files {
-        let bytes = std::fs::read(&file)?;
-        let chunks = bytes.chunks_exact(RECORD_BYTES);
-        if !chunks.remainder().is_empty() {
-            recorded.cut_short.push(file.clone());
-        }
-        recorded.records.extend(chunks.filter_map(Record::decode));
-    }
-    recorded.records.sort_by_key(|r| (r.time_ns, r.pid, r.tid));
-    Ok(recorded)
 }
 
 /// Builds the trace of a recording: the driver-level records and the PyTorch shims' logs.

@@ -10,7 +10,7 @@ use std::process::{Command, ExitStatus};
 use vramscope_trace_format::Trace;
 use vramscope_wire::env;
 
-use crate::{merge, signals, torch};
+use crate::{live, merge, signals, torch};
 
 /// The hook library's file name.
 pub const HOOK_FILE: &str = "libvramscope_hook.so";
@@ -79,8 +79,17 @@ fn prepend(name: &str, value: &OsStr) -> OsString {
 }
 
 /// Runs `program` with `args` recorded, the PyTorch shim taking tensor allocations from `torch`
-/// (`auto`, `cuda`, `cpu` or `off`), and returns what was recorded.
-pub fn record(program: &OsStr, args: &[OsString], torch: &str) -> Result<Recording, Error> {
+/// (`auto`, `cuda`, `cpu` or `off`), and returns what was recorded. `output` (where the caller
+/// will write the trace) goes into the recording's manifest, for viewers that follow it live;
+/// `started` is called with the recording's directory once it is ready, just before the
+/// workload starts.
+pub fn record(
+    program: &OsStr,
+    args: &[OsString],
+    torch: &str,
+    output: Option<&Path>,
+    started: impl FnOnce(&Path),
+) -> Result<Recording, Error> {
     let hook = hook_path()?;
     let dir = tempfile::Builder::new()
         .prefix("vramscope-record-")
@@ -93,6 +102,14 @@ pub fn record(program: &OsStr, args: &[OsString], torch: &str) -> Result<Recordi
     for (name, text) in torch::SHIM_FILES {
         std::fs::write(shim.join(name), text).map_err(io("cannot write the PyTorch shim"))?;
     }
+    let command_line = command_line(program, args);
+    let manifest = live::Manifest {
+        recorder_pid: std::process::id(),
+        command: command_line,
+        output: output.map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_owned())),
+    };
+    manifest.write(dir).map_err(io("cannot write the recording's manifest"))?;
+    started(dir);
     let signals = signals::install();
     let spawned = Command::new(program)
         .args(args)
@@ -111,13 +128,12 @@ pub fn record(program: &OsStr, args: &[OsString], torch: &str) -> Result<Recordi
 
 /// Reads what the hook and the shim wrote, and merges it.
 fn collect(dir: &Path, status: ExitStatus, program: &OsStr, args: &[OsString]) -> Result<Recording, Error> {
-    let recorded = merge::read_dir(dir).map_err(io("cannot read what the hook recorded"))?;
+    let (recorded, logs) = live::Tail::read_all(dir).map_err(io("cannot read what the workload recorded"))?;
     let mut notes: Vec<String> = recorded
         .cut_short
         .iter()
         .map(|file| format!("{} ends in a partial record (the process was killed while writing)", file.display()))
         .collect();
-    let logs = torch::read_logs(dir).map_err(io("cannot read what the PyTorch shim recorded"))?;
     for log in logs.iter().filter(|l| l.skipped > 0) {
         notes.push(format!(
             "{} unreadable line{} in the PyTorch shim's log of process {} (cut short?)",
@@ -126,22 +142,8 @@ fn collect(dir: &Path, status: ExitStatus, program: &OsStr, args: &[OsString]) -
             log.pid
         ));
     }
-    let command_line: Vec<String> = std::iter::once(program)
-        .chain(args.iter().map(OsString::as_os_str))
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let mut trace = merge::to_trace(&recorded.records, &logs, &command_line);
-    // What the driver says about the devices (nothing on a machine without one).
-    let (facts, driver_version) = crate::devices::device_facts();
-    for fact in facts {
-        if let Some(known) = trace.metadata.devices.iter_mut().find(|d| d.device == fact.device) {
-            known.name = fact.name;
-            known.total_memory_bytes = fact.total_memory_bytes;
-        }
-    }
-    if let Some(version) = driver_version {
-        trace.metadata.extra.insert("cuda_driver_version".to_owned(), version.into());
-    }
+    let mut trace = merge::to_trace(&recorded.records, &logs, &command_line(program, args));
+    crate::devices::add_facts(&mut trace, &crate::devices::device_facts());
     Ok(Recording {
         trace,
         status,
@@ -149,6 +151,14 @@ fn collect(dir: &Path, status: ExitStatus, program: &OsStr, args: &[OsString]) -
         torch_events: logs.iter().map(|l| l.lines.len()).sum(),
         notes,
     })
+}
+
+/// The workload's command line, as text.
+pub fn command_line(program: &OsStr, args: &[OsString]) -> Vec<String> {
+    std::iter::once(program)
+        .chain(args.iter().map(OsString::as_os_str))
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
 }
 
 /// How a workload ended, as the shell reports it: its exit code, or 128 + the signal.

@@ -11,8 +11,6 @@
 //! the system, a segment of its own.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use vramscope_trace_format::{
@@ -167,31 +165,6 @@ pub struct Log {
     pub lines: Vec<Line>,
     /// Lines that could not be read (a cut-short last line, or a kind this version does not know).
     pub skipped: usize,
-}
-
-/// Reads every `torch.<pid>.jsonl` in `dir`.
-pub fn read_logs(dir: &Path) -> std::io::Result<Vec<Log>> {
-    let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)?
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let pid = name.strip_prefix("torch.")?.strip_suffix(".jsonl")?.parse().ok()?;
-            Some((pid, e.path()))
-        })
-        .collect();
-    files.sort();
-    let mut logs = Vec::new();
-    for (pid, path) in files {
-        let mut log = Log { pid, lines: Vec::new(), skipped: 0 };
-        for line in std::io::BufReader::new(std::fs::File::open(&path)?).split(b'\n') {
-            match serde_json::from_slice::<Line>(&line?) {
-                Ok(parsed) => log.lines.push(parsed),
-                Err(_) => log.skipped += 1,
-            }
-        }
-        logs.push(log);
-    }
-    Ok(logs)
 }
 
 fn category(name: &str) -> Option<Category> {

@@ -167,3 +167,38 @@ fn a_range_is_read_said_and_written_and_a_bad_one_is_refused() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("records no times") && stderr.contains("untimed.pickle"), "{stderr}");
 }
+
+/// `open --follow` and `record --live`: what cannot be followed is said before any window opens
+/// (and before any workload runs).
+#[test]
+fn following_what_is_not_there_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let missing = dir.path().join("nobody-writes-this.vtrace");
+    let (code, stderr) = stderr_of(&["open".as_ref(), "--follow".as_ref(), missing.as_os_str()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} does not exist, and no recording in progress", missing.display())),
+        "{stderr}"
+    );
+    let (code, stderr) = stderr_of(&["open".as_ref(), "--follow".as_ref(), dir.path().as_os_str()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("is not a recording in progress"), "{stderr}");
+    let (code, stderr) =
+        stderr_of(&["open".as_ref(), "--follow".as_ref(), missing.as_os_str(), "--range".as_ref(), "#1..#2".as_ref()]);
+    assert_eq!(code, 2, "{stderr}");
+    // Without a display, --live refuses before the workload runs.
+    let marker = dir.path().join("ran");
+    let output = std::process::Command::new(vramscope_e2e::vramscope_bin())
+        .args(["record", "--live", "-o"])
+        .arg(dir.path().join("t.vtrace"))
+        .args(["--", "touch"])
+        .arg(&marker)
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--live needs a display"), "{stderr}");
+    assert!(!marker.exists(), "the workload must not run");
+}

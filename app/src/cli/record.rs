@@ -12,8 +12,9 @@ use crate::analysis::peak;
 use crate::units::{bytes, count};
 
 /// Runs `command` recorded into `output`, the PyTorch shim taking allocations from `torch`
-/// (`auto`, `cuda`, `cpu` or `off`); returns the workload's exit code.
-pub fn run(output: Option<&Path>, force: bool, torch: &str, command: &[OsString]) -> Result<i32> {
+/// (`auto`, `cuda`, `cpu` or `off`), shown in the desktop app as it goes when `live`; returns the
+/// workload's exit code.
+pub fn run(output: Option<&Path>, force: bool, torch: &str, live: bool, command: &[OsString]) -> Result<i32> {
     let Some((program, args)) = command.split_first() else {
         bail!("nothing to record: give the command after --, e.g. vramscope record -- python train.py");
     };
@@ -28,12 +29,63 @@ pub fn run(output: Option<&Path>, force: bool, torch: &str, command: &[OsString]
     // Refuse before running anything, not after the workload has spent an hour: an existing
     // output, a directory, a missing or read-only directory.
     crate::atomic::check_writable(&output, force)?;
-    let recording = session::record(program, args, torch)?;
+    if live {
+        return run_live(program.clone(), args.to_vec(), torch.to_owned(), output, force);
+    }
+    record_and_write(program, args, torch, &output, force, |_| {
+        eprintln!("vramscope: recording; watch it live with `vramscope open --follow {}`", output.display());
+    })
+}
+
+/// `record --live`: the recording on a thread, the window on this one, following it. Closing
+/// the window leaves the workload running; the trace is written when it ends.
+fn run_live(program: OsString, args: Vec<OsString>, torch: String, output: PathBuf, force: bool) -> Result<i32> {
+    if std::env::var_os("DISPLAY").is_none() && std::env::var_os("WAYLAND_DISPLAY").is_none() {
+        bail!(
+            "--live needs a display (neither DISPLAY nor WAYLAND_DISPLAY is set): record without it, or watch the \
+             recording from a session with one: `vramscope open --follow {}`",
+            output.display()
+        );
+    }
+    let (started, ready) = std::sync::mpsc::channel();
+    let recording = std::thread::Builder::new().name("vramscope-record".to_owned()).spawn(move || {
+        record_and_write(&program, &args, &torch, &output, force, move |dir| {
+            let _ = started.send(dir.to_owned());
+        })
+    })?;
+    // Nothing comes when the recording could not start: its error is below.
+    if let Ok(dir) = ready.recv() {
+        let options = crate::gui::GuiOptions {
+            follow: Some(crate::gui::follow::Source::Recording(dir)),
+            ..crate::gui::GuiOptions::default()
+        };
+        if let Err(error) = crate::gui::run(options) {
+            eprintln!("vramscope: {error:#}; the recording goes on without the window");
+        }
+        if !recording.is_finished() {
+            eprintln!("vramscope: the window was closed; the recording goes on until the workload ends");
+        }
+    }
+    recording.join().map_err(|_| anyhow::anyhow!("the recording's thread failed"))?
+}
+
+/// Records `command`, writes its trace (and one per rank), says what it got; returns the
+/// workload's exit code. `started` is called with the recording's directory before the
+/// workload starts.
+fn record_and_write(
+    program: &OsString,
+    args: &[OsString],
+    torch: &str,
+    output: &Path,
+    force: bool,
+    started: impl FnOnce(&Path),
+) -> Result<i32> {
+    let recording = session::record(program, args, torch, Some(output), started)?;
     for note in &recording.notes {
         eprintln!("vramscope: {note}");
     }
     let trace = &recording.trace;
-    super::convert::write_vtrace(trace, &output, force)?;
+    super::convert::write_vtrace(trace, output, force)?;
     // A distributed run: also one trace per rank, beside the merged one.
     let ranked: Vec<(usize, u32)> =
         trace.metadata.processes.iter().enumerate().filter_map(|(i, p)| p.rank.map(|r| (i, r))).collect();

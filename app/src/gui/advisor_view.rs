@@ -27,9 +27,14 @@ pub struct AdvisorState {
 impl AdvisorState {
     fn refresh(&mut self, ctx: &egui::Context, trace: &Arc<Trace>, device: DeviceId) {
         let key = (Arc::as_ptr(trace) as usize, device, self.gpus, self.target);
-        if self.key != Some(key) {
+        // Only the trace changed (a run followed live grew): the advice shown stays until the
+        // new one is ready, and one job at a time works on the newest trace.
+        let same_question = self.key.is_some_and(|k| (k.1, k.2, k.3) == (key.1, key.2, key.3));
+        if self.key != Some(key) && !(same_question && self.pending.is_some()) {
             self.key = Some(key);
-            self.advice = None;
+            if !same_question {
+                self.advice = None;
+            }
             let trace = Arc::clone(trace);
             let ctx = ctx.clone();
             let gpus = self.gpus;
@@ -126,6 +131,12 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
         ui.label("This device holds no memory events to advise on.");
         return;
     };
+    if state.pending.is_some() {
+        ui.horizontal(|ui| {
+            ui.spinner();
+            ui.weak("Updating for the newest data of the run…");
+        });
+    }
     let shown_gpus = advice.gpus.map_or(1, |g| g.count);
     let b = &advice.baseline;
     ui.horizontal_wrapped(|ui| {

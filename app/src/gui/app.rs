@@ -16,6 +16,7 @@ use super::views::{Body, ViewStates};
 use crate::units;
 
 mod bars;
+mod live;
 mod range;
 
 /// Options that persist between runs.
@@ -172,6 +173,8 @@ impl VramscopeApp {
             match change {
                 Change::Opened(path) => self.remember(&path),
                 Change::NewDocument => self.new_document(),
+                // The same run, further on: the views keep their zoom and choices.
+                Change::Updated => {}
                 Change::CompareStarted => {
                     self.views.compare_timeline = TimelineState::default();
                     self.settings.view = View::Compare;
@@ -204,13 +207,21 @@ impl VramscopeApp {
     /// Selects the allocated peak of the current device.
     pub fn jump_to_peak(&mut self) {
         self.views.breakdown.picked = None;
+        self.session.follow_newest = false;
         self.session.jump_to_peak();
     }
 
-    /// Selects a timeline point and asks for its analysis.
+    /// Selects a timeline point and asks for its analysis (a run followed stays there).
     pub fn select(&mut self, point: usize) {
         self.views.breakdown.picked = None;
+        self.session.follow_newest = false;
         self.session.select(point);
+    }
+
+    /// Follows a run as it goes (a recording in progress, or a file rewritten as it runs).
+    pub fn follow(&mut self, ctx: &egui::Context, source: super::follow::Source) {
+        self.session.follow(ctx, source);
+        self.settings.view = View::Timeline;
     }
 
     fn close(&mut self, ctx: &egui::Context) {
@@ -291,6 +302,9 @@ impl VramscopeApp {
         if pressed(Key::R) || pressed(Key::Home) {
             self.views.timeline.reset();
         }
+        if pressed(Key::End) && self.session.live.is_some() {
+            self.follow_newest();
+        }
         let step = if ctx.input(|i| i.modifiers.shift) { 100 } else { 1 };
         let arrows = ctx.input(|i| (i.key_pressed(Key::ArrowLeft), i.key_pressed(Key::ArrowRight)));
         if let Some(point) = self.session.selected_point {
@@ -333,6 +347,7 @@ impl VramscopeApp {
         self.errors_panel(ui);
         if self.session.doc.is_some() {
             self.toolbar(ui);
+            self.live_bar(ui);
             self.sample_banner(ui);
             if let Some(doc) = &self.session.doc {
                 super::banner::caveats_ui(ui, doc);
@@ -353,7 +368,7 @@ impl VramscopeApp {
                     let ctx = ui.ctx().clone();
                     self.session.open_rank(&ctx, rank);
                 }
-            } else {
+            } else if !self.waiting_ui(ui) {
                 self.welcome_ui(ui);
             }
         });
@@ -496,6 +511,7 @@ impl VramscopeApp {
                     ("drag", "pan"),
                     ("Shift+drag, right-drag", "zoom to a box"),
                     ("R, double-click", "show the whole trace"),
+                    ("End", "a run followed live: show all of it and keep to its newest instant"),
                     ("N", "hide / show interpreter frames in stacks"),
                     ("T", "dark / light theme"),
                     ("Esc", "cancel loading, close this help"),

@@ -9,6 +9,7 @@ pub mod banner;
 pub mod breakdown_view;
 pub mod compare_view;
 pub mod document;
+pub mod follow;
 pub mod fragmentation_view;
 pub mod jobs;
 pub mod loader;
@@ -48,6 +49,8 @@ pub struct GuiOptions {
     pub started: Option<std::time::Instant>,
     /// Open only this part of the files (and of those opened with them: a rank, a comparison).
     pub range: Option<vramscope_trace_format::TraceRange>,
+    /// Follow a run as it goes instead of opening files.
+    pub follow: Option<follow::Source>,
 }
 
 /// Runs the window until it is closed.
@@ -73,7 +76,7 @@ pub fn run(options: GuiOptions) -> Result<()> {
     let repaint_ctx = Arc::clone(&window_ctx);
     // Without a file, the built-in sample (a screenshot without one shows the welcome screen).
     let mut files = options.files.clone();
-    if files.is_empty() && screenshot.is_none() {
+    if files.is_empty() && screenshot.is_none() && options.follow.is_none() {
         files.push(PathBuf::from(crate::sample::PATH));
     }
     // A run of several files is read once the window is there (its ranks show as they arrive).
@@ -122,6 +125,9 @@ pub fn run(options: GuiOptions) -> Result<()> {
             }
             if let Some(path) = &options.compare {
                 app.open_second(&cc.egui_ctx, path);
+            }
+            if let Some(source) = options.follow {
+                app.follow(&cc.egui_ctx, source);
             }
             Ok(match screenshot {
                 Some(path) => Box::new(screenshot::ScreenshotApp::new(app, path, outcome_for_app)),

@@ -10,6 +10,7 @@ use vramscope_trace_format::{ProcessId, Trace};
 
 use super::compare_view::Compare;
 use super::document::{DeviceData, Document};
+use super::follow::{Follower, Source, Status, Update};
 use super::jobs::Job;
 use super::loader::{Loaded, Loader, Poll, Recording};
 use super::ranks::{RunPoll, RunState};
@@ -41,6 +42,8 @@ pub enum Change {
     NewDocument,
     /// A second run is loaded and being compared.
     CompareStarted,
+    /// The run followed live has a newer state: same document, more of it.
+    Updated,
 }
 
 /// The open trace and everything worked out about it.
@@ -72,6 +75,11 @@ pub struct Session {
     worker: Option<Worker>,
     /// The analysis of the selected instant, once ready.
     pub instant: Option<Arc<InstantView>>,
+    /// A run followed as it goes (`record --live`, `open --follow`).
+    pub live: Option<Follower>,
+    /// Whether a followed run's newest state is selected as it arrives (until the user picks
+    /// another instant).
+    pub follow_newest: bool,
 }
 
 fn repainter(ctx: &egui::Context) -> impl Fn() + Send + Sync + 'static {
@@ -89,6 +97,7 @@ impl Session {
     /// Starts loading what `paths` name: one trace, or a run of several (rank files, directories
     /// of them), whose ranks are read in parallel and shown as they arrive.
     pub fn open_paths(&mut self, ctx: &egui::Context, paths: &[PathBuf]) {
+        self.live = None;
         if let [one] = paths
             && !one.is_dir()
         {
@@ -106,6 +115,56 @@ impl Session {
         }
     }
 
+    /// Follows a run as it goes: the document is its newest state, updated as it arrives.
+    pub fn follow(&mut self, ctx: &egui::Context, source: Source) {
+        self.cancel_loads();
+        self.loader = None;
+        self.run = None;
+        self.close_document(ctx);
+        match Follower::start(source, repainter(ctx)) {
+            Ok(follower) => {
+                self.live = Some(follower);
+                self.follow_newest = true;
+            }
+            Err(error) => self.errors.push(format!("cannot follow the run: {error:#}")),
+        }
+    }
+
+    /// Selects the newest state of the run followed, and keeps doing so as it grows.
+    pub fn follow_newest_now(&mut self) {
+        self.follow_newest = true;
+        if let Some(last) = self.device().map(|d| d.timeline.len().saturating_sub(1)) {
+            self.select(last);
+        }
+    }
+
+    /// Shows a newer state of the run followed, keeping the device, and the instant chosen
+    /// (by its time) unless the newest is followed.
+    fn show_update(&mut self, ctx: &egui::Context, update: Update) -> Change {
+        let Update { doc, whole, process, .. } = update;
+        let switched = self.processes.as_ref().map(|p| p.chosen) != whole.as_ref().map(|_| process);
+        self.processes = whole.map(|whole| Processes { path: doc.path.clone(), whole, chosen: process });
+        let fresh = self.doc.is_none() || switched;
+        let device = self.device().map(|d| d.device);
+        let selected_ns = self.selected_point.zip(self.device()).map(|(p, d)| d.timeline.time_ns(p));
+        if fresh {
+            self.set_document(ctx, doc);
+        } else {
+            self.worker = Some(Worker::start(Arc::clone(&doc.trace), repainter(ctx)));
+            self.device_index = doc.devices.iter().position(|d| Some(d.device) == device).unwrap_or(0);
+            self.doc = Some(doc);
+            self.instant = None;
+        }
+        if self.follow_newest {
+            self.follow_newest_now();
+        } else if let (Some(time), false) = (selected_ns, fresh)
+            && let Some(point) = self.device().map(|d| d.timeline.point_at(time))
+        {
+            self.select(point);
+        }
+        if fresh { Change::NewDocument } else { Change::Updated }
+    }
+
     /// Shows rank `rank` of the run open in the other views: another process of the recording
     /// open, or that rank's file, read in the background.
     pub fn open_rank(&mut self, ctx: &egui::Context, rank: u32) {
@@ -120,6 +179,7 @@ impl Session {
 
     /// Shows a load started elsewhere (before the window existed).
     pub fn adopt_loader(&mut self, loader: Loader) {
+        self.live = None;
         if let Some(old) = self.loader.replace(loader) {
             old.cancel();
         }
@@ -154,6 +214,7 @@ impl Session {
             || self.pending_second.is_some()
             || self.is_switching()
             || self.run.as_ref().is_some_and(RunState::is_reading)
+            || (self.doc.is_none() && self.live.as_ref().is_some_and(|l| l.last_update.is_none()))
     }
 
     /// Whether another process of the run is being prepared.
@@ -169,6 +230,13 @@ impl Session {
     /// Picks up what the background jobs finished; says what changed.
     pub fn poll(&mut self, ctx: &egui::Context) -> Vec<Change> {
         let mut changes = Vec::new();
+        if let Some(update) = self.live.as_mut().and_then(Follower::poll) {
+            if let Status::Ended(Some(path)) = &update.status {
+                changes.push(Change::Opened(path.clone()));
+            }
+            let change = self.show_update(ctx, update);
+            changes.push(change);
+        }
         let rank_of_run = self.loader.as_ref().is_some_and(|l| l.rank_of_run);
         if let Some((path, result)) = take_finished(&mut self.loader) {
             match result {
@@ -304,6 +372,7 @@ impl Session {
 
     /// Closes the document (and the run compared with it).
     pub fn close(&mut self, ctx: &egui::Context) {
+        self.live = None;
         self.cancel_loads();
         self.run = None;
         self.close_document(ctx);
@@ -334,6 +403,13 @@ impl Session {
     pub fn choose_process(&mut self, ctx: &egui::Context, chosen: usize) {
         let (Some(processes), Some(doc)) = (&mut self.processes, &self.doc) else { return };
         if processes.chosen == chosen {
+            return;
+        }
+        // Following: the next update shows it (the follower is woken for it).
+        if let Some(live) = &self.live {
+            if let Some(pid) = processes.whole.metadata.processes.get(chosen).and_then(|p| p.pid) {
+                live.choose_process(pid);
+            }
             return;
         }
         let previous = std::mem::replace(&mut processes.chosen, chosen);

@@ -273,6 +273,51 @@ static int pool_life(int resolve) {
     return 0;
 }
 
+/* "live DIR": a run watched as it goes. Allocates 1 MiB, says DIR/first.ready and waits for
+ * DIR/first.go; allocates 3 MiB and forks a child that allocates 2 MiB; says second.ready,
+ * waits for second.go; then the child exits and the parent dies by SIGKILL, freeing nothing. */
+static void touch(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+}
+
+static void wait_for(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    while (access(path, F_OK) != 0) usleep(20 * 1000);
+}
+
+static int live_run(const char *dir) {
+    CUdeviceptr a, b;
+    if (cuMemAlloc_v2(&a, 1 << 20) != 0) return 3;
+    say_alloc(a, 1 << 20);
+    /* Past the hook's flush (20 ms) before saying so. */
+    usleep(100 * 1000);
+    touch(dir, "first.ready");
+    wait_for(dir, "first.go");
+    if (cuMemAlloc_v2(&b, 3 << 20) != 0) return 3;
+    say_alloc(b, 3 << 20);
+    pid_t child = fork();
+    if (child == 0) {
+        CUdeviceptr c;
+        if (cuMemAlloc_v2(&c, 2 << 20) != 0) _exit(3);
+        say_alloc(c, 2 << 20);
+        usleep(100 * 1000);
+        touch(dir, "child.ready");
+        wait_for(dir, "second.go");
+        _exit(0);
+    }
+    wait_for(dir, "child.ready");
+    touch(dir, "second.ready");
+    wait_for(dir, "second.go");
+    int status = 0;
+    waitpid(child, &status, 0);
+    raise(SIGKILL);
+    return 4;
+}
+
 static int hard_case(const char *how) {
     CUdeviceptr p;
     if (strcmp(how, "devices") == 0) return two_devices();
@@ -340,6 +385,7 @@ static int hard_case(const char *how) {
 
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "direct";
+    if (strcmp(how, "live") == 0 && argc > 2) return live_run(argv[2]);
     if (strcmp(how, "subprocess") == 0) return subprocess_case(argv[0]);
     if (strcmp(how, "threads") == 0 || strcmp(how, "fork") == 0 || strcmp(how, "exit") == 0 ||
         strcmp(how, "kill") == 0 || strcmp(how, "bench") == 0 || strncmp(how, "others", 6) == 0 ||

@@ -187,12 +187,16 @@ impl VramscopeApp {
                     ui.label(format!("{} records", units::count(doc.trace.record_count())))
                         .on_hover_text("Allocator events, annotations, counter samples, tags and OOMs");
                     ui.separator();
-                    ui.label(format!(
-                        "{} ({} in {})",
-                        units::bytes(doc.file_bytes),
-                        "read and analysed",
-                        units::duration_ns(doc.load_time.as_nanos() as i64)
-                    ));
+                    if self.session.live.as_ref().is_some_and(|l| !l.ended()) {
+                        ui.label(format!("{} recorded so far", units::bytes(doc.file_bytes)));
+                    } else {
+                        ui.label(format!(
+                            "{} ({} in {})",
+                            units::bytes(doc.file_bytes),
+                            "read and analysed",
+                            units::duration_ns(doc.load_time.as_nanos() as i64)
+                        ));
+                    }
                     if !doc.warnings.is_empty() {
                         ui.separator();
                         ui.colored_label(
