@@ -24,6 +24,7 @@ pub mod allocsim;
 pub mod attribution;
 pub mod caveats;
 pub mod diff;
+pub mod growth;
 pub mod instant;
 pub mod peak;
 pub mod replay;

@@ -59,6 +59,9 @@ pub struct DeviceSummary {
     /// The largest allocation that failed, when one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub largest_failed_request_bytes: Option<u64>,
+    /// Whether memory grows from one iteration to the next (with at least three iterations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub growth: Option<crate::growth::Growth>,
 }
 
 /// What `info` says about a trace.
@@ -158,6 +161,7 @@ pub fn device_summary(trace: &Trace, device: DeviceId) -> DeviceSummary {
         unknown_from_before_recording_bytes,
         oom_events: trace.ooms.iter().filter(|o| o.device == device).count(),
         largest_failed_request_bytes: trace.ooms.iter().filter(|o| o.device == device).map(|o| o.requested_bytes).max(),
+        growth: crate::growth::growth(trace, device),
     }
 }
 

@@ -508,6 +508,15 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
             bytes(d.private_pool_reserved_bytes)
         )?;
     }
+    if let Some(growth) = &d.growth {
+        for (i, line) in crate::words::growth_lines(growth, &d.label).iter().enumerate() {
+            for (j, part) in wrap(line, 86).iter().enumerate() {
+                let head = if i == 0 && j == 0 { "iterations" } else { "" };
+                let indent = if j == 0 { "" } else { "  " };
+                writeln!(out, "  {head:<15} {indent}{part}")?;
+            }
+        }
+    }
     if d.oom_events > 0 {
         let largest =
             d.largest_failed_request_bytes.map(|b| format!(" (largest request {})", bytes(b))).unwrap_or_default();

@@ -11,9 +11,11 @@ use crate::analysis::peak::LiveBlock;
 use crate::units::{bytes, count, signed_bytes};
 
 mod advice;
+mod growth;
 mod run;
 
 pub use self::advice::*;
+pub use self::growth::*;
 pub use self::run::*;
 
 /// How to record a snapshot with history, for the notes that need it.

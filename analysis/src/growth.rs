@@ -1,0 +1,434 @@
+//! Memory that grows every iteration: a loss kept with its graph, outputs kept for logging, a
+//! cache that only fills.
+//!
+//! The iterations come from the recorded iteration spans, else from a repeating pattern: the
+//! allocation site that recurs evenly (at least four times, each after the same number of events
+//! within 10%, the first period left out) over most of the trace, each period freeing most of
+//! what it allocated, the coarsest such period being taken as the iteration. The
+//! allocated bytes at the start of each complete iteration are compared, leaving out the first
+//! iteration (warm-up: optimizer state, workspaces, the allocator's first segments). Memory
+//! grows when these starts rise across the iterations after it, in at least three of every four
+//! steps, by at least [`MIN_BYTES_PER_ITERATION`] per iteration. What grows is named by the blocks
+//! that survive: allocated in an iteration (after the first, before the last) and still alive
+//! at the end of the last, grouped by allocation site. Reserved memory is not looked at:
+//! the caching allocator keeping freed memory is not a leak.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
+use serde::Serialize;
+use vramscope_trace_format::{AnnotationKind, DeviceId, EventKind, StackId, Trace};
+
+use crate::instant::allocation_site;
+
+/// Growth smaller than this per iteration is not reported (alignment, a counter, a small list).
+pub const MIN_BYTES_PER_ITERATION: u64 = 64 << 10;
+
+/// Where the iterations came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Iterations {
+    /// The recorded iteration spans.
+    Spans,
+    /// A repeating pattern: this allocation site recurs once per period.
+    Pattern {
+        /// The site.
+        site: String,
+    },
+}
+
+/// A site whose blocks accumulate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GrowingSite {
+    /// `function  file:line` (or the operator, where the source records no Python stack).
+    pub site: String,
+    /// Bytes left alive per iteration.
+    pub bytes_per_iteration: u64,
+    /// Blocks left alive per iteration.
+    pub blocks_per_iteration: f64,
+}
+
+/// When the device's memory would be reached at the rate of growth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Reach {
+    /// The device's memory.
+    pub device_bytes: u64,
+    /// Iterations after the last one recorded.
+    pub iterations: u64,
+    /// Time after the end of the last iteration recorded (at the median iteration's length).
+    pub after_ns: i64,
+}
+
+/// What the iterations of a device show.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Growth {
+    /// The device.
+    pub device: DeviceId,
+    /// Where the iterations came from.
+    pub iterations: Iterations,
+    /// Complete iterations.
+    pub count: usize,
+    /// Allocated bytes at the start of the second iteration (the first after warm-up).
+    pub steady_start_bytes: u64,
+    /// Allocated bytes at the end of the last complete iteration.
+    pub end_bytes: u64,
+    /// When each complete iteration starts, and when the last ends.
+    #[serde(skip)]
+    pub boundary_ns: Vec<i64>,
+    /// Allocated bytes at each boundary.
+    #[serde(skip)]
+    pub boundary_bytes: Vec<u64>,
+    /// Median length of an iteration.
+    pub iteration_ns: i64,
+    /// Whether memory grows (the rest is only filled in when it does).
+    pub grows: bool,
+    /// Growth per iteration after the first (the boundaries' least-squares slope).
+    pub bytes_per_iteration: u64,
+    /// The sites whose surviving blocks accumulate, most first.
+    pub sites: Vec<GrowingSite>,
+    /// When the device's memory would be reached, where it is known.
+    pub reach: Option<Reach>,
+}
+
+/// The iterations of `device` and whether its memory grows across them; `None` when the trace
+/// shows fewer than three complete iterations (too few to tell growth from warm-up).
+pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
+    let events = crate::replay::device_events(trace, device);
+    let (boundary_ns, iterations) = match spans(trace, device) {
+        Some(spans) => (spans, Iterations::Spans),
+        None => pattern(trace, &events)?,
+    };
+    // Iterations 0..m: the first is warm-up, the growth is measured over 1..m.
+    let m = boundary_ns.len().checked_sub(1)?;
+    if m < 3 {
+        return None;
+    }
+    let mut boundary_bytes = Vec::with_capacity(boundary_ns.len());
+    // Blocks alive, by address: (alloc time, size, stack).
+    let mut alive: HashMap<u64, (i64, u64, StackId)> = HashMap::default();
+    let end_ns = boundary_ns[m];
+    // Allocated bytes before the event visited.
+    let mut before = 0;
+    let final_point = crate::replay::replay(trace, device, |event, point| {
+        let Some(e) = event.and_then(|i| trace.events.get(i)) else {
+            before = point.allocated_bytes;
+            return;
+        };
+        // The state in force at a boundary: after every event before it.
+        while boundary_ns.get(boundary_bytes.len()).is_some_and(|&b| e.time_ns >= b) {
+            boundary_bytes.push(before);
+        }
+        before = point.allocated_bytes;
+        if e.time_ns >= end_ns {
+            return;
+        }
+        match e.kind {
+            EventKind::Alloc => {
+                alive.insert(e.address, (e.time_ns, e.size_bytes, e.stack));
+            }
+            EventKind::FreeCompleted => {
+                alive.remove(&e.address);
+            }
+            _ => {}
+        }
+    });
+    // Boundaries after the last event: the final state.
+    boundary_bytes.resize(boundary_ns.len(), final_point.allocated_bytes);
+    let mut lengths: Vec<i64> = boundary_ns.windows(2).map(|w| w[1] - w[0]).collect();
+    lengths.sort_unstable();
+    let iteration_ns = lengths.get(lengths.len() / 2).copied().unwrap_or(0);
+    let steady = &boundary_bytes[1..];
+    let slope = slope(steady);
+    let rising = steady.windows(2).filter(|w| w[1] > w[0]).count();
+    let steps = steady.len() - 1;
+    let grows = slope >= MIN_BYTES_PER_ITERATION as f64 && rising * 4 >= steps * 3;
+    let mut result = Growth {
+        device,
+        iterations,
+        count: m,
+        steady_start_bytes: boundary_bytes[1],
+        end_bytes: boundary_bytes[m],
+        boundary_ns,
+        boundary_bytes,
+        iteration_ns,
+        grows,
+        bytes_per_iteration: 0,
+        sites: Vec::new(),
+        reach: None,
+    };
+    if !grows {
+        return Some(result);
+    }
+    result.bytes_per_iteration = slope.round() as u64;
+    // Survivors of iterations 1..m-1 (each outlived at least the iteration after it).
+    let (from, to) = (result.boundary_ns[1], result.boundary_ns[m - 1]);
+    let counted = (m - 2).max(1) as f64;
+    let mut by_stack: BTreeMap<StackId, (u64, usize)> = BTreeMap::new();
+    for &(time, size, stack) in alive.values() {
+        if time >= from && time < to {
+            let entry = by_stack.entry(stack).or_default();
+            entry.0 += size;
+            entry.1 += 1;
+        }
+    }
+    let mut by_site: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    for (stack, (bytes, blocks)) in by_stack {
+        let entry = by_site.entry(allocation_site(trace, stack, true)).or_default();
+        entry.0 += bytes;
+        entry.1 += blocks;
+    }
+    let mut sites: Vec<GrowingSite> = by_site
+        .into_iter()
+        .map(|(site, (bytes, blocks))| GrowingSite {
+            site,
+            bytes_per_iteration: (bytes as f64 / counted).round() as u64,
+            blocks_per_iteration: blocks as f64 / counted,
+        })
+        .filter(|s| s.bytes_per_iteration > 0)
+        .collect();
+    sites.sort_by(|a, b| b.bytes_per_iteration.cmp(&a.bytes_per_iteration).then_with(|| a.site.cmp(&b.site)));
+    result.sites = sites;
+    let total = trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.total_memory_bytes);
+    if let Some(device_bytes) = total {
+        let peak = crate::peak::peaks(trace, device).allocated.bytes;
+        let left = device_bytes.saturating_sub(peak);
+        let iterations = left.div_ceil(result.bytes_per_iteration.max(1));
+        let after_ns = i64::try_from(iterations).unwrap_or(i64::MAX).saturating_mul(iteration_ns);
+        result.reach = Some(Reach { device_bytes, iterations, after_ns });
+    }
+    Some(result)
+}
+
+/// The least-squares slope of `values` over their index.
+fn slope(values: &[u64]) -> f64 {
+    let n = values.len() as f64;
+    if values.len() < 2 {
+        return 0.0;
+    }
+    let mean_x = (n - 1.0) / 2.0;
+    let mean_y = values.iter().map(|&v| v as f64).sum::<f64>() / n;
+    let (mut num, mut den) = (0.0, 0.0);
+    for (i, &v) in values.iter().enumerate() {
+        let dx = i as f64 - mean_x;
+        num += dx * (v as f64 - mean_y);
+        den += dx * dx;
+    }
+    if den == 0.0 { 0.0 } else { num / den }
+}
+
+/// The recorded iterations of `device` (of every device, or its own): their starts and the end
+/// of the last, when there are at least two.
+fn spans(trace: &Trace, device: DeviceId) -> Option<Vec<i64>> {
+    let mut spans: Vec<(i64, i64)> = trace
+        .annotations
+        .iter()
+        .filter(|a| a.kind == AnnotationKind::Iteration && a.applies_to(device))
+        .map(|a| (a.start_ns, a.end_ns))
+        .collect();
+    if spans.len() < 2 {
+        return None;
+    }
+    spans.sort_unstable();
+    spans.dedup();
+    let mut boundaries: Vec<i64> = spans.iter().map(|s| s.0).collect();
+    boundaries.push(spans.last().map_or(0, |s| s.1));
+    Some(boundaries)
+}
+
+/// Iterations from a repeating pattern: the allocation site (with a recorded stack) that recurs
+/// at least four times, every time after the same number of the device's events (within 10% of
+/// the median; the first period left out: warm-up), over most of the trace (60% of its
+/// span), each period freeing most of what it allocated (half its bytes, in three periods of
+/// four): what an iteration does. The longest such period is taken. A site that repeats per
+/// layer of the forward pass fails the last two: it spans only the forward pass, and the
+/// activations each layer saves outlive its period.
+fn pattern(trace: &Trace, events: &[u32]) -> Option<(Vec<i64>, Iterations)> {
+    // Where each site allocates, by position among the device's events: a loop does the same
+    // allocations each time round, so positions repeat evenly where times (a busy machine, a
+    // profiler draining) need not.
+    let mut positions: HashMap<StackId, Vec<usize>> = HashMap::default();
+    for (position, e) in events.iter().filter_map(|&i| trace.events.get(i as usize)).enumerate() {
+        if e.kind == EventKind::Alloc && e.stack != StackId(0) {
+            positions.entry(e.stack).or_default().push(position);
+        }
+    }
+    let span = events.len() as f64;
+    let mut candidates: Vec<(usize, StackId)> = Vec::new();
+    for (&stack, at) in &positions {
+        if at.len() < 4 || at.len() > 100_000 {
+            continue;
+        }
+        let covered = at.last().copied().unwrap_or(0) - at.first().copied().unwrap_or(0);
+        if (covered as f64) < 0.6 * span {
+            continue;
+        }
+        // The first period may differ (warm-up: first calls, a lazily made optimizer state):
+        // the later ones must be even.
+        let mut gaps: Vec<usize> = at.windows(2).skip(1).map(|w| w[1] - w[0]).collect();
+        gaps.sort_unstable();
+        let median = gaps.get(gaps.len() / 2).copied().unwrap_or(0);
+        if median == 0 {
+            continue;
+        }
+        let spread = gaps.iter().map(|&g| g.abs_diff(median)).max().unwrap_or(0) as f64 / median as f64;
+        if spread <= 0.1 {
+            candidates.push((median, stack));
+        }
+    }
+    // Longest period first (ties: the lowest stack id, so the choice is the same every time).
+    candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, stack) in candidates.into_iter().take(16) {
+        let at = positions.get(&stack)?;
+        let boundaries: Vec<i64> = at
+            .iter()
+            .filter_map(|&p| events.get(p).and_then(|&i| trace.events.get(i as usize)))
+            .map(|e| e.time_ns)
+            .collect();
+        if periods_free_what_they_allocate(trace, events, &boundaries) {
+            return Some((boundaries, Iterations::Pattern { site: allocation_site(trace, stack, true) }));
+        }
+    }
+    None
+}
+
+/// Whether, in three periods of four between `boundaries`, at least half the bytes allocated
+/// are freed before the period ends.
+fn periods_free_what_they_allocate(trace: &Trace, events: &[u32], boundaries: &[i64]) -> bool {
+    let periods = boundaries.len().saturating_sub(1);
+    let mut allocated = vec![0u64; periods];
+    let mut freed = vec![0u64; periods];
+    let mut open: HashMap<u64, (usize, u64)> = HashMap::default();
+    for e in events.iter().filter_map(|&i| trace.events.get(i as usize)) {
+        let period = boundaries.partition_point(|&b| b <= e.time_ns);
+        let Some(period) = period.checked_sub(1).filter(|&p| p < periods) else { continue };
+        match e.kind {
+            EventKind::Alloc => {
+                allocated[period] += e.size_bytes;
+                open.insert(e.address, (period, e.size_bytes));
+            }
+            EventKind::FreeCompleted => {
+                if let Some((from, size)) = open.remove(&e.address)
+                    && from == period
+                {
+                    freed[period] += size;
+                }
+            }
+            _ => {}
+        }
+    }
+    let good = allocated.iter().zip(&freed).filter(|&(&a, &f)| a > 0 && f * 2 >= a).count();
+    good * 4 >= periods * 3
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use vramscope_trace_format::{Annotation, Event, Frame};
+
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    /// `iterations` iterations of 1 s: each allocates 10 MiB of activations freed within it, and
+    /// keeps `kept` bytes (at its own site) that are never freed; 100 MiB of weights throughout.
+    fn trace(iterations: i64, kept: u64, spans: bool) -> Trace {
+        let mut t = Trace::default();
+        let site = |t: &mut Trace, name: &str, line: u32| {
+            let function = t.interner.string(name);
+            let file = t.interner.string("train.py");
+            let frame = t.interner.frame(Frame { function, file, line, ..Frame::default() });
+            t.interner.stack(&[frame])
+        };
+        let weights = site(&mut t, "init", 1);
+        let input = site(&mut t, "load_batch", 5);
+        let act = site(&mut t, "forward", 9);
+        let leak = site(&mut t, "log_outputs", 12);
+        let alloc = |at: i64, address: u64, size: u64, stack: StackId| {
+            let mut e = Event::new(EventKind::Alloc, at, 0, address, size);
+            e.stack = stack;
+            e
+        };
+        let free = |at: i64, address: u64, size: u64| Event::new(EventKind::FreeCompleted, at, 0, address, size);
+        t.events.push(alloc(0, 0x1, 100 * MIB, weights));
+        for i in 0..iterations {
+            let start = 1_000_000_000 + i * 1_000_000_000;
+            let base = 0x1000_0000 * (i as u64 + 1);
+            t.events.push(alloc(start + 1, base, MIB, input));
+            t.events.push(alloc(start + 100, base + 0x100, 10 * MIB, act));
+            if kept > 0 {
+                t.events.push(alloc(start + 200, base + 0x200, kept, leak));
+            }
+            t.events.push(free(start + 300, base + 0x100, 10 * MIB));
+            t.events.push(free(start + 400, base, MIB));
+            if spans {
+                t.annotations.push(Annotation {
+                    kind: AnnotationKind::Iteration,
+                    device: None,
+                    process: vramscope_trace_format::ProcessId(0),
+                    start_ns: start,
+                    end_ns: start + 999_999_999,
+                    name: vramscope_trace_format::StringId(0),
+                    stack: StackId(0),
+                });
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn memory_kept_every_iteration_is_found_with_its_site_and_rate() {
+        let mut t = trace(6, 4 * MIB, true);
+        t.metadata.devices.push(vramscope_trace_format::DeviceInfo {
+            device: DeviceId(0),
+            total_memory_bytes: Some(1 << 30),
+            ..Default::default()
+        });
+        let g = growth(&t, DeviceId(0)).expect("six iterations");
+        assert_eq!(g.iterations, Iterations::Spans);
+        assert_eq!(g.count, 6);
+        assert!(g.grows);
+        assert_eq!(g.bytes_per_iteration, 4 * MIB);
+        // Iteration starts: weights, then 4 MiB more each (the start of iteration 0 is before its input).
+        assert_eq!(g.boundary_bytes[..3], [100 * MIB, 104 * MIB, 108 * MIB]);
+        assert_eq!(g.sites.len(), 1, "{:?}", g.sites);
+        assert_eq!(g.sites[0].site, "log_outputs  train.py:12");
+        assert_eq!(g.sites[0].bytes_per_iteration, 4 * MIB);
+        assert!((g.sites[0].blocks_per_iteration - 1.0).abs() < 1e-9);
+        // Peak: 100 + 6*4 + 10 + 1 = 135 MiB; 1 GiB - 135 MiB = 889 MiB, 4 MiB an iteration.
+        let reach = g.reach.expect("device size known");
+        assert_eq!(reach.iterations, 889_u64.div_ceil(4));
+        assert_eq!(reach.after_ns, 223 * 1_000_000_000);
+    }
+
+    #[test]
+    fn memory_freed_within_each_iteration_does_not_grow() {
+        let g = growth(&trace(6, 0, true), DeviceId(0)).expect("six iterations");
+        assert!(!g.grows);
+        assert!(g.sites.is_empty());
+        assert_eq!(g.bytes_per_iteration, 0);
+        // Two iterations are too few to tell.
+        assert!(growth(&trace(2, 4 * MIB, true), DeviceId(0)).is_none());
+    }
+
+    #[test]
+    fn without_spans_the_iterations_come_from_the_site_that_repeats_evenly() {
+        let g = growth(&trace(6, 4 * MIB, false), DeviceId(0)).expect("a pattern");
+        assert_eq!(g.iterations, Iterations::Pattern { site: "load_batch  train.py:5".to_owned() });
+        assert!(g.grows);
+        assert_eq!(g.bytes_per_iteration, 4 * MIB);
+        assert_eq!(g.sites[0].site, "log_outputs  train.py:12");
+    }
+
+    #[test]
+    fn growth_only_in_the_first_iteration_is_warm_up() {
+        let mut t = trace(6, 0, true);
+        // Optimizer state made at the first step, kept.
+        let mut e = Event::new(EventKind::Alloc, 1_500_000_000, 0, 0x9, 50 * MIB);
+        e.stack = StackId(0);
+        t.events.push(e);
+        t.events.sort_by_key(|e| e.time_ns);
+        let g = growth(&t, DeviceId(0)).expect("six iterations");
+        assert!(!g.grows, "{:?}", g.boundary_bytes);
+    }
+}

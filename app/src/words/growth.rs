@@ -1,0 +1,93 @@
+//! Memory that grows every iteration, in words: the finding `info`, `advise`, `diff` and the
+//! app say the same way.
+
+use crate::analysis::growth::{Growth, Iterations};
+use crate::units::{bytes, count};
+
+/// A long time, roughly: "40 s", "3.2 min", "2.7 h", "5.1 days".
+pub fn rough_duration(ns: i64) -> String {
+    let s = ns as f64 / 1e9;
+    if s < 90.0 {
+        format!("{s:.0} s")
+    } else if s < 5400.0 {
+        format!("{:.1} min", s / 60.0)
+    } else if s < 172_800.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{:.1} days", s / 86400.0)
+    }
+}
+
+/// Where the iterations came from, as a parenthesis.
+fn source(g: &Growth) -> String {
+    match &g.iterations {
+        Iterations::Spans => "recorded iterations".to_owned(),
+        Iterations::Pattern { site } => format!("iterations found from an allocation repeating evenly at {site}"),
+    }
+}
+
+/// One line: growth per iteration, or steady.
+pub fn growth_headline(g: &Growth) -> String {
+    if !g.grows {
+        return format!(
+            "steady over {} {}: allocated memory at the start of each iteration does not grow after the first",
+            count(g.count),
+            source(g)
+        );
+    }
+    format!(
+        "memory grows {} per iteration: {} at the start of iteration 2, {} at the end of iteration {} ({})",
+        bytes(g.bytes_per_iteration),
+        bytes(g.steady_start_bytes),
+        bytes(g.end_bytes),
+        count(g.count),
+        source(g)
+    )
+}
+
+/// The finding in full: the headline, what accumulates, and when the device would be full.
+/// `device` names the device ("cuda:0").
+pub fn growth_lines(g: &Growth, device: &str) -> Vec<String> {
+    let mut lines = vec![growth_headline(g)];
+    if !g.grows {
+        return lines;
+    }
+    if g.sites.is_empty() {
+        lines.push(
+            "no block allocated in one iteration outlives the next: the growth is memory freed later than it \
+             was allocated each time, not blocks kept"
+                .to_owned(),
+        );
+    }
+    for site in g.sites.iter().take(5) {
+        let blocks = site.blocks_per_iteration;
+        let blocks = if (blocks - blocks.round()).abs() < 0.05 {
+            let whole = blocks.round();
+            format!("{whole:.0} block{}", if whole == 1.0 { "" } else { "s" })
+        } else {
+            format!("{blocks:.1} blocks")
+        };
+        lines.push(format!("kept every iteration: {} in {blocks} at {}", bytes(site.bytes_per_iteration), site.site));
+    }
+    if g.sites.len() > 5 {
+        let rest: u64 = g.sites[5..].iter().map(|s| s.bytes_per_iteration).sum();
+        lines.push(format!("and {} more sites keeping {} per iteration", count(g.sites.len() - 5), bytes(rest)));
+    }
+    match g.reach {
+        Some(r) => lines.push(format!(
+            "at this rate {device}'s {} is full after about {} more iterations ({} at {} per iteration)",
+            bytes(r.device_bytes),
+            count(usize::try_from(r.iterations).unwrap_or(usize::MAX)),
+            rough_duration(r.after_ns),
+            crate::units::duration_ns(g.iteration_ns)
+        )),
+        None => lines
+            .push(format!("when {device} would be full cannot be said: the trace does not say how much memory it has")),
+    }
+    lines.push(
+        "usual causes: a loss or output kept with its graph (append loss.item() or .detach()), tensors kept in \
+         a list or dict for logging, a cache that never evicts"
+            .to_owned(),
+    );
+    lines
+}

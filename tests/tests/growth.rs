@@ -1,0 +1,114 @@
+//! Memory that grows every iteration, found in real PyTorch runs on the CPU: the common leaks
+//! (`tests/workloads/growth.py`: validation losses kept with their graphs, outputs kept for
+//! logging, a cache that never evicts) are found with the site and the bytes each iteration
+//! keeps, computed by hand from the tensors' shapes; the same loop without a leak, and the sample
+//! training script, are steady (allocator caching and warm-up are not growth). Without the
+//! recorded iteration spans, the iterations are found from the allocations' pattern, with the
+//! same answer.
+
+use std::path::Path;
+
+use vramscope_e2e::{info_json, record_command, repo_root, torch_python};
+
+fn record(args: &[&str], out: &Path) {
+    let mut command = record_command(out, torch_python());
+    let output = command.args(args).output().expect("vramscope record runs");
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// The host device's growth finding, from `info --json`.
+fn growth_of(file: &Path) -> serde_json::Value {
+    let info = info_json(file);
+    let devices = info["devices"].as_array().expect("devices");
+    let host = devices.iter().find(|d| d["device"] == -1).expect("the host device");
+    host["growth"].clone()
+}
+
+const F32: u64 = 4;
+
+#[test]
+fn the_common_leaks_are_found_with_their_sites_and_sizes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = repo_root().join("tests/workloads/growth.py");
+    let script = script.to_str().expect("path");
+    // (mode, bytes kept per iteration, the largest site and its bytes), from the script's shapes:
+    // batch 128, Linear(256, 1024) -> ReLU -> Linear(1024, 512). A validation loss keeps its
+    // input, the ReLU's output, the log-softmax, the int64 targets, and two scalars (the loss in
+    // the list, and the total weight nll_loss saves).
+    let validation_graph = 128 * 256 * F32 + 128 * 1024 * F32 + 128 * 512 * F32 + 128 * 8 + 2 * F32;
+    let cases = [
+        ("loss-list", validation_graph, "aten::clamp_min", 128 * 1024 * F32),
+        ("outputs", 128 * 512 * F32, "aten::addmm", 128 * 512 * F32),
+        ("cache", 128 * 1024 * F32, "aten::addmm", 128 * 1024 * F32),
+    ];
+    for (mode, per_iteration, site, site_bytes) in cases {
+        let out = dir.path().join(format!("{mode}.vtrace"));
+        record(&[script, mode], &out);
+        let growth = growth_of(&out);
+        assert_eq!(growth["grows"], true, "{mode}: {growth}");
+        assert_eq!(growth["iterations"]["kind"], "spans", "{mode}");
+        assert_eq!(growth["count"], 8, "{mode}");
+        assert_eq!(growth["bytes_per_iteration"], per_iteration, "{mode}: {growth}");
+        let top = &growth["sites"][0];
+        assert_eq!(top["site"], site, "{mode}: {growth}");
+        assert_eq!(top["bytes_per_iteration"], site_bytes, "{mode}");
+        let kept: u64 = growth["sites"]
+            .as_array()
+            .expect("sites")
+            .iter()
+            .map(|s| s["bytes_per_iteration"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(kept, per_iteration, "{mode}: what the sites keep is the growth");
+        // The text says it too.
+        let text = vramscope_e2e::vramscope(&["info".as_ref(), out.as_os_str()]);
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains("memory grows") && text.contains(&format!("at {site}")), "{mode}:\n{text}");
+
+        // Without the spans: the iterations come from the allocations' pattern, same answer.
+        let mut trace =
+            vramscope_trace_format::import(&std::fs::read(&out).expect("read"), &vramscope_trace_format::NoProgress)
+                .expect("reads")
+                .trace;
+        trace.annotations.clear();
+        let bare = dir.path().join(format!("{mode}-bare.vtrace"));
+        let mut bytes = Vec::new();
+        vramscope_trace_format::vtrace::write(&trace, &mut bytes).expect("write");
+        std::fs::write(&bare, &bytes).expect("write");
+        let growth = growth_of(&bare);
+        assert_eq!(growth["grows"], true, "{mode} without spans: {growth}");
+        assert_eq!(growth["iterations"]["kind"], "pattern", "{mode}");
+        assert_eq!(growth["bytes_per_iteration"], per_iteration, "{mode} without spans: {growth}");
+        assert_eq!(growth["sites"][0]["site"], site, "{mode} without spans");
+    }
+}
+
+#[test]
+fn loops_without_a_leak_are_steady() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let growth_script = repo_root().join("tests/workloads/growth.py");
+    let train = repo_root().join("samples/pytorch/train.py");
+    let runs: [(&str, Vec<&str>); 2] = [
+        ("none", vec![growth_script.to_str().expect("path"), "none"]),
+        ("train", vec![train.to_str().expect("path"), "--device", "cpu", "--steps", "6"]),
+    ];
+    for (name, args) in runs {
+        let out = dir.path().join(format!("{name}.vtrace"));
+        record(&args, &out);
+        let growth = growth_of(&out);
+        assert_eq!(growth["grows"], false, "{name}: {growth}");
+        assert!(growth["count"].as_u64().unwrap_or(0) >= 6, "{name}: {growth}");
+        let text = vramscope_e2e::vramscope(&["info".as_ref(), out.as_os_str()]);
+        assert!(String::from_utf8_lossy(&text.stdout).contains("steady over"), "{name}");
+        // Without the spans, no growth either (steady, or no repeating pattern to tell by).
+        let mut trace =
+            vramscope_trace_format::import(&std::fs::read(&out).expect("read"), &vramscope_trace_format::NoProgress)
+                .expect("reads")
+                .trace;
+        trace.annotations.clear();
+        let bare = dir.path().join(format!("{name}-bare.vtrace"));
+        let mut bytes = Vec::new();
+        vramscope_trace_format::vtrace::write(&trace, &mut bytes).expect("write");
+        std::fs::write(&bare, &bytes).expect("write");
+        assert_ne!(growth_of(&bare)["grows"], true, "{name} without spans");
+    }
+}
