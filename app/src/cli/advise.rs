@@ -275,8 +275,18 @@ pub fn run(
         bail!("{}: the trace holds no memory events to advise on", path.display());
     };
     let fitted = scaling.map(|s| fit(path, &advice, s)).transpose()?;
+    // Memory that grows every iteration comes first: no remedy holds while it does.
+    let growth = crate::analysis::growth::growth(&trace, advice.baseline.device).filter(|g| g.grows);
     if json {
         let mut value = serde_json::to_value(with_words(&advice, fitted.as_ref()))?;
+        if let (Some(growth), Some(object)) = (&growth, value.as_object_mut()) {
+            let mut found = serde_json::to_value(growth)?;
+            if let Some(found) = found.as_object_mut() {
+                let label = trace.metadata.device_label(growth.device);
+                found.insert("words".to_owned(), serde_json::to_value(words::growth_lines(growth, &label))?);
+            }
+            object.insert("growth".to_owned(), found);
+        }
         if let (Some(chosen), Some(object)) = (&chosen, value.as_object_mut()) {
             object.insert("rank".to_owned(), serde_json::to_value(chosen)?);
         }
@@ -321,6 +331,13 @@ pub fn run(
     }
     for note in words::advice_notes(&advice, "--gpus N") {
         writeln!(out, "  {note}")?;
+    }
+    if let Some(growth) = &growth {
+        let label = trace.metadata.device_label(growth.device);
+        writeln!(out, "\nfirst, a leak: the projections below hold for one iteration, while")?;
+        for line in words::growth_lines(growth, &label) {
+            writeln!(out, "  {line}")?;
+        }
     }
     writeln!(
         out,

@@ -263,6 +263,33 @@ fn marks(
         painter.text(p + offset, align, label, egui::FontId::proportional(12.0), palette::PEAK);
     }
 
+    // Memory that grows every iteration: the allocated bytes at each iteration's start, joined,
+    // from the first after warm-up, and the rate at the last.
+    if let Some(growth) = device.growth.as_ref().filter(|g| g.grows) {
+        let points: Vec<egui::Pos2> = growth
+            .boundary_ns
+            .iter()
+            .zip(&growth.boundary_bytes)
+            .skip(1)
+            .map(|(&t, &bytes)| pos2(x_of(t as f64), y_of(bytes)))
+            .collect();
+        let stroke = Stroke::new(2.0, palette::OOM);
+        painter.add(egui::Shape::dashed_line(&points, stroke, 6.0, 4.0));
+        for p in points.iter().filter(|p| plot.x_range().contains(p.x)) {
+            painter.circle_filled(*p, 3.0, palette::OOM);
+        }
+        if let Some(last) = points.last().filter(|p| plot.x_range().contains(p.x)) {
+            let label = format!("+{} per iteration", units::bytes(growth.bytes_per_iteration));
+            painter.text(
+                *last + vec2(-4.0, -6.0),
+                egui::Align2::RIGHT_BOTTOM,
+                label,
+                egui::FontId::proportional(12.0),
+                palette::OOM,
+            );
+        }
+    }
+
     // OOMs.
     for oom in doc.trace.ooms.iter().filter(|o| o.device == device.device) {
         let t = oom.time_ns as f64;
