@@ -337,7 +337,7 @@ mod tests {
         let site = |t: &mut Trace, name: &str, line: u32| {
             let function = t.interner.string(name);
             let file = t.interner.string("train.py");
-            let frame = t.interner.frame(Frame { function, file, line, ..Frame::default() });
+            let frame = t.interner.frame(Frame { function, file, line });
             t.interner.stack(&[frame])
         };
         let weights = site(&mut t, "init", 1);

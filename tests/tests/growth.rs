@@ -6,6 +6,8 @@
 //! recorded iteration spans, the iterations are found from the allocations' pattern, with the
 //! same answer.
 
+#![allow(clippy::expect_used)]
+
 use std::path::Path;
 
 use vramscope_e2e::{info_json, record_command, repo_root, torch_python};

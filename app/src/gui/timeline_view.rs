@@ -266,7 +266,7 @@ fn marks(
     // Memory that grows every iteration: the allocated bytes at each iteration's start, joined,
     // from the first after warm-up, and the rate at the last.
     if let Some(growth) = device.growth.as_ref().filter(|g| g.grows) {
-        let points: Vec<egui::Pos2> = growth
+        let points: Vec<Pos2> = growth
             .boundary_ns
             .iter()
             .zip(&growth.boundary_bytes)
@@ -274,7 +274,7 @@ fn marks(
             .map(|(&t, &bytes)| pos2(x_of(t as f64), y_of(bytes)))
             .collect();
         let stroke = Stroke::new(2.0, palette::OOM);
-        painter.add(egui::Shape::dashed_line(&points, stroke, 6.0, 4.0));
+        painter.add(Shape::dashed_line(&points, stroke, 6.0, 4.0));
         for p in points.iter().filter(|p| plot.x_range().contains(p.x)) {
             painter.circle_filled(*p, 3.0, palette::OOM);
         }

@@ -59,19 +59,21 @@ pub fn growth_lines(g: &Growth, device: &str) -> Vec<String> {
                 .to_owned(),
         );
     }
-    for site in g.sites.iter().take(5) {
+    // Sites keeping under 1% of the growth are counted, not listed.
+    let listed = g.sites.iter().take(5).take_while(|s| s.bytes_per_iteration * 100 >= g.bytes_per_iteration).count();
+    for site in g.sites.iter().take(listed) {
         let blocks = site.blocks_per_iteration;
-        let blocks = if (blocks - blocks.round()).abs() < 0.05 {
+        let blocks = if blocks >= 0.95 && (blocks - blocks.round()).abs() < 0.05 {
             let whole = blocks.round();
             format!("{whole:.0} block{}", if whole == 1.0 { "" } else { "s" })
         } else {
-            format!("{blocks:.1} blocks")
+            format!("{blocks:.2} blocks")
         };
         lines.push(format!("kept every iteration: {} in {blocks} at {}", bytes(site.bytes_per_iteration), site.site));
     }
-    if g.sites.len() > 5 {
-        let rest: u64 = g.sites[5..].iter().map(|s| s.bytes_per_iteration).sum();
-        lines.push(format!("and {} more sites keeping {} per iteration", count(g.sites.len() - 5), bytes(rest)));
+    if g.sites.len() > listed {
+        let rest: u64 = g.sites[listed..].iter().map(|s| s.bytes_per_iteration).sum();
+        lines.push(format!("and {} more sites keeping {} per iteration", count(g.sites.len() - listed), bytes(rest)));
     }
     match g.reach {
         Some(r) => lines.push(format!(
