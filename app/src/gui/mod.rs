@@ -63,13 +63,19 @@ pub fn run(options: GuiOptions) -> Result<()> {
         .with_min_inner_size([640.0, 420.0])
         .with_drag_and_drop(true);
     let screenshot = options.screenshot.clone();
+    // A screenshot run neither reads nor writes the user's saved state (eframe restores the
+    // window's saved size whatever `persist_window` says): it gets a storage of its own, gone
+    // after it.
+    let throwaway = screenshot.is_some().then(tempfile::tempdir).transpose()?;
     let native = eframe::NativeOptions {
         viewport,
         renderer: eframe::Renderer::Glow,
-        // A screenshot run neither reads nor writes the user's saved window state.
         persist_window: screenshot.is_none(),
+        persistence_path: throwaway.as_ref().map(|d| d.path().join("app.ron")),
         ..eframe::NativeOptions::default()
     };
+    // A size asked for wins over the one saved.
+    let asked_size = options.size;
     // Reading starts before the window exists: creating a window and its GL context takes a
     // while, and the two overlap. The loader asks for repaints once the window is there.
     let window_ctx: Arc<OnceLock<egui::Context>> = Arc::default();
@@ -107,6 +113,9 @@ pub fn run(options: GuiOptions) -> Result<()> {
                 settings.dark_mode = dark_mode;
             }
             let _ = window_ctx.set(cc.egui_ctx.clone());
+            if let Some([w, h]) = asked_size {
+                cc.egui_ctx.send_viewport_cmd(egui::ViewportCommand::InnerSize(egui::vec2(w, h)));
+            }
             let mut app = VramscopeApp::new(settings, Box::new(NativePicker));
             app.session.range = options.range;
             if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
