@@ -103,6 +103,15 @@ pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
     if m < 3 {
         return None;
     }
+    // A device the iterations do not allocate on (the host beside a GPU) has nothing to say.
+    let (from, to) = (boundary_ns[1], boundary_ns[m]);
+    let allocates = events
+        .iter()
+        .filter_map(|&i| trace.events.get(i as usize))
+        .any(|e| e.kind == EventKind::Alloc && (from..to).contains(&e.time_ns));
+    if !allocates {
+        return None;
+    }
     let mut boundary_bytes = Vec::with_capacity(boundary_ns.len());
     // Blocks alive, by address: (alloc time, size, stack).
     let mut alive: HashMap<u64, (i64, u64, StackId)> = HashMap::default();
