@@ -37,6 +37,9 @@ pub struct RunPeak {
     /// Live bytes and blocks by allocation site at the peak, largest first.
     #[serde(skip)]
     pub sites: Vec<instant::SiteBytes>,
+    /// Whether memory grows from one iteration to the next on the device (three or more).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub growth: Option<crate::growth::Growth>,
 }
 
 /// The device of `trace` with the highest allocated peak, and that peak's analysis.
@@ -61,6 +64,7 @@ pub fn run_peak(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak 
         peak_reserved_bytes: peaks.reserved.bytes,
         categories_at_peak: at_peak.by_category.iter().map(|(c, v)| (c.name(), *v)).collect(),
         sites: instant::by_site(trace, &at_peak.blocks),
+        growth: crate::growth::growth(trace, device),
     }
 }
 
@@ -210,6 +214,7 @@ mod tests {
                 .iter()
                 .map(|(s, b)| instant::SiteBytes { site: (*s).to_owned(), bytes: *b, blocks: 1 })
                 .collect(),
+            growth: None,
         }
     }
 

@@ -43,9 +43,20 @@ fn the_common_leaks_are_found_with_their_sites_and_sizes() {
         ("outputs", 128 * 512 * F32, "aten::addmm", 128 * 512 * F32),
         ("cache", 128 * 1024 * F32, "aten::addmm", 128 * 1024 * F32),
     ];
+    let steady = dir.path().join("none.vtrace");
+    record(&[script, "none"], &steady);
     for (mode, per_iteration, site, site_bytes) in cases {
         let out = dir.path().join(format!("{mode}.vtrace"));
         record(&[script, mode], &out);
+        // diff says which run grows, in text and JSON.
+        let diff = vramscope_e2e::vramscope(&["diff".as_ref(), steady.as_os_str(), out.as_os_str()]);
+        let text = String::from_utf8_lossy(&diff.stdout);
+        assert!(text.contains("A: steady over 8 recorded iterations"), "{mode}:\n{text}");
+        assert!(text.contains("B: memory grows") && text.contains(&format!("at {site}")), "{mode}:\n{text}");
+        let diff = vramscope_e2e::vramscope(&["diff".as_ref(), "--json".as_ref(), steady.as_os_str(), out.as_os_str()]);
+        let json: serde_json::Value = serde_json::from_slice(&diff.stdout).expect("diff --json");
+        assert_eq!(json["b"]["growth"]["bytes_per_iteration"], per_iteration, "{mode}");
+        assert_eq!(json["a"]["growth"]["grows"], false, "{mode}");
         let growth = growth_of(&out);
         assert_eq!(growth["grows"], true, "{mode}: {growth}");
         assert_eq!(growth["iterations"]["kind"], "spans", "{mode}");

@@ -73,6 +73,8 @@ struct Side<'a> {
     peak_allocated_time_us: Option<i64>,
     peak_reserved_bytes: u64,
     categories_at_peak: &'a std::collections::BTreeMap<&'static str, u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    growth: Option<&'a crate::analysis::growth::Growth>,
 }
 
 #[derive(Serialize)]
@@ -107,6 +109,7 @@ fn side(run: &diff::RunPeak) -> Side<'_> {
         peak_allocated_time_us: run.peak_allocated_time_us,
         peak_reserved_bytes: run.peak_reserved_bytes,
         categories_at_peak: &run.categories_at_peak,
+        growth: run.growth.as_ref(),
     }
 }
 
@@ -339,6 +342,23 @@ fn write_text(d: &Diff, gates: &[GateResult], out: &mut dyn Write) -> Result<()>
     }
     writeln!(out)?;
     writeln!(out, "{}", crate::words::diff_summary(d))?;
+    // Memory that grows every iteration, in either run: said before the peaks (it decides them).
+    if [&d.a, &d.b].iter().any(|r| r.growth.as_ref().is_some_and(|g| g.grows)) {
+        for (name, run) in [("A", &d.a), ("B", &d.b)] {
+            match &run.growth {
+                Some(g) => {
+                    let lines = crate::words::growth_lines(g, &run.label);
+                    writeln!(out, "{name}: {}", lines.first().map_or("", String::as_str))?;
+                    if g.grows
+                        && let Some(site) = lines.get(1)
+                    {
+                        writeln!(out, "   {site}")?;
+                    }
+                }
+                None => writeln!(out, "{name}: fewer than three iterations: growth cannot be told")?,
+            }
+        }
+    }
     writeln!(out)?;
     writeln!(out, "{:<28}{:>12}{:>12}{:>13}{:>10}", "", "A", "B", "B - A", "")?;
     let rows = [

@@ -185,6 +185,7 @@ mod tests {
             peak_reserved_bytes: peak,
             categories_at_peak: categories.iter().copied().collect(),
             sites: sites.iter().map(|(s, b)| SiteBytes { site: (*s).to_owned(), bytes: *b, blocks: 1 }).collect(),
+            growth: None,
         }
     }
 
