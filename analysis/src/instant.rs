@@ -316,7 +316,7 @@ pub fn allocation_site(trace: &Trace, stack: StackId, hide_noise: bool) -> Strin
 }
 
 /// Live bytes and blocks of one allocation site.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SiteBytes {
     /// The site: `function  file:line`.
     pub site: String,

@@ -27,6 +27,7 @@ pub mod diff;
 pub mod growth;
 pub mod instant;
 pub mod peak;
+pub mod postmortem;
 pub mod replay;
 pub mod run;
 pub mod segments;

@@ -153,6 +153,13 @@ enum Command {
         /// why it has it, and where it was allocated.
         #[arg(long, value_name = "N", default_value_t = 0)]
         blocks: usize,
+        /// Explain the trace's out-of-memory errors instead (the first on each device): the
+        /// request that failed (size, stream, stack), what the device and the allocator had free
+        /// (and whether a free range could have taken it: fragmentation), what was alive by
+        /// category and site, the phase and iteration, and the smallest change the advisor
+        /// projects would have fitted.
+        #[arg(long, conflicts_with_all = ["at", "blocks"])]
+        oom: bool,
         #[command(flatten)]
         range: RangeArg,
     },
@@ -377,7 +384,11 @@ fn main() -> ExitCode {
         Some(Command::Compare { a, b, range, window }) => {
             open(OpenArgs { files: vec![a], follow: None, range, window }, Some(b), started)
         }
-        Some(Command::Info { files, json, at, blocks, range }) => {
+        Some(Command::Info { files, json, oom: true, range, .. }) => {
+            range.set();
+            vramscope::cli::info::run_oom(&files, json, &mut stdout)
+        }
+        Some(Command::Info { files, json, at, blocks, range, .. }) => {
             range.set();
             vramscope::cli::info::run_paths(
                 &files,

@@ -256,6 +256,25 @@ pickle.dump(snap, open(sys.argv[1], 'wb'), protocol=4)
     assert_eq!(d0["allocated_bytes"].as_u64(), Some(2048));
     assert_eq!(d0["requested_bytes"].as_u64(), Some(2000));
     assert_eq!(d0["oom_events"].as_u64(), Some(1));
+    // The OOM explained (info --oom), against the same hand computation: at 160 the blocks
+    // alive are S0's (1024), the one freed at 180 (2048) and S1 + 4 MiB (1024); reserved are
+    // S0, S1 and the segment freed at 190; S1's largest free range is its last 16 MiB - 1024.
+    let output = vramscope(&["info".as_ref(), "--oom".as_ref(), "--json".as_ref(), file.as_os_str()]);
+    let oom: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let pm = &oom["ooms"][0];
+    assert_eq!(oom["oom_count"], 1);
+    assert_eq!(pm["requested_bytes"].as_u64(), Some(1 << 40));
+    assert_eq!(pm["device_free_bytes"].as_u64(), Some(123_456));
+    assert_eq!(pm["allocated_bytes"].as_u64(), Some(4096));
+    assert_eq!(pm["reserved_bytes"].as_u64(), Some(24 * MB));
+    assert_eq!(pm["held_free"]["bytes"].as_u64(), Some(24 * MB - 4096));
+    assert_eq!(pm["held_free"]["largest_range_bytes"].as_u64(), Some(16 * MB - 1024));
+    assert_eq!(pm["fragmentation"], false);
+    assert_eq!(pm["stack"][0], "forward  model.py:7");
+    assert_eq!(pm["capacity_bytes"].as_u64(), Some(24 * MB + 123_456));
+    assert!(pm["fix"].is_null());
+    let said = pm["words"].to_string();
+    assert!(said.contains("the request alone (1.00 TiB) is more than the 24.1 MiB there was"), "{said}");
     // Device 1: the expandable segment's 2 MiB mapped once and a second mapping undone.
     assert_eq!(d1["peak_reserved_bytes"].as_u64(), Some(4 * MB));
     assert_eq!(d1["reserved_bytes"].as_u64(), Some(2 * MB));

@@ -464,3 +464,31 @@ fn the_cudarc_sample_records_its_expected_peak() {
     // 4 + 3 * (4 + 4) + 8 allocations and as many frees, each a segment and a block event.
     assert_eq!(info["allocator_events"].as_u64(), Some(2 * 2 * (4 + 3 * 8 + 8)));
 }
+
+/// `info --oom` on a recorded OOM (the fake driver refuses 2 GiB): the request, what was alive
+/// (nothing: the client freed everything first), and that the device's memory is not known.
+#[test]
+fn a_recorded_oom_is_explained() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("oom.vtrace");
+    let (output, _) = record("direct", &out);
+    assert!(output.status.success());
+    let explained = Command::new(vramscope_bin()).args(["info", "--oom"]).arg(&out).output().expect("runs");
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(explained.status.success(), "{}", String::from_utf8_lossy(&explained.stderr));
+    for expected in [
+        "out of memory on cuda:0 at +",
+        "tried to allocate 2.00 GiB",
+        "the allocator held nothing free",
+        "alive: 0 B allocated, 0 B reserved: nothing",
+        "what would have fitted cannot be said",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+    }
+    // A trace without one says so.
+    let (_, trace) = record("threads", &dir.path().join("ok.vtrace"));
+    assert!(trace.ooms.is_empty());
+    let none =
+        Command::new(vramscope_bin()).args(["info", "--oom"]).arg(dir.path().join("ok.vtrace")).output().expect("runs");
+    assert!(String::from_utf8_lossy(&none.stdout).contains("no out-of-memory error"));
+}

@@ -270,7 +270,86 @@ fn run_of_ranks(
     Ok(())
 }
 
-/// alive at that instant (its text as given, and parsed).
+/// `info --oom`: the first out-of-memory error on each device of one trace, explained.
+pub fn run_oom(paths: &[std::path::PathBuf], json: bool, out: &mut dyn Write) -> Result<()> {
+    let [path] = paths else { bail!("--oom explains one trace: give one file (one rank's, for a run)") };
+    let loaded = load::load(path)?;
+    let trace = &loaded.trace;
+    // The first OOM of each device (of each process: no view mixes two processes' blocks).
+    let mut firsts: Vec<usize> = Vec::new();
+    let mut order: Vec<usize> = (0..trace.ooms.len()).collect();
+    order.sort_by_key(|&i| trace.ooms[i].time_ns);
+    for i in order {
+        let o = &trace.ooms[i];
+        if !firsts.iter().any(|&f| trace.ooms[f].device == o.device && trace.ooms[f].process == o.process) {
+            firsts.push(i);
+        }
+    }
+    let several = trace.metadata.processes.len() > 1;
+    let explained: Vec<(usize, crate::analysis::postmortem::PostMortem, Option<Trace>)> = firsts
+        .iter()
+        .filter_map(|&i| {
+            if several {
+                let process = trace.ooms[i].process;
+                let part = trace.of_process(process);
+                let index = part.ooms.iter().position(|o| *o == trace.ooms[i])?;
+                let pm = crate::analysis::postmortem::postmortem(&part, index)?;
+                Some((i, pm, Some(part)))
+            } else {
+                Some((i, crate::analysis::postmortem::postmortem(trace, i)?, None))
+            }
+        })
+        .collect();
+    if json {
+        let ooms: Vec<serde_json::Value> = explained
+            .iter()
+            .map(|(_, pm, part)| {
+                let t = part.as_ref().unwrap_or(trace);
+                let mut value = serde_json::to_value(pm).unwrap_or_default();
+                if let Some(object) = value.as_object_mut() {
+                    object.insert("heading".to_owned(), crate::words::postmortem_heading(t, pm).into());
+                    object.insert(
+                        "words".to_owned(),
+                        serde_json::to_value(crate::words::postmortem_lines(t, pm)).unwrap_or_default(),
+                    );
+                }
+                value
+            })
+            .collect();
+        let value =
+            serde_json::json!({ "file": path.display().to_string(), "oom_count": trace.ooms.len(), "ooms": ooms });
+        serde_json::to_writer_pretty(&mut *out, &value)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "{}", path.display())?;
+    if trace.ooms.is_empty() {
+        writeln!(out, "  no out-of-memory error in this trace")?;
+        return Ok(());
+    }
+    for (i, pm, part) in &explained {
+        let t = part.as_ref().unwrap_or(trace);
+        writeln!(out, "\n{}", crate::words::postmortem_heading(t, pm))?;
+        for line in crate::words::postmortem_lines(t, pm) {
+            for (j, part) in wrap(&line, 96).iter().enumerate() {
+                writeln!(out, "  {}{part}", if j == 0 { "" } else { "  " })?;
+            }
+        }
+        let later = trace
+            .ooms
+            .iter()
+            .filter(|o| o.device == trace.ooms[*i].device && o.process == trace.ooms[*i].process)
+            .count()
+            - 1;
+        if later > 0 {
+            writeln!(out, "  and {later} more on this device after it")?;
+        }
+    }
+    Ok(())
+}
+
+/// `info` on one file: its summary and, with `at`, what was alive at that instant (its text as
+/// given, and parsed).
 pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, out: &mut dyn Write) -> Result<()> {
     run_paths(&[path.to_path_buf()], json, at, blocks, out)
 }

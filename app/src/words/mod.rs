@@ -12,10 +12,12 @@ use crate::units::{bytes, count, signed_bytes};
 
 mod advice;
 mod growth;
+mod postmortem;
 mod run;
 
 pub use self::advice::*;
 pub use self::growth::*;
+pub use self::postmortem::*;
 pub use self::run::*;
 
 /// How to record a snapshot with history, for the notes that need it.

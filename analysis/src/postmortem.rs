@@ -1,0 +1,208 @@
+//! An out-of-memory error explained: the request that failed, what the device and the allocator
+//! had free, what was alive by category and site, when in the run it happened, and the smallest
+//! change the advisor projects would have fitted.
+//!
+//! What would have fitted: the run needed, at the failure, what it held plus the request. The
+//! advisor is asked for the smallest change that brings the peak under the memory there was
+//! (the device's, else what the process held plus what the device had free) less the request.
+//! That is a lower bound of what the run needed: after the failed allocation it would have
+//! allocated more, which the trace cannot show.
+
+use serde::Serialize;
+use vramscope_trace_format::{AnnotationKind, Category, DeviceId, Trace};
+
+use crate::instant::{self, SiteBytes};
+
+/// What the allocator held free when the request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct HeldFree {
+    /// Reserved but not allocated (inside blocks and between them).
+    pub bytes: u64,
+    /// The largest free range in one segment, where the trace has the segments.
+    pub largest_range_bytes: Option<u64>,
+}
+
+/// The smallest change projected to have fitted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fix {
+    /// The remedy (or pair), as the advisor names it.
+    pub id: String,
+    /// Its projected peak, allocated.
+    pub projected_peak_allocated_bytes: u64,
+    /// Its projected peak, reserved.
+    pub projected_peak_reserved_bytes: u64,
+    /// The projection's uncertainty, as a fraction of the peak.
+    pub uncertainty: f64,
+}
+
+/// One OOM explained.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PostMortem {
+    /// Index in `Trace::ooms`.
+    pub index: usize,
+    /// The device.
+    pub device: DeviceId,
+    /// When, on the trace's clock.
+    pub time_ns: i64,
+    /// The bytes asked for.
+    pub requested_bytes: u64,
+    /// The stream it was asked on (0: the default or not recorded).
+    pub stream: u64,
+    /// Where it was asked from, innermost frame first (empty: not recorded).
+    pub stack: Vec<String>,
+    /// What the device had free, as the failure reported it.
+    pub device_free_bytes: Option<u64>,
+    /// The device's memory, where the trace says.
+    pub device_total_bytes: Option<u64>,
+    /// Allocated when it failed.
+    pub allocated_bytes: u64,
+    /// Reserved when it failed.
+    pub reserved_bytes: u64,
+    /// What the allocator held free but could not use.
+    pub held_free: HeldFree,
+    /// Whether a free range held was as large as the request: fragmentation, if the allocator
+    /// still could not use it (a different stream or pool, or the request rounded up past it).
+    pub fragmentation: bool,
+    /// Live bytes by category, largest first.
+    pub by_category: Vec<(Category, u64)>,
+    /// Live bytes by allocation site, largest first (the first ten).
+    pub by_site: Vec<SiteBytes>,
+    /// The phase it happened in (`forward`, `backward`, `optimizer_step`), where recorded.
+    pub phase: Option<&'static str>,
+    /// The iteration it happened in (from 1), where iterations were recorded.
+    pub iteration: Option<usize>,
+    /// The memory the run could have: the device's, else what it held plus what was free.
+    pub capacity_bytes: Option<u64>,
+    /// The smallest change projected to fit under the capacity less the request, if any.
+    pub fix: Option<Fix>,
+    /// Whether the advisor found one that fits (false with `fix` None: none did; the question
+    /// was not asked without a capacity).
+    pub fix_searched: bool,
+}
+
+/// The post-mortem of OOM `index` of `trace`; `None` when there is no such OOM.
+pub fn postmortem(trace: &Trace, index: usize) -> Option<PostMortem> {
+    let oom = *trace.ooms.get(index)?;
+    let device = oom.device;
+    // The state in force when it failed: after the last event of its device at or before then.
+    let last = trace.events.iter().rposition(|e| e.device == device && e.time_ns <= oom.time_ns);
+    let at = instant::instant(trace, device, last, oom.time_ns);
+    let mut by_category: Vec<(Category, u64)> = at.by_category.iter().map(|(&c, &b)| (c, b)).collect();
+    by_category.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut by_site = instant::by_site(trace, &at.blocks);
+    by_site.truncate(10);
+    let has_segments = !at.segments.is_empty();
+    let held_free = HeldFree {
+        bytes: at.total.reserved_bytes.saturating_sub(at.total.allocated_bytes),
+        largest_range_bytes: has_segments.then_some(at.total.largest_free_bytes),
+    };
+    let interner = &trace.interner;
+    let stack = interner
+        .frames_of(oom.stack)
+        .iter()
+        .filter_map(|&f| interner.frame_of(f))
+        .map(|f| format!("{}  {}:{}", interner.resolve(f.function), interner.resolve(f.file), f.line))
+        .collect();
+    let phase = trace
+        .annotations
+        .iter()
+        .filter(|a| a.applies_to(device) && a.kind.is_phase() && a.kind != AnnotationKind::Iteration)
+        .filter(|a| a.start_ns <= oom.time_ns && oom.time_ns <= a.end_ns)
+        .max_by_key(|a| a.start_ns)
+        .map(|a| a.kind.name());
+    let mut iterations: Vec<i64> = trace
+        .annotations
+        .iter()
+        .filter(|a| a.applies_to(device) && a.kind == AnnotationKind::Iteration)
+        .map(|a| a.start_ns)
+        .collect();
+    iterations.sort_unstable();
+    iterations.dedup();
+    let iteration = (!iterations.is_empty()).then(|| iterations.partition_point(|&s| s <= oom.time_ns).max(1));
+    let device_total_bytes =
+        trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.total_memory_bytes);
+    let capacity_bytes = device_total_bytes.or_else(|| oom.device_free_bytes.map(|f| f + at.total.reserved_bytes));
+    let target = capacity_bytes.map(|c| c.saturating_sub(oom.requested_bytes));
+    let mut fix = None;
+    if let Some(target) = target
+        && let Some(advice) = crate::advisor::advise(trace, Some(device), None, Some(target))
+    {
+        let chosen = advice.smallest_change_that_fits.as_deref();
+        fix = advice.remedies.iter().chain(&advice.combinations).find(|p| Some(p.id.as_str()) == chosen).map(|p| Fix {
+            id: p.id.clone(),
+            projected_peak_allocated_bytes: p.projected_peak_allocated_bytes,
+            projected_peak_reserved_bytes: p.projected_peak_reserved_bytes,
+            uncertainty: p.uncertainty,
+        });
+    }
+    Some(PostMortem {
+        index,
+        device,
+        time_ns: oom.time_ns,
+        requested_bytes: oom.requested_bytes,
+        stream: oom.stream,
+        stack,
+        device_free_bytes: oom.device_free_bytes,
+        device_total_bytes,
+        allocated_bytes: at.total.allocated_bytes,
+        reserved_bytes: at.total.reserved_bytes,
+        fragmentation: held_free.largest_range_bytes.is_some_and(|l| l >= oom.requested_bytes),
+        held_free,
+        by_category,
+        by_site,
+        phase,
+        iteration,
+        capacity_bytes,
+        fix,
+        fix_searched: target.is_some(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use vramscope_trace_format::{Annotation, Event, EventKind, Oom, ProcessId, StackId, StringId};
+
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn an_oom_says_what_was_asked_held_free_and_alive_then() {
+        let mut t = Trace::default();
+        t.events.push(Event::new(EventKind::SegmentAlloc, 0, 0, 0x1000_0000, 100 * MIB));
+        t.events.push(Event::new(EventKind::Alloc, 1, 0, 0x1000_0000, 60 * MIB));
+        t.events.push(Event::new(EventKind::Alloc, 2, 0, 0x1000_0000 + 80 * MIB, 10 * MIB));
+        t.ooms.push(Oom {
+            time_ns: 5,
+            device: DeviceId(0),
+            process: ProcessId(0),
+            stream: 7,
+            requested_bytes: 50 * MIB,
+            device_free_bytes: Some(20 * MIB),
+            stack: StackId(0),
+        });
+        t.annotations.push(Annotation {
+            kind: AnnotationKind::Backward,
+            device: None,
+            process: ProcessId(0),
+            start_ns: 3,
+            end_ns: 9,
+            name: StringId(0),
+            stack: StackId(0),
+        });
+        let pm = postmortem(&t, 0).expect("an OOM");
+        assert_eq!(pm.requested_bytes, 50 * MIB);
+        assert_eq!(pm.stream, 7);
+        assert_eq!((pm.allocated_bytes, pm.reserved_bytes), (70 * MIB, 100 * MIB));
+        // Free in the segment: 60..80 MiB and 90..100 MiB.
+        assert_eq!(pm.held_free, HeldFree { bytes: 30 * MIB, largest_range_bytes: Some(20 * MIB) });
+        assert!(!pm.fragmentation, "no free range held could take 50 MiB");
+        assert_eq!(pm.phase, Some("backward"));
+        assert_eq!(pm.iteration, None);
+        // No device size: what it held and what was free.
+        assert_eq!(pm.capacity_bytes, Some(120 * MIB));
+        assert!(postmortem(&t, 1).is_none());
+    }
+}
