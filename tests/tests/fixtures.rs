@@ -260,7 +260,7 @@ pickle.dump(snap, open(sys.argv[1], 'wb'), protocol=4)
     // alive are S0's (1024), the one freed at 180 (2048) and S1 + 4 MiB (1024); reserved are
     // S0, S1 and the segment freed at 190; S1's largest free range is its last 16 MiB - 1024.
     let output = vramscope(&["info".as_ref(), "--oom".as_ref(), "--json".as_ref(), file.as_os_str()]);
-    let oom: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let oom: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
     let pm = &oom["ooms"][0];
     assert_eq!(oom["oom_count"], 1);
     assert_eq!(pm["requested_bytes"].as_u64(), Some(1 << 40));
