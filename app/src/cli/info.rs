@@ -310,7 +310,7 @@ pub fn run_oom(paths: &[std::path::PathBuf], json: bool, out: &mut dyn Write) ->
                     object.insert("heading".to_owned(), crate::words::postmortem_heading(t, pm).into());
                     object.insert(
                         "words".to_owned(),
-                        serde_json::to_value(crate::words::postmortem_lines(t, pm)).unwrap_or_default(),
+                        serde_json::to_value(crate::words::postmortem_lines(pm)).unwrap_or_default(),
                     );
                 }
                 value
@@ -330,7 +330,7 @@ pub fn run_oom(paths: &[std::path::PathBuf], json: bool, out: &mut dyn Write) ->
     for (i, pm, part) in &explained {
         let t = part.as_ref().unwrap_or(trace);
         writeln!(out, "\n{}", crate::words::postmortem_heading(t, pm))?;
-        for line in crate::words::postmortem_lines(t, pm) {
+        for line in crate::words::postmortem_lines(pm) {
             for (j, part) in wrap(&line, 96).iter().enumerate() {
                 writeln!(out, "  {}{part}", if j == 0 { "" } else { "  " })?;
             }

@@ -22,7 +22,7 @@ pub fn postmortem_heading(trace: &Trace, pm: &PostMortem) -> String {
 }
 
 /// What failed, what was free, what was alive, and what would have fitted: a line each.
-pub fn postmortem_lines(trace: &Trace, pm: &PostMortem) -> Vec<String> {
+pub fn postmortem_lines(pm: &PostMortem) -> Vec<String> {
     let mut lines = Vec::new();
     let stream = if pm.stream == 0 { String::new() } else { format!(" on stream {:#x}", pm.stream) };
     lines.push(format!("tried to allocate {}{stream}", bytes(pm.requested_bytes)));
