@@ -615,3 +615,48 @@ fn a_part_of_a_trace_opens_from_the_file_menu() {
     let doc = app.session.doc.as_ref().expect("opened");
     assert_eq!(doc.trace.metadata.range.map(|r| r.range), Some("+100ms..".parse().expect("range")));
 }
+
+/// A run that ran out of memory (recorded on the fake driver, which refuses 2 GiB): the banner
+/// says so on every view, its link opens the Out of memory view, which explains the error as
+/// `info --oom` does.
+#[test]
+fn an_oom_is_said_and_explained_on_one_screen() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("oom.vtrace");
+    let status = std::process::Command::new(vramscope_e2e::vramscope_bin())
+        .args(["record", "--torch", "off", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(vramscope_fake_cuda::client("client"))
+        .arg("direct")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut harness = harness(Some(out.clone()));
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    harness.get_by_label_contains("tried to allocate 2.00 GiB.");
+    harness.get_by_label("Why, and what would have fitted (7)").click();
+    harness.run_steps(2);
+    assert_eq!(harness.state().settings.view, vramscope::gui::View::Oom);
+    let started = Instant::now();
+    while harness.query_by_label_contains("Working out what failed").is_some() {
+        assert!(started.elapsed() < Duration::from_secs(60));
+        harness.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    harness.run_steps(2);
+    harness.get_by_label("tried to allocate 2.00 GiB");
+    harness.get_by_label_contains("the allocator held nothing free");
+    harness.get_by_label_contains("what would have fitted cannot be said");
+    harness.get_by_label("Select that instant").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let app = harness.state();
+    let device = app.session.device().unwrap();
+    let oom = &app.session.doc.as_ref().unwrap().trace.ooms[0];
+    assert_eq!(app.session.selected_point, Some(device.timeline.point_at(oom.time_ns)));
+}

@@ -288,7 +288,7 @@ impl VramscopeApp {
         if pressed(Key::N) {
             self.settings.hide_noise = !self.settings.hide_noise;
         }
-        for info in View::available(self.session.compare.is_some(), self.session.run.is_some()) {
+        for info in View::available(self.session.open_kinds()) {
             if pressed(info.key) {
                 self.settings.view = info.view;
             }
@@ -349,8 +349,10 @@ impl VramscopeApp {
             self.toolbar(ui);
             self.live_bar(ui);
             self.sample_banner(ui);
-            if let Some(doc) = &self.session.doc {
-                super::banner::caveats_ui(ui, doc);
+            if let Some(doc) = &self.session.doc
+                && super::banner::caveats_ui(ui, doc)
+            {
+                self.settings.view = View::Oom;
             }
         }
         egui::CentralPanel::default().show(ui, |ui| {
@@ -583,7 +585,7 @@ impl VramscopeApp {
             ui.label("This trace holds no memory events.");
             return;
         };
-        if !self.settings.view.is_available(session.compare.is_some(), session.run.is_some()) {
+        if !self.settings.view.is_available(session.open_kinds()) {
             self.settings.view = View::Timeline;
         }
         let info = self.settings.view.info();

@@ -5,10 +5,13 @@
 use super::document::Document;
 
 /// Draws the document's caveats, one line each, in the warning colour; nothing when it has none.
-pub fn caveats_ui(ui: &mut egui::Ui, doc: &Document) {
+/// Above them, memory that grows every iteration and the first out-of-memory error; whether the
+/// user asked to see that error explained.
+pub fn caveats_ui(ui: &mut egui::Ui, doc: &Document) -> bool {
     growth_ui(ui, doc);
+    let explain = oom_ui(ui, doc);
     if doc.caveats.is_empty() {
-        return;
+        return explain;
     }
     egui::Panel::top("caveats").show(ui, |ui| {
         for caveat in &doc.caveats {
@@ -18,6 +21,31 @@ pub fn caveats_ui(ui: &mut egui::Ui, doc: &Document) {
             });
         }
     });
+    explain
+}
+
+/// The first out-of-memory error, in a line with a link to its explanation.
+fn oom_ui(ui: &mut egui::Ui, doc: &Document) -> bool {
+    let Some(first) = doc.trace.ooms.iter().min_by_key(|o| o.time_ns) else { return false };
+    let start = doc.trace.events.first().map_or(first.time_ns, |e| e.time_ns);
+    let mut explain = false;
+    egui::Panel::top("oom").show(ui, |ui| {
+        ui.horizontal_wrapped(|ui| {
+            ui.colored_label(super::palette::OOM, egui::RichText::new("Out of memory").strong());
+            ui.label(format!(
+                "on {} at +{}: tried to allocate {}{}.",
+                doc.trace.metadata.device_label(first.device),
+                crate::units::duration_ns((first.time_ns - start).max(0)),
+                crate::units::bytes(first.requested_bytes),
+                match doc.trace.ooms.len() {
+                    1 => String::new(),
+                    n => format!(" ({} errors in all)", crate::units::count(n)),
+                }
+            ));
+            explain = ui.link("Why, and what would have fitted (7)").clicked();
+        });
+    });
+    explain
 }
 
 /// Memory that grows every iteration on a device, said on top of every view: what grows, by how

@@ -13,6 +13,7 @@ pub mod follow;
 pub mod fragmentation_view;
 pub mod jobs;
 pub mod loader;
+pub mod oom_view;
 pub mod palette;
 pub mod ranks;
 pub mod ranks_view;

@@ -378,6 +378,15 @@ impl Session {
         self.close_document(ctx);
     }
 
+    /// What is open, for the views that need more than a trace.
+    pub fn open_kinds(&self) -> super::views::Open {
+        super::views::Open {
+            second_run: self.compare.is_some(),
+            run: self.run.is_some(),
+            oom: self.doc.as_ref().is_some_and(|d| !d.trace.ooms.is_empty()),
+        }
+    }
+
     /// The device shown.
     pub fn device(&self) -> Option<&DeviceData> {
         self.doc.as_ref().and_then(|d| d.devices.get(self.device_index))

@@ -12,6 +12,7 @@ use super::breakdown_view::{self, BreakdownState};
 use super::compare_view::{self, Compare};
 use super::document::{DeviceData, Document};
 use super::fragmentation_view;
+use super::oom_view::{self, OomState};
 use super::ranks::RunState;
 use super::ranks_view;
 use super::timeline_view::{self, TimelineState};
@@ -33,6 +34,8 @@ pub enum View {
     Advisor,
     /// The ranks of a run side by side (once a run of several is open).
     Ranks,
+    /// An out-of-memory error explained (when the trace has one).
+    Oom,
 }
 
 /// What a view needs open besides the trace.
@@ -44,6 +47,19 @@ pub enum Needs {
     SecondRun,
     /// A run of several ranks.
     Run,
+    /// A trace with an out-of-memory error.
+    Oom,
+}
+
+/// What is open, for the views that need more than a trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Open {
+    /// A second run, compared with the first.
+    pub second_run: bool,
+    /// A run of several ranks.
+    pub run: bool,
+    /// A trace with an out-of-memory error.
+    pub oom: bool,
 }
 
 /// A view's entry in the table.
@@ -83,6 +99,8 @@ pub struct ViewStates {
     pub advisor: AdvisorState,
     /// The compare view's zoom and pan.
     pub compare_timeline: TimelineState,
+    /// The OOM explained, and the one being worked out.
+    pub oom: OomState,
 }
 
 /// What a view draws from, and what it may change.
@@ -113,7 +131,7 @@ pub struct Body<'a> {
 
 /// Every view, in the order of their tabs (the ranks first and compare last: their tabs show once
 /// a run of several ranks, or a second run, is open).
-pub const VIEWS: [ViewInfo; 6] = [
+pub const VIEWS: [ViewInfo; 7] = [
     ViewInfo {
         view: View::Ranks,
         label: "Ranks",
@@ -176,6 +194,19 @@ pub const VIEWS: [ViewInfo; 6] = [
         draw: advisor_view::view_ui,
     },
     ViewInfo {
+        view: View::Oom,
+        label: "Out of memory",
+        key: egui::Key::Num7,
+        key_label: "7",
+        cli_name: "oom",
+        about: "the run's out-of-memory error explained: the request, what was free, what was alive, what would \
+                have fitted (when the trace has one)",
+        timeline_share: Some(0.34),
+        needs: Needs::Oom,
+        needs_instant: false,
+        draw: oom_view::view_ui,
+    },
+    ViewInfo {
         view: View::Compare,
         label: "Compare",
         key: egui::Key::Num4,
@@ -202,18 +233,19 @@ impl View {
     }
 
     /// The views that can be shown now (compare only with a second run open, the ranks only
-    /// with a run of several).
-    pub fn available(second_run: bool, run: bool) -> impl Iterator<Item = &'static ViewInfo> {
+    /// with a run of several, the OOM only with one).
+    pub fn available(open: Open) -> impl Iterator<Item = &'static ViewInfo> {
         VIEWS.iter().filter(move |v| match v.needs {
             Needs::Nothing => true,
-            Needs::SecondRun => second_run,
-            Needs::Run => run,
+            Needs::SecondRun => open.second_run,
+            Needs::Run => open.run,
+            Needs::Oom => open.oom,
         })
     }
 
     /// Whether it can be shown now.
-    pub fn is_available(self, second_run: bool, run: bool) -> bool {
-        Self::available(second_run, run).any(|v| v.view == self)
+    pub fn is_available(self, open: Open) -> bool {
+        Self::available(open).any(|v| v.view == self)
     }
 }
 
@@ -247,9 +279,16 @@ mod tests {
     fn every_view_has_one_row_and_its_own_key_and_name() {
         // Exhaustive: a new variant does not compile here until it is listed, and then needs a row.
         let every = |view: View| match view {
-            View::Timeline | View::Peak | View::Fragmentation | View::Advisor | View::Compare | View::Ranks => view,
+            View::Timeline
+            | View::Peak
+            | View::Fragmentation
+            | View::Advisor
+            | View::Compare
+            | View::Ranks
+            | View::Oom => view,
         };
-        let all = [View::Timeline, View::Peak, View::Fragmentation, View::Advisor, View::Compare, View::Ranks];
+        let all =
+            [View::Timeline, View::Peak, View::Fragmentation, View::Advisor, View::Compare, View::Ranks, View::Oom];
         for view in all.map(every) {
             assert_eq!(VIEWS.iter().filter(|v| v.view == view).count(), 1, "{view:?}");
         }

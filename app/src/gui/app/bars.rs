@@ -74,7 +74,7 @@ impl VramscopeApp {
                     }
                 });
                 ui.menu_button("View", |ui| {
-                    for info in View::available(self.session.compare.is_some(), self.session.run.is_some()) {
+                    for info in View::available(self.session.open_kinds()) {
                         let selected = self.settings.view == info.view;
                         if ui
                             .add(egui::Button::selectable(selected, info.label).shortcut_text(info.key_label))
@@ -111,7 +111,7 @@ impl VramscopeApp {
         let mut process = None;
         egui::Panel::top("toolbar").show(ui, |ui| {
             ui.horizontal(|ui| {
-                for info in View::available(self.session.compare.is_some(), self.session.run.is_some()) {
+                for info in View::available(self.session.open_kinds()) {
                     ui.selectable_value(&mut view, info.view, info.label)
                         .on_hover_text(format!("{} ({})", info.about, info.key_label));
                 }

@@ -1,0 +1,124 @@
+//! Out of memory: the trace's out-of-memory error explained on one screen (see
+//! [`crate::analysis::postmortem`]): the request, what the device and the allocator had free,
+//! what was alive by category and site, when, and the smallest change projected to have fitted.
+//! Worked out on a thread of its own (the last part asks the advisor).
+
+use std::sync::Arc;
+
+use vramscope_trace_format::Trace;
+
+use super::jobs::Job;
+use super::palette;
+use super::views::Body;
+use crate::analysis::postmortem::{self, PostMortem};
+use crate::{units, words};
+
+/// The OOM shown, and the one being worked out.
+#[derive(Default)]
+pub struct OomState {
+    /// The trace (by address) and OOM the explanation is for.
+    key: Option<(usize, usize)>,
+    /// The OOM chosen (index into the trace's OOMs; `None`: the first of the device shown).
+    pub chosen: Option<usize>,
+    pending: Option<Job<Option<PostMortem>>>,
+    shown: Option<Option<PostMortem>>,
+}
+
+impl OomState {
+    fn refresh(&mut self, ctx: &egui::Context, trace: &Arc<Trace>, index: usize) {
+        let key = (Arc::as_ptr(trace) as usize, index);
+        if self.key != Some(key) {
+            self.key = Some(key);
+            self.shown = None;
+            let trace = Arc::clone(trace);
+            let ctx = ctx.clone();
+            self.pending = Some(Job::spawn(
+                "oom",
+                move || ctx.request_repaint(),
+                move |_| postmortem::postmortem(&trace, index),
+                |_| None,
+            ));
+        }
+        if let Some(result) = self.pending.as_ref().and_then(Job::poll) {
+            self.shown = Some(result.ok().flatten());
+            self.pending = None;
+        }
+    }
+}
+
+/// The OOMs of the device shown, in time order (index into the trace's OOMs).
+fn device_ooms(trace: &Trace, device: vramscope_trace_format::DeviceId) -> Vec<usize> {
+    let mut ooms: Vec<usize> = (0..trace.ooms.len()).filter(|&i| trace.ooms[i].device == device).collect();
+    ooms.sort_by_key(|&i| trace.ooms[i].time_ns);
+    ooms
+}
+
+/// Draws the view.
+pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
+    let trace = &body.doc.trace;
+    let ooms = device_ooms(trace, body.device.device);
+    let Some(&first) = ooms.first() else {
+        let elsewhere: Vec<String> = trace.ooms.iter().map(|o| trace.metadata.device_label(o.device)).collect();
+        ui.label(format!(
+            "No out-of-memory error on this device; the trace has {} on {}.",
+            units::count(elsewhere.len()),
+            elsewhere.join(", ")
+        ));
+        return;
+    };
+    let state = &mut body.states.oom;
+    let index = state.chosen.filter(|c| ooms.contains(c)).unwrap_or(first);
+    if ooms.len() > 1 {
+        ui.horizontal(|ui| {
+            ui.label(format!("{} out-of-memory errors on this device; showing", units::count(ooms.len())));
+            let start = trace.events.first().map_or(0, |e| e.time_ns);
+            let label = |i: usize| {
+                let o = &trace.ooms[i];
+                format!("+{}: {}", units::duration_ns(o.time_ns - start), units::bytes(o.requested_bytes))
+            };
+            egui::ComboBox::from_id_salt("oom-chosen").selected_text(label(index)).show_ui(ui, |ui| {
+                for &i in &ooms {
+                    if ui.selectable_label(i == index, label(i)).clicked() {
+                        state.chosen = Some(i);
+                    }
+                }
+            });
+        });
+    }
+    let ctx = ui.ctx().clone();
+    state.refresh(&ctx, trace, index);
+    let Some(shown) = &state.shown else {
+        ui.horizontal(|ui| {
+            ui.spinner();
+            ui.label("Working out what failed and what would have fitted…");
+        });
+        return;
+    };
+    let Some(pm) = shown else {
+        ui.label("This out-of-memory error could not be explained.");
+        return;
+    };
+    egui::ScrollArea::vertical().show(ui, |ui| {
+        ui.horizontal_wrapped(|ui| {
+            ui.heading(egui::RichText::new(words::postmortem_heading(trace, pm)).color(palette::OOM));
+            if ui
+                .button("Select that instant")
+                .on_hover_text("The other views show the memory as it was when the allocation failed")
+                .clicked()
+            {
+                body.select = Some(body.device.timeline.point_at(pm.time_ns));
+            }
+        });
+        ui.add_space(4.0);
+        for line in words::postmortem_lines(pm) {
+            ui.horizontal_wrapped(|ui| {
+                if let Some(rest) = line.strip_prefix("would have fitted: ") {
+                    ui.strong("Would have fitted:");
+                    ui.label(rest);
+                } else {
+                    ui.label(line);
+                }
+            });
+        }
+    });
+}
