@@ -255,10 +255,26 @@ fn pattern(trace: &Trace, events: &[u32]) -> Option<(Vec<i64>, Iterations)> {
     // Where each site allocates, by position among the device's events: a loop does the same
     // allocations each time round, so positions repeat evenly where times (a busy machine, a
     // profiler draining) need not.
-    let mut positions: HashMap<StackId, Vec<usize>> = HashMap::default();
-    for (position, e) in events.iter().filter_map(|&i| trace.events.get(i as usize)).enumerate() {
+    // Positions are kept only for the sites that could be it (four to 100,000 allocations), the
+    // fewest-allocating first (the coarsest period), at most 256 of them: memory stays bounded
+    // on a trace of tens of millions of events.
+    let mut counts: HashMap<StackId, u32> = HashMap::default();
+    for e in events.iter().filter_map(|&i| trace.events.get(i as usize)) {
         if e.kind == EventKind::Alloc && e.stack != StackId(0) {
-            positions.entry(e.stack).or_default().push(position);
+            *counts.entry(e.stack).or_default() += 1;
+        }
+    }
+    let mut sites: Vec<(u32, StackId)> =
+        counts.into_iter().filter(|&(_, n)| (4..=100_000).contains(&n)).map(|(s, n)| (n, s)).collect();
+    sites.sort_unstable();
+    sites.truncate(256);
+    let mut positions: HashMap<StackId, Vec<usize>> =
+        sites.iter().map(|&(n, s)| (s, Vec::with_capacity(n as usize))).collect();
+    for (position, e) in events.iter().filter_map(|&i| trace.events.get(i as usize)).enumerate() {
+        if e.kind == EventKind::Alloc
+            && let Some(at) = positions.get_mut(&e.stack)
+        {
+            at.push(position);
         }
     }
     let span = events.len() as f64;

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
 use vramscope::gui::follow::{Source, Status};
 use vramscope::gui::{FilePicker, Settings, VramscopeApp};
 use vramscope_trace_format::NoProgress;
@@ -35,7 +36,13 @@ fn harness() -> Harness<'static, VramscopeApp> {
 fn wait_for_file(path: &Path, child: &mut Child) {
     let started = Instant::now();
     while !path.exists() {
-        assert!(child.try_wait().expect("wait").is_none(), "the workload ended before {}", path.display());
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+            }
+            panic!("the workload ended ({status}) before {}:\n{stderr}", path.display());
+        }
         assert!(started.elapsed() < Duration::from_secs(120), "{} did not appear", path.display());
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -84,8 +91,10 @@ fn read_trace(path: &Path) -> vramscope_trace_format::Trace {
 fn a_recording_is_followed_through_a_fork_and_a_killed_process() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("live.vtrace");
+    // An older trace at the output, recorded over with --force: never shown as this run's.
+    std::fs::copy(vramscope_e2e::repo_root().join("samples/traces/h200-torch-plain.vtrace"), &out).unwrap();
     let mut record = Command::new(vramscope_e2e::vramscope_bin())
-        .args(["record", "--torch", "off", "-o"])
+        .args(["record", "--force", "--torch", "off", "-o"])
         .arg(&out)
         .arg("--")
         .arg(vramscope_fake_cuda::client("client"))
@@ -240,8 +249,15 @@ wait("second")
     assert!(record.wait().unwrap().success());
     step_until(&mut harness, "the end of the run", |app| ended(app).is_some());
     let written = read_trace(&out);
-    let app = harness.state();
-    assert_eq!(app.session.doc.as_ref().unwrap().trace.events.len(), written.events.len());
+    assert_eq!(harness.state().session.doc.as_ref().unwrap().trace.events.len(), written.events.len());
+    // The list that keeps 8 MiB a step is memory growing every iteration: said on top.
+    step_until(&mut harness, "the growth finding", |app| {
+        app.session.device().and_then(|d| d.growth.as_ref()).is_some_and(|g| g.grows)
+    });
+    let growth = harness.state().session.device().unwrap().growth.clone().unwrap();
+    assert_eq!(growth.bytes_per_iteration, 8 << 20, "{growth:?}");
+    assert_eq!(growth.sites[0].site, "aten::ones");
+    harness.get_by_label_contains("memory grows 8.00 MiB per iteration");
 }
 
 /// A snapshot something rewrites as it runs (`_dump_snapshot` every few steps) is read again

@@ -105,9 +105,9 @@ struct Partial {
 }
 
 impl Partial {
-    /// Reads what was appended to `path` since the last call (at most `limit` bytes); the
-    /// bytes read, after what was held back.
-    fn read_new(&mut self, path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    /// Reads what was appended to `path` since the last call (at most `limit` bytes): what was
+    /// held back followed by what was read, and how many bytes were read.
+    fn read_new(&mut self, path: &Path, limit: u64) -> std::io::Result<(Vec<u8>, u64)> {
         let mut file = std::fs::File::open(path)?;
         let len = file.metadata()?.len();
         if len < self.offset {
@@ -118,8 +118,9 @@ impl Partial {
         let mut bytes = std::mem::take(&mut self.rest);
         let before = bytes.len();
         file.take(limit).read_to_end(&mut bytes)?;
-        self.offset += (bytes.len() - before) as u64;
-        Ok(bytes)
+        let new = (bytes.len() - before) as u64;
+        self.offset += new;
+        Ok((bytes, new))
     }
 }
 
@@ -143,6 +144,8 @@ pub struct Polled {
     pub records: usize,
     /// Shim log lines added.
     pub lines: usize,
+    /// Bytes read (whole records and lines, and parts of ones still being written).
+    pub bytes: u64,
 }
 
 impl Polled {
@@ -182,7 +185,8 @@ impl Tail {
     /// Reads everything `dir` holds now and says what it found, as the end of a recording does.
     pub fn read_all(dir: &Path) -> std::io::Result<(Recorded, Vec<Log>)> {
         let mut tail = Self::new(dir);
-        while tail.poll()?.any() {}
+        // Each poll reads a bounded piece of each file: until nothing is left.
+        while tail.poll()?.bytes > 0 {}
         Ok(tail.finish())
     }
 
@@ -197,7 +201,8 @@ impl Tail {
         for (name, path) in names {
             if name.starts_with("events.") && name.ends_with(".bin") {
                 let partial = self.hook_files.entry(path.clone()).or_default();
-                let bytes = partial.read_new(&path, POLL_BYTES)?;
+                let (bytes, new) = partial.read_new(&path, POLL_BYTES)?;
+                polled.bytes += new;
                 let chunks = bytes.chunks_exact(RECORD_BYTES);
                 partial.rest = chunks.remainder().to_vec();
                 let before = self.records.len();
@@ -211,7 +216,8 @@ impl Tail {
                 name.strip_prefix("torch.").and_then(|n| n.strip_suffix(".jsonl")).and_then(|n| n.parse::<u32>().ok())
             {
                 let (_, partial) = self.log_files.entry(pid).or_insert_with(|| (path.clone(), Partial::default()));
-                let bytes = partial.read_new(&path, POLL_BYTES)?;
+                let (bytes, new) = partial.read_new(&path, POLL_BYTES)?;
+                polled.bytes += new;
                 let at = match self.logs.binary_search_by_key(&pid, |l| l.pid) {
                     Ok(at) => at,
                     Err(at) => {
@@ -309,24 +315,26 @@ mod tests {
         let hook = dir.path().join("events.10.bin");
         let log = dir.path().join("torch.10.jsonl");
         let mut tail = Tail::new(dir.path());
-        assert_eq!(tail.poll().unwrap(), Polled::default());
+        assert!(!tail.poll().unwrap().any());
         let first = record(100, 10, 0x1000, 4096);
         append(&hook, &first[..40]);
         append(&log, br#"{"t":"frame","id":1,"name":"f","file":"a.py","line":3}"#);
-        assert_eq!(tail.poll().unwrap(), Polled::default(), "nothing whole yet");
+        let counts = |p: Polled| (p.records, p.lines);
+        assert_eq!(counts(tail.poll().unwrap()), (0, 0), "nothing whole yet");
         append(&hook, &first[40..]);
         append(&hook, &record(200, 10, 0x2000, 8192));
         append(&log, b"\n");
-        assert_eq!(tail.poll().unwrap(), Polled { records: 2, lines: 1 });
+        assert_eq!(counts(tail.poll().unwrap()), (2, 1));
         // A second process whose records are older than the first's newest.
         append(&dir.path().join("events.11.bin"), &record(150, 11, 0x3000, 512));
-        assert_eq!(tail.poll().unwrap(), Polled { records: 1, lines: 0 });
+        assert_eq!(counts(tail.poll().unwrap()), (1, 0));
         let times: Vec<u64> = tail.records().iter().map(|r| r.time_ns).collect();
         assert_eq!(times, [100, 150, 200], "kept in time order across files");
         assert_eq!(tail.trace(&[]).events.len(), 6, "three allocations, each a segment and a block");
         append(&hook, &record(300, 10, 0x4000, 1)[..10]);
         append(&log, b"{\"t\":");
-        assert_eq!(tail.poll().unwrap(), Polled::default());
+        let polled = tail.poll().unwrap();
+        assert_eq!((counts(polled), polled.bytes), ((0, 0), 15), "read, held back");
         let (recorded, logs) = tail.finish();
         assert_eq!(recorded.records.len(), 3);
         assert_eq!(recorded.cut_short, [hook]);

@@ -26,7 +26,8 @@ pub struct DeviceData {
     pub total_memory_bytes: Option<u64>,
     /// The device's name, when the trace says.
     pub name: Option<String>,
-    /// Whether memory grows from one iteration to the next (three iterations or more).
+    /// Whether memory grows from one iteration to the next (three iterations or more): worked
+    /// out on a job once the document is shown (`Session` fills it in), not while it loads.
     pub growth: Option<crate::analysis::growth::Growth>,
 }
 
@@ -168,6 +169,6 @@ fn device_data(trace: &Trace, device: DeviceId) -> DeviceData {
         annotations,
         total_memory_bytes: info.and_then(|d| d.total_memory_bytes),
         name: info.and_then(|d| d.name.clone()),
-        growth: crate::analysis::growth::growth(trace, device),
+        growth: None,
     }
 }

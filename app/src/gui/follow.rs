@@ -311,6 +311,8 @@ fn follow_recording(dir: &Path, out: &Out) {
     let manifest = Manifest::read(dir);
     let command = manifest.as_ref().map(|m| m.command.clone()).unwrap_or_default();
     let output = manifest.as_ref().and_then(|m| m.output.clone());
+    // An older file at the output (recorded again with --force) is not this run's trace.
+    let older = output.as_deref().and_then(signature);
     let facts = vramscope_collector::devices::device_facts();
     let mut tail = Tail::new(dir);
     let mut shown_pid = 0;
@@ -343,7 +345,7 @@ fn follow_recording(dir: &Path, out: &Out) {
                 }
             }
             // The directory is gone: `record` has merged it and is writing the trace.
-            Err(_) if !dir.exists() => return finished(output.as_deref(), manifest.as_ref(), out),
+            Err(_) if !dir.exists() => return finished(output.as_deref(), older, manifest.as_ref(), out),
             Err(error) => {
                 if !out.note(format!("cannot read the recording in {}: {error}", dir.display())) {
                     return;
@@ -352,20 +354,21 @@ fn follow_recording(dir: &Path, out: &Out) {
         }
         // A recorder that died without cleaning up: nothing more will come.
         if manifest.as_ref().is_some_and(|m| !m.recorder_alive()) && dir.exists() {
-            return finished(output.as_deref(), manifest.as_ref(), out);
+            return finished(output.as_deref(), older, manifest.as_ref(), out);
         }
         out.shared.sleep(pause_after(started.elapsed()));
     }
 }
 
-/// The recording is over: its trace, once `record` has written it, is the last update.
-fn finished(output: Option<&Path>, manifest: Option<&Manifest>, out: &Out) {
+/// The recording is over: its trace, once `record` has written it (a file at the output that
+/// is not the `older` one), is the last update.
+fn finished(output: Option<&Path>, older: Option<Signature>, manifest: Option<&Manifest>, out: &Out) {
     let waiting = Instant::now();
     loop {
         if out.stopped() {
             return;
         }
-        if let Some(path) = output.filter(|p| p.exists()) {
+        if let Some(path) = output.filter(|p| signature(p).is_some_and(|now| Some(now) != older)) {
             match crate::load::load(path) {
                 Ok(loaded) => {
                     let (trace, origin) = Origin::of(loaded, Duration::ZERO);
@@ -404,7 +407,10 @@ fn recording_origin(dir: &Path, output: Option<&Path>) -> Origin {
 }
 
 /// A file's identity for "has it changed": its size and modification time.
-fn signature(path: &Path) -> Option<(u64, std::time::SystemTime)> {
+type Signature = (u64, std::time::SystemTime);
+
+/// The [`Signature`] of the file at `path`, if there is one.
+fn signature(path: &Path) -> Option<Signature> {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.len(), meta.modified().ok()?))
 }

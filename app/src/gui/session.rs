@@ -33,6 +33,9 @@ struct Switch {
     job: Job<Result<Document, String>>,
 }
 
+/// The growth of each device of a document, worked out on a job.
+type GrowthJob = Job<Vec<Option<crate::analysis::growth::Growth>>>;
+
 /// What changed in a poll, for the window to follow.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Change {
@@ -80,6 +83,9 @@ pub struct Session {
     /// Whether a followed run's newest state is selected as it arrives (until the user picks
     /// another instant).
     pub follow_newest: bool,
+    /// The growth across iterations of the document's devices, being worked out (with the
+    /// trace it is for).
+    growth: Option<(Arc<Trace>, GrowthJob)>,
 }
 
 fn repainter(ctx: &egui::Context) -> impl Fn() + Send + Sync + 'static {
@@ -113,6 +119,20 @@ impl Session {
             }
             Err(error) => self.errors.push(format!("{error:#}")),
         }
+    }
+
+    /// Works out, on a job, whether the memory of `doc`'s devices grows every iteration.
+    fn start_growth(&mut self, ctx: &egui::Context, doc: &Document) {
+        let trace = Arc::clone(&doc.trace);
+        let devices: Vec<_> = doc.devices.iter().map(|d| d.device).collect();
+        let for_job = Arc::clone(&trace);
+        let job = Job::spawn(
+            "growth",
+            repainter(ctx),
+            move |_| devices.iter().map(|&d| crate::analysis::growth::growth(&for_job, d)).collect(),
+            |_| Vec::new(),
+        );
+        self.growth = Some((trace, job));
     }
 
     /// Follows a run as it goes: the document is its newest state, updated as it arrives.
@@ -152,6 +172,16 @@ impl Session {
         } else {
             self.worker = Some(Worker::start(Arc::clone(&doc.trace), repainter(ctx)));
             self.device_index = doc.devices.iter().position(|d| Some(d.device) == device).unwrap_or(0);
+            // Until the new answer comes, the last one stands (a run followed live grows).
+            let mut doc = doc;
+            if let Some(old) = &self.doc {
+                for d in &mut doc.devices {
+                    d.growth = old.devices.iter().find(|o| o.device == d.device).and_then(|o| o.growth.clone());
+                }
+            }
+            if self.growth.is_none() {
+                self.start_growth(ctx, &doc);
+            }
             self.doc = Some(doc);
             self.instant = None;
         }
@@ -317,7 +347,27 @@ impl Session {
         if let Some(view) = self.worker.as_mut().and_then(Worker::poll) {
             self.instant = Some(view);
         }
+        self.poll_growth(ctx);
         changes
+    }
+
+    /// Takes in the growth worked out, if it is for the document shown (a run followed asks
+    /// again for its newest state).
+    fn poll_growth(&mut self, ctx: &egui::Context) {
+        let Some((trace, job)) = &self.growth else { return };
+        let Some(result) = job.poll() else { return };
+        let for_trace = Arc::clone(trace);
+        self.growth = None;
+        let Some(doc) = &mut self.doc else { return };
+        if Arc::ptr_eq(&doc.trace, &for_trace) {
+            for (d, growth) in doc.devices.iter_mut().zip(result.unwrap_or_default()) {
+                d.growth = growth;
+            }
+        } else if let Some(doc) = self.doc.take() {
+            // A newer state of a followed run came meanwhile: work it out for that one.
+            self.start_growth(ctx, &doc);
+            self.doc = Some(doc);
+        }
     }
 
     /// Shows a loaded document, selecting the device where the question is and its peak.
@@ -329,6 +379,7 @@ impl Session {
         let peaks = doc.devices.iter().map(|d| (d.device, d.timeline.values(d.peak_point).0));
         let focus = crate::analysis::summary::focus_device(&doc.trace, peaks);
         self.device_index = doc.devices.iter().position(|d| Some(d.device) == focus).unwrap_or(0);
+        self.start_growth(ctx, &doc);
         self.doc = Some(doc);
         self.compare = None;
         self.instant = None;
@@ -366,6 +417,7 @@ impl Session {
         self.compare = None;
         self.worker = None;
         self.instant = None;
+        self.growth = None;
         self.selected_point = None;
         ctx.send_viewport_cmd(egui::ViewportCommand::Title("vramscope".to_owned()));
     }

@@ -106,3 +106,43 @@ pub fn postmortem_lines(pm: &PostMortem) -> Vec<String> {
     });
     lines
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use vramscope_trace_format::{DeviceId, NoProgress, Oom, ProcessId, StackId};
+
+    use crate::analysis::{peak, postmortem};
+
+    /// The built-in H200 recording, made to fail one allocation at its peak asking 2 GiB more
+    /// than the device had left: the advisor's smallest change must bring the projected peak
+    /// under the device's memory less the request, and the words say so.
+    #[test]
+    fn an_oom_that_a_change_would_have_avoided_names_it() {
+        let mut trace = vramscope_trace_format::import(crate::sample::BYTES, &NoProgress).unwrap().trace;
+        let device = DeviceId(0);
+        let total = trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.total_memory_bytes);
+        let total = total.expect("the sample knows its H200's memory");
+        let peaks = peak::peaks(&trace, device);
+        let requested = total - peaks.reserved.bytes + (2 << 30);
+        trace.ooms.push(Oom {
+            time_ns: peaks.allocated.time_ns,
+            device,
+            process: ProcessId(0),
+            stream: 0,
+            requested_bytes: requested,
+            device_free_bytes: Some(total - peaks.reserved.bytes),
+            stack: StackId(0),
+        });
+        let pm = postmortem::postmortem(&trace, trace.ooms.len() - 1).unwrap();
+        assert_eq!(pm.capacity_bytes, Some(total));
+        assert!(pm.phase.is_some(), "the sample records its phases");
+        assert!(pm.iteration.is_some());
+        let fix = pm.fix.clone().expect("a change that fits");
+        assert!(fix.projected_peak_reserved_bytes <= total - requested, "{fix:?}");
+        let lines = super::postmortem_lines(&pm);
+        let last = lines.last().unwrap();
+        assert!(last.starts_with(&format!("would have fitted: {}", fix.id)), "{last}");
+    }
+}
