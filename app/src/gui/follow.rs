@@ -292,7 +292,10 @@ fn build_update(trace: Trace, origin: Origin, status: Status, chosen_pid: &Atomi
         .iter()
         .position(|p| pid != 0 && p.pid == Some(pid))
         .unwrap_or_else(|| super::loader::highest_process(&trace));
-    if let Some(pid) = trace.metadata.processes.get(process).and_then(|p| p.pid) {
+    // The choice made for the user is kept once it has memory to show (a launcher such as
+    // torchrun starts first and allocates nothing: the ranks come after it).
+    let has_events = trace.events.iter().any(|e| e.process.0 as usize == process);
+    if let Some(pid) = trace.metadata.processes.get(process).and_then(|p| p.pid).filter(|_| has_events) {
         chosen_pid.store(pid, Ordering::Relaxed);
     }
     let whole = Arc::new(trace);
@@ -369,9 +372,10 @@ fn finished(output: Option<&Path>, older: Option<Signature>, manifest: Option<&M
             return;
         }
         if let Some(path) = output.filter(|p| signature(p).is_some_and(|now| Some(now) != older)) {
+            let started = Instant::now();
             match crate::load::load(path) {
                 Ok(loaded) => {
-                    let (trace, origin) = Origin::of(loaded, Duration::ZERO);
+                    let (trace, origin) = Origin::of(loaded, started.elapsed());
                     out.update(trace, origin, Status::Ended(Some(path.to_owned())));
                 }
                 Err(error) => {
@@ -472,6 +476,38 @@ mod tests {
     fn following_never_takes_more_than_half_a_core() {
         assert_eq!(pause_after(Duration::from_millis(10)), POLL_EVERY);
         assert_eq!(pause_after(Duration::from_secs(1)), Duration::from_secs(1));
+    }
+
+    fn origin() -> Origin {
+        Origin {
+            path: PathBuf::from("run.vtrace"),
+            format: SourceFormat::Vtrace,
+            wrappers: Vec::new(),
+            file_bytes: 0,
+            warnings: Vec::new(),
+            load_time: Duration::ZERO,
+        }
+    }
+
+    /// A launcher (torchrun) starts first and allocates nothing: the view shows the rank that has
+    /// memory, and keeps to it from then on, not to the launcher.
+    #[test]
+    fn a_launcher_without_memory_is_not_the_process_kept() {
+        use vramscope_trace_format::{Event, EventKind, ProcessInfo};
+        let mut trace = Trace::default();
+        for pid in [100, 101] {
+            trace.metadata.processes.push(ProcessInfo { pid: Some(pid), ..ProcessInfo::default() });
+        }
+        let chosen = AtomicU32::new(0);
+        // Only the launcher so far: shown, not kept.
+        let update = build_update(trace.clone(), origin(), Status::Live, &chosen);
+        assert_eq!((update.process, chosen.load(Ordering::Relaxed)), (0, 0));
+        let mut e = Event::new(EventKind::Alloc, 5, 0, 0x10, 4096);
+        e.process = ProcessId(1);
+        trace.events.push(e);
+        let update = build_update(trace.clone(), origin(), Status::Live, &chosen);
+        assert_eq!((update.process, chosen.load(Ordering::Relaxed)), (1, 101));
+        assert_eq!(update.doc.trace.metadata.processes[0].pid, Some(101));
     }
 
     #[test]
