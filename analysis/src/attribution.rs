@@ -127,8 +127,15 @@ pub struct Attributor<'a> {
     frees: HashMap<(u64, i64), i64>,
     /// Forward, backward and optimizer-step spans by start: (start, end, kind).
     phases: Vec<(i64, i64, AnnotationKind)>,
+    /// For each phase, what follows it: the start of the second forward after it (the next
+    /// iteration's end, roughly), and whether a backward comes after it. Worked out once: a
+    /// long recording has thousands of phases and a million blocks to ask about them.
+    phases_after: Vec<(Option<i64>, bool)>,
     /// Module forwards by start: (start, end, name).
     modules: Vec<(i64, i64, StringId)>,
+    /// Each module span's enclosing one (index into `modules`), for the innermost module
+    /// running at an instant: an ancestor of the last span started before it.
+    module_parents: Vec<Option<usize>>,
     /// Whether the recorder tagged gradients, and optimizer state (then blocks kept after
     /// backward or a step without such a tag are something else).
     gradients_tagged: bool,
@@ -183,7 +190,26 @@ impl<'a> Attributor<'a> {
                 phases[i - 1].1 = end.max(start - 1);
             }
         }
+        let mut phases_after = vec![(None, false); phases.len()];
+        let (mut forwards, mut backward) = ([None::<i64>; 2], false);
+        for (i, p) in phases.iter().enumerate().rev() {
+            phases_after[i] = (forwards[1], backward);
+            match p.2 {
+                AnnotationKind::Forward => forwards = [Some(p.0), forwards[0]],
+                AnnotationKind::Backward => backward = true,
+                _ => {}
+            }
+        }
         modules.sort_unstable_by_key(|m| m.0);
+        let mut module_parents = Vec::with_capacity(modules.len());
+        let mut open: Vec<usize> = Vec::new();
+        for (k, m) in modules.iter().enumerate() {
+            while open.last().is_some_and(|&top| modules.get(top).is_some_and(|t| t.1 < m.0)) {
+                open.pop();
+            }
+            module_parents.push(open.last().copied());
+            open.push(k);
+        }
         // Lifetimes matter only where tags or phases can use them (recordings by the shim).
         let mut frees = HashMap::default();
         if !tags.is_empty() || !phases.is_empty() {
@@ -222,7 +248,9 @@ impl<'a> Attributor<'a> {
             tags,
             frees,
             phases,
+            phases_after,
             modules,
+            module_parents,
             gradients_tagged,
             state_tagged,
             persistent: None,
@@ -405,9 +433,7 @@ impl<'a> Attributor<'a> {
         // Activations die with their iteration, or soon after when the program still holds the
         // last outputs; what lives through the whole next iteration (or, after a backward, to the
         // end) is kept for longer than any activation.
-        let rest = self.phases.get(index + 1..).unwrap_or_default();
-        let second_forward = rest.iter().filter(|p| p.2 == AnnotationKind::Forward).nth(1).map(|p| p.0);
-        let backward_follows = rest.iter().any(|p| p.2 == AnnotationKind::Backward);
+        let (second_forward, backward_follows) = self.phases_after.get(index).copied().unwrap_or((None, false));
         let outlives_iteration = match second_forward {
             Some(start) => free_ns > start,
             None => backward_follows && free_ns == i64::MAX,
@@ -441,9 +467,21 @@ impl<'a> Attributor<'a> {
             _ => return None,
         };
         // The innermost module running then: the latest-starting span that contains it.
-        let j = self.modules.partition_point(|m| m.0 <= alloc_ns);
-        let module =
-            self.modules.get(..j).and_then(|m| m.iter().rev().take(4096).find(|m| m.1 >= alloc_ns)).map(|m| m.2);
+        let mut at = self.modules.partition_point(|m| m.0 <= alloc_ns).checked_sub(1);
+        let mut module = None;
+        // Spans nest: the innermost one running is the last started or one enclosing it (a
+        // bounded walk, in case spans of several threads overlap without nesting).
+        for _ in 0..256 {
+            let Some(k) = at else { break };
+            match self.modules.get(k) {
+                Some(m) if m.1 >= alloc_ns => {
+                    module = Some(m.2);
+                    break;
+                }
+                Some(_) => at = self.module_parents.get(k).copied().flatten(),
+                None => break,
+            }
+        }
         Some(Attribution { category, evidence: Evidence::Phase { rule, module } })
     }
 
