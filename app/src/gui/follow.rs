@@ -6,8 +6,9 @@
 //! document (the same code as loading a file) and sends it to the window. It polls every half
 //! second, or less often when building takes longer (never more than half a core), and runs at
 //! a lower priority than the workload, which shares the machine. Each update builds the whole
-//! trace again: the delay stays under a second to about 200,000 events on a 2-core machine
-//! shared with the workload, and grows with the trace past that (about 3 s at a million). When the recording's
+//! trace again (docs/BENCHMARKS.md: 0.4 s at 740,000 events on an idle core, 0.5-1.3 s beside
+//! a CPU workload on both cores of a 2-core machine), so the view is at most about two builds
+//! behind the run. When the recording's
 //! directory goes away (the workload ended and `record` merged it), it waits for the trace
 //! `record` writes and sends that as the last update.
 
