@@ -28,6 +28,19 @@ fn growth_of(file: &Path) -> serde_json::Value {
 
 const F32: u64 = 4;
 
+/// A copy of the recording at `file` without its iteration spans (beside it, `.bare.vtrace`), as an
+/// imported trace would be.
+fn without_spans(file: &Path) -> std::path::PathBuf {
+    let data = std::fs::read(file).expect("read");
+    let mut trace = vramscope_trace_format::import(&data, &vramscope_trace_format::NoProgress).expect("reads").trace;
+    trace.annotations.clear();
+    let bare = file.with_extension("bare.vtrace");
+    let mut bytes = Vec::new();
+    vramscope_trace_format::vtrace::write(&trace, &mut bytes).expect("write");
+    std::fs::write(&bare, &bytes).expect("write");
+    bare
+}
+
 #[test]
 fn the_common_leaks_are_found_with_their_sites_and_sizes() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -78,16 +91,7 @@ fn the_common_leaks_are_found_with_their_sites_and_sizes() {
         assert!(text.contains("memory grows") && text.contains(&format!("at {site}")), "{mode}:\n{text}");
 
         // Without the spans: the iterations come from the allocations' pattern, same answer.
-        let mut trace =
-            vramscope_trace_format::import(&std::fs::read(&out).expect("read"), &vramscope_trace_format::NoProgress)
-                .expect("reads")
-                .trace;
-        trace.annotations.clear();
-        let bare = dir.path().join(format!("{mode}-bare.vtrace"));
-        let mut bytes = Vec::new();
-        vramscope_trace_format::vtrace::write(&trace, &mut bytes).expect("write");
-        std::fs::write(&bare, &bytes).expect("write");
-        let growth = growth_of(&bare);
+        let growth = growth_of(&without_spans(&out));
         assert_eq!(growth["grows"], true, "{mode} without spans: {growth}");
         assert_eq!(growth["iterations"]["kind"], "pattern", "{mode}");
         assert_eq!(growth["bytes_per_iteration"], per_iteration, "{mode} without spans: {growth}");
@@ -113,15 +117,6 @@ fn loops_without_a_leak_are_steady() {
         let text = vramscope_e2e::vramscope(&["info".as_ref(), out.as_os_str()]);
         assert!(String::from_utf8_lossy(&text.stdout).contains("steady over"), "{name}");
         // Without the spans, no growth either (steady, or no repeating pattern to tell by).
-        let mut trace =
-            vramscope_trace_format::import(&std::fs::read(&out).expect("read"), &vramscope_trace_format::NoProgress)
-                .expect("reads")
-                .trace;
-        trace.annotations.clear();
-        let bare = dir.path().join(format!("{name}-bare.vtrace"));
-        let mut bytes = Vec::new();
-        vramscope_trace_format::vtrace::write(&trace, &mut bytes).expect("write");
-        std::fs::write(&bare, &bytes).expect("write");
-        assert_ne!(growth_of(&bare)["grows"], true, "{name} without spans");
+        assert_ne!(growth_of(&without_spans(&out))["grows"], true, "{name} without spans");
     }
 }

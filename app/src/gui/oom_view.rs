@@ -109,16 +109,17 @@ pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
                 body.select = Some(body.device.timeline.point_at(pm.time_ns));
             }
         });
-        ui.add_space(4.0);
-        for line in words::postmortem_lines(pm) {
-            ui.horizontal_wrapped(|ui| {
-                if let Some(rest) = line.strip_prefix("would have fitted: ") {
-                    ui.strong("Would have fitted:");
-                    ui.label(rest);
-                } else {
-                    ui.label(line);
-                }
-            });
-        }
+        ui.add_space(6.0);
+        egui::Grid::new("oom-sections").num_columns(2).spacing([16.0, 8.0]).striped(true).show(ui, |ui| {
+            for (heading, lines) in words::postmortem_sections(pm) {
+                ui.strong(heading);
+                ui.vertical(|ui| {
+                    for line in lines {
+                        ui.label(line);
+                    }
+                });
+                ui.end_row();
+            }
+        });
     });
 }

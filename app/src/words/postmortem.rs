@@ -23,6 +23,12 @@ pub fn postmortem_heading(trace: &Trace, pm: &PostMortem) -> String {
 
 /// What failed, what was free, what was alive, and what would have fitted: a line each.
 pub fn postmortem_lines(pm: &PostMortem) -> Vec<String> {
+    postmortem_sections(pm).into_iter().flat_map(|(_, lines)| lines).collect()
+}
+
+/// [`postmortem_lines`] by section, each with its heading (the app lays them out in a grid).
+pub fn postmortem_sections(pm: &PostMortem) -> Vec<(&'static str, Vec<String>)> {
+    let mut sections = Vec::new();
     let mut lines = Vec::new();
     let stream = if pm.stream == 0 { String::new() } else { format!(" on stream {:#x}", pm.stream) };
     lines.push(format!("tried to allocate {}{stream}", bytes(pm.requested_bytes)));
@@ -35,6 +41,7 @@ pub fn postmortem_lines(pm: &PostMortem) -> Vec<String> {
         }
         None => lines.push("where it was asked from is not recorded".to_owned()),
     }
+    sections.push(("The request", std::mem::take(&mut lines)));
     let device = match (pm.device_free_bytes, pm.device_total_bytes) {
         (Some(free), Some(total)) => format!("the device had {} free of {}", bytes(free), bytes(total)),
         (Some(free), None) => format!("the device had {} free", bytes(free)),
@@ -61,6 +68,7 @@ pub fn postmortem_lines(pm: &PostMortem) -> Vec<String> {
         ),
     };
     lines.push(format!("{device}; {held}"));
+    sections.push(("Free", std::mem::take(&mut lines)));
     let categories: Vec<String> = pm.by_category.iter().map(|(c, b)| format!("{} {}", c.name(), bytes(*b))).collect();
     lines.push(format!(
         "alive: {} allocated, {} reserved: {}",
@@ -77,6 +85,7 @@ pub fn postmortem_lines(pm: &PostMortem) -> Vec<String> {
             site.site
         ));
     }
+    sections.push(("Alive", std::mem::take(&mut lines)));
     lines.push(match (&pm.fix, pm.capacity_bytes) {
         (Some(fix), Some(capacity)) => format!(
             "would have fitted: {} (projected peak {} allocated, {} reserved, ±{:.0}%), leaving room for the {} \
@@ -104,7 +113,8 @@ pub fn postmortem_lines(pm: &PostMortem) -> Vec<String> {
                       recorded"
             .to_owned(),
     });
-    lines
+    sections.push(("What would have fitted", lines));
+    sections
 }
 
 #[cfg(test)]
