@@ -135,6 +135,8 @@ pub struct Tail {
     logs: Vec<Log>,
     /// Whether records came in out of time order since they were last sorted.
     unsorted: bool,
+    /// Whole 64-byte pieces of hook files that were not records (damage, another writer).
+    unreadable_records: usize,
 }
 
 /// What one poll read.
@@ -174,6 +176,7 @@ impl Tail {
             records: Vec::new(),
             logs: Vec::new(),
             unsorted: false,
+            unreadable_records: 0,
         }
     }
 
@@ -206,7 +209,9 @@ impl Tail {
                 let chunks = bytes.chunks_exact(RECORD_BYTES);
                 partial.rest = chunks.remainder().to_vec();
                 let before = self.records.len();
+                let whole = chunks.len();
                 self.records.extend(chunks.filter_map(Record::decode));
+                self.unreadable_records += whole - (self.records.len() - before);
                 let start = before.saturating_sub(1);
                 if !self.records.get(start..).is_some_and(|tail| tail.is_sorted_by_key(order)) {
                     self.unsorted = true;
@@ -255,6 +260,24 @@ impl Tail {
     /// The shim logs read so far, by process id.
     pub fn logs(&self) -> &[Log] {
         &self.logs
+    }
+
+    /// What could not be read so far, for people (pieces of hook files that are not records,
+    /// shim log lines that do not parse); empty when all of it read.
+    pub fn unreadable(&self) -> Vec<String> {
+        let mut said = Vec::new();
+        if self.unreadable_records > 0 {
+            said.push(format!(
+                "{} pieces of the hook's files in {} are not records (damaged?)",
+                self.unreadable_records,
+                self.dir.display()
+            ));
+        }
+        for log in self.logs.iter().filter(|l| l.skipped > 0) {
+            let lines = if log.skipped == 1 { "line" } else { "lines" };
+            said.push(format!("{} unreadable {lines} in the PyTorch shim's log of process {}", log.skipped, log.pid));
+        }
+        said
     }
 
     /// The trace of what was read so far (the workload's `command_line`).
@@ -331,6 +354,17 @@ mod tests {
         let times: Vec<u64> = tail.records().iter().map(|r| r.time_ns).collect();
         assert_eq!(times, [100, 150, 200], "kept in time order across files");
         assert_eq!(tail.trace(&[]).events.len(), 6, "three allocations, each a segment and a block");
+        assert!(tail.unreadable().is_empty());
+        append(&dir.path().join("events.12.bin"), &[0xEE; 128]);
+        append(&log, b"not json\n");
+        tail.poll().unwrap();
+        assert_eq!(
+            tail.unreadable(),
+            [
+                format!("2 pieces of the hook's files in {} are not records (damaged?)", dir.path().display()),
+                "1 unreadable line in the PyTorch shim's log of process 10".to_owned()
+            ]
+        );
         append(&hook, &record(300, 10, 0x4000, 1)[..10]);
         append(&log, b"{\"t\":");
         let polled = tail.poll().unwrap();
@@ -339,7 +373,11 @@ mod tests {
         assert_eq!(recorded.records.len(), 3);
         assert_eq!(recorded.cut_short, [hook]);
         assert_eq!(logs.len(), 1);
-        assert_eq!((logs[0].lines.len(), logs[0].skipped), (1, 1), "the half line counts as cut short at the end");
+        assert_eq!(
+            (logs[0].lines.len(), logs[0].skipped),
+            (1, 2),
+            "the line that does not parse, and the half line, cut short at the end"
+        );
     }
 
     #[test]

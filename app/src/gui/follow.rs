@@ -331,7 +331,8 @@ fn follow_recording(dir: &Path, out: &Out) {
                     let mut trace = tail.trace(&command);
                     let merged_at = started.elapsed();
                     vramscope_collector::devices::add_facts(&mut trace, &facts);
-                    let origin = recording_origin(dir, output.as_deref());
+                    let mut origin = recording_origin(dir, output.as_deref());
+                    origin.warnings = tail.unreadable();
                     let events = trace.events.len();
                     if !out.update(trace, origin, Status::Live) {
                         return;

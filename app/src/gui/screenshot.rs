@@ -98,9 +98,11 @@ impl eframe::App for ScreenshotApp {
             self.finish(&ctx, result);
             return;
         }
+        // A trace without memory events (or a followed run without any yet) has no instant to
+        // wait for.
         let ready = self.app.session.doc.is_some()
             && !self.app.session.is_loading()
-            && self.app.session.instant.is_some()
+            && (self.app.session.instant.is_some() || self.app.session.device().is_none())
             && !self.app.session.is_analysing();
         // Without a file, the welcome screen is what there is to show.
         let nothing_to_wait_for =
