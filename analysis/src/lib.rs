@@ -6,6 +6,7 @@
 //! - [`replay`]: allocated, requested and reserved bytes over time per device, counting memory
 //!   that was allocated before a snapshot's trace window began.
 //! - [`peak`]: the peak and what was alive at it.
+//! - [`phases`]: forward, backward and the optimizer step per iteration, and the high point of each.
 //! - [`segments`]: the allocator's segment state and its fragmentation.
 //! - [`diff`]: two runs compared at their peaks.
 //! - [`attribution`]: what each block is for, and the evidence.
@@ -27,6 +28,7 @@ pub mod diff;
 pub mod growth;
 pub mod instant;
 pub mod peak;
+pub mod phases;
 pub mod postmortem;
 pub mod replay;
 pub mod run;

@@ -72,6 +72,20 @@ pub struct LiveBlock {
 
 /// The blocks of a device alive right after event `upto` (before the first event when `None`).
 pub fn live_at(trace: &Trace, device: DeviceId, upto: Option<usize>) -> Vec<LiveBlock> {
+    let mut out = Vec::new();
+    live_at_each(trace, device, &[upto], |_, blocks| out = blocks);
+    out
+}
+
+/// The blocks alive right after each of `targets` (ascending; `None`, before the first event,
+/// sorts first), in one pass over the device's events: `visit(k, blocks)` for the `k`-th target,
+/// blocks largest first.
+pub fn live_at_each(
+    trace: &Trace,
+    device: DeviceId,
+    targets: &[Option<usize>],
+    mut visit: impl FnMut(usize, Vec<LiveBlock>),
+) {
     let events = replay::device_events(trace, device);
     let initial = replay::initial_state(trace, device, &events);
     let mut live: HashMap<u64, LiveBlock> = HashMap::default();
@@ -91,8 +105,21 @@ pub fn live_at(trace: &Trace, device: DeviceId, upto: Option<usize>) -> Vec<Live
             live.insert(block.address, live_block);
         }
     }
-    if let Some(upto) = upto {
-        for i in events.iter().map(|&i| i as usize).take_while(|&i| i <= upto) {
+    let emit = |k: usize, live: &HashMap<u64, LiveBlock>, visit: &mut dyn FnMut(usize, Vec<LiveBlock>)| {
+        let mut blocks: Vec<LiveBlock> = live.values().copied().chain(unaddressed.iter().copied()).collect();
+        blocks.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.address.cmp(&b.address)));
+        visit(k, blocks);
+    };
+    let mut next = 0usize;
+    while targets.get(next).is_some_and(Option::is_none) {
+        emit(next, &live, &mut visit);
+        next += 1;
+    }
+    let mut position = 0usize;
+    while let Some(&Some(upto)) = targets.get(next) {
+        while let Some(&i) = events.get(position).filter(|&&i| i as usize <= upto) {
+            position += 1;
+            let i = i as usize;
             let Some(e) = trace.events.get(i) else { continue };
             match e.kind {
                 EventKind::Alloc => {
@@ -113,10 +140,9 @@ pub fn live_at(trace: &Trace, device: DeviceId, upto: Option<usize>) -> Vec<Live
                 _ => {}
             }
         }
+        emit(next, &live, &mut visit);
+        next += 1;
     }
-    let mut blocks: Vec<LiveBlock> = live.into_values().chain(unaddressed).collect();
-    blocks.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.address.cmp(&b.address)));
-    blocks
 }
 
 /// A device's counters of bytes by category (the profiler's memory timeline has them).

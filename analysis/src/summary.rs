@@ -62,6 +62,10 @@ pub struct DeviceSummary {
     /// Whether memory grows from one iteration to the next (with at least three iterations).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub growth: Option<crate::growth::Growth>,
+    /// Forward, backward and the optimizer step of each iteration and their high points, when
+    /// the trace shows them.
+    #[serde(skip_serializing_if = "crate::phases::Phases::is_empty")]
+    pub phases: crate::phases::Phases,
 }
 
 /// What `info` says about a trace.
@@ -162,6 +166,7 @@ pub fn device_summary(trace: &Trace, device: DeviceId) -> DeviceSummary {
         oom_events: trace.ooms.iter().filter(|o| o.device == device).count(),
         largest_failed_request_bytes: trace.ooms.iter().filter(|o| o.device == device).map(|o| o.requested_bytes).max(),
         growth: crate::growth::growth(trace, device),
+        phases: crate::phases::phases(trace, device),
     }
 }
 

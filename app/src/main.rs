@@ -163,13 +163,19 @@ enum Command {
         #[command(flatten)]
         range: RangeArg,
     },
-    /// Compare two runs at their peaks; with gates, fail (exit 1) when memory grew too much.
+    /// Compare two runs at their peaks and phase by phase; with gates, fail (exit 1) when memory
+    /// grew too much.
     ///
-    /// Prints both peaks (allocated and reserved), bytes by category at each peak with B - A,
-    /// and the allocation sites (innermost Python frame, else the operator) that grew, shrank,
-    /// or exist in one run only. Exit status: 0 when every gate holds, 1 when one fails, 2 when
-    /// a file cannot be read. For CI: `vramscope diff main.pickle pr.pickle
-    /// --fail-if-peak-grows 5 --fail-if-category-grows activation=10`.
+    /// Prints one sentence on what changed most (a phase's high point when it changed much more
+    /// than the peak), both peaks (allocated and reserved), bytes by category at each peak with
+    /// B - A, the high point of forward, backward and the optimizer step and of each iteration
+    /// side by side (phases recorded, found from ranges named like them, or from the allocations'
+    /// stacks), and the allocation sites that grew, shrank, or exist in one run only: allocations
+    /// are matched by their whole call path (function, file and line of each frame), grouped by
+    /// their innermost site, with code that moved paired. Exit status: 0 when every gate holds, 1
+    /// when one fails, 2 when a file cannot be read or a gate cannot be checked. For CI:
+    /// `vramscope diff main.pickle pr.pickle --fail-if-peak-grows 5
+    /// --fail-if-category-grows activation=10 --fail-if-phase-grows forward=5`.
     Diff {
         /// The baseline run: a trace, or a run of several ranks (a directory of rank files, or a
         /// recording of several ranks: the ranks are paired by number, each gate must hold on
@@ -188,6 +194,14 @@ enum Command {
         /// input, allocator_cache, non_framework, autograd_detail, unknown).
         #[arg(long, value_name = "CAT=PCT", value_parser = vramscope::cli::diff::parse_category_gate)]
         fail_if_category_grows: Vec<(vramscope_trace_format::Category, f64)>,
+        /// Fail when the high point of a phase in B is more than PCT percent above A's
+        /// (repeatable): PHASE=PCT for all of the phase's memory, PHASE:CAT=PCT for one category
+        /// at the phase's high point. Phases: forward, backward, optimizer_step (each compared
+        /// at its highest over the iterations). E.g. `--fail-if-phase-grows forward=5
+        /// --fail-if-phase-grows backward:activation=10`. A run that shows no such phase cannot
+        /// be checked: exit status 2.
+        #[arg(long, value_name = "PHASE[:CAT]=PCT", value_parser = vramscope::cli::diff::parse_phase_gate)]
+        fail_if_phase_grows: Vec<vramscope::cli::diff::PhaseGate>,
         /// Compare this device: its index (0, 1, …), cuda:N or host (default: each file's device
         /// with the highest peak).
         #[arg(long, value_name = "DEVICE")]
@@ -398,13 +412,23 @@ fn main() -> ExitCode {
                 &mut stdout,
             )
         }
-        Some(Command::Diff { a, b, json, fail_if_peak_grows, fail_if_category_grows, device, range }) => {
+        Some(Command::Diff {
+            a,
+            b,
+            json,
+            fail_if_peak_grows,
+            fail_if_category_grows,
+            fail_if_phase_grows,
+            device,
+            range,
+        }) => {
             RangeArg { range }.set();
             use vramscope::cli::diff::Gate;
             let gates: Vec<Gate> = fail_if_peak_grows
                 .map(Gate::PeakGrows)
                 .into_iter()
                 .chain(fail_if_category_grows.into_iter().map(|(c, p)| Gate::CategoryGrows(c, p)))
+                .chain(fail_if_phase_grows.into_iter().map(Gate::PhaseGrows))
                 .collect();
             match vramscope::cli::diff::run(&a, &b, json, &gates, device, &mut stdout) {
                 Ok(true) => Ok(()),

@@ -29,7 +29,7 @@ pub struct ReportRun {
 impl ReportRun {
     /// Analyses `trace` (read from `name`) for a report.
     pub fn new(trace: &Trace, name: &str) -> Self {
-        let peak = diff::run_peak(trace, name, None);
+        let peak = diff::compared_run(trace, name, None);
         let timeline = Timeline::build(trace, peak.device);
         Self {
             name: name.to_owned(),

@@ -203,6 +203,7 @@ def replay(trace, segments, range_us=None):
     reserved = Curve(start_time)
     pre_requested = pre_allocated = pre_reserved = 0
 
+    allocated_after = []  # the allocated delta after each entry, for the phases' high points
     live = {}        # addr -> (requested, allocated) of allocs opened in the window
     live_segs = {}   # addr -> size of segment_alloc'ed segments of the window
     net_mapped = 0   # bytes mapped minus unmapped (expandable segments)
@@ -248,6 +249,7 @@ def replay(trace, segments, range_us=None):
             reserved.add(-e["size"], t)
         # free_requested, oom, snapshot and unknown actions do not move the
         # curves: the active timeline only drops when the block is returned.
+        allocated_after.append(allocated.delta)
 
     # Rule 2 for blocks. A block freed by the program but waiting for its stream
     # ('active_pending_free') is still allocated: its free has not completed (the definition
@@ -289,6 +291,8 @@ def replay(trace, segments, range_us=None):
 
     return {
         **in_range,
+        "_allocated_after": [pre_allocated + d for d in allocated_after],
+        "_allocated_before": pre_allocated,
         "peak_allocated_bytes": allocated.peak(),
         "peak_allocated_time_us": allocated.best_time,
         "peak_requested_bytes": requested.peak(),
@@ -337,7 +341,14 @@ def category_of(frames):
 
 
 def categories_at_peak(trace, segments):
-    """Bytes by category of the blocks alive when allocated memory first reaches its peak.
+    """Bytes by category of the blocks alive when allocated memory first reaches its peak."""
+    return categories_at(trace, segments, None)[None]
+
+
+def categories_at(trace, segments, targets):
+    """Bytes by category of the blocks alive right after each entry index in `targets` (-1:
+    before the first), or with `targets` None at the first instant allocated memory peaks
+    (under the key None).
 
     The live set follows the same rules as replay(): blocks freed in the window without
     their alloc were alive from the start (no stack), final active blocks without an open
@@ -370,6 +381,9 @@ def categories_at_peak(trace, segments):
                 live[addr] = (block["size"], frames or [])
     total = sum(size for size, _ in live.values())
     best, best_live = total, dict(live)
+    kept = {}
+    if targets is not None and -1 in targets:
+        kept[-1] = dict(live)
     for i, e in enumerate(trace):
         action = e["action"]
         if action == "alloc":
@@ -381,18 +395,23 @@ def categories_at_peak(trace, segments):
             entry = live.pop(e["addr"], None)
             if entry is not None:
                 total -= entry[0]
-        else:
-            continue
-        if total > best:
+        if targets is not None and i in targets:
+            kept[i] = dict(live)
+        if targets is None and total > best:
             best, best_live = total, dict(live)
+    if targets is None:
+        kept = {None: best_live}
     named = parameters_by_size(trace, segments, open_alloc)
-    out = {}
-    for addr, (size, frames) in best_live.items():
-        c = category_of(frames)
-        if c == "unknown" and addr in named:
-            c = "parameter"
-        out[c] = out.get(c, 0) + size
-    return {k: v for k, v in sorted(out.items()) if v > 0}
+    result = {}
+    for key, alive in kept.items():
+        out = {}
+        for addr, (size, frames) in alive.items():
+            c = category_of(frames)
+            if c == "unknown" and addr in named:
+                c = "parameter"
+            out[c] = out.get(c, 0) + size
+        result[key] = {k: v for k, v in sorted(out.items()) if v > 0}
+    return result
 
 
 def parameters_by_size(trace, segments, open_at_end):
@@ -435,6 +454,183 @@ def parameters_by_size(trace, segments, open_at_end):
     return set()
 
 
+# ---------------------------------------------------------------------------
+# Phases of a training step (docs/DESIGN.md, "Phases"): forward, backward and the optimizer
+# step, told by ranges named like them or else by each allocation's frames, and the high
+# point of allocated memory in each.
+# ---------------------------------------------------------------------------
+
+
+def _phase_of_range(name):
+    if name.startswith("Optimizer.step#"):
+        return "optimizer_step"
+    if name.startswith("autograd::engine::evaluate_function"):
+        return "backward"
+    plain = "".join(c if c.isalnum() else "_" for c in name.strip().lower()).strip("_")
+    if plain in ("forward", "forward_pass", "fwd", "model_forward"):
+        return "forward"
+    if plain in ("backward", "backward_pass", "bwd", "loss_backward"):
+        return "backward"
+    if plain in ("optimizer_step", "optimizer", "optim_step", "opt_step"):
+        return "optimizer_step"
+    return None
+
+
+def _frames_phase(frames):
+    """'optimizer_step' / 'backward' by the innermost frame that tells one, else 'forward' when
+    a Python forward is on the stack; 'empty' without frames, None otherwise."""
+    if not frames:
+        return "empty"
+    forward = False
+    for f in frames:
+        path = f.get("filename", "").replace("\\", "/")
+        name = f.get("name", "")
+        if "torch/optim/" in path:
+            return "optimizer_step"
+        if ("torch::autograd::Engine" in name or "_engine_run_backward" in name
+                or ("torch/autograd/" in path and name == "backward")
+                or (path.endswith("torch/utils/checkpoint.py")
+                    and name in ("unpack_hook", "recompute_fn", "backward", "unpack"))):
+            return "backward"
+        if name == "forward" and path.endswith(".py"):
+            forward = True
+    return "forward" if forward else None
+
+
+def _ranges(annotations):
+    """Phase ranges (start_us, end_us, phase) from START/END pairs of external annotations."""
+    open_at, out = {}, []
+    for a in sorted(annotations, key=lambda a: a.get("time_us", 0)):
+        phase = _phase_of_range(a.get("name", ""))
+        if phase is None:
+            continue
+        if a.get("stage") == "START":
+            open_at.setdefault(a["name"], []).append(a["time_us"])
+        elif a.get("stage") == "END" and open_at.get(a["name"]):
+            out.append((open_at[a["name"]].pop(), a["time_us"], phase))
+    return sorted(out)
+
+
+def _merge_ranges(ranges):
+    """Overlapping ranges of one phase are one; so are backward ranges (a profiler's backward
+    operators) one after another when the gap is at most 100 us or a quarter of the backward so
+    far."""
+    out = []
+    for start, end, phase in sorted(ranges):
+        if out and out[-1][2] == phase and (start <= out[-1][1] or (
+                phase == "backward" and start - out[-1][1] <= max(100, (out[-1][1] - out[-1][0]) / 4))):
+            out[-1] = (out[-1][0], max(out[-1][1], end), phase)
+        else:
+            out.append((start, end, phase))
+    return out
+
+
+def phase_windows(allocs, entries, ranges, iterations, python_only):
+    """The phases over a device's entries: `allocs` lists (entry index, time, frames label) of
+    each allocation, `ranges` the phase-named ranges (start, end, phase), `iterations` the
+    profiler's step ranges. Returns windows {iteration, phase, first, last} over entry
+    indices, micro-batches of one iteration taken together."""
+    ranges = _merge_ranges(ranges)
+    iterations = sorted(iterations)
+
+    def in_range(t):
+        # The range that started last at or before t, if it still runs at t.
+        started = [r for r in ranges if r[0] <= t]
+        return started[-1][2] if started and t <= started[-1][1] else None
+
+    def step_ended(t):
+        ends = [end for start, end, phase in ranges if phase == "optimizer_step" and start <= t]
+        return bool(ends) and t > max(ends)
+
+    def iteration_at(t):
+        return sum(1 for start, _ in iterations if start <= t)
+
+    starts = []  # (entry index, phase)
+    current, last_span = None, 0
+    for i, t, frames_label in allocs:
+        label = in_range(t) or frames_label
+        span = iteration_at(t)
+        new_span = bool(iterations) and span != last_span
+        last_span = span
+        if label in ("forward", "backward", "optimizer_step"):
+            new = label
+        elif label == "empty" and python_only and current in ("forward", "backward"):
+            new = "backward"
+        elif new_span:
+            new = "forward"
+        elif current == "optimizer_step" and label is None:
+            new = "forward"
+        elif current == "optimizer_step" and label == "empty" and step_ended(t):
+            new = "forward"
+        else:
+            new = current
+        if new is not None and (new != current or new_span):
+            starts.append((i, new, t))
+            current = new
+    if starts and starts[0][1] == "backward" and starts[0][0] > 0:
+        starts.insert(0, (0, "forward", None))
+    has_step = any(p == "optimizer_step" for _, p, _ in starts)
+    windows = []
+    iteration, previous = 0, None
+    for k, (first, phase, t) in enumerate(starts):
+        last = starts[k + 1][0] - 1 if k + 1 < len(starts) else entries - 1
+        if iterations:
+            iteration = max(1, iteration_at(t if t is not None else iterations[0][0]))
+        elif (previous is None or (previous == "optimizer_step" and phase in ("forward", "backward"))
+                or (previous == "backward" and phase == "forward" and not has_step)):
+            iteration += 1
+        previous = phase
+        same = [w for w in windows if w["iteration"] == iteration and w["phase"] == phase]
+        if same:
+            same[0]["first"] = min(same[0]["first"], first)
+            same[0]["last"] = max(same[0]["last"], last)
+        else:
+            windows.append({"iteration": iteration, "phase": phase, "first": first, "last": last})
+    return windows
+
+
+def phase_highs(windows, after, before, time_of):
+    """The high point of each window and of each iteration: the most allocated after any of
+    its entries or when it opens (after the entry before it). `_at` is the entry index."""
+    def high(first, last):
+        best, best_at = (after[first - 1] if first > 0 else before), first - 1
+        for i in range(first, last + 1):
+            if after[i] > best:
+                best, best_at = after[i], i
+        return best, time_of(max(best_at, 0)), best_at
+
+    out = []
+    for w in windows:
+        bytes_, time, at = high(w["first"], w["last"])
+        out.append({"iteration": w["iteration"], "phase": w["phase"], "high_bytes": bytes_,
+                    "high_time_us": time, "_at": at})
+    for it in sorted({w["iteration"] for w in windows}):
+        mine = [w for w in windows if w["iteration"] == it]
+        bytes_, time, at = high(min(w["first"] for w in mine), max(w["last"] for w in mine))
+        out.append({"iteration": it, "phase": None, "high_bytes": bytes_, "high_time_us": time, "_at": at})
+    return out
+
+
+def phases(trace, annotations, after, before):
+    """A snapshot's phases and their high points. Snapshots carry no recorded phase spans:
+    phase-named external annotations label what they cover, each allocation's frames the rest."""
+    if not trace:
+        return []
+    python_only = None
+    for e in trace:
+        if e["action"] != "alloc":
+            continue
+        for f in e.get("frames") or []:
+            if f.get("filename", "").endswith(".py"):
+                python_only = True if python_only is None else python_only
+            else:
+                python_only = False
+    allocs = [(i, e.get("time_us", i), _frames_phase(e.get("frames")))
+              for i, e in enumerate(trace) if e["action"] == "alloc"]
+    windows = phase_windows(allocs, len(trace), _ranges(annotations), [], bool(python_only))
+    return phase_highs(windows, after, before, lambda i: trace[i].get("time_us", i))
+
+
 def analyze_snapshot(snap, range_us=None):
     # _memory_viz.py accepts a bare list of segments (the oldest format).
     if isinstance(snap, list):
@@ -455,6 +651,13 @@ def analyze_snapshot(snap, range_us=None):
         entry.update(final_state(segs))
         entry.update(replay(trace, segs, range_us))
         entry["categories_at_peak"] = categories_at_peak(trace, segs)
+        after, before = entry.pop("_allocated_after"), entry.pop("_allocated_before")
+        annotations = [a for a in snap.get("external_annotations") or [] if a.get("device", device) == device]
+        found = phases(trace, annotations, after, before)
+        at = categories_at(trace, segs, {p["_at"] for p in found})
+        for p in found:
+            p["categories"] = at[p.pop("_at")]
+        entry["phases"] = found
         result.append(entry)
     return {"format": "pytorch-snapshot", "devices": result}
 
@@ -465,6 +668,20 @@ def analyze_snapshot(snap, range_us=None):
 
 
 def analyze_chrome_trace(events):
+    # Phase-named ranges and the profiler's steps (CPU ranges time the allocations the CPU
+    # thread makes on every device).
+    ranges, iterations = [], []
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        name, cat = e.get("name", ""), e.get("cat")
+        start, end = e.get("ts", 0), e.get("ts", 0) + max(e.get("dur", 0) or 0, 0)
+        if cat in ("user_annotation", "gpu_user_annotation") and name.startswith("ProfilerStep#"):
+            iterations.append((start, end))
+        elif cat in ("user_annotation", "gpu_user_annotation", "cpu_op"):
+            phase = _phase_of_range(name)
+            if phase is not None:
+                ranges.append((start, end, phase))
     groups = {}
     for position, e in enumerate(events):
         if not isinstance(e, dict) or e.get("name") != "[memory]":
@@ -507,7 +724,15 @@ def analyze_chrome_trace(events):
                 peak_reserved = res
         first = items[0][2]
         last = items[-1][2]
+        after = [args.get("Total Allocated", 0) for _, _, args in items]
+        before = first.get("Total Allocated", 0) - first.get("Bytes", 0)
+        allocs = [(k, ts, "empty") for k, (ts, _pos, args) in enumerate(items) if args.get("Bytes", 0) > 0]
+        windows = phase_windows(allocs, len(items), ranges, iterations, False)
+        found = phase_highs(windows, after, before, lambda k: items[k][0])
+        for p in found:
+            del p["_at"]
         devices.append({
+            "phases": found,
             "device": dev_id,
             "device_type": dev_type,
             "memory_events": len(items),

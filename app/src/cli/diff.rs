@@ -1,5 +1,5 @@
-//! `vramscope diff A B`: two runs compared at their peaks, as text or JSON, with gates that turn
-//! a memory regression into a failing exit status.
+//! `vramscope diff A B`: two runs compared at their peaks and phase by phase, as text or JSON,
+//! with gates that turn a memory regression into a failing exit status.
 
 use std::io::Write;
 use std::path::Path;
@@ -8,7 +8,8 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 use vramscope_trace_format::{Category, DeviceId};
 
-use crate::analysis::diff::{self, Diff, SiteDelta, percent};
+use crate::analysis::diff::{self, Diff, PhaseDelta, SiteDelta, percent};
+use crate::analysis::phases::PhaseKind;
 use crate::units::{bytes, signed_bytes};
 
 /// A limit on growth from A to B.
@@ -18,15 +19,45 @@ pub enum Gate {
     PeakGrows(f64),
     /// A category's bytes at the peak may grow by at most this many percent.
     CategoryGrows(Category, f64),
+    /// A phase's high point (or a category at it) may grow by at most this many percent.
+    PhaseGrows(PhaseGate),
+}
+
+/// `--fail-if-phase-grows PHASE[:CAT]=PCT`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PhaseGate {
+    /// The phase, compared at its highest over the iterations.
+    pub phase: PhaseKind,
+    /// One category at the phase's high point, or all of it.
+    pub category: Option<Category>,
+    /// The growth allowed, in percent.
+    pub limit: f64,
+}
+
+fn category_named(name: &str) -> Result<Category, String> {
+    Category::ALL.iter().copied().find(|c| c.name() == name.trim()).ok_or_else(|| {
+        let names: Vec<&str> = Category::ALL.iter().map(|c| c.name()).collect();
+        format!("unknown category {name:?}; one of {}", names.join(", "))
+    })
+}
+
+/// Parses `PHASE=PCT` or `PHASE:CATEGORY=PCT` (e.g. `forward=5`, `backward:activation=10`).
+pub fn parse_phase_gate(text: &str) -> Result<PhaseGate, String> {
+    let (what, pct) = text.split_once('=').ok_or("expected PHASE=PERCENT or PHASE:CATEGORY=PERCENT, e.g. forward=5")?;
+    let (phase, category) = match what.split_once(':') {
+        Some((phase, category)) => (phase, Some(category_named(category)?)),
+        None => (what, None),
+    };
+    let phase = PhaseKind::from_name(phase)
+        .ok_or_else(|| format!("unknown phase {:?}; one of forward, backward, optimizer_step", phase.trim()))?;
+    let limit = pct.trim().parse::<f64>().map_err(|_| format!("{pct:?} is not a number of percent"))?;
+    Ok(PhaseGate { phase, category, limit })
 }
 
 /// Parses `CATEGORY=PCT` (e.g. `activation=5`).
 pub fn parse_category_gate(text: &str) -> Result<(Category, f64), String> {
     let (name, pct) = text.split_once('=').ok_or("expected CATEGORY=PERCENT, e.g. activation=5")?;
-    let category = Category::ALL.iter().copied().find(|c| c.name() == name.trim()).ok_or_else(|| {
-        let names: Vec<&str> = Category::ALL.iter().map(|c| c.name()).collect();
-        format!("unknown category {name:?}; one of {}", names.join(", "))
-    })?;
+    let category = category_named(name)?;
     let pct = pct.trim().parse::<f64>().map_err(|_| format!("{pct:?} is not a number of percent"))?;
     Ok((category, pct))
 }
@@ -44,7 +75,8 @@ pub struct GateResult {
     pub passed: bool,
 }
 
-fn check(gate: &Gate, d: &Diff) -> GateResult {
+/// How a gate comes out on `d`; an error when it cannot be checked (a run without the phase).
+fn check(gate: &Gate, d: &Diff) -> Result<GateResult> {
     let (name, a, b, limit) = match gate {
         Gate::PeakGrows(limit) => {
             ("peak_allocated_bytes".to_owned(), d.a.peak_allocated_bytes, d.b.peak_allocated_bytes, *limit)
@@ -55,6 +87,46 @@ fn check(gate: &Gate, d: &Diff) -> GateResult {
             d.b.categories_at_peak.get(category.name()).copied().unwrap_or(0),
             *limit,
         ),
+        Gate::PhaseGrows(g) => {
+            let row = d.phases.iter().find(|r| r.phase == Some(g.phase) && r.iteration.is_none());
+            let sides = row.and_then(|r| r.a.as_ref().zip(r.b.as_ref()));
+            let Some((sa, sb)) = sides else {
+                let missing: Vec<&str> = [("A", &d.a), ("B", &d.b)]
+                    .into_iter()
+                    .filter(|(_, run)| run.phases.highest(g.phase).is_none())
+                    .map(|(side, _)| side)
+                    .collect();
+                bail!(
+                    "the gate on {} cannot be checked: {} shows no {} phase ({})",
+                    g.phase.name(),
+                    missing.join(" and "),
+                    crate::words::phase_label(g.phase),
+                    if missing.len() == 1 {
+                        let run = if missing == ["A"] { &d.a } else { &d.b };
+                        crate::words::phases_from(run.phases.from)
+                    } else {
+                        "neither run tells its phases"
+                    }
+                );
+            };
+            match g.category {
+                None => (format!("phase:{}", g.phase.name()), sa.high_bytes, sb.high_bytes, g.limit),
+                Some(category) => {
+                    let of = |pick: fn(&diff::CategoryDelta) -> u64| {
+                        row.and_then(|r| r.categories.iter().find(|c| c.category == category.name())).map_or(0, pick)
+                    };
+                    if row.is_some_and(|r| r.categories.is_empty()) {
+                        bail!(
+                            "the gate on {}:{} cannot be checked: the categories at the phase's high points \
+                             were not worked out",
+                            g.phase.name(),
+                            category.name()
+                        );
+                    }
+                    (format!("phase:{}:{}", g.phase.name(), category.name()), of(|c| c.a), of(|c| c.b), g.limit)
+                }
+            }
+        }
     };
     let actual = percent(a, b);
     let passed = match actual {
@@ -62,7 +134,7 @@ fn check(gate: &Gate, d: &Diff) -> GateResult {
         // From nothing to something is unbounded growth; nothing to nothing is none.
         None => b == 0,
     };
-    GateResult { gate: name, limit_percent: limit, actual_percent: actual.or((b == 0).then_some(0.0)), passed }
+    Ok(GateResult { gate: name, limit_percent: limit, actual_percent: actual.or((b == 0).then_some(0.0)), passed })
 }
 
 #[derive(Serialize)]
@@ -95,10 +167,29 @@ struct Json<'a> {
     top_shrunk: &'a [SiteDelta],
     only_in_a: &'a [SiteDelta],
     only_in_b: &'a [SiteDelta],
+    /// Live bytes at each peak by tag or module name, when both runs have names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    names: Option<&'a [diff::NameDelta]>,
+    phases: Phases<'a>,
     gates: &'a [GateResult],
     /// The part of both read (`--range`), if only a part.
     #[serde(skip_serializing_if = "Option::is_none")]
     range: Option<String>,
+}
+
+/// The phases of both runs, paired.
+#[derive(Serialize)]
+struct Phases<'a> {
+    /// How A's phases were found (`recorded`, `annotations`, `stacks`), null when it shows none.
+    a_from: Option<crate::analysis::phases::PhasesFrom>,
+    /// How B's were.
+    b_from: Option<crate::analysis::phases::PhasesFrom>,
+    /// The phase A's peak is in.
+    a_peak_phase: Option<PhaseKind>,
+    /// The phase B's peak is in.
+    b_peak_phase: Option<PhaseKind>,
+    /// Each kind's highest (`iteration` null), then each iteration (`phase` null) and its phases.
+    rows: &'a [PhaseDelta],
 }
 
 fn side(run: &diff::RunPeak) -> Side<'_> {
@@ -142,7 +233,7 @@ pub fn run(
         Ok(peak)
     };
     let d = diff::diff(peak_of(a, side_a)?, peak_of(b, side_b)?);
-    let results: Vec<GateResult> = gates.iter().map(|g| check(g, &d)).collect();
+    let results: Vec<GateResult> = gates.iter().map(|g| check(g, &d)).collect::<Result<_>>()?;
     if json {
         let delta = Delta {
             peak_allocated_bytes: d.b.peak_allocated_bytes as i64 - d.a.peak_allocated_bytes as i64,
@@ -160,6 +251,14 @@ pub fn run(
             top_shrunk: top(&d.shrunk),
             only_in_a: top(&d.only_in_a),
             only_in_b: top(&d.only_in_b),
+            names: d.names.as_deref().map(|n| n.get(..TOP.min(n.len())).unwrap_or_default()),
+            phases: Phases {
+                a_from: d.a.phases.from,
+                b_from: d.b.phases.from,
+                a_peak_phase: d.a.peak_phase,
+                b_peak_phase: d.b.peak_phase,
+                rows: &d.phases,
+            },
             gates: &results,
             range: crate::load::cli_range().map(|r| r.to_string()),
         };
@@ -181,7 +280,7 @@ fn open_side(path: &Path, device: Option<DeviceId>) -> Result<ByRank> {
     let (numbered, notes, skipped) = crate::runs::each_rank(&[path.to_path_buf()], |file, trace, source| {
         let fits = super::check_device(file, trace, device);
         // A file's name as given, a rank of a recording as `file (rank N)`.
-        (fits, diff::run_peak(trace, source, device))
+        (fits, diff::compared_run(trace, source, device))
     })?;
     for note in crate::words::run_notes(&notes, &skipped) {
         eprintln!("warning: {note}");
@@ -230,15 +329,19 @@ fn ranks(
         );
     }
     // Each gate on every rank: its worst rank decides.
-    let results: Vec<(GateResult, u32)> = gates
-        .iter()
-        .filter_map(|g| {
-            pairs.iter().map(|(rank, d)| (check(g, d), *rank)).min_by(|x, y| {
-                let key = |r: &GateResult| (r.passed, r.actual_percent.map_or(f64::NEG_INFINITY, |p| -p));
-                key(&x.0).partial_cmp(&key(&y.0)).unwrap_or(std::cmp::Ordering::Equal)
-            })
-        })
-        .collect();
+    let mut results: Vec<(GateResult, u32)> = Vec::new();
+    for g in gates {
+        let mut checked = Vec::new();
+        for (rank, d) in &pairs {
+            let result = check(g, d).map_err(|e| anyhow::anyhow!("rank {rank}: {e}"))?;
+            checked.push((result, *rank));
+        }
+        let worst = checked.into_iter().min_by(|x, y| {
+            let key = |r: &GateResult| (r.passed, r.actual_percent.map_or(f64::NEG_INFINITY, |p| -p));
+            key(&x.0).partial_cmp(&key(&y.0)).unwrap_or(std::cmp::Ordering::Equal)
+        });
+        results.extend(worst);
+    }
     let grew = |d: &Diff| d.b.peak_allocated_bytes as i64 - d.a.peak_allocated_bytes as i64;
     let Some((worst_rank, worst)) = pairs.iter().max_by_key(|(rank, d)| (grew(d), std::cmp::Reverse(*rank))) else {
         bail!("no ranks to compare");
@@ -330,6 +433,84 @@ fn ranks(
     Ok(results.iter().all(|(r, _)| r.passed))
 }
 
+/// A site's line, and its paths under it when several reach it or its code moved.
+fn write_site(s: &SiteDelta, out: &mut dyn Write) -> Result<()> {
+    let moved = s.moved_from.as_ref().map_or_else(String::new, |m| format!("  (moved from {m})"));
+    writeln!(out, "  {:>12} -> {:>12} {:>13}  {}{moved}", bytes(s.a), bytes(s.b), signed_bytes(s.delta), s.site)?;
+    if s.paths.len() > 1 {
+        const PATHS: usize = 4;
+        for p in s.paths.iter().take(PATHS) {
+            let via = p.via.as_deref().unwrap_or_default();
+            writeln!(out, "  {:>12} -> {:>12} {:>13}    via {via}", bytes(p.a), bytes(p.b), signed_bytes(p.delta))?;
+        }
+        if s.paths.len() > PATHS {
+            writeln!(out, "  {:>41}    ... and {} more paths", "", s.paths.len() - PATHS)?;
+        }
+    }
+    Ok(())
+}
+
+/// Iterations shown one by one in the text (all of them are in the JSON).
+const ITERATIONS_SHOWN: u32 = 4;
+
+/// The phases side by side: each kind's highest, then the first iterations.
+fn write_phases(d: &Diff, out: &mut dyn Write) -> Result<()> {
+    use crate::words::{phase_row_label, phases_from};
+    if d.phases.is_empty() {
+        writeln!(out, "phase by phase: cannot be compared")?;
+        for (name, run) in [("A", &d.a), ("B", &d.b)] {
+            if run.phases.is_empty() {
+                writeln!(out, "  {name} shows no phases: {}", phases_from(None))?;
+            }
+        }
+        return Ok(());
+    }
+    writeln!(out, "phase by phase (the high point of allocated memory in each):")?;
+    for (name, run) in [("A", &d.a), ("B", &d.b)] {
+        let peak =
+            run.peak_phase.map_or_else(String::new, |p| format!("; its peak is in {}", crate::words::phase_phrase(p)));
+        writeln!(out, "  {name}'s phases: {}{peak}", phases_from(run.phases.from))?;
+    }
+    let last = d.phases.iter().filter_map(|r| r.iteration).max().unwrap_or(0);
+    writeln!(out, "  {:<30}{:>12}{:>12}{:>13}{:>10}  most changed", "", "A", "B", "B - A", "")?;
+    for r in &d.phases {
+        if r.iteration.is_some_and(|i| i > ITERATIONS_SHOWN) {
+            continue;
+        }
+        let side = |s: Option<&diff::PhaseSide>| s.map_or_else(|| "none".to_owned(), |s| bytes(s.high_bytes));
+        let indent = if r.iteration.is_some() && r.phase.is_some() { "    " } else { "  " };
+        let label = format!("{indent}{}", phase_row_label(r));
+        let (delta, pct) = match r.delta {
+            Some(delta) => (signed_bytes(delta), pct_text(r.percent)),
+            None => (String::new(), String::new()),
+        };
+        let most = r
+            .categories
+            .iter()
+            .find(|c| c.delta != 0)
+            .map_or_else(String::new, |c| format!("  {} {}", c.category, signed_bytes(c.delta)));
+        writeln!(out, "{label:<32}{:>12}{:>12}{delta:>13}{pct:>10}{most}", side(r.a.as_ref()), side(r.b.as_ref()))?;
+    }
+    if last > ITERATIONS_SHOWN {
+        writeln!(out, "  ... and {} more iterations (all of them in --json)", last - ITERATIONS_SHOWN)?;
+    }
+    // Where the phase the sentence leads with changed.
+    if let Some(p) = &d.headline.phase
+        && let Some(r) = d.phases.iter().find(|r| r.phase == Some(p.kind) && r.iteration.is_none())
+        && !r.sites.is_empty()
+    {
+        writeln!(
+            out,
+            "allocation sites that changed most at the high point of {} (A -> B):",
+            crate::words::phase_phrase(p.kind)
+        )?;
+        for s in r.sites.iter().take(5) {
+            write_site(s, out)?;
+        }
+    }
+    Ok(())
+}
+
 fn pct_text(p: Option<f64>) -> String {
     p.map_or_else(|| "new".to_owned(), |p| format!("{p:+.1}%"))
 }
@@ -388,18 +569,28 @@ fn write_text(d: &Diff, gates: &[GateResult], out: &mut dyn Write) -> Result<()>
             pct_text(c.percent)
         )?;
     }
+    write_phases(d, out)?;
     for (title, list) in
         [("that grew", &d.grown), ("that shrank", &d.shrunk), ("only in A", &d.only_in_a), ("only in B", &d.only_in_b)]
     {
         if list.is_empty() {
             continue;
         }
-        writeln!(out, "allocation sites {title} (live bytes at each peak, A -> B):")?;
+        writeln!(out, "allocation sites {title} (live bytes at each peak, A -> B, matched by whole call path):")?;
         for s in top(list) {
-            writeln!(out, "  {:>12} -> {:>12} {:>13}  {}", bytes(s.a), bytes(s.b), signed_bytes(s.delta), s.site)?;
+            write_site(s, out)?;
         }
         if list.len() > TOP {
             writeln!(out, "  ... and {} more", list.len() - TOP)?;
+        }
+    }
+    if let Some(names) = d.names.as_deref().filter(|n| !n.is_empty()) {
+        writeln!(out, "by tag or module name (live bytes at each peak, A -> B):")?;
+        for n in names.iter().take(TOP) {
+            writeln!(out, "  {:>12} -> {:>12} {:>13}  {}", bytes(n.a), bytes(n.b), signed_bytes(n.delta), n.name)?;
+        }
+        if names.len() > TOP {
+            writeln!(out, "  ... and {} more", names.len() - TOP)?;
         }
     }
     for g in gates {

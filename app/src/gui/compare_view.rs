@@ -59,8 +59,8 @@ impl Compare {
             "compare",
             repaint,
             move |_| {
-                let run_a = diff::run_peak(&trace_a, &name_a, device_a);
-                let run_b = diff::run_peak(&trace_b, &name_b, device_b);
+                let run_a = diff::compared_run(&trace_a, &name_a, device_a);
+                let run_b = diff::compared_run(&trace_b, &name_b, device_b);
                 Ok(diff::diff(run_a, run_b))
             },
             Err,

@@ -12,11 +12,13 @@ use crate::units::{bytes, count, signed_bytes};
 
 mod advice;
 mod growth;
+mod phases;
 mod postmortem;
 mod run;
 
 pub use self::advice::*;
 pub use self::growth::*;
+pub use self::phases::*;
 pub use self::postmortem::*;
 pub use self::run::*;
 
@@ -30,6 +32,9 @@ pub fn diff_summary(d: &Diff) -> String {
 }
 
 fn headline(h: &Headline) -> String {
+    if let Some(p) = &h.phase {
+        return phase_headline(p, h);
+    }
     if h.delta_bytes == 0 {
         return format!("Both peaks are {}.", bytes(h.peak_a_bytes));
     }
@@ -187,7 +192,7 @@ mod tests {
             peak_reserved_bytes: peak,
             categories_at_peak: categories.iter().copied().collect(),
             sites: sites.iter().map(|(s, b)| SiteBytes { site: (*s).to_owned(), bytes: *b, blocks: 1 }).collect(),
-            growth: None,
+            ..RunPeak::default()
         }
     }
 

@@ -1,0 +1,79 @@
+//! Phases in words: their names, where they came from, and the sentence on top of a comparison
+//! when a phase changed much more than the peak.
+
+use vramscope_trace_format::Category;
+
+use crate::analysis::diff::{Headline, PhaseChange, PhaseDelta};
+use crate::analysis::phases::{PhaseKind, PhasesFrom};
+use crate::units::{bytes, signed_bytes};
+
+/// A phase as a sentence names it: `the forward pass`, `the optimizer step`.
+pub fn phase_phrase(kind: PhaseKind) -> &'static str {
+    match kind {
+        PhaseKind::Forward => "the forward pass",
+        PhaseKind::Backward => "the backward pass",
+        PhaseKind::OptimizerStep => "the optimizer step",
+    }
+}
+
+/// A phase as a table row names it: `forward`, `optimizer step`.
+pub fn phase_label(kind: PhaseKind) -> &'static str {
+    match kind {
+        PhaseKind::Forward => "forward",
+        PhaseKind::Backward => "backward",
+        PhaseKind::OptimizerStep => "optimizer step",
+    }
+}
+
+/// A row of a phase comparison: `forward (highest)`, `iteration 2`, `iteration 2 backward`.
+pub fn phase_row_label(row: &PhaseDelta) -> String {
+    match (row.phase, row.iteration) {
+        (Some(kind), None) => format!("{} (highest)", phase_label(kind)),
+        (None, Some(i)) => format!("iteration {i}"),
+        (Some(kind), Some(i)) => format!("iteration {i} {}", phase_label(kind)),
+        (None, None) => "the run".to_owned(),
+    }
+}
+
+/// Where a run's phases came from, or that it has none.
+pub fn phases_from(from: Option<PhasesFrom>) -> &'static str {
+    match from {
+        Some(PhasesFrom::Recorded) => "recorded",
+        Some(PhasesFrom::Annotations) => "from phase-named ranges (record_function, Optimizer.step, ProfilerStep)",
+        Some(PhasesFrom::Stacks) => "from the allocations' stacks (boundaries approximate)",
+        None => {
+            "none: no recorded phases, no ranges named like a phase, and no stacks that tell forward, backward \
+             and the optimizer step apart"
+        }
+    }
+}
+
+/// The sentence on top when a phase changed much more than the peak.
+pub fn phase_headline(p: &PhaseChange, h: &Headline) -> String {
+    let direction = if p.delta < 0 { "lower" } else { "higher" };
+    let pct = p.percent.map_or_else(String::new, |x| format!(" ({x:+.0}%)"));
+    let mut text =
+        format!("B's high point in {} is {} {direction}{pct}", phase_phrase(p.kind), bytes(p.delta.unsigned_abs()));
+    if let Some((category, delta)) = p.mostly {
+        let name = Category::ALL.iter().find(|x| x.name() == category).map_or(category, |x| super::plural(*x));
+        let how = if p.nearly_all { "nearly all" } else { "mostly" };
+        text.push_str(&format!(", {how} {name} ({})", signed_bytes(delta)));
+        if let Some(site) = &p.site {
+            text.push_str(&format!(" at {site}"));
+        }
+    }
+    let peak = match h.delta_bytes {
+        0 => "the peak is unchanged".to_owned(),
+        d => {
+            let way = if d < 0 { "lower" } else { "higher" };
+            let pct = h.percent.map_or_else(String::new, |x| format!(" ({x:+.0}%)"));
+            format!("the peak is only {} {way}{pct}", bytes(d.unsigned_abs()))
+        }
+    };
+    text.push_str(&format!("; {peak}"));
+    if let Some(both) = p.both_peak_in {
+        text.push_str(&format!(" because both runs peak in {}", phase_phrase(both)));
+    }
+    text.push('.');
+    text
+}
