@@ -317,7 +317,11 @@ fn headline(a: &RunPeak, b: &RunPeak, categories: &[CategoryDelta], sites: [&Vec
     let same_way = |d: i64| (d < 0) == (delta < 0) && d != 0;
     let mostly = if delta == 0 { None } else { categories.iter().find(|c| same_way(c.delta)) };
     let site = mostly.and_then(|_| {
-        sites.iter().flat_map(|list| list.iter()).filter(|s| same_way(s.delta)).max_by_key(|s| s.delta.unsigned_abs())
+        sites
+            .iter()
+            .flat_map(|list| list.iter())
+            .filter(|s| same_way(s.delta) && s.site != sites::NO_STACK)
+            .max_by_key(|s| s.delta.unsigned_abs())
     });
     Headline {
         delta_bytes: delta,

@@ -170,7 +170,11 @@ pub fn biggest_change(a: &RunPeak, b: &RunPeak, rows: &[PhaseDelta], peak_delta:
     }
     let same_way = |d: i64| d != 0 && (d < 0) == (delta < 0);
     let mostly = r.categories.iter().find(|c| same_way(c.delta));
-    let site = r.sites.iter().filter(|s| same_way(s.delta)).max_by_key(|s| s.delta.unsigned_abs());
+    let site = r
+        .sites
+        .iter()
+        .filter(|s| same_way(s.delta) && s.site != sites::NO_STACK)
+        .max_by_key(|s| s.delta.unsigned_abs());
     let both_peak_in = a.peak_phase.filter(|p| Some(*p) == b.peak_phase && *p != kind);
     Some(PhaseChange {
         kind,

@@ -20,6 +20,9 @@ use vramscope_trace_format::{StackId, Trace};
 use crate::instant::{self, AttributedBlock};
 use crate::peak::LiveBlock;
 
+/// What a site is called when its allocations recorded no stack.
+pub const NO_STACK: &str = "(no stack recorded)";
+
 /// Live bytes of one allocation path.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct StackBytes {
@@ -37,7 +40,7 @@ pub struct StackBytes {
 impl StackBytes {
     /// The innermost site, as the app shows it.
     pub fn site(&self) -> &str {
-        self.frames.first().map_or("(no stack recorded)", String::as_str)
+        self.frames.first().map_or(NO_STACK, String::as_str)
     }
 }
 
@@ -208,7 +211,7 @@ pub fn match_sites(
     // Grouped by the innermost site users see.
     let mut sites: BTreeMap<String, SiteDelta> = BTreeMap::new();
     for (pa, pb) in pairs {
-        let shown = pb.or(pa).map_or("(no stack recorded)".to_owned(), |s| s.site().to_owned());
+        let shown = pb.or(pa).map_or(NO_STACK.to_owned(), |s| s.site().to_owned());
         let (va, vb) = (pa.map_or(0, |s| s.bytes), pb.map_or(0, |s| s.bytes));
         let moved = match (pa, pb) {
             // Paired by frames equal but for lines.

@@ -163,6 +163,9 @@ struct Json<'a> {
     b: Side<'a>,
     delta: Delta,
     summary: &'a str,
+    /// The phase the summary leads with, when a phase changed much more than the peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary_phase: Option<&'a diff::PhaseChange>,
     top_grown: &'a [SiteDelta],
     top_shrunk: &'a [SiteDelta],
     only_in_a: &'a [SiteDelta],
@@ -247,6 +250,7 @@ pub fn run(
             b: side(&d.b),
             delta,
             summary: &summary,
+            summary_phase: d.headline.phase.as_ref(),
             top_grown: top(&d.grown),
             top_shrunk: top(&d.shrunk),
             only_in_a: top(&d.only_in_a),
@@ -512,7 +516,12 @@ fn write_phases(d: &Diff, out: &mut dyn Write) -> Result<()> {
 }
 
 fn pct_text(p: Option<f64>) -> String {
-    p.map_or_else(|| "new".to_owned(), |p| format!("{p:+.1}%"))
+    match p {
+        None => "new".to_owned(),
+        // From almost nothing: a percentage that says nothing, and does not fit the column.
+        Some(p) if p.abs() >= 100_000.0 => if p > 0.0 { ">+99999%" } else { "<-99999%" }.to_owned(),
+        Some(p) => format!("{p:+.1}%"),
+    }
 }
 
 fn write_text(d: &Diff, gates: &[GateResult], out: &mut dyn Write) -> Result<()> {
@@ -554,7 +563,7 @@ fn write_text(d: &Diff, gates: &[GateResult], out: &mut dyn Write) -> Result<()>
             bytes(a),
             bytes(b),
             signed_bytes(delta),
-            pct_text(percent(a, b))
+            if a == 0 && b == 0 { String::new() } else { pct_text(percent(a, b)) }
         )?;
     }
     writeln!(out, "at the peak, by category:")?;

@@ -587,6 +587,13 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
             bytes(d.private_pool_reserved_bytes)
         )?;
     }
+    if let Some(line) = crate::words::phases_line(&d.phases) {
+        for (j, part) in wrap(&line, 86).iter().enumerate() {
+            let head = if j == 0 { "phases" } else { "" };
+            let indent = if j == 0 { "" } else { "  " };
+            writeln!(out, "  {head:<15} {indent}{part}")?;
+        }
+    }
     if let Some(growth) = &d.growth {
         for (i, line) in crate::words::growth_lines(growth, &d.label).iter().enumerate() {
             for (j, part) in wrap(line, 86).iter().enumerate() {

@@ -1,5 +1,6 @@
 //! Two runs side by side: timelines one above the other on one time axis and one byte scale,
-//! aligned where the user chooses, the deltas at each run's peak, and one sentence on top.
+//! aligned where the user chooses, the high point of each phase of both (a click lines the runs
+//! up at that phase and shows it), the deltas at each run's peak, and one sentence on top.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use super::jobs::Job;
 use super::palette;
 use super::timeline_view::{self, TimelineAction, TimelineState};
 use super::views::Body;
-use crate::analysis::diff::{self, Diff, SiteDelta};
+use crate::analysis::diff::{self, Diff, PhaseDelta, SiteDelta};
 use crate::units;
 
 /// Where the two timelines are lined up.
@@ -26,6 +27,8 @@ pub enum Align {
     Peak,
     /// The first annotation of this name in each run.
     Annotation(String),
+    /// The start of a phase of both runs (a row of the comparison's phases, by its index).
+    Phase(usize),
 }
 
 /// The second run and what comparing it takes.
@@ -45,6 +48,8 @@ pub struct Compare {
     b_state: TimelineState,
     /// Annotation names both runs have (for the alignment menu), found once.
     common_annotations: Vec<String>,
+    /// The sites panel groups by tag or module name instead of by site.
+    pub by_name: bool,
 }
 
 impl Compare {
@@ -75,6 +80,7 @@ impl Compare {
             pending: Some(job),
             failed: None,
             b_state: TimelineState::default(),
+            by_name: false,
         }
     }
 
@@ -115,7 +121,16 @@ fn anchor_ns(doc: &Document, device: &DeviceData, align: &Align) -> f64 {
         Align::Peak => device.timeline.time_ns(device.peak_point) as f64,
         Align::FirstIteration => first(&|a| a.kind == AnnotationKind::Iteration).unwrap_or(start),
         Align::Annotation(name) => first(&|a| doc.trace.interner.resolve(a.name) == name).unwrap_or(start),
+        // Worked out from the comparison's rows (see `phase_row`).
+        Align::Phase(_) => start,
     }
+}
+
+/// The row `align` names, when it names a phase both runs have.
+fn phase_row<'a>(align: &Align, d: Option<&'a Diff>) -> Option<(&'a diff::PhaseSide, &'a diff::PhaseSide)> {
+    let Align::Phase(k) = align else { return None };
+    let row = d?.phases.get(*k)?;
+    Some((row.a.as_ref()?, row.b.as_ref()?))
 }
 
 /// Names of annotations both runs have, for the alignment menu.
@@ -191,12 +206,21 @@ pub fn compare_ui(
         state.view_ns = None;
     }
     // B's times are A's shifted so that the two anchors meet; one byte scale for both.
-    let shift = anchor_ns(&compare.doc, db, &compare.align) - anchor_ns(a, da, &compare.align);
+    let shift = match phase_row(&compare.align, compare.diff.as_deref()) {
+        Some((sa, sb)) => (sb.start_ns - sa.start_ns) as f64,
+        None => anchor_ns(&compare.doc, db, &compare.align) - anchor_ns(a, da, &compare.align),
+    };
     let y_top = timeline_view::y_extent_bytes(da).max(timeline_view::y_extent_bytes(db)) * 1.08;
     if state.view_ns.is_none() {
         let (a0, a1) = timeline_view::full_span(da);
         let (b0, b1) = timeline_view::full_span(db);
         state.view_ns = Some((a0.min(b0 - shift), a1.max(b1 - shift)));
+        // Lined up at a phase: both runs' phase in view, a little either side.
+        if let Some((sa, sb)) = phase_row(&compare.align, compare.diff.as_deref()) {
+            let (start, end) = (sa.start_ns as f64, (sa.end_ns as f64).max(sb.end_ns as f64 - shift));
+            let pad = ((end - start) * 0.08).max(1.0);
+            state.view_ns = Some((start - pad, end + pad));
+        }
     }
     state.y_top_bytes = Some(y_top);
     let height = (ui.available_height() * 0.30).max(150.0);
@@ -220,10 +244,15 @@ pub fn compare_ui(
     }
     ui.separator();
     if let Some(d) = compare.diff.clone() {
+        if let Some(chosen) = phases_ui(ui, &d, &compare.align) {
+            compare.align = chosen;
+            state.view_ns = None;
+        }
+        ui.separator();
         ui.columns(2, |columns| {
             let [left, right] = columns else { return };
             delta_table_ui(left, &d);
-            sites_ui(right, &d);
+            sites_ui(right, &d, &mut compare.by_name);
         });
     }
     action.map(|TimelineAction::Select(point)| CompareAction::SelectA(point))
@@ -271,8 +300,124 @@ fn delta_table_ui(ui: &mut egui::Ui, d: &Diff) {
     });
 }
 
-fn sites_ui(ui: &mut egui::Ui, d: &Diff) {
-    ui.heading("By allocation site, at each peak");
+/// Iteration rows shown before the rest are folded under "more iterations".
+const ITERATION_ROWS: u32 = 3;
+
+/// The phases of both runs side by side: each kind's highest, then each iteration and its
+/// phases. A click on a row lines the runs up at that phase (returned).
+fn phases_ui(ui: &mut egui::Ui, d: &Diff, align: &Align) -> Option<Align> {
+    let mut chosen = None;
+    ui.horizontal(|ui| {
+        ui.heading("Phase by phase");
+        ui.label(
+            RichText::new("the high point of allocated memory in each; click a row to line both runs up there").weak(),
+        );
+    });
+    if d.phases.is_empty() {
+        for (name, run) in [("A", &d.a), ("B", &d.b)] {
+            if run.phases.is_empty() {
+                ui.label(format!("{name} shows no phases: {}.", crate::words::phases_from(None)));
+            }
+        }
+        ui.label("Line the runs up at their start, first iteration, peak or a shared annotation instead (above).");
+        return None;
+    }
+    let from = |run: &diff::RunPeak| crate::words::phases_from(run.phases.from);
+    ui.label(RichText::new(format!("A: {}. B: {}.", from(&d.a), from(&d.b))).weak());
+    let more = d.phases.iter().filter_map(|r| r.iteration).max().unwrap_or(0) > ITERATION_ROWS;
+    egui::ScrollArea::vertical().id_salt("compare-phases").max_height(190.0).show(ui, |ui| {
+        egui::Grid::new("compare-phase-grid").num_columns(6).striped(true).spacing([14.0, 3.0]).show(ui, |ui| {
+            for title in ["phase", "A", "B", "B - A", "%", "most changed"] {
+                ui.strong(title);
+            }
+            ui.end_row();
+            for (k, r) in d.phases.iter().enumerate() {
+                if r.iteration.is_some_and(|i| i > ITERATION_ROWS) {
+                    continue;
+                }
+                if phase_row_ui(ui, k, r, align) {
+                    chosen = Some(Align::Phase(k));
+                }
+            }
+        });
+        if more {
+            ui.collapsing("more iterations", |ui| {
+                egui::Grid::new("compare-phase-more").num_columns(6).striped(true).spacing([14.0, 3.0]).show(
+                    ui,
+                    |ui| {
+                        let later = d
+                            .phases
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, r)| r.iteration.is_some_and(|i| i > ITERATION_ROWS));
+                        for (k, r) in later {
+                            if phase_row_ui(ui, k, r, align) {
+                                chosen = Some(Align::Phase(k));
+                            }
+                        }
+                    },
+                );
+            });
+        }
+    });
+    chosen
+}
+
+/// One row of the phases; whether it was clicked.
+fn phase_row_ui(ui: &mut egui::Ui, k: usize, r: &PhaseDelta, align: &Align) -> bool {
+    let indent = if r.iteration.is_some() && r.phase.is_some() { "    " } else { "" };
+    let label = format!("{indent}{}", crate::words::phase_row_label(r));
+    let both = r.a.is_some() && r.b.is_some();
+    let response = ui
+        .add_enabled(both, egui::Button::selectable(*align == Align::Phase(k), label))
+        .on_hover_text("Line both runs up at the start of this phase and show it")
+        .on_disabled_hover_text("Only one run has this phase");
+    let side = |s: Option<&diff::PhaseSide>| s.map_or_else(|| "none".to_owned(), |s| units::bytes(s.high_bytes));
+    ui.monospace(side(r.a.as_ref()));
+    ui.monospace(side(r.b.as_ref()));
+    match r.delta {
+        Some(delta) => {
+            ui.colored_label(delta_color(ui, delta), RichText::new(units::signed_bytes(delta)).monospace());
+            ui.colored_label(delta_color(ui, delta), pct(r.percent));
+        }
+        None => {
+            ui.label("");
+            ui.label("");
+        }
+    }
+    match r.categories.iter().find(|c| c.delta != 0) {
+        Some(c) => {
+            let category = Category::ALL.iter().copied().find(|x| x.name() == c.category);
+            ui.horizontal(|ui| {
+                if let Some(category) = category {
+                    timeline_view::swatch(ui, palette::category_color(category));
+                }
+                let name = category.map_or(c.category, palette::category_label);
+                ui.label(format!("{name} {}", units::signed_bytes(c.delta)));
+            });
+        }
+        None => {
+            ui.label("");
+        }
+    }
+    ui.end_row();
+    response.clicked()
+}
+
+fn sites_ui(ui: &mut egui::Ui, d: &Diff, by_name: &mut bool) {
+    ui.horizontal(|ui| {
+        ui.heading(if *by_name { "By tag or module, at each peak" } else { "By allocation site, at each peak" });
+        if d.names.is_some() {
+            ui.selectable_value(by_name, false, "site")
+                .on_hover_text("Allocations matched by their whole call path, grouped by the line that allocated");
+            ui.selectable_value(by_name, true, "name")
+                .on_hover_text("Grouped by tag (a parameter's name) or the module whose forward allocated");
+        }
+    });
+    if *by_name && let Some(names) = &d.names {
+        names_ui(ui, names);
+        return;
+    }
     egui::ScrollArea::vertical().id_salt("compare-sites").show(ui, |ui| {
         egui::Grid::new("compare-site-grid").num_columns(5).striped(true).spacing([12.0, 3.0]).show(ui, |ui| {
             for title in ["A", "B", "B - A", "%", "site"] {
@@ -295,14 +440,62 @@ fn sites_ui(ui: &mut egui::Ui, d: &Diff) {
     });
 }
 
+fn names_ui(ui: &mut egui::Ui, names: &[diff::NameDelta]) {
+    egui::ScrollArea::vertical().id_salt("compare-names").show(ui, |ui| {
+        egui::Grid::new("compare-name-grid").num_columns(5).striped(true).spacing([12.0, 3.0]).show(ui, |ui| {
+            for title in ["A", "B", "B - A", "%", "name"] {
+                ui.strong(title);
+            }
+            ui.end_row();
+            for n in names.iter().take(40) {
+                let color = delta_color(ui, n.delta);
+                ui.monospace(units::bytes(n.a));
+                ui.monospace(units::bytes(n.b));
+                ui.colored_label(color, RichText::new(units::signed_bytes(n.delta)).monospace());
+                ui.colored_label(color, pct(diff::percent(n.a, n.b)));
+                ui.add(egui::Label::new(&n.name).truncate()).on_hover_text(&n.name);
+                ui.end_row();
+            }
+        });
+    });
+}
+
 fn site_row(ui: &mut egui::Ui, s: &SiteDelta) {
     let color = delta_color(ui, s.delta);
     ui.monospace(units::bytes(s.a));
     ui.monospace(units::bytes(s.b));
     ui.colored_label(color, RichText::new(units::signed_bytes(s.delta)).monospace());
     ui.colored_label(color, pct(diff::percent(s.a, s.b)));
-    ui.add(egui::Label::new(&s.site).truncate()).on_hover_text(&s.site);
+    let mut label = s.site.clone();
+    if s.paths.len() > 1 {
+        label.push_str(&format!("  ({} paths)", s.paths.len()));
+    }
+    if s.moved_from.is_some() {
+        label.push_str("  (moved)");
+    }
+    ui.add(egui::Label::new(label).truncate()).on_hover_ui(|ui| site_paths_ui(ui, s));
     ui.end_row();
+}
+
+/// A site's paths, for its tooltip: each call path's bytes and the caller that tells it apart.
+fn site_paths_ui(ui: &mut egui::Ui, s: &SiteDelta) {
+    ui.strong(&s.site);
+    if let Some(m) = &s.moved_from {
+        ui.label(format!("moved from {m}"));
+    }
+    for p in s.paths.iter().take(8) {
+        ui.separator();
+        ui.label(format!("{} -> {} ({})", units::bytes(p.a), units::bytes(p.b), units::signed_bytes(p.delta)));
+        if let Some(via) = &p.via {
+            ui.label(format!("via {via}"));
+        }
+        for frame in p.stack.iter().skip(1).take(6) {
+            ui.label(RichText::new(frame).monospace().weak());
+        }
+    }
+    if s.paths.len() > 8 {
+        ui.label(format!("… and {} more paths", s.paths.len() - 8));
+    }
 }
 
 /// The compare view, when a second run is open.

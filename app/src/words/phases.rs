@@ -4,7 +4,7 @@
 use vramscope_trace_format::Category;
 
 use crate::analysis::diff::{Headline, PhaseChange, PhaseDelta};
-use crate::analysis::phases::{PhaseKind, PhasesFrom};
+use crate::analysis::phases::{PhaseKind, Phases, PhasesFrom};
 use crate::units::{bytes, signed_bytes};
 
 /// A phase as a sentence names it: `the forward pass`, `the optimizer step`.
@@ -76,4 +76,21 @@ pub fn phase_headline(p: &PhaseChange, h: &Headline) -> String {
     }
     text.push('.');
     text
+}
+
+/// One line on a device's phases for `info`: each kind's high point and where they came from.
+pub fn phases_line(phases: &Phases) -> Option<String> {
+    let from = phases.from?;
+    let highs: Vec<String> = PhaseKind::ALL
+        .into_iter()
+        .filter_map(|kind| phases.highest(kind).map(|h| format!("{} {}", phase_label(kind), bytes(h.high_bytes))))
+        .collect();
+    let iterations = phases.iterations.len();
+    let over = if iterations > 1 { format!(" (the highest of {iterations} iterations)") } else { String::new() };
+    let source = match from {
+        PhasesFrom::Recorded => "recorded",
+        PhasesFrom::Annotations => "from phase-named ranges",
+        PhasesFrom::Stacks => "from the allocations' stacks",
+    };
+    Some(format!("high points {}{over}; {source}", highs.join(", ")))
 }
