@@ -84,10 +84,21 @@ pub fn live_at_each(
     trace: &Trace,
     device: DeviceId,
     targets: &[Option<usize>],
-    mut visit: impl FnMut(usize, Vec<LiveBlock>),
+    visit: impl FnMut(usize, Vec<LiveBlock>),
 ) {
     let events = replay::device_events(trace, device);
     let initial = replay::initial_state(trace, device, &events);
+    live_at_each_from(trace, &events, &initial, targets, visit);
+}
+
+/// [`live_at_each`] of a device whose events and initial state the caller has worked out.
+pub fn live_at_each_from(
+    trace: &Trace,
+    events: &[u32],
+    initial: &replay::Initial,
+    targets: &[Option<usize>],
+    mut visit: impl FnMut(usize, Vec<LiveBlock>),
+) {
     let mut live: HashMap<u64, LiveBlock> = HashMap::default();
     let mut unaddressed = Vec::new();
     for block in &initial.blocks {

@@ -266,8 +266,9 @@ pub fn phases(trace: &Trace, device: DeviceId) -> Phases {
     let mut all: Vec<Window> = phase_windows;
     let phase_count = all.len();
     all.extend(iteration_windows);
-    let mut highs = high_points(trace, device, &events, &all);
-    with_categories(trace, device, &mut highs, phase_count);
+    let initial = replay::initial_state(trace, device, &events);
+    let mut highs = high_points(trace, device, &events, &initial, &all);
+    with_categories(trace, device, &events, &initial, &mut highs, phase_count);
     let iterations = highs.split_off(phase_count);
     Phases { from: Some(from), phases: highs, iterations }
 }
@@ -523,15 +524,20 @@ fn iterations_of(phases: &[Window], events: &[u32], trace: &Trace, spans: &[(i64
 }
 
 /// The high point of each window, in one replay.
-fn high_points(trace: &Trace, device: DeviceId, events: &[u32], windows: &[Window]) -> Vec<PhaseHigh> {
+fn high_points(
+    trace: &Trace,
+    device: DeviceId,
+    events: &[u32],
+    initial: &replay::Initial,
+    windows: &[Window],
+) -> Vec<PhaseHigh> {
     let mut order: Vec<usize> = (0..windows.len()).collect();
     order.sort_by_key(|&k| windows.get(k).map_or(0, |w| w.first));
     let mut highs: Vec<Option<(u64, i64, Option<usize>)>> = vec![None; windows.len()];
     let mut next_open = 0usize;
     let mut open: Vec<usize> = Vec::new();
     let mut previous: Option<(u64, i64, Option<usize>)> = None;
-    let initial = replay::initial_state(trace, device, events);
-    replay::replay_from(trace, device, events, &initial, |event, point| {
+    replay::replay_from(trace, device, events, initial, |event, point| {
         let now = (point.allocated_bytes, point.time_ns, event);
         if let Some(i) = event {
             // Windows opening at this event start from the state before it.
@@ -584,7 +590,14 @@ fn high_points(trace: &Trace, device: DeviceId, events: &[u32], windows: &[Windo
 
 /// Bytes by category at each high point, in one pass over the events: all of them up to
 /// [`MAX_WITH_CATEGORIES`], past that each kind's highest and the highest iteration.
-fn with_categories(trace: &Trace, device: DeviceId, highs: &mut [PhaseHigh], phase_count: usize) {
+fn with_categories(
+    trace: &Trace,
+    device: DeviceId,
+    events: &[u32],
+    initial: &replay::Initial,
+    highs: &mut [PhaseHigh],
+    phase_count: usize,
+) {
     let mut wanted: Vec<usize> = if highs.len() <= MAX_WITH_CATEGORIES {
         (0..highs.len()).collect()
     } else {
@@ -609,8 +622,8 @@ fn with_categories(trace: &Trace, device: DeviceId, highs: &mut [PhaseHigh], pha
     let targets: Vec<(usize, Option<usize>, i64)> =
         wanted.iter().filter_map(|&k| highs.get(k).map(|h| (k, h.high_event, h.high_time_ns))).collect();
     let mut attributor = Attributor::new(trace, device);
-    let events: Vec<Option<usize>> = targets.iter().map(|t| t.1).collect();
-    crate::peak::live_at_each(trace, device, &events, |n, blocks| {
+    let at: Vec<Option<usize>> = targets.iter().map(|t| t.1).collect();
+    crate::peak::live_at_each_from(trace, events, initial, &at, |n, blocks| {
         let Some(&(k, _, time_ns)) = targets.get(n) else { return };
         let mut totals: BTreeMap<&'static str, u64> = BTreeMap::new();
         for b in &blocks {

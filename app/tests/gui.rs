@@ -333,6 +333,49 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
 }
 
 #[test]
+fn the_phases_of_two_runs_are_side_by_side_and_a_click_lines_them_up_there() {
+    // The forward pass alone against the full step of the same model.
+    let (a, b) = (fixture("gpt_ctx128_forward_fp32.pickle"), fixture("gpt_ctx128_fullstep_fp32.pickle"));
+    let mut harness = harness_picking(vec![a.clone(), b.clone()]);
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    harness.key_press_modifiers(egui::Modifiers::COMMAND | egui::Modifiers::SHIFT, egui::Key::O);
+    harness.run_steps(2);
+    settle(&mut harness);
+    let diff = harness.state().session.compare.as_ref().and_then(|c| c.diff.clone()).expect("compared");
+    // The forward pass's high point of each, as the reference computes it.
+    let forward_high = |file: &Path| {
+        let phases = python_reference(file)["phases"].as_array().cloned().unwrap_or_default();
+        phases
+            .iter()
+            .filter(|p| p["phase"] == "forward")
+            .filter_map(|p| p["high_bytes"].as_u64())
+            .max()
+            .expect("forward")
+    };
+    let (fa, fb) = (forward_high(&a), forward_high(&b));
+    let row = diff.phases.iter().position(|r| r.iteration.is_none() && r.phase.is_some_and(|k| k.name() == "forward"));
+    let row = row.expect("a forward row");
+    assert_eq!(diff.phases[row].a.as_ref().map(|s| s.high_bytes), Some(fa));
+    assert_eq!(diff.phases[row].b.as_ref().map(|s| s.high_bytes), Some(fb));
+    harness.get_by_label("Phase by phase");
+    assert!(harness.query_all_by_label(&units::bytes(fa)).count() > 0);
+    assert!(harness.query_all_by_label(&units::bytes(fb)).count() > 0);
+    // Only B has an optimizer step: its row cannot line them up.
+    harness.get_by_label("optimizer step (highest)");
+    // A click on the forward row lines both runs up at its start and shows it.
+    harness.get_by_label("forward (highest)").click();
+    harness.run_steps(3);
+    let compare = harness.state().session.compare.as_ref().expect("compare");
+    assert_eq!(compare.align, vramscope::gui::compare_view::Align::Phase(row));
+    let (start, end) = harness.state().views.compare_timeline.view_ns.expect("a view");
+    let side = diff.phases[row].a.as_ref().expect("A's forward");
+    assert!(start <= side.start_ns as f64 && side.end_ns as f64 <= end, "{start}..{end}");
+    assert!(end - start < 1.5 * (side.end_ns - side.start_ns).max(1) as f64 + 1.0, "{start}..{end}");
+}
+
+#[test]
 fn the_built_in_sample_opens_from_the_file_menu_with_its_tags() {
     let mut harness = open_sample();
     let app = harness.state();

@@ -88,7 +88,8 @@ pub struct VramscopeApp {
     pub settings: Settings,
     /// The open trace, what is selected in it, and the jobs working on it.
     pub session: Session,
-    views: ViewStates,
+    /// What each view keeps between frames (its zoom, its scroll, its choices).
+    pub views: ViewStates,
     show_help: bool,
     path_input: String,
     picker: Box<dyn FilePicker>,
