@@ -30,3 +30,17 @@ xvfb-run -a -s "-screen 0 1920x1200x24" "$CARGO_TARGET_DIR/release/vramscope" co
 echo docs/screenshots/compare.png
 "$CARGO_TARGET_DIR/release/vramscope" report "${pair[@]}" -o docs/screenshots/report-compare.png --force
 "$CARGO_TARGET_DIR/release/vramscope" report "$file" -o docs/screenshots/report.png --force
+# Phase by phase: a real PyTorch run on the CPU at context 16 and 40, recorded (both peak in the
+# optimizer step; the forward and backward passes grew). Needs PyTorch: scripts/install-torch.sh.
+python="${VRAMSCOPE_TORCH_PYTHON:-$(scripts/install-torch.sh | tail -n1)}"
+runs="$(mktemp -d)"
+trap 'rm -rf "$runs"' EXIT
+for len in 16 40; do
+    VRAMSCOPE_TORCH_PYTHON="$python" "$CARGO_TARGET_DIR/release/vramscope" record --force -o "$runs/context$len.vtrace" \
+        -- "$python" tests/workloads/phases.py --seq-len "$len" --no-profile
+done
+xvfb-run -a -s "-screen 0 1920x1200x24" "$CARGO_TARGET_DIR/release/vramscope" compare "$runs/context16.vtrace" \
+    "$runs/context40.vtrace" --size 1400x1000 --screenshot docs/screenshots/compare-phases.png
+echo docs/screenshots/compare-phases.png
+"$CARGO_TARGET_DIR/release/vramscope" report "$runs/context16.vtrace" "$runs/context40.vtrace" \
+    -o docs/screenshots/report-phases.png --force

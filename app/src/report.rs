@@ -275,9 +275,11 @@ fn draw_compare<DB: DrawingBackend>(
     d: &Diff,
 ) -> Result<()> {
     root.fill(&WHITE).map_err(err)?;
-    let (header, rest) = root.split_vertically(90);
+    let (header, rest) = root.split_vertically(110);
     text(&header, &format!("vramscope — A: {}   B: {}", a.name, b.name), 14, 10, 24, &BLACK)?;
-    text(&header, &crate::words::diff_summary(d), 14, 50, 20, &RGBColor(30, 30, 30))?;
+    for (i, line) in wrap_words(&crate::words::diff_summary(d), 140).iter().take(2).enumerate() {
+        text(&header, line, 14, 46 + i as i32 * 28, 20, &RGBColor(30, 30, 30))?;
+    }
     // Same time axis from each run's start, same byte scale.
     let x_max = x_extent(a).max(x_extent(b));
     let y_max = y_extent(a).max(y_extent(b));
@@ -285,6 +287,8 @@ fn draw_compare<DB: DrawingBackend>(
     let (chart_b, bottom) = rest.split_vertically(360);
     timeline_chart(&chart_a, a, &format!("A: {}", a.name), x_max, y_max)?;
     timeline_chart(&chart_b, b, &format!("B: {}", b.name), x_max, y_max)?;
+    let (phases, bottom) = bottom.split_vertically(PHASES_HEIGHT);
+    draw_phases(&phases, d)?;
     let (left, right) = bottom.split_horizontally(WIDTH / 2);
     text(&left, "At each peak, by category", 10, 5, 20, &BLACK)?;
     let header_y = 36;
@@ -316,7 +320,7 @@ fn draw_compare<DB: DrawingBackend>(
         text(&left, &units::bytes(va), 180, y, 15, &BLACK)?;
         text(&left, &units::bytes(vb), 300, y, 15, &BLACK)?;
         text(&left, &units::signed_bytes(delta), 420, y, 15, &color)?;
-        let pct = diff::percent(va, vb).map_or_else(|| "new".to_owned(), |p| format!("{p:+.1}%"));
+        let pct = if va == 0 && vb == 0 { String::new() } else { units::percent(diff::percent(va, vb)) };
         text(&left, &pct, 560, y, 15, &color)?;
     }
     let mut lines = Vec::new();
@@ -330,6 +334,80 @@ fn draw_compare<DB: DrawingBackend>(
     site_lines(&right, "Allocation sites that changed (live bytes at each peak)", &lines)
 }
 
+/// The height of the phases' table in a report of two runs.
+const PHASES_HEIGHT: u32 = 250;
+
+/// Each phase's high point in both runs (each kind's highest, then the first iterations), or
+/// why they cannot be compared.
+fn draw_phases<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, d: &Diff) -> Result<()> {
+    text(area, "Phase by phase: the high point of allocated memory in each", 10, 5, 20, &BLACK)?;
+    let grey = RGBColor(90, 90, 90);
+    if d.phases.is_empty() {
+        let mut y = 40;
+        for (name, run) in [("A", &d.a), ("B", &d.b)] {
+            if run.phases.is_empty() {
+                let line = format!("{name} shows no phases: {}.", crate::words::phases_from(None));
+                for part in wrap_words(&line, 150) {
+                    text(area, &part, 10, y, 15, &grey)?;
+                    y += 22;
+                }
+            }
+        }
+        return Ok(());
+    }
+    let from = |run: &RunPeak| crate::words::phases_from(run.phases.from);
+    text(area, &clip(&format!("A: {}.  B: {}.", from(&d.a), from(&d.b)), 190), 10, 32, 14, &grey)?;
+    let header_y = 56;
+    for (x, label) in [(10, "phase"), (300, "A"), (420, "B"), (540, "B - A"), (680, "%"), (790, "most changed")] {
+        text(area, label, x, header_y, 15, &grey)?;
+    }
+    // Each kind's highest, then whole iterations and their phases while they fit.
+    let rows = d.phases.iter().filter(|r| r.iteration.is_none() || r.iteration == Some(1)).take(7);
+    for (i, r) in rows.enumerate() {
+        let y = header_y + 24 + i as i32 * 22;
+        let side = |s: Option<&diff::PhaseSide>| s.map_or_else(|| "none".to_owned(), |s| units::bytes(s.high_bytes));
+        let indent = if r.iteration.is_some() && r.phase.is_some() { 24 } else { 10 };
+        text(area, &crate::words::phase_row_label(r), indent, y, 15, &BLACK)?;
+        text(area, &side(r.a.as_ref()), 300, y, 15, &BLACK)?;
+        text(area, &side(r.b.as_ref()), 420, y, 15, &BLACK)?;
+        if let Some(delta) = r.delta {
+            let color = match delta {
+                d if d > 0 => RGBColor(0xc0, 0x30, 0x20),
+                d if d < 0 => RGBColor(0x20, 0x80, 0x30),
+                _ => RGBColor(110, 110, 110),
+            };
+            text(area, &units::signed_bytes(delta), 540, y, 15, &color)?;
+            let pct = units::percent(r.percent);
+            text(area, &pct, 680, y, 15, &color)?;
+        }
+        if let Some(c) = r.categories.iter().find(|c| c.delta != 0) {
+            let category = Category::ALL.iter().copied().find(|x| x.name() == c.category);
+            if let Some(category) = category {
+                area.draw(&Rectangle::new([(790, y + 2), (802, y + 14)], rgb(colors::category_rgb(category)).filled()))
+                    .map_err(err)?;
+            }
+            let name = category.map_or(c.category, colors::category_label);
+            text(area, &format!("{name} {}", units::signed_bytes(c.delta)), 808, y, 15, &BLACK)?;
+        }
+    }
+    Ok(())
+}
+
+/// `text` in lines of at most `width` characters, broken between words.
+fn wrap_words(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_owned()),
+        }
+    }
+    lines
+}
+
 /// Writes the report of one run, or of two compared, to `out` (`.png` or `.svg`).
 pub fn write(runs: &[ReportRun], out: &Path, force: bool) -> Result<()> {
     register_fonts();
@@ -341,7 +419,7 @@ pub fn write(runs: &[ReportRun], out: &Path, force: bool) -> Result<()> {
     if out.exists() && !force {
         bail!("{} exists; pass --force to replace it", out.display());
     }
-    let height = if runs.len() > 1 { 1140 } else { 900 };
+    let height = if runs.len() > 1 { 1160 + PHASES_HEIGHT } else { 900 };
     let compared = match runs {
         [a, b] => Some(diff::diff(a.peak.clone(), b.peak.clone())),
         [_] => None,

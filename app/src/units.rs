@@ -47,6 +47,17 @@ pub fn count(value: usize) -> String {
     out
 }
 
+/// A change in percent (`+23.2%`), `new` for growth from nothing; past ±99,999% (growth from
+/// almost nothing, where the percentage says nothing) it is capped.
+pub fn percent(p: Option<f64>) -> String {
+    match p {
+        None => "new".to_owned(),
+        Some(p) if p >= 100_000.0 => ">+99999%".to_owned(),
+        Some(p) if p <= -100_000.0 => "<-99999%".to_owned(),
+        Some(p) => format!("{p:+.1}%"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +75,8 @@ mod tests {
         assert_eq!(count(1_000_000), "1,000,000");
         assert_eq!(duration_ns(1_500_000_000), "1.500 s");
         assert_eq!(duration_ns(2_500_000), "2.500 ms");
+        assert_eq!(percent(Some(23.24)), "+23.2%");
+        assert_eq!(percent(Some(1_887_718_800.0)), ">+99999%");
+        assert_eq!(percent(None), "new");
     }
 }

@@ -455,9 +455,10 @@ def parameters_by_size(trace, segments, open_at_end):
 
 
 # ---------------------------------------------------------------------------
-# Phases of a training step (docs/DESIGN.md, "Phases"): forward, backward and the optimizer
-# step, told by ranges named like them or else by each allocation's frames, and the high
-# point of allocated memory in each.
+# Phases of a training step (the rules analysis/src/phases.rs states in its documentation,
+# written again here from the words, not the code): forward, backward and the optimizer step,
+# told by ranges named like them or else by each allocation's frames, and the high point of
+# allocated memory in each.
 # ---------------------------------------------------------------------------
 
 

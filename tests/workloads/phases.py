@@ -3,6 +3,10 @@ PyTorch's profiler (`profile_memory=True`) as a Chrome trace: the pair of runs a
 lengths is what `vramscope diff` compares phase by phase (tests/tests/phases.rs).
 
     python phases.py --seq-len 16 --out a.json
+    vramscope record -o a.vtrace -- python phases.py --seq-len 16 --no-profile
+
+Without the profiler (`--no-profile`) it is the same loop for `vramscope record`, whose PyTorch
+shim records the phases and names every tensor.
 
 The embedding and output layers are large and the activations small, so the optimizer step is
 where memory peaks at both lengths while the forward and backward passes grow with the context.
@@ -48,7 +52,8 @@ class Model(nn.Module):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, required=True)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", help="the Chrome trace to write")
+    parser.add_argument("--no-profile", action="store_true", help="run without the profiler")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=2)
     args = parser.parse_args()
@@ -57,16 +62,26 @@ def main():
     model = Model(vocab, d_model, 4, 2, args.seq_len)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, vocab, (args.batch_size, args.seq_len + 1))
+
+    def step():
+        logits = model(tokens[:, :-1])
+        loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        # Nothing of the step's activations is kept into the optimizer step.
+        del logits, loss
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    if args.no_profile:
+        for _ in range(args.steps):
+            step()
+        return
+    if not args.out:
+        parser.error("--out is needed with the profiler")
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
         for _ in range(args.steps):
-            logits = model(tokens[:, :-1])
-            loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
-            loss.backward()
-            # Nothing of the step's activations is kept into the optimizer step.
-            del logits, loss
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            step()
             prof.step()
     prof.export_chrome_trace(args.out)
 

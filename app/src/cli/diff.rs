@@ -516,12 +516,7 @@ fn write_phases(d: &Diff, out: &mut dyn Write) -> Result<()> {
 }
 
 fn pct_text(p: Option<f64>) -> String {
-    match p {
-        None => "new".to_owned(),
-        // From almost nothing: a percentage that says nothing, and does not fit the column.
-        Some(p) if p.abs() >= 100_000.0 => if p > 0.0 { ">+99999%" } else { "<-99999%" }.to_owned(),
-        Some(p) => format!("{p:+.1}%"),
-    }
+    crate::units::percent(p)
 }
 
 fn write_text(d: &Diff, gates: &[GateResult], out: &mut dyn Write) -> Result<()> {

@@ -223,7 +223,7 @@ pub fn compare_ui(
         }
     }
     state.y_top_bytes = Some(y_top);
-    let height = (ui.available_height() * 0.30).max(150.0);
+    let height = (ui.available_height() * 0.27).max(140.0);
     let width = ui.available_width();
     ui.strong(format!("A: {}", a.file_name()));
     let action = ui
@@ -244,22 +244,25 @@ pub fn compare_ui(
     }
     ui.separator();
     if let Some(d) = compare.diff.clone() {
-        if let Some(chosen) = phases_ui(ui, &d, &compare.align) {
-            compare.align = chosen;
-            state.view_ns = None;
-        }
-        ui.separator();
-        ui.columns(2, |columns| {
-            let [left, right] = columns else { return };
-            delta_table_ui(left, &d);
-            sites_ui(right, &d, &mut compare.by_name);
+        // The phases and the tables below the timelines scroll together.
+        egui::ScrollArea::vertical().id_salt("compare-below").auto_shrink([false, false]).show(ui, |ui| {
+            if let Some(chosen) = phases_ui(ui, &d, &compare.align) {
+                compare.align = chosen;
+                state.view_ns = None;
+            }
+            ui.separator();
+            ui.columns(2, |columns| {
+                let [left, right] = columns else { return };
+                delta_table_ui(left, &d);
+                sites_ui(right, &d, &mut compare.by_name);
+            });
         });
     }
     action.map(|TimelineAction::Select(point)| CompareAction::SelectA(point))
 }
 
 fn pct(p: Option<f64>) -> String {
-    p.map_or_else(|| "new".to_owned(), |p| format!("{p:+.1}%"))
+    units::percent(p)
 }
 
 fn delta_color(ui: &egui::Ui, delta: i64) -> egui::Color32 {
@@ -325,41 +328,33 @@ fn phases_ui(ui: &mut egui::Ui, d: &Diff, align: &Align) -> Option<Align> {
     let from = |run: &diff::RunPeak| crate::words::phases_from(run.phases.from);
     ui.label(RichText::new(format!("A: {}. B: {}.", from(&d.a), from(&d.b))).weak());
     let more = d.phases.iter().filter_map(|r| r.iteration).max().unwrap_or(0) > ITERATION_ROWS;
-    egui::ScrollArea::vertical().id_salt("compare-phases").max_height(190.0).show(ui, |ui| {
-        egui::Grid::new("compare-phase-grid").num_columns(6).striped(true).spacing([14.0, 3.0]).show(ui, |ui| {
-            for title in ["phase", "A", "B", "B - A", "%", "most changed"] {
-                ui.strong(title);
+    egui::Grid::new("compare-phase-grid").num_columns(6).striped(true).spacing([14.0, 3.0]).show(ui, |ui| {
+        for title in ["phase", "A", "B", "B - A", "%", "most changed"] {
+            ui.strong(title);
+        }
+        ui.end_row();
+        for (k, r) in d.phases.iter().enumerate() {
+            if r.iteration.is_some_and(|i| i > ITERATION_ROWS) {
+                continue;
             }
-            ui.end_row();
-            for (k, r) in d.phases.iter().enumerate() {
-                if r.iteration.is_some_and(|i| i > ITERATION_ROWS) {
-                    continue;
-                }
-                if phase_row_ui(ui, k, r, align) {
-                    chosen = Some(Align::Phase(k));
-                }
+            if phase_row_ui(ui, k, r, align) {
+                chosen = Some(Align::Phase(k));
             }
-        });
-        if more {
-            ui.collapsing("more iterations", |ui| {
-                egui::Grid::new("compare-phase-more").num_columns(6).striped(true).spacing([14.0, 3.0]).show(
-                    ui,
-                    |ui| {
-                        let later = d
-                            .phases
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, r)| r.iteration.is_some_and(|i| i > ITERATION_ROWS));
-                        for (k, r) in later {
-                            if phase_row_ui(ui, k, r, align) {
-                                chosen = Some(Align::Phase(k));
-                            }
-                        }
-                    },
-                );
-            });
         }
     });
+    if more {
+        ui.collapsing("more iterations", |ui| {
+            egui::Grid::new("compare-phase-more").num_columns(6).striped(true).spacing([14.0, 3.0]).show(ui, |ui| {
+                let later =
+                    d.phases.iter().enumerate().filter(|(_, r)| r.iteration.is_some_and(|i| i > ITERATION_ROWS));
+                for (k, r) in later {
+                    if phase_row_ui(ui, k, r, align) {
+                        chosen = Some(Align::Phase(k));
+                    }
+                }
+            });
+        });
+    }
     chosen
 }
 
@@ -418,45 +413,41 @@ fn sites_ui(ui: &mut egui::Ui, d: &Diff, by_name: &mut bool) {
         names_ui(ui, names);
         return;
     }
-    egui::ScrollArea::vertical().id_salt("compare-sites").show(ui, |ui| {
-        egui::Grid::new("compare-site-grid").num_columns(5).striped(true).spacing([12.0, 3.0]).show(ui, |ui| {
-            for title in ["A", "B", "B - A", "%", "site"] {
-                ui.strong(title);
+    egui::Grid::new("compare-site-grid").num_columns(5).striped(true).spacing([12.0, 3.0]).show(ui, |ui| {
+        for title in ["A", "B", "B - A", "%", "site"] {
+            ui.strong(title);
+        }
+        ui.end_row();
+        for (title, list) in
+            [("grew", &d.grown), ("only in B", &d.only_in_b), ("shrank", &d.shrunk), ("only in A", &d.only_in_a)]
+        {
+            if list.is_empty() {
+                continue;
             }
+            ui.label(RichText::new(format!("{title} ({})", list.len())).italics());
             ui.end_row();
-            for (title, list) in
-                [("grew", &d.grown), ("only in B", &d.only_in_b), ("shrank", &d.shrunk), ("only in A", &d.only_in_a)]
-            {
-                if list.is_empty() {
-                    continue;
-                }
-                ui.label(RichText::new(format!("{title} ({})", list.len())).italics());
-                ui.end_row();
-                for s in list.iter().take(12) {
-                    site_row(ui, s);
-                }
+            for s in list.iter().take(12) {
+                site_row(ui, s);
             }
-        });
+        }
     });
 }
 
 fn names_ui(ui: &mut egui::Ui, names: &[diff::NameDelta]) {
-    egui::ScrollArea::vertical().id_salt("compare-names").show(ui, |ui| {
-        egui::Grid::new("compare-name-grid").num_columns(5).striped(true).spacing([12.0, 3.0]).show(ui, |ui| {
-            for title in ["A", "B", "B - A", "%", "name"] {
-                ui.strong(title);
-            }
+    egui::Grid::new("compare-name-grid").num_columns(5).striped(true).spacing([12.0, 3.0]).show(ui, |ui| {
+        for title in ["A", "B", "B - A", "%", "name"] {
+            ui.strong(title);
+        }
+        ui.end_row();
+        for n in names.iter().take(40) {
+            let color = delta_color(ui, n.delta);
+            ui.monospace(units::bytes(n.a));
+            ui.monospace(units::bytes(n.b));
+            ui.colored_label(color, RichText::new(units::signed_bytes(n.delta)).monospace());
+            ui.colored_label(color, pct(diff::percent(n.a, n.b)));
+            ui.add(egui::Label::new(&n.name).truncate()).on_hover_text(&n.name);
             ui.end_row();
-            for n in names.iter().take(40) {
-                let color = delta_color(ui, n.delta);
-                ui.monospace(units::bytes(n.a));
-                ui.monospace(units::bytes(n.b));
-                ui.colored_label(color, RichText::new(units::signed_bytes(n.delta)).monospace());
-                ui.colored_label(color, pct(diff::percent(n.a, n.b)));
-                ui.add(egui::Label::new(&n.name).truncate()).on_hover_text(&n.name);
-                ui.end_row();
-            }
-        });
+        }
     });
 }
 
