@@ -273,6 +273,65 @@ pub fn phases(trace: &Trace, device: DeviceId) -> Phases {
     Phases { from: Some(from), phases: highs, iterations }
 }
 
+/// The first of each user range (`record_function`, external annotations) of `device` by name,
+/// at most [`MAX_RANGES`] names, with the high point of allocated memory inside it: what two runs
+/// without phases can still be compared by.
+pub fn range_highs(trace: &Trace, device: DeviceId) -> Vec<RangeHigh> {
+    let events = replay::device_events(trace, device);
+    if events.is_empty() {
+        return Vec::new();
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut windows = Vec::new();
+    let mut names = Vec::new();
+    let mut ranges: Vec<&vramscope_trace_format::Annotation> = trace
+        .annotations
+        .iter()
+        .filter(|a| a.kind == AnnotationKind::UserRange && a.end_ns > a.start_ns)
+        .filter(|a| a.applies_to(device) || a.device == Some(DeviceId::HOST))
+        .collect();
+    ranges.sort_by_key(|a| a.start_ns);
+    for a in ranges {
+        let name = trace.interner.resolve(a.name);
+        if name.is_empty() || names.len() >= MAX_RANGES || !seen.insert(name) {
+            continue;
+        }
+        let (from, to) =
+            (position_at(trace, &events, a.start_ns), position_at(trace, &events, a.end_ns.saturating_add(1)));
+        if let (Some(&first), Some(&last)) = (events.get(from), to.checked_sub(1).and_then(|p| events.get(p)))
+            && to > from
+        {
+            windows.push(Window { kind: None, iteration: 0, first: first as usize, last: last as usize });
+            names.push((name.to_owned(), a.start_ns, a.end_ns));
+        }
+    }
+    let initial = replay::initial_state(trace, device, &events);
+    let highs = high_points(trace, device, &events, &initial, &windows);
+    names
+        .into_iter()
+        .zip(highs)
+        .map(|((name, start_ns, end_ns), h)| RangeHigh { name, start_ns, end_ns, high_bytes: h.high_bytes })
+        .collect()
+}
+
+/// Ranges compared by name at most.
+pub const MAX_RANGES: usize = 64;
+
+/// A named range's first occurrence and its high point.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RangeHigh {
+    /// Its name.
+    pub name: String,
+    /// Its start on the trace's clock.
+    #[serde(skip)]
+    pub start_ns: i64,
+    /// Its end.
+    #[serde(skip)]
+    pub end_ns: i64,
+    /// The most allocated inside it (or when it began).
+    pub high_bytes: u64,
+}
+
 /// The recorded phase spans, the ranges named like phases, and the iteration spans, applying to
 /// `device`, each sorted by start.
 fn spans(trace: &Trace, device: DeviceId) -> (Vec<Span>, Vec<Span>, Vec<(i64, i64)>) {

@@ -353,6 +353,19 @@ fn draw_phases<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, d: &Diff) -> R
                 }
             }
         }
+        if !d.ranges.is_empty() {
+            text(area, "Named ranges both runs have, the high point inside the first of each:", 10, y + 6, 15, &BLACK)?;
+            for (i, r) in d.ranges.iter().take(5).enumerate() {
+                let line = format!(
+                    "{:>12} -> {:>12}  {:>12}  {}",
+                    units::bytes(r.a),
+                    units::bytes(r.b),
+                    units::signed_bytes(r.delta),
+                    clip(&r.name, 80)
+                );
+                text(area, &line, 10, y + 32 + i as i32 * 22, 15, &RGBColor(40, 40, 40))?;
+            }
+        }
         return Ok(());
     }
     let from = |run: &RunPeak| crate::words::phases_from(run.phases.from);

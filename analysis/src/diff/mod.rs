@@ -71,6 +71,10 @@ pub struct RunPeak {
     /// What was alive at the highest point of each phase kind.
     #[serde(skip)]
     pub at_phase: BTreeMap<PhaseKind, Alive>,
+    /// The first of each named user range and its high point (compared when a run shows no
+    /// phases).
+    #[serde(skip)]
+    pub ranges: Vec<crate::phases::RangeHigh>,
     /// Every frame (as compared) of the run's allocations on the device: whether a line is
     /// still in the run, for telling code that moved.
     #[serde(skip)]
@@ -108,6 +112,7 @@ pub fn run_peak(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak 
         phases: Phases::default(),
         peak_phase: None,
         at_phase: BTreeMap::new(),
+        ranges: Vec::new(),
         lines: std::sync::Arc::default(),
     }
 }
@@ -121,6 +126,7 @@ pub fn compared_run(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunP
         trace.events.iter().filter(|e| e.device == device && e.kind == vramscope_trace_format::EventKind::Alloc);
     run.lines = std::sync::Arc::new(sites::lines_of(trace, stacks.map(|e| e.stack)));
     run.phases = crate::phases::phases(trace, device);
+    run.ranges = crate::phases::range_highs(trace, device);
     let peak_event = peak::peaks(trace, device).allocated.event;
     run.peak_phase = run.phases.phase_of_event(peak_event).and_then(|p| p.kind);
     // The peak first, then each kind's highest, in the order of the trace.
@@ -193,8 +199,30 @@ pub struct Diff {
     pub names: Option<Vec<NameDelta>>,
     /// The phases of both, paired (empty when either shows none).
     pub phases: Vec<PhaseDelta>,
+    /// When either run shows no phases: the named ranges both have (their first occurrence),
+    /// high point against high point.
+    pub ranges: Vec<RangeDelta>,
     /// What changed most, for the sentence on top.
     pub headline: Headline,
+}
+
+/// A named range in both runs.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RangeDelta {
+    /// Its name.
+    pub name: String,
+    /// The high point inside A's first.
+    pub a: u64,
+    /// Inside B's.
+    pub b: u64,
+    /// B - A.
+    pub delta: i64,
+    /// A's range (start, end) on its clock.
+    #[serde(skip)]
+    pub a_span: (i64, i64),
+    /// B's.
+    #[serde(skip)]
+    pub b_span: (i64, i64),
 }
 
 /// A tag or module name in both runs.
@@ -307,9 +335,27 @@ pub fn diff(a: RunPeak, b: RunPeak) -> Diff {
         list
     });
     let phase_rows = phases::pair(&a, &b);
+    let ranges = if phase_rows.is_empty() {
+        a.ranges
+            .iter()
+            .filter_map(|x| {
+                let y = b.ranges.iter().find(|y| y.name == x.name)?;
+                Some(RangeDelta {
+                    name: x.name.clone(),
+                    a: x.high_bytes,
+                    b: y.high_bytes,
+                    delta: signed(x.high_bytes, y.high_bytes),
+                    a_span: (x.start_ns, x.end_ns),
+                    b_span: (y.start_ns, y.end_ns),
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut headline = headline(&a, &b, &categories, [&only_in_a, &only_in_b, &grown, &shrunk]);
     headline.phase = phases::biggest_change(&a, &b, &phase_rows, headline.delta_bytes);
-    Diff { a, b, categories, only_in_a, only_in_b, grown, shrunk, names, phases: phase_rows, headline }
+    Diff { a, b, categories, only_in_a, only_in_b, grown, shrunk, names, phases: phase_rows, ranges, headline }
 }
 
 fn headline(a: &RunPeak, b: &RunPeak, categories: &[CategoryDelta], sites: [&Vec<SiteDelta>; 4]) -> Headline {
@@ -381,5 +427,39 @@ mod tests {
         assert_eq!(d.headline.percent, Some(-20.0));
         assert_eq!(d.headline.mostly, Some(("activation", -4 * gib as i64)));
         assert_eq!(d.headline.site.as_deref(), Some("forward  m.py:1"));
+    }
+
+    /// A run of one range "warmup" that allocates `bytes` inside it and frees it after.
+    fn ranged(bytes: u64) -> Trace {
+        use vramscope_trace_format::{Annotation, AnnotationKind, Event, EventKind, ProcessId, StackId};
+        let mut trace = Trace::default();
+        let name = trace.interner.string("warmup");
+        trace.annotations.push(Annotation {
+            kind: AnnotationKind::UserRange,
+            device: None,
+            process: ProcessId(0),
+            start_ns: 100,
+            end_ns: 200,
+            name,
+            stack: StackId(0),
+        });
+        for (t, kind) in [(150, EventKind::Alloc), (250, EventKind::FreeCompleted)] {
+            let mut e = Event::new(kind, t, DeviceId(0), 0x1000, bytes);
+            e.requested_bytes = bytes;
+            trace.events.push(e);
+        }
+        trace
+    }
+
+    #[test]
+    fn runs_without_phases_are_compared_by_the_ranges_both_have() {
+        let d = diff(compared_run(&ranged(100), "a", None), compared_run(&ranged(300), "b", None));
+        assert!(d.phases.is_empty());
+        assert_eq!(d.ranges.len(), 1);
+        assert_eq!(
+            (d.ranges[0].name.as_str(), d.ranges[0].a, d.ranges[0].b, d.ranges[0].delta),
+            ("warmup", 100, 300, 200)
+        );
+        assert_eq!((d.ranges[0].a_span, d.ranges[0].b_span), ((100, 200), (100, 200)));
     }
 }

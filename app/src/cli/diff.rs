@@ -193,6 +193,9 @@ struct Phases<'a> {
     b_peak_phase: Option<PhaseKind>,
     /// Each kind's highest (`iteration` null), then each iteration (`phase` null) and its phases.
     rows: &'a [PhaseDelta],
+    /// When either run shows no phases: the named ranges both have, the high point inside the
+    /// first of each.
+    ranges: &'a [diff::RangeDelta],
 }
 
 fn side(run: &diff::RunPeak) -> Side<'_> {
@@ -262,6 +265,7 @@ pub fn run(
                 a_peak_phase: d.a.peak_phase,
                 b_peak_phase: d.b.peak_phase,
                 rows: &d.phases,
+                ranges: &d.ranges,
             },
             gates: &results,
             range: crate::load::cli_range().map(|r| r.to_string()),
@@ -465,6 +469,20 @@ fn write_phases(d: &Diff, out: &mut dyn Write) -> Result<()> {
         for (name, run) in [("A", &d.a), ("B", &d.b)] {
             if run.phases.is_empty() {
                 writeln!(out, "  {name} shows no phases: {}", phases_from(None))?;
+            }
+        }
+        if !d.ranges.is_empty() {
+            writeln!(out, "named ranges both runs have (the high point inside the first of each, A -> B):")?;
+            for r in d.ranges.iter().take(TOP) {
+                writeln!(
+                    out,
+                    "  {:>12} -> {:>12} {:>13}{:>10}  {}",
+                    bytes(r.a),
+                    bytes(r.b),
+                    signed_bytes(r.delta),
+                    pct_text(percent(r.a, r.b)),
+                    r.name
+                )?;
             }
         }
         return Ok(());

@@ -322,8 +322,29 @@ fn phases_ui(ui: &mut egui::Ui, d: &Diff, align: &Align) -> Option<Align> {
                 ui.label(format!("{name} shows no phases: {}.", crate::words::phases_from(None)));
             }
         }
-        ui.label("Line the runs up at their start, first iteration, peak or a shared annotation instead (above).");
-        return None;
+        if d.ranges.is_empty() {
+            ui.label("Line the runs up at their start, first iteration, peak or a shared annotation instead (above).");
+            return None;
+        }
+        ui.label("Named ranges both runs have, the high point inside the first of each (a click lines them up there):");
+        egui::Grid::new("compare-range-grid").num_columns(5).striped(true).spacing([14.0, 3.0]).show(ui, |ui| {
+            for title in ["range", "A", "B", "B - A", "%"] {
+                ui.strong(title);
+            }
+            ui.end_row();
+            for r in &d.ranges {
+                let here = Align::Annotation(r.name.clone());
+                if ui.add(egui::Button::selectable(*align == here, &r.name)).clicked() {
+                    chosen = Some(here);
+                }
+                ui.monospace(units::bytes(r.a));
+                ui.monospace(units::bytes(r.b));
+                ui.colored_label(delta_color(ui, r.delta), RichText::new(units::signed_bytes(r.delta)).monospace());
+                ui.colored_label(delta_color(ui, r.delta), pct(diff::percent(r.a, r.b)));
+                ui.end_row();
+            }
+        });
+        return chosen;
     }
     let from = |run: &diff::RunPeak| crate::words::phases_from(run.phases.from);
     ui.label(RichText::new(format!("A: {}. B: {}.", from(&d.a), from(&d.b))).weak());
