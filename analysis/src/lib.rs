@@ -35,3 +35,6 @@ pub mod run;
 pub mod segments;
 pub mod summary;
 pub mod timeline;
+
+#[cfg(test)]
+mod testing;

@@ -699,20 +699,10 @@ fn with_categories(
 
 #[cfg(test)]
 mod tests {
-    use vramscope_trace_format::{Annotation, Event, Frame, FrameId, ProcessId};
+    use vramscope_trace_format::Event;
 
     use super::*;
-
-    fn stack(trace: &mut Trace, frames: &[(&str, &str)]) -> StackId {
-        let ids: Vec<FrameId> = frames
-            .iter()
-            .map(|(file, function)| {
-                let (file, function) = (trace.interner.string(file), trace.interner.string(function));
-                trace.interner.frame(Frame { function, file, line: 1 })
-            })
-            .collect();
-        trace.interner.stack(&ids)
-    }
+    use crate::testing::{span, stack};
 
     /// Allocates `size` at `address` at time `t` (with `stack`), or frees it when `size` is 0.
     fn event(trace: &mut Trace, t: i64, address: u64, size: u64, stack: StackId) {
@@ -726,19 +716,6 @@ mod tests {
         e.requested_bytes = size;
         e.stack = stack;
         trace.events.push(e);
-    }
-
-    fn span(trace: &mut Trace, kind: AnnotationKind, name: &str, start_ns: i64, end_ns: i64) {
-        let name = trace.interner.string(name);
-        trace.annotations.push(Annotation {
-            kind,
-            device: None,
-            process: ProcessId(0),
-            start_ns,
-            end_ns,
-            name,
-            stack: StackId(0),
-        });
     }
 
     fn summary(p: &Phases) -> Vec<(u32, Option<&'static str>, u64)> {

@@ -293,10 +293,9 @@ fn python_reference(file: &Path) -> serde_json::Value {
     json["devices"][0].clone()
 }
 
-#[test]
-fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
-    let (a, b) = (fixture("gpt_ctx128_forward_fp32.pickle"), fixture("gpt_ctx128_forward_mixed.pickle"));
-    let mut harness = harness_picking(vec![a.clone(), b.clone()]);
+/// The app with `a` open (File > Open) and compared with `b` (Ctrl+Shift+O), and the comparison.
+fn comparing(a: &Path, b: &Path) -> (Harness<'static, VramscopeApp>, std::sync::Arc<vramscope::analysis::diff::Diff>) {
+    let mut harness = harness_picking(vec![a.to_path_buf(), b.to_path_buf()]);
     harness.get_by_label("Open a trace…").click();
     harness.run_steps(2);
     settle(&mut harness);
@@ -305,6 +304,13 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
     harness.run_steps(2);
     settle(&mut harness);
     let diff = harness.state().session.compare.as_ref().and_then(|c| c.diff.clone()).expect("compared");
+    (harness, diff)
+}
+
+#[test]
+fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
+    let (a, b) = (fixture("gpt_ctx128_forward_fp32.pickle"), fixture("gpt_ctx128_forward_mixed.pickle"));
+    let (mut harness, diff) = comparing(&a, &b);
     assert_eq!(harness.state().settings.view, vramscope::gui::View::Compare);
     harness.get_by_label(&vramscope::words::diff_summary(&diff));
     let (ra, rb) = (python_reference(&a), python_reference(&b));
@@ -336,14 +342,7 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
 fn the_phases_of_two_runs_are_side_by_side_and_a_click_lines_them_up_there() {
     // The forward pass alone against the full step of the same model.
     let (a, b) = (fixture("gpt_ctx128_forward_fp32.pickle"), fixture("gpt_ctx128_fullstep_fp32.pickle"));
-    let mut harness = harness_picking(vec![a.clone(), b.clone()]);
-    harness.get_by_label("Open a trace…").click();
-    harness.run_steps(2);
-    settle(&mut harness);
-    harness.key_press_modifiers(egui::Modifiers::COMMAND | egui::Modifiers::SHIFT, egui::Key::O);
-    harness.run_steps(2);
-    settle(&mut harness);
-    let diff = harness.state().session.compare.as_ref().and_then(|c| c.diff.clone()).expect("compared");
+    let (mut harness, diff) = comparing(&a, &b);
     // The forward pass's high point of each, as the reference computes it.
     let forward_high = |file: &Path| {
         let phases = python_reference(file)["phases"].as_array().cloned().unwrap_or_default();

@@ -429,23 +429,11 @@ fn checkpoint_moves(r: &Replayer, groups: &HashMap<(usize, String), Vec<usize>>)
 
 #[cfg(test)]
 mod tests {
-    use vramscope_trace_format::{Annotation, Event, ProcessId, StackId, Tag};
+    use vramscope_trace_format::{Event, ProcessId, Tag};
 
     use super::*;
     use crate::advisor::phase_spans;
-
-    fn span(trace: &mut Trace, kind: AnnotationKind, name: &str, start_ns: i64, end_ns: i64) {
-        let name = trace.interner.string(name);
-        trace.annotations.push(Annotation {
-            kind,
-            device: None,
-            process: ProcessId(0),
-            start_ns,
-            end_ns,
-            name,
-            stack: StackId(0),
-        });
-    }
+    use crate::testing::span;
 
     /// Two blocks, each saving 10 + 10 bytes and handing on 5, then a backward that frees
     /// block 1's, then block 0's. Without checkpointing: 50 live when backward starts. With it:

@@ -495,21 +495,10 @@ use rules::classify_stack;
 
 #[cfg(test)]
 mod tests {
-    use vramscope_trace_format::{Frame, Tag};
+    use vramscope_trace_format::Tag;
 
     use super::*;
-
-    fn stack(trace: &mut Trace, frames: &[(&str, &str)]) -> StackId {
-        let ids: Vec<FrameId> = frames
-            .iter()
-            .map(|(file, function)| {
-                let file = trace.interner.string(file);
-                let function = trace.interner.string(function);
-                trace.interner.frame(Frame { function, file, line: 1 })
-            })
-            .collect();
-        trace.interner.stack(&ids)
-    }
+    use crate::testing::stack;
 
     #[test]
     fn nearest_frame_decides_and_tags_win() {
