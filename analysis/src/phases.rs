@@ -243,6 +243,37 @@ pub fn phases(trace: &Trace, device: DeviceId) -> Phases {
     if events.is_empty() {
         return Phases::default();
     }
+    let initial = replay::initial_state(trace, device, &events);
+    let mut attributor = Attributor::new(trace, device);
+    attributor.prepare_persistent(&events, &initial);
+    phases_and_ranges(trace, Device { id: device, events: &events, initial: &initial }, &mut attributor, false).0
+}
+
+/// A device with its events and initial state worked out (by the caller, once).
+#[derive(Clone, Copy)]
+pub struct Device<'a> {
+    /// The device.
+    pub id: DeviceId,
+    /// Its events ([`replay::device_events`]).
+    pub events: &'a [u32],
+    /// Its initial state ([`replay::initial_state`]).
+    pub initial: &'a replay::Initial,
+}
+
+/// The phases of a device, and with `with_ranges` the first of each user range
+/// (`record_function`, external annotations) by name, at most [`MAX_RANGES`] names, with the
+/// high point of allocated memory inside it (what two runs without phases can still be compared
+/// by); all in one replay. `attributor` gives the categories at the high points.
+pub fn phases_and_ranges(
+    trace: &Trace,
+    device: Device<'_>,
+    attributor: &mut Attributor<'_>,
+    with_ranges: bool,
+) -> (Phases, Vec<RangeHigh>) {
+    let Device { id: device, events, initial } = device;
+    if events.is_empty() {
+        return (Phases::default(), Vec::new());
+    }
     let (mut recorded, named, iteration_spans) = spans(trace, device);
     let covers = |list: &[Span]| {
         list.iter().any(|s| s.kind == PhaseKind::Forward) && list.iter().any(|s| s.kind == PhaseKind::Backward)
@@ -252,38 +283,45 @@ pub fn phases(trace: &Trace, device: DeviceId) -> Phases {
     merge_overlapping(&mut recorded);
     merge_overlapping(&mut combined);
     let (from, windows) = if covers(&recorded) {
-        (PhasesFrom::Recorded, from_spans(trace, &events, &recorded))
+        (PhasesFrom::Recorded, from_spans(trace, events, &recorded))
     } else if covers(&combined) {
-        (PhasesFrom::Annotations, from_spans(trace, &events, &combined))
+        (PhasesFrom::Annotations, from_spans(trace, events, &combined))
     } else {
-        (PhasesFrom::Stacks, from_stacks(trace, &events, &combined, &iteration_spans))
+        (PhasesFrom::Stacks, from_stacks(trace, events, &combined, &iteration_spans))
     };
     let phase_windows = number_iterations(trace, windows, &iteration_spans);
-    if phase_windows.is_empty() {
-        return Phases::default();
+    let iteration_windows = iterations_of(&phase_windows, events, trace, &iteration_spans);
+    let (named_ranges, range_windows) =
+        if with_ranges { first_ranges(trace, device, events) } else { (Vec::new(), Vec::new()) };
+    if phase_windows.is_empty() && range_windows.is_empty() {
+        return (Phases::default(), Vec::new());
     }
-    let iteration_windows = iterations_of(&phase_windows, &events, trace, &iteration_spans);
+    let phase_count = phase_windows.len();
+    let iteration_count = iteration_windows.len();
     let mut all: Vec<Window> = phase_windows;
-    let phase_count = all.len();
     all.extend(iteration_windows);
-    let initial = replay::initial_state(trace, device, &events);
-    let mut highs = high_points(trace, device, &events, &initial, &all);
-    with_categories(trace, device, &events, &initial, &mut highs, phase_count);
+    all.extend(range_windows);
+    let mut highs = high_points(trace, device, events, initial, &all);
+    let ranges_highs = highs.split_off(phase_count + iteration_count);
+    let ranges = named_ranges
+        .into_iter()
+        .zip(ranges_highs)
+        .map(|((name, start_ns, end_ns), h)| RangeHigh { name, start_ns, end_ns, high_bytes: h.high_bytes })
+        .collect();
+    if phase_count == 0 {
+        return (Phases::default(), ranges);
+    }
+    with_categories(trace, events, initial, attributor, &mut highs, phase_count);
     let iterations = highs.split_off(phase_count);
-    Phases { from: Some(from), phases: highs, iterations }
+    (Phases { from: Some(from), phases: highs, iterations }, ranges)
 }
 
-/// The first of each user range (`record_function`, external annotations) of `device` by name,
-/// at most [`MAX_RANGES`] names, with the high point of allocated memory inside it: what two runs
-/// without phases can still be compared by.
-pub fn range_highs(trace: &Trace, device: DeviceId) -> Vec<RangeHigh> {
-    let events = replay::device_events(trace, device);
-    if events.is_empty() {
-        return Vec::new();
-    }
+/// The first of each user range by name (at most [`MAX_RANGES`]) and its window of events.
+type NamedRanges = (Vec<(String, i64, i64)>, Vec<Window>);
+
+fn first_ranges(trace: &Trace, device: DeviceId, events: &[u32]) -> NamedRanges {
     let mut seen = std::collections::BTreeSet::new();
-    let mut windows = Vec::new();
-    let mut names = Vec::new();
+    let (mut names, mut windows) = (Vec::new(), Vec::new());
     let mut ranges: Vec<&vramscope_trace_format::Annotation> = trace
         .annotations
         .iter()
@@ -297,7 +335,7 @@ pub fn range_highs(trace: &Trace, device: DeviceId) -> Vec<RangeHigh> {
             continue;
         }
         let (from, to) =
-            (position_at(trace, &events, a.start_ns), position_at(trace, &events, a.end_ns.saturating_add(1)));
+            (position_at(trace, events, a.start_ns), position_at(trace, events, a.end_ns.saturating_add(1)));
         if let (Some(&first), Some(&last)) = (events.get(from), to.checked_sub(1).and_then(|p| events.get(p)))
             && to > from
         {
@@ -305,13 +343,7 @@ pub fn range_highs(trace: &Trace, device: DeviceId) -> Vec<RangeHigh> {
             names.push((name.to_owned(), a.start_ns, a.end_ns));
         }
     }
-    let initial = replay::initial_state(trace, device, &events);
-    let highs = high_points(trace, device, &events, &initial, &windows);
-    names
-        .into_iter()
-        .zip(highs)
-        .map(|((name, start_ns, end_ns), h)| RangeHigh { name, start_ns, end_ns, high_bytes: h.high_bytes })
-        .collect()
+    (names, windows)
 }
 
 /// Ranges compared by name at most.
@@ -651,9 +683,9 @@ fn high_points(
 /// [`MAX_WITH_CATEGORIES`], past that each kind's highest and the highest iteration.
 fn with_categories(
     trace: &Trace,
-    device: DeviceId,
     events: &[u32],
     initial: &replay::Initial,
+    attributor: &mut Attributor<'_>,
     highs: &mut [PhaseHigh],
     phase_count: usize,
 ) {
@@ -680,7 +712,6 @@ fn with_categories(
     wanted.sort_by_key(|&k| highs.get(k).map(|h| h.high_event));
     let targets: Vec<(usize, Option<usize>, i64)> =
         wanted.iter().filter_map(|&k| highs.get(k).map(|h| (k, h.high_event, h.high_time_ns))).collect();
-    let mut attributor = Attributor::new(trace, device);
     let at: Vec<Option<usize>> = targets.iter().map(|t| t.1).collect();
     crate::peak::live_at_each_from(trace, events, initial, &at, |n, blocks| {
         let Some(&(k, _, time_ns)) = targets.get(n) else { return };

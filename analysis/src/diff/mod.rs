@@ -49,6 +49,9 @@ pub struct RunPeak {
     /// The same on the trace's clock as it is (an event index without a clock).
     #[serde(skip)]
     pub peak_allocated_time_ns: i64,
+    /// The event after which the peak was first reached (`None`: before the first).
+    #[serde(skip)]
+    pub peak_allocated_event: Option<usize>,
     /// Peak of reserved bytes.
     pub peak_reserved_bytes: u64,
     /// Bytes by category at the allocated peak.
@@ -104,6 +107,7 @@ pub fn run_peak(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak 
         peak_allocated_bytes: peaks.allocated.bytes,
         peak_allocated_time_us: time_us(trace, &peaks.allocated),
         peak_allocated_time_ns: peaks.allocated.time_ns,
+        peak_allocated_event: peaks.allocated.event,
         peak_reserved_bytes: peaks.reserved.bytes,
         categories_at_peak: at_peak.by_category.iter().map(|(c, v)| (c.name(), *v)).collect(),
         sites: instant::by_site(trace, &at_peak.blocks),
@@ -125,9 +129,14 @@ pub fn compared_run(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunP
     let stacks =
         trace.events.iter().filter(|e| e.device == device && e.kind == vramscope_trace_format::EventKind::Alloc);
     run.lines = std::sync::Arc::new(sites::lines_of(trace, stacks.map(|e| e.stack)));
-    run.phases = crate::phases::phases(trace, device);
-    run.ranges = crate::phases::range_highs(trace, device);
-    let peak_event = peak::peaks(trace, device).allocated.event;
+    // The device's events, initial state and attribution, worked out once for what follows.
+    let events = crate::replay::device_events(trace, device);
+    let initial = crate::replay::initial_state(trace, device, &events);
+    let mut attributor = Attributor::new(trace, device);
+    attributor.prepare_persistent(&events, &initial);
+    let prepared = crate::phases::Device { id: device, events: &events, initial: &initial };
+    (run.phases, run.ranges) = crate::phases::phases_and_ranges(trace, prepared, &mut attributor, true);
+    let peak_event = run.peak_allocated_event;
     run.peak_phase = run.phases.phase_of_event(peak_event).and_then(|p| p.kind);
     // The peak first, then each kind's highest, in the order of the trace.
     let mut targets: Vec<(Option<PhaseKind>, Option<usize>, i64)> =
@@ -138,9 +147,8 @@ pub fn compared_run(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunP
         }
     }
     targets.sort_by_key(|t| t.1);
-    let events: Vec<Option<usize>> = targets.iter().map(|t| t.1).collect();
-    let mut attributor = Attributor::new(trace, device);
-    peak::live_at_each(trace, device, &events, |k, blocks| {
+    let at: Vec<Option<usize>> = targets.iter().map(|t| t.1).collect();
+    peak::live_at_each_from(trace, &events, &initial, &at, |k, blocks| {
         let Some(&(kind, _, time_ns)) = targets.get(k) else { return };
         let mut names: BTreeMap<String, u64> = BTreeMap::new();
         for b in &blocks {
