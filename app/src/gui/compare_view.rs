@@ -200,6 +200,12 @@ pub fn compare_ui(
         })
         .response
         .on_disabled_hover_text("The runs share no annotation names");
+        // Lined up at a phase (chosen in the phases below): say which.
+        if let (Align::Phase(k), Some(d)) = (&align, compare.diff.as_deref())
+            && let Some(row) = d.phases.get(*k)
+        {
+            let _ = ui.selectable_label(true, format!("phase: {}", crate::words::phase_row_label(row)));
+        }
     });
     if align != compare.align {
         compare.align = align;
