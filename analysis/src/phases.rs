@@ -407,7 +407,7 @@ fn merge_overlapping(list: &mut Vec<Span>) {
             Some(last)
                 if last.kind == s.kind
                     && s.kind == PhaseKind::Backward
-                    && s.start - last.end <= ((last.end - last.start) / 4).max(100_000) =>
+                    && s.start.saturating_sub(last.end) <= (last.end.saturating_sub(last.start) / 4).max(100_000) =>
             {
                 last.end = last.end.max(s.end);
             }
@@ -430,7 +430,7 @@ fn from_spans(trace: &Trace, events: &[u32], spans: &[Span]) -> Vec<Window> {
         if s.kind == PhaseKind::Forward
             && let Some(next) = spans.get(k + 1).filter(|n| n.kind == PhaseKind::Backward)
         {
-            end = end.max(next.start - 1);
+            end = end.max(next.start.saturating_sub(1));
         }
         let from = position_at(trace, events, s.start);
         let to = position_at(trace, events, end.saturating_add(1));
@@ -590,7 +590,7 @@ fn iterations_of(phases: &[Window], events: &[u32], trace: &Trace, spans: &[(i64
     }
     if !spans.is_empty() {
         for it in &mut out {
-            if let Some(&(start, end)) = spans.get(it.iteration as usize - 1) {
+            if let Some(&(start, end)) = (it.iteration as usize).checked_sub(1).and_then(|k| spans.get(k)) {
                 let (from, to) = (position_at(trace, events, start), position_at(trace, events, end.saturating_add(1)));
                 if let (Some(&first), Some(&last)) = (events.get(from), to.checked_sub(1).and_then(|p| events.get(p)))
                     && last >= first

@@ -213,7 +213,7 @@ pub fn compare_ui(
     }
     // B's times are A's shifted so that the two anchors meet; one byte scale for both.
     let shift = match phase_row(&compare.align, compare.diff.as_deref()) {
-        Some((sa, sb)) => (sb.start_ns - sa.start_ns) as f64,
+        Some((sa, sb)) => sb.start_ns as f64 - sa.start_ns as f64,
         None => anchor_ns(&compare.doc, db, &compare.align) - anchor_ns(a, da, &compare.align),
     };
     let y_top = timeline_view::y_extent_bytes(da).max(timeline_view::y_extent_bytes(db)) * 1.08;
