@@ -480,8 +480,16 @@ fn from_stacks(trace: &Trace, events: &[u32], known: &[Span], iterations: &[(i64
         let k = known.partition_point(|s| s.start <= t);
         k.checked_sub(1).and_then(|k| known.get(k)).filter(|s| t <= s.end).map(|s| s.kind)
     };
-    let step_end =
-        |t: i64| known.iter().filter(|s| s.kind == PhaseKind::OptimizerStep && s.start <= t).map(|s| s.end).max();
+    // The latest end of the optimizer steps begun by a time: a running maximum over their starts.
+    let mut steps: Vec<(i64, i64)> = Vec::new();
+    for s in known.iter().filter(|s| s.kind == PhaseKind::OptimizerStep) {
+        let end = steps.last().map_or(s.end, |&(_, e)| e.max(s.end));
+        steps.push((s.start, end));
+    }
+    let step_end = |t: i64| {
+        let k = steps.partition_point(|&(start, _)| start <= t);
+        k.checked_sub(1).and_then(|k| steps.get(k)).map(|&(_, end)| end)
+    };
     let mut by_stack: rustc_hash::FxHashMap<StackId, Label> = rustc_hash::FxHashMap::default();
     let mut windows: Vec<Window> = Vec::new();
     let mut current: Option<PhaseKind> = None;
@@ -565,7 +573,9 @@ fn python_only_stacks(trace: &Trace, events: &[u32]) -> bool {
 fn merge_micro_batches(windows: Vec<Window>) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::with_capacity(windows.len());
     for w in windows {
-        if let Some(same) = out.iter_mut().rev().find(|o| o.iteration == w.iteration && o.kind == w.kind) {
+        // Windows come in time order: one of the same iteration is among the last ones.
+        let same = out.iter_mut().rev().take_while(|o| o.iteration == w.iteration).find(|o| o.kind == w.kind);
+        if let Some(same) = same {
             same.first = same.first.min(w.first);
             same.last = same.last.max(w.last);
         } else {

@@ -4,6 +4,8 @@
 //! with (a longer context grows activations by gigabytes while both runs peak, a few megabytes
 //! apart, in the optimizer step).
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::sites::{self, SiteDelta};
@@ -134,21 +136,17 @@ pub fn pair(a: &RunPeak, b: &RunPeak) -> Vec<PhaseDelta> {
         }
         rows.push(r);
     }
-    let last = |r: &RunPeak| r.phases.iterations.iter().map(|i| i.iteration).max().unwrap_or(0);
-    for iteration in 1..=last(a).max(last(b)) {
-        let whole = |r: &RunPeak| r.phases.iterations.iter().find(|i| i.iteration == iteration).cloned();
-        let (wa, wb) = (whole(a), whole(b));
-        if wa.is_none() && wb.is_none() {
-            continue;
-        }
-        rows.push(row(None, Some(iteration), wa.as_ref(), wb.as_ref()));
-        for kind in PhaseKind::ALL {
-            let of = |r: &'_ RunPeak| {
-                r.phases.phases.iter().find(|p| p.iteration == iteration && p.kind == Some(kind)).cloned()
-            };
-            let (pa, pb) = (of(a), of(b));
+    // Each run's phases and iterations by (iteration, kind), for pairing without a search.
+    let index = |r: &RunPeak| -> BTreeMap<(u32, Option<PhaseKind>), PhaseHigh> {
+        r.phases.phases.iter().chain(&r.phases.iterations).map(|p| ((p.iteration, p.kind), p.clone())).collect()
+    };
+    let (ia, ib) = (index(a), index(b));
+    let iterations: std::collections::BTreeSet<u32> = ia.keys().chain(ib.keys()).map(|k| k.0).collect();
+    for iteration in iterations {
+        for kind in std::iter::once(None).chain(PhaseKind::ALL.map(Some)) {
+            let (pa, pb) = (ia.get(&(iteration, kind)), ib.get(&(iteration, kind)));
             if pa.is_some() || pb.is_some() {
-                rows.push(row(Some(kind), Some(iteration), pa.as_ref(), pb.as_ref()));
+                rows.push(row(kind, Some(iteration), pa, pb));
             }
         }
     }

@@ -312,6 +312,9 @@ fn delta_table_ui(ui: &mut egui::Ui, d: &Diff) {
 /// Iteration rows shown before the rest are folded under "more iterations".
 const ITERATION_ROWS: u32 = 3;
 
+/// Rows shown under "more iterations" at most (a long run has thousands).
+const MORE_ROWS: usize = 400;
+
 /// The phases of both runs side by side: each kind's highest, then each iteration and its
 /// phases. A click on a row lines the runs up at that phase (returned).
 fn phases_ui(ui: &mut egui::Ui, d: &Diff, align: &Align) -> Option<Align> {
@@ -374,10 +377,17 @@ fn phases_ui(ui: &mut egui::Ui, d: &Diff, align: &Align) -> Option<Align> {
             egui::Grid::new("compare-phase-more").num_columns(6).striped(true).spacing([14.0, 3.0]).show(ui, |ui| {
                 let later =
                     d.phases.iter().enumerate().filter(|(_, r)| r.iteration.is_some_and(|i| i > ITERATION_ROWS));
-                for (k, r) in later {
+                for (k, r) in later.clone().take(MORE_ROWS) {
                     if phase_row_ui(ui, k, r, align) {
                         chosen = Some(Align::Phase(k));
                     }
+                }
+                let rest = later.count().saturating_sub(MORE_ROWS);
+                if rest > 0 {
+                    ui.label(
+                        RichText::new(format!("… and {rest} more rows (all of them in vramscope diff --json)")).weak(),
+                    );
+                    ui.end_row();
                 }
             });
         });
