@@ -42,8 +42,8 @@ pub fn phases_from(from: Option<PhasesFrom>) -> &'static str {
         Some(PhasesFrom::Annotations) => "from phase-named ranges (record_function, Optimizer.step, ProfilerStep)",
         Some(PhasesFrom::Stacks) => "from the allocations' stacks (boundaries approximate)",
         None => {
-            "none: no recorded phases, no ranges named like a phase, and no stacks that tell forward, backward \
-             and the optimizer step apart"
+            "no recorded phases, no ranges named like a phase, and no stacks that tell forward, backward and the \
+             optimizer step apart"
         }
     }
 }
