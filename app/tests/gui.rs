@@ -4,90 +4,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use vramscope::analysis::{peak, replay, segments, summary};
-use vramscope::gui::{FilePicker, Settings, VramscopeApp};
+use vramscope::gui::VramscopeApp;
 use vramscope::units;
 use vramscope_trace_format::{DeviceId, NoProgress, SourceFormat};
 
-/// This package's directory, at run time: a target directory shared between clones can hold a
-/// test binary built in another clone, whose compile-time path would point there.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-}
-
-fn fixture(name: &str) -> PathBuf {
-    manifest_dir().join("../../shared/fixtures/pytorch-snapshots").join(name)
-}
-
-/// Answers the Open dialog with fixed paths, in order, as a user would pick them.
-struct Picks(Vec<PathBuf>);
-
-impl FilePicker for Picks {
-    fn pick(&mut self) -> Option<PathBuf> {
-        (!self.0.is_empty()).then(|| self.0.remove(0))
-    }
-
-    fn pick_folder(&mut self) -> Option<PathBuf> {
-        self.pick()
-    }
-}
-
-fn harness(pick: Option<PathBuf>) -> Harness<'static, VramscopeApp> {
-    harness_picking(pick.into_iter().collect())
-}
-
-fn harness_picking(picks: Vec<PathBuf>) -> Harness<'static, VramscopeApp> {
-    let app = VramscopeApp::new(Settings::default(), Box::new(Picks(picks)));
-    Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut VramscopeApp| app.ui(ui), app)
-}
-
-/// Steps the UI until loading and the instant's analysis are done.
-fn settle(harness: &mut Harness<'_, VramscopeApp>) {
-    let started = Instant::now();
-    loop {
-        harness.step();
-        let app = harness.state();
-        if !app.session.is_loading()
-            && !app.session.is_analysing()
-            && (app.session.doc.is_none() || app.session.instant.is_some())
-        {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "the app did not settle within a minute");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    harness.run_steps(3);
-}
-
-fn open(name: &str) -> Harness<'static, VramscopeApp> {
-    let mut harness = harness(Some(fixture(name)));
-    harness.get_by_label("Open a trace…").click();
-    harness.run_steps(2);
-    settle(&mut harness);
-    assert!(harness.state().session.doc.is_some(), "not opened: {:?}", harness.state().session.errors);
-    harness
-}
-
-/// The app with its built-in sample opened from the File menu.
-fn open_sample() -> Harness<'static, VramscopeApp> {
-    let mut harness = harness(None);
-    harness.get_by_label("File").click();
-    harness.run_steps(2);
-    harness.get_by_label("Open the built-in sample").click();
-    harness.run_steps(2);
-    settle(&mut harness);
-    harness
-}
-
-fn reference(name: &str) -> vramscope_trace_format::Trace {
-    let data = std::fs::read(fixture(name)).expect("fixture");
-    vramscope_trace_format::import(&data, &NoProgress).expect("import").trace
-}
+use self::support::*;
 
 #[test]
 fn opening_a_snapshot_shows_its_peak_and_categories() {
@@ -281,97 +209,6 @@ fn zoom_keys_and_reset_change_the_visible_time() {
     fresh.get_by_label("Memory timeline").click();
     settle(&mut fresh);
     assert_eq!(fresh.state().session.selected_point, reset);
-}
-
-/// The independent reference (`scripts/reference/snapshot_reference.py`) for a snapshot's device 0.
-fn python_reference(file: &Path) -> serde_json::Value {
-    let script = manifest_dir().join("../scripts/reference/snapshot_reference.py");
-    let python = std::env::var("VRAMSCOPE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let output = std::process::Command::new(python).arg(script).arg(file).output().expect("python3");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    json["devices"][0].clone()
-}
-
-/// The app with `a` open (File > Open) and compared with `b` (Ctrl+Shift+O), and the comparison.
-fn comparing(a: &Path, b: &Path) -> (Harness<'static, VramscopeApp>, std::sync::Arc<vramscope::analysis::diff::Diff>) {
-    let mut harness = harness_picking(vec![a.to_path_buf(), b.to_path_buf()]);
-    harness.get_by_label("Open a trace…").click();
-    harness.run_steps(2);
-    settle(&mut harness);
-    // Ctrl+Shift+O: a second run to compare with.
-    harness.key_press_modifiers(egui::Modifiers::COMMAND | egui::Modifiers::SHIFT, egui::Key::O);
-    harness.run_steps(2);
-    settle(&mut harness);
-    let diff = harness.state().session.compare.as_ref().and_then(|c| c.diff.clone()).expect("compared");
-    (harness, diff)
-}
-
-#[test]
-fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
-    let (a, b) = (fixture("gpt_ctx128_forward_fp32.pickle"), fixture("gpt_ctx128_forward_mixed.pickle"));
-    let (mut harness, diff) = comparing(&a, &b);
-    assert_eq!(harness.state().settings.view, vramscope::gui::View::Compare);
-    harness.get_by_label(&vramscope::words::diff_summary(&diff));
-    let (ra, rb) = (python_reference(&a), python_reference(&b));
-    let bytes = |r: &serde_json::Value, key: &str| r[key].as_u64().expect(key);
-    // The table shows each run's peaks and categories as the reference computes them.
-    for key in ["peak_allocated_bytes", "peak_reserved_bytes"] {
-        let (va, vb) = (bytes(&ra, key), bytes(&rb, key));
-        assert!(harness.query_all_by_label(&units::bytes(va)).count() > 0, "A {key}");
-        assert!(harness.query_all_by_label(&units::bytes(vb)).count() > 0, "B {key}");
-        assert!(harness.query_all_by_label(&units::signed_bytes(vb as i64 - va as i64)).count() > 0, "B - A {key}");
-    }
-    for (name, value) in ra["categories_at_peak"].as_object().expect("categories") {
-        assert_eq!(diff.a.categories_at_peak.get(name.as_str()).copied(), value.as_u64(), "A {name}");
-    }
-    for (name, value) in rb["categories_at_peak"].as_object().expect("categories") {
-        assert_eq!(diff.b.categories_at_peak.get(name.as_str()).copied(), value.as_u64(), "B {name}");
-    }
-    // Both timelines are drawn, and aligning at the peaks moves them.
-    assert_eq!(harness.query_all_by_label("Memory timeline").count(), 2);
-    harness.get_by_label("peak").click();
-    harness.run_steps(2);
-    assert_eq!(
-        harness.state().session.compare.as_ref().map(|c| c.align.clone()),
-        Some(vramscope::gui::compare_view::Align::Peak)
-    );
-}
-
-#[test]
-fn the_phases_of_two_runs_are_side_by_side_and_a_click_lines_them_up_there() {
-    // The forward pass alone against the full step of the same model.
-    let (a, b) = (fixture("gpt_ctx128_forward_fp32.pickle"), fixture("gpt_ctx128_fullstep_fp32.pickle"));
-    let (mut harness, diff) = comparing(&a, &b);
-    // The forward pass's high point of each, as the reference computes it.
-    let forward_high = |file: &Path| {
-        let phases = python_reference(file)["phases"].as_array().cloned().unwrap_or_default();
-        phases
-            .iter()
-            .filter(|p| p["phase"] == "forward")
-            .filter_map(|p| p["high_bytes"].as_u64())
-            .max()
-            .expect("forward")
-    };
-    let (fa, fb) = (forward_high(&a), forward_high(&b));
-    let row = diff.phases.iter().position(|r| r.iteration.is_none() && r.phase.is_some_and(|k| k.name() == "forward"));
-    let row = row.expect("a forward row");
-    assert_eq!(diff.phases[row].a.as_ref().map(|s| s.high_bytes), Some(fa));
-    assert_eq!(diff.phases[row].b.as_ref().map(|s| s.high_bytes), Some(fb));
-    harness.get_by_label("Phase by phase");
-    assert!(harness.query_all_by_label(&units::bytes(fa)).count() > 0);
-    assert!(harness.query_all_by_label(&units::bytes(fb)).count() > 0);
-    // Only B has an optimizer step: its row cannot line them up.
-    harness.get_by_label("optimizer step (highest)");
-    // A click on the forward row lines both runs up at its start and shows it.
-    harness.get_by_label("forward (highest)").click();
-    harness.run_steps(3);
-    let compare = harness.state().session.compare.as_ref().expect("compare");
-    assert_eq!(compare.align, vramscope::gui::compare_view::Align::Phase(row));
-    let (start, end) = harness.state().views.compare_timeline.view_ns.expect("a view");
-    let side = diff.phases[row].a.as_ref().expect("A's forward");
-    assert!(start <= side.start_ns as f64 && side.end_ns as f64 <= end, "{start}..{end}");
-    assert!(end - start < 1.5 * (side.end_ns - side.start_ns).max(1) as f64 + 1.0, "{start}..{end}");
 }
 
 #[test]
