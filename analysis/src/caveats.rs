@@ -1,7 +1,7 @@
 //! What a trace cannot show: a snapshot taken without allocation history, a profiler trace that
 //! cannot see memory from before it began. Found here once for `info` and the app, which word it.
 
-use vramscope_trace_format::{DeviceId, RangeInfo, SourceFormat, Trace};
+use vramscope_trace_format::{DeviceId, RangeInfo, SourceFormat, Trace, Unrecorded};
 
 /// Something the trace cannot show.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +17,8 @@ pub enum Caveat {
     /// The trace is a range of its source: what came before is folded into what was alive at
     /// its start, what came after is left out.
     Range(RangeInfo),
+    /// Stretches of a recording in which a process's tensor allocations were not seen.
+    Unrecorded(Vec<Unrecorded>),
 }
 
 /// What `trace` cannot show.
@@ -44,6 +46,9 @@ pub fn caveats_given(trace: &Trace, event_devices: &[DeviceId]) -> Vec<Caveat> {
     }
     if let Some(range) = trace.metadata.range {
         notes.push(Caveat::Range(range));
+    }
+    if !trace.metadata.unrecorded.is_empty() {
+        notes.push(Caveat::Unrecorded(trace.metadata.unrecorded.clone()));
     }
     notes
 }

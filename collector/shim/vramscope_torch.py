@@ -5,7 +5,8 @@ When the program imports torch, this records into the recording directory
 
 - tensor-level allocations and frees: on CUDA from the caching allocator's own history
   (`torch.cuda.memory._record_memory_history`, drained often, at exit and on OOM), on the CPU from
-  the profiler's memory events (`torch.profiler` with `profile_memory=True`);
+  the profiler's memory events (`torch.profiler` with `profile_memory=True`; `vramscope_cpu.py`,
+  which restarts it only where that is safe for the program);
 - tags: parameters by storage with their qualified names, their gradients, optimizer state
   tensors (`exp_avg`, ...), the model's inputs;
 - phases: forward, backward, optimizer step, iterations, and each module's forward.
@@ -21,7 +22,8 @@ addr, cat, name), `span` (kind: forward, backward, optimizer_step, iteration, mo
 end), `autocast` (device_type, dtype: forward ran under autocast), `allocator_conf` (conf: the
 allocator's configuration string, from the environment when torch is imported and from each
 `torch.cuda.memory._set_allocator_settings` call), `dtypes` (parameters: the model's parameter
-bytes by dtype, when they change).
+bytes by dtype, when they change), `gap` (dev, begin, end, why, detail: a stretch whose CPU
+allocations were not seen, the profiler being off).
 """
 
 import atexit
@@ -43,12 +45,6 @@ _DRAIN_TIMER_S = float(os.environ.get("VRAMSCOPE_TORCH_DRAIN_TIMER_S", "2.0"))
 # The CUDA history's ring buffer: entries between two drains must fit.
 _HISTORY_ENTRIES = int(os.environ.get("VRAMSCOPE_TORCH_HISTORY", "1000000"))
 
-
-# Operators that only make memory for the operator around them.
-_PLUMBING = frozenset({
-    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided",
-    "aten::resize_", "aten::zeros", "aten::zeros_like", "aten::zero_", "aten::fill_", "aten::full",
-})
 
 
 def _has_cuda_device(torch):
@@ -173,8 +169,8 @@ class _Recorder:
         self.iteration = 0
         self.last_drain = time.monotonic()
         self.source = None
-        self.profiler = None
-        self.paused = False
+        # The CPU source (vramscope_cpu.CpuAllocations), when allocations come from the profiler.
+        self.cpu = None
         self.autocast_noted = False
         self.seen_history = set()
         self.history_mark = -1
@@ -241,33 +237,13 @@ class _Recorder:
             else:
                 self.start_history()
         elif mode == "cpu":
-            self.start_profiler()
-            self.yield_to_user_profilers()
+            import vramscope_cpu
+
+            self.cpu = vramscope_cpu.CpuAllocations(self, _profiler_quiet)
+            self.cpu.start()
         atexit.register(self.close)
         os.register_at_fork(after_in_child=self.forked)
         self.install_hooks()
-
-    def yield_to_user_profilers(self):
-        """Only one profiler can run: the program's own takes over while it runs (what it
-        allocates meanwhile is not recorded) and the shim's resumes after it."""
-        cls = self.torch.profiler.profile
-        real_start, real_stop = cls.start, cls.stop
-        recorder = self
-
-        def start(profiler):
-            if not getattr(profiler, "_vramscope", False) and recorder.profiler is not None:
-                recorder.safe(recorder.drain, False)
-                recorder.paused = True
-            return real_start(profiler)
-
-        def stop(profiler):
-            result = real_stop(profiler)
-            if not getattr(profiler, "_vramscope", False) and recorder.paused and not recorder.closed:
-                recorder.paused = False
-                recorder.safe(recorder.start_profiler)
-            return result
-
-        cls.start, cls.stop = start, stop
 
     def start_history(self):
         torch = self.torch
@@ -288,61 +264,6 @@ class _Recorder:
             observer(self.on_oom)
         # Also drained on a timer, for programs without an optimizer step to drain at.
         threading.Thread(target=self.drain_every, name="vramscope-drain", daemon=True).start()
-
-    def start_profiler(self):
-        from torch.profiler import ProfilerActivity, profile
-
-        self.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-        self.profiler._vramscope = True
-        with _profiler_quiet():
-            self.profiler.start()
-
-    def drain_profiler(self, restart):
-        """Writes the CPU profiler's allocations since it started, then starts it again."""
-        from torch._C._profiler import _EventType
-
-        profiler, self.profiler = self.profiler, None
-        if profiler is None:
-            return
-        with _profiler_quiet():
-            profiler.stop()
-        events = []
-        event = None
-        stack = list(profiler.profiler.kineto_results.experimental_event_tree())
-        while stack:
-            event = stack.pop()
-            if event.tag == _EventType.Allocation:
-                fields = event.extra_fields
-                if fields.device.type == "cpu":
-                    # The operator that wanted the memory, not the allocating one inside it.
-                    parent = event.parent
-                    while parent is not None and parent.name in _PLUMBING:
-                        parent = parent.parent
-                    events.append((event.start_time_ns, fields.ptr, fields.alloc_size, parent))
-            stack.extend(event.children)
-        events.sort(key=lambda e: e[0])
-        records = []
-        for time_ns, ptr, size, parent in events:
-            record = {"t": "alloc" if size > 0 else "free", "time": time_ns - self.offset_ns, "dev": -1,
-                      "addr": ptr, "size": abs(size)}
-            if parent is not None and size > 0:
-                record["op"] = parent.name
-            records.append(record)
-        # The event tree's objects refer to each other and into the profiler's results: they are
-        # collected first, while the results they point into still exist (every local that holds
-        # one is dropped), and only then the profiler; never in the collection at interpreter
-        # exit, where the order is not kept (that crashed at exit, now and then, under load).
-        import gc
-
-        fields = parent = None
-        del events, stack, event, fields, parent
-        gc.collect()
-        del profiler
-        gc.collect()
-        for record in records:
-            self.write(record)
-        if restart:
-            self.start_profiler()
 
     def frame_ids(self, frames):
         ids = []
@@ -404,7 +325,7 @@ class _Recorder:
             if self.source == "cuda":
                 self.drain_history()
             elif self.source == "cpu":
-                self.drain_profiler(restart)
+                self.cpu.drain(restart)
         except Exception as error:
             self.warn("reading allocations", error)
         self.flush()
@@ -608,6 +529,9 @@ class _Recorder:
         if depth == 0 and self.forward_start is not None and self.backward_depth == 0:
             self.write({"t": "span", "kind": "forward", "name": "forward", "begin": self.forward_start, "end": end})
             self.forward_start = None
+            if self.cpu is not None:
+                # Programs without an optimizer step (inference) drain here.
+                self.drain_if_due()
 
     def backward_begin(self):
         self.backward_depth += 1
@@ -620,6 +544,8 @@ class _Recorder:
             self.write({"t": "span", "kind": "backward", "name": "backward", "begin": self.backward_start,
                         "end": self.now()})
             self.backward_start = None
+        if self.backward_depth == 0 and self.cpu is not None:
+            self.cpu.at_safe_point()
 
     def step_pre(self, optimizer, args, kwargs):
         self.step_start = self.now()
@@ -643,7 +569,15 @@ class _Recorder:
                     "end": end})
         self.iteration += 1
         self.iteration_start = end
-        if time.monotonic() - self.last_drain >= _DRAIN_EVERY_S:
+        self.drain_if_due()
+
+    def drain_if_due(self):
+        if time.monotonic() - self.last_drain < _DRAIN_EVERY_S:
+            return
+        if self.cpu is not None:
+            # Inside the step's own range: the profiler is restarted where that is safe.
+            self.cpu.request()
+        else:
             self.drain()
 
     # -- end -------------------------------------------------------------------------------------
@@ -652,6 +586,8 @@ class _Recorder:
         if self.closed:
             return
         self.drain(restart=False)
+        if self.cpu is not None:
+            self.safe(self.cpu.close)
         with self.lock:
             self.closed = True
             self.file.close()

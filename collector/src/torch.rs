@@ -15,14 +15,15 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Deserialize;
 use vramscope_trace_format::{
     Annotation, AnnotationKind, Category, DeviceId, Event, EventKind, Frame, FrameId, Oom, ProcessId, StackId, Tag,
-    Trace,
+    Trace, Unrecorded,
 };
 
 /// The shim's files, written into the recording directory's `python/` folder, which `record`
 /// puts first on `PYTHONPATH`.
-pub const SHIM_FILES: [(&str, &str); 2] = [
+pub const SHIM_FILES: [(&str, &str); 3] = [
     ("sitecustomize.py", include_str!("../shim/sitecustomize.py")),
     ("vramscope_torch.py", include_str!("../shim/vramscope_torch.py")),
+    ("vramscope_cpu.py", include_str!("../shim/vramscope_cpu.py")),
 ];
 
 /// One line of a shim log.
@@ -120,6 +121,21 @@ pub enum Line {
         device_type: String,
         /// `bfloat16` or `float16`.
         dtype: String,
+    },
+    /// A stretch in which the process's tensor allocations were not recorded (the CPU profiler
+    /// was off: the program's own profiler ran, or it could not be restarted safely yet).
+    Gap {
+        /// Device (-1: CPU).
+        dev: DeviceId,
+        /// From.
+        begin: i64,
+        /// To (the process's end, when it never came back).
+        end: i64,
+        /// `own_profiler`, `open_ranges` or `unsafe`.
+        why: String,
+        /// What was open, for `open_ranges` and `unsafe`.
+        #[serde(default)]
+        detail: String,
     },
     /// A phase or a module's forward.
     Span {
@@ -245,6 +261,17 @@ fn add_log(
                     let name = trace.interner.string(name);
                     trace.tags.push(Tag { time_ns: *time, device: *dev, process, address: *addr, category, name });
                 }
+                continue;
+            }
+            Line::Gap { dev, begin, end, why, detail } => {
+                trace.metadata.unrecorded.push(Unrecorded {
+                    process: process.0,
+                    device: *dev,
+                    begin_ns: *begin,
+                    end_ns: (*end).max(*begin),
+                    why: why.clone(),
+                    detail: detail.clone(),
+                });
                 continue;
             }
             Line::Span { kind, name, begin, end } => {
@@ -506,6 +533,29 @@ mod tests {
         assert_eq!(trace.tags[0].category, Category::Parameter);
         assert_eq!(trace.annotations[0].kind, AnnotationKind::Forward);
         assert_eq!(processes.get(&7), Some(&ProcessId(0)));
+    }
+
+    /// The stretches the shim's profiler was off reach the trace, each with its process, and a
+    /// gap that ends before it begins is read as empty.
+    #[test]
+    fn stretches_without_the_profiler_are_kept_with_their_process_and_cause() {
+        let log = parse(concat!(
+            r#"{"t":"meta","pid":7,"torch":"2.15","source":"cpu"}"#,
+            "\n",
+            r#"{"t":"gap","dev":-1,"begin":100,"end":250,"why":"own_profiler","detail":""}"#,
+            "\n",
+            r#"{"t":"gap","dev":-1,"begin":400,"end":300,"why":"unsafe","detail":"raw range"}"#,
+        ));
+        let mut trace = Trace::default();
+        add_to_trace(&mut trace, &[log], &mut BTreeMap::new());
+        let gaps: Vec<(u32, i64, i64, &str, &str)> = trace
+            .metadata
+            .unrecorded
+            .iter()
+            .map(|g| (g.process, g.begin_ns, g.end_ns, g.why.as_str(), g.detail.as_str()))
+            .collect();
+        assert_eq!(gaps, [(0, 100, 250, "own_profiler", ""), (0, 400, 400, "unsafe", "raw range")]);
+        assert!(trace.metadata.unrecorded.iter().all(|g| g.device == DeviceId::HOST));
     }
 
     #[test]

@@ -2,13 +2,13 @@
 //! cost and reasoning, fragmentation, and what a trace cannot show. The analysis crate returns
 //! numbers and ids; the CLI, the app and the report word them here, once, in the same words.
 
-use vramscope_trace_format::{Category, DeviceId, Trace};
+use vramscope_trace_format::{Category, DeviceId, Trace, Unrecorded};
 
 use crate::analysis::attribution::Evidence;
 use crate::analysis::caveats::Caveat;
 use crate::analysis::diff::{Diff, Headline};
 use crate::analysis::peak::LiveBlock;
-use crate::units::{bytes, count, signed_bytes};
+use crate::units::{bytes, count, duration_ns, signed_bytes};
 
 mod advice;
 mod growth;
@@ -105,7 +105,76 @@ pub fn caveat(trace: &Trace, c: &Caveat) -> String {
             }
             text
         }
+        Caveat::Unrecorded(gaps) => unrecorded(trace, gaps),
     }
+}
+
+/// The stretches in which a recording did not see a process's tensor allocations, one sentence
+/// per process and cause: how many, how long in all, from when (seconds from the trace's first
+/// event) and why.
+fn unrecorded(trace: &Trace, gaps: &[Unrecorded]) -> String {
+    let start = trace
+        .events
+        .iter()
+        .map(|e| e.time_ns)
+        .min()
+        .unwrap_or_else(|| gaps.iter().map(|g| g.begin_ns).min().unwrap_or(0));
+    let mut groups: Vec<(u32, &str, Vec<&Unrecorded>)> = Vec::new();
+    for gap in gaps {
+        match groups.iter_mut().find(|(p, why, _)| *p == gap.process && *why == gap.why) {
+            Some((_, _, list)) => list.push(gap),
+            None => groups.push((gap.process, &gap.why, vec![gap])),
+        }
+    }
+    let mut sentences = Vec::new();
+    for (process, why, list) in groups {
+        let info = trace.metadata.processes.get(process as usize);
+        let who = match (info.and_then(|p| p.pid), info.and_then(|p| p.rank)) {
+            (Some(pid), Some(rank)) => format!("rank {rank} (process {pid})"),
+            (Some(pid), None) => format!("process {pid}"),
+            (None, Some(rank)) => format!("rank {rank}"),
+            (None, None) => "the process".to_owned(),
+        };
+        let devices: Vec<String> = {
+            let mut d: Vec<_> = list.iter().map(|g| g.device).collect();
+            d.sort_unstable();
+            d.dedup();
+            d.into_iter().map(|d| if d.is_host() { "CPU".to_owned() } else { trace.metadata.device_label(d) }).collect()
+        };
+        let total: i64 = list.iter().map(|g| g.end_ns - g.begin_ns).sum();
+        let first = list.iter().map(|g| g.begin_ns).min().unwrap_or(start);
+        let when = if list.len() == 1 {
+            format!("for {} from {} s", duration_ns(total), seconds(first - start))
+        } else {
+            format!(
+                "in {} stretches, {} in all, the first at {} s",
+                list.len(),
+                duration_ns(total),
+                seconds(first - start)
+            )
+        };
+        let cause = match why {
+            "own_profiler" => "the program ran its own PyTorch profiler, and only one can run at a time".to_owned(),
+            "open_ranges" => format!(
+                "PyTorch's profiler, their source, waited to be restarted until ranges begun before it stopped had \
+                 ended ({}), since restarting it inside them corrupts the program's memory",
+                list[0].detail
+            ),
+            "unsafe" => format!(
+                "PyTorch's profiler, their source, could not be restarted safely while {} was open, so it stayed off \
+                 to the end: memory allocated after that is missing",
+                list[0].detail
+            ),
+            other => format!("the recorder said: {other}"),
+        };
+        sentences
+            .push(format!("{} tensor allocations of {who} were not recorded {when}: {cause}.", devices.join(", ")));
+    }
+    sentences.join(" ")
+}
+
+fn seconds(ns: i64) -> String {
+    format!("{:.3}", ns as f64 / 1e9)
 }
 
 /// What a command read when it read only a part of each file (`--range`).
@@ -251,5 +320,39 @@ mod tests {
         let notes = caveats(&trace, &caveats::caveats(&trace));
         assert_eq!(notes.len(), 1);
         assert!(notes[0].starts_with("hip:2: memory allocated before the profiler started is not seen"), "{notes:?}");
+    }
+
+    /// Stretches a recording did not see: one sentence per process and cause, with how many, how
+    /// long in all and from when (seconds from the first event), worked out by hand here.
+    #[test]
+    fn unrecorded_stretches_are_counted_timed_and_explained_per_process() {
+        let mut trace = Trace::default();
+        trace.events.push(Event::new(EventKind::Alloc, 1_000_000_000, -1, 0x9000, 512));
+        trace.metadata.processes = vec![
+            vramscope_trace_format::ProcessInfo { pid: Some(42), rank: Some(1), ..Default::default() },
+            vramscope_trace_format::ProcessInfo { pid: Some(43), ..Default::default() },
+        ];
+        let gap = |process, begin_ns, end_ns, why: &str, detail: &str| Unrecorded {
+            process,
+            device: DeviceId::HOST,
+            begin_ns,
+            end_ns,
+            why: why.to_owned(),
+            detail: detail.to_owned(),
+        };
+        trace.metadata.unrecorded = vec![
+            gap(0, 3_000_000_000, 3_020_000_000, "own_profiler", ""),
+            gap(0, 2_000_000_000, 2_010_000_000, "own_profiler", ""),
+            gap(1, 1_500_000_000, 1_750_000_000, "unsafe", "raw range"),
+        ];
+        let notes = caveats(&trace, &caveats::caveats(&trace));
+        assert_eq!(
+            notes,
+            ["CPU tensor allocations of rank 1 (process 42) were not recorded in 2 stretches, 30.000 ms in all, \
+                 the first at 1.000 s: the program ran its own PyTorch profiler, and only one can run at a time. \
+                 CPU tensor allocations of process 43 were not recorded for 250.000 ms from 0.500 s: PyTorch's \
+                 profiler, their source, could not be restarted safely while raw range was open, so it stayed off \
+                 to the end: memory allocated after that is missing."]
+        );
     }
 }

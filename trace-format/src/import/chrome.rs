@@ -642,6 +642,7 @@ fn assemble(state: State, facts: TopFacts) -> Imported {
         allocator_settings: serde_json::Value::Null,
         extra,
         range: None,
+        unrecorded: Vec::new(),
     };
     Imported {
         trace: Trace {

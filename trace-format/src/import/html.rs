@@ -213,6 +213,7 @@ fn plot_trace(json: &[u8]) -> Result<Imported> {
         allocator_settings: serde_json::Value::Null,
         extra,
         range: None,
+        unrecorded: Vec::new(),
     };
     let warnings = vec![
         "this is a PyTorch 2.0 trace_plot page: it holds the allocations and frees of one device in order, \

@@ -63,6 +63,7 @@ fn build(interner: Interner, mut series: Vec<CounterSeries>, samples: usize) -> 
         allocator_settings: serde_json::Value::Null,
         extra: serde_json::Map::new(),
         range: None,
+        unrecorded: Vec::new(),
     };
     Ok(Imported {
         trace: Trace { metadata, interner, counters: series, ..Trace::default() },

@@ -131,6 +131,29 @@ pub struct Metadata {
     /// The part of the source this trace was opened at, when it was opened in part.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub range: Option<RangeInfo>,
+    /// Stretches in which a process's tensor allocations were not recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unrecorded: Vec<Unrecorded>,
+}
+
+/// A stretch in which a recorded process's tensor allocations were not seen: on the CPU,
+/// PyTorch's profiler (the shim's source) was off, because the program's own profiler ran or
+/// because it could not yet be restarted without risk to the program.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unrecorded {
+    /// The process: its index in [`Metadata::processes`] (a [`crate::ProcessId`]).
+    pub process: u32,
+    /// The device whose allocations were not seen (host memory: -1).
+    pub device: DeviceId,
+    /// From (the trace's clock).
+    pub begin_ns: i64,
+    /// To.
+    pub end_ns: i64,
+    /// Why, as the shim said it: `own_profiler`, `open_ranges` or `unsafe`.
+    pub why: String,
+    /// What was open, for `open_ranges` and `unsafe`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
 }
 
 /// How a trace opened in part ([`crate::range`]) relates to its source.

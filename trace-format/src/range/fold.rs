@@ -265,9 +265,9 @@ fn at_start(alive: &Alive<Event>, time_ns: i64) -> Event {
 ///
 /// Blocks and segments alive at the range's start become allocations at its start; tags learnt
 /// before it for those blocks are kept at its start; counters keep their value at the start;
-/// spans are clipped; OOMs and markers outside it go. A running total the source reported for
-/// the trace's start is moved to the range's. The source's final state goes when the range ends
-/// before the trace.
+/// spans and stretches not recorded are clipped; OOMs and markers outside it go. A running
+/// total the source reported for the trace's start is moved to the range's. The source's final
+/// state goes when the range ends before the trace.
 pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
     let mut classifier = Classifier::new(range);
     let mut fold: Fold<Event> = Fold::new();
@@ -398,6 +398,15 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
         true
     });
     trace.ooms.retain(|o| (start_ns..=end_ns).contains(&o.time_ns));
+    // Stretches a recording did not see: those that overlap the range, clipped to it.
+    trace.metadata.unrecorded.retain_mut(|g| {
+        if g.end_ns < start_ns || g.begin_ns > end_ns {
+            return false;
+        }
+        g.begin_ns = g.begin_ns.max(start_ns);
+        g.end_ns = g.end_ns.min(end_ns).max(g.begin_ns);
+        true
+    });
     for series in &mut trace.counters {
         let first_in = series.samples.partition_point(|s| s.time_ns < start_ns);
         let last = series.samples.partition_point(|s| s.time_ns <= end_ns);

@@ -175,6 +175,7 @@ fn small_metadata() -> Metadata {
         allocator_settings: serde_json::json!({"expandable_segments": false, "max_split_size": -1}),
         extra: serde_json::Map::new(),
         range: None,
+        unrecorded: Vec::new(),
     }
 }
 

@@ -544,6 +544,7 @@ pub(super) fn build_trace(
         allocator_settings,
         extra,
         range: range.map(|r| r.info),
+        unrecorded: Vec::new(),
     };
     Ok(Trace { metadata, interner, events, segments, annotations, ooms, counters: Vec::new(), tags: Vec::new() })
 }

@@ -1,0 +1,112 @@
+//! On the CPU the shim reads tensor allocations by stopping PyTorch's profiler and starting
+//! another. Started while a range that began under the stopped one is still open, PyTorch writes
+//! into freed memory when that range ends, and the recorded program dies later (a malloc abort or
+//! SIGSEGV, now and then). `tests/workloads/profiler_restarts.py` sees every start of the
+//! profiler and every range it opens, and fails on such a start; here it runs under `record` with
+//! a drain at every chance, in the ways real programs open ranges.
+
+#![allow(clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Output;
+
+use vramscope_e2e::{info_json, record_command, repo_root, torch_python};
+
+fn probe() -> std::path::PathBuf {
+    repo_root().join("tests/workloads/profiler_restarts.py")
+}
+
+/// Records the probe with `args`, draining at every optimizer step and forward.
+fn record_probe(trace: &Path, args: &[&str]) -> (Output, serde_json::Value) {
+    let output = record_command(trace, torch_python())
+        .arg(probe())
+        .args(args)
+        .env("VRAMSCOPE_TORCH_DRAIN_S", "0")
+        .output()
+        .expect("vramscope record runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().find(|l| l.starts_with('{')).unwrap_or("null");
+    (output.clone(), serde_json::from_str(line).unwrap_or(serde_json::Value::Null))
+}
+
+fn notes(info: &serde_json::Value) -> String {
+    info["notes"]
+        .as_array()
+        .map(|n| n.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join("\n"))
+        .unwrap_or_default()
+}
+
+/// The probe is not a test that cannot fail: a profiler restarted inside the optimizer step (what
+/// the shim did before, at each step's post-hook) is caught, with the ranges it was inside.
+#[test]
+fn the_probe_catches_a_profiler_restarted_inside_an_open_range() {
+    let output =
+        std::process::Command::new(torch_python()).arg(probe()).arg("--naive-restart").output().expect("python runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("profiler started inside 'Optimizer.step#SGD.step'"), "{stderr}");
+    assert!(stderr.contains("profiler started inside 'iteration 1'"), "{stderr}");
+}
+
+/// Ranges around each iteration and forward or none, the optimizer step's own range, backward,
+/// steps taken inside backward, `torch.autograd.grad` through a checkpointed block, the
+/// program's own profiler for one iteration: the shim drains at every iteration and never
+/// restarts the profiler inside a range it saw begin. Every allocation is still seen: what the
+/// trace ends holding is, to the byte, what the probe's tensors hold then. What the program's
+/// own profiler ran over is said to be missing.
+#[test]
+fn the_cpu_profiler_is_restarted_only_outside_the_ranges_it_saw_begin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, args) in [
+        ("ranges", &[][..]),
+        ("no_ranges", &["--no-ranges"][..]),
+        ("in_backward", &["--step-in-backward", "--no-ranges"][..]),
+        ("grad_checkpoint", &["--grad-checkpoint", "--no-ranges"][..]),
+        ("own_profiler", &["--own-profiler"][..]),
+    ] {
+        let trace = dir.path().join(format!("{name}.vtrace"));
+        let (output, probe) = record_probe(&trace, args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{name}: {stderr}");
+        assert!(!stderr.contains("shim"), "{name}: the shim complained: {stderr}");
+        // Drained (stopped and started again) once an iteration at least: the drain waited for
+        // the ranges, it did not give up.
+        let steps = probe["steps"].as_u64().expect("the probe's summary");
+        assert!(probe["starts"].as_u64().expect("starts") >= steps, "{name}: {probe}");
+        let info = info_json(&trace);
+        let host = info["devices"].as_array().and_then(|d| d.iter().find(|d| d["device"] == -1)).expect("host");
+        let notes = notes(&info);
+        if name == "own_profiler" {
+            assert!(
+                notes.contains("CPU tensor allocations of process")
+                    && notes.contains("were not recorded for")
+                    && notes.contains("the program ran its own PyTorch profiler"),
+                "{name}: {notes}"
+            );
+        } else {
+            assert_eq!(host["allocated_bytes"], probe["live_bytes"], "{name}: the trace's end against the probe's");
+            assert!(!notes.contains("not recorded"), "{name}: {notes}");
+        }
+    }
+}
+
+/// A range opened with the operator under `record_function` (no Python hook sees it end) is found
+/// open when the profiler stops: the shim leaves the profiler off rather than risk the program,
+/// says so on stderr, and the trace says from when allocations are missing.
+#[test]
+fn a_range_no_hook_sees_end_leaves_the_profiler_off_and_the_trace_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("raw.vtrace");
+    let (output, probe) = record_probe(&trace, &["--raw-range"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("CPU tensor allocations are not recorded from here on")
+            && stderr.contains("while raw range is open"),
+        "{stderr}"
+    );
+    assert!(probe["steps"].as_u64().is_some(), "{probe}");
+    let notes = notes(&info_json(&trace));
+    assert!(notes.contains("could not be restarted safely while raw range was open"), "{notes}");
+    assert!(notes.contains("memory allocated after that is missing"), "{notes}");
+}
