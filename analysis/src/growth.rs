@@ -88,6 +88,9 @@ pub struct Growth {
     pub sites: Vec<GrowingSite>,
     /// When the device's memory would be reached, where it is known.
     pub reach: Option<Reach>,
+    /// Iterations (after the first) left out of the rate and the sites because a stretch of
+    /// them was not recorded (the recording's `metadata.unrecorded`).
+    pub unrecorded_iterations: usize,
 }
 
 /// The iterations of `device` and whether its memory grows across them; `None` when the trace
@@ -146,11 +149,28 @@ pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
     let mut lengths: Vec<i64> = boundary_ns.windows(2).map(|w| w[1] - w[0]).collect();
     lengths.sort_unstable();
     let iteration_ns = lengths.get(lengths.len() / 2).copied().unwrap_or(0);
-    let steady = &boundary_bytes[1..];
-    let slope = slope(steady);
-    let rising = steady.windows(2).filter(|w| w[1] > w[0]).count();
-    let steps = steady.len() - 1;
-    let grows = slope >= MIN_BYTES_PER_ITERATION as f64 && rising * 4 >= steps * 3;
+    // Iterations (1..m) with a stretch the recording did not see: what they allocated and freed
+    // is partly missing, and every start after them is off by that much. The rate is then the
+    // mean of the whole iterations' own changes, and only they count.
+    let unrecorded: Vec<bool> = (0..m)
+        .map(|k| {
+            let (a, b) = (boundary_ns[k], boundary_ns[k + 1]);
+            trace.metadata.unrecorded.iter().any(|g| g.device == device && g.begin_ns < b && g.end_ns > a)
+        })
+        .collect();
+    let unrecorded_iterations = unrecorded[1..].iter().filter(|&&u| u).count();
+    let (slope, rising, steps) = if unrecorded_iterations == 0 {
+        let steady = &boundary_bytes[1..];
+        (slope(steady), steady.windows(2).filter(|w| w[1] > w[0]).count(), steady.len() - 1)
+    } else {
+        let changes: Vec<f64> = (1..m)
+            .filter(|&k| !unrecorded[k])
+            .map(|k| boundary_bytes[k + 1] as f64 - boundary_bytes[k] as f64)
+            .collect();
+        let mean = if changes.is_empty() { 0.0 } else { changes.iter().sum::<f64>() / changes.len() as f64 };
+        (mean, changes.iter().filter(|&&c| c > 0.0).count(), changes.len())
+    };
+    let grows = steps >= 2 && slope >= MIN_BYTES_PER_ITERATION as f64 && rising * 4 >= steps * 3;
     let mut result = Growth {
         device,
         iterations,
@@ -164,17 +184,23 @@ pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
         bytes_per_iteration: 0,
         sites: Vec::new(),
         reach: None,
+        unrecorded_iterations,
     };
     if !grows {
         return Some(result);
     }
     result.bytes_per_iteration = slope.round() as u64;
-    // Survivors of iterations 1..m-1 (each outlived at least the iteration after it).
+    // Survivors of the whole iterations among 1..m-1 (each outlived at least the iteration
+    // after it).
     let (from, to) = (result.boundary_ns[1], result.boundary_ns[m - 1]);
-    let counted = (m - 2).max(1) as f64;
+    let whole = |time: i64| {
+        let k = result.boundary_ns.partition_point(|&b| b <= time).saturating_sub(1);
+        !unrecorded.get(k).copied().unwrap_or(false)
+    };
+    let counted = ((1..m - 1).filter(|&k| !unrecorded[k]).count()).max(1) as f64;
     let mut by_stack: BTreeMap<StackId, (u64, usize)> = BTreeMap::new();
     for &(time, size, stack) in alive.values() {
-        if time >= from && time < to {
+        if time >= from && time < to && whole(time) {
             let entry = by_stack.entry(stack).or_default();
             entry.0 += size;
             entry.1 += 1;
@@ -424,6 +450,36 @@ mod tests {
         let reach = g.reach.expect("device size known");
         assert_eq!(reach.iterations, 889_u64.div_ceil(4));
         assert_eq!(reach.after_ns, 223 * 1_000_000_000);
+    }
+
+    /// A stretch the recording did not see (iteration 3, its kept block missing): the
+    /// iteration is left out, so the rate and the site are those of the whole iterations, not
+    /// bent by the bytes that were never seen.
+    #[test]
+    fn iterations_with_an_unrecorded_stretch_are_left_out_of_the_rate() {
+        let mut t = trace(8, 4 * MIB, true);
+        let (from, to) = (4_000_000_000, 5_000_000_000);
+        t.events.retain(|e| !(e.time_ns >= from && e.time_ns < to));
+        let biased = growth(&t, DeviceId(0)).expect("eight iterations");
+        assert!(biased.bytes_per_iteration < 4 * MIB, "unaware of the stretch: {}", biased.bytes_per_iteration);
+        t.metadata.unrecorded.push(vramscope_trace_format::Unrecorded {
+            process: 0,
+            device: DeviceId(0),
+            begin_ns: from + 50,
+            end_ns: from + 500,
+            why: "own_profiler".to_owned(),
+            detail: String::new(),
+        });
+        let g = growth(&t, DeviceId(0)).expect("eight iterations");
+        assert!(g.grows);
+        assert_eq!(g.unrecorded_iterations, 1);
+        assert_eq!(g.bytes_per_iteration, 4 * MIB);
+        assert_eq!(g.sites.len(), 1, "{:?}", g.sites);
+        assert_eq!(g.sites[0].bytes_per_iteration, 4 * MIB);
+        assert!((g.sites[0].blocks_per_iteration - 1.0).abs() < 1e-9);
+        // A stretch on another device changes nothing here.
+        t.metadata.unrecorded[0].device = DeviceId::HOST;
+        assert_eq!(growth(&t, DeviceId(0)).expect("eight").unrecorded_iterations, 0);
     }
 
     #[test]

@@ -539,3 +539,65 @@ fn an_oom_is_said_and_explained_on_one_screen() {
     let oom = &app.session.doc.as_ref().unwrap().trace.ooms[0];
     assert_eq!(app.session.selected_point, Some(device.timeline.point_at(oom.time_ns)));
 }
+
+/// A recording with a stretch its shim did not see: the note above the timeline says how long
+/// and why, and the pointer over the stretch says it was not recorded there (the hatched band
+/// itself is painted, checked in the screenshots).
+#[test]
+fn a_stretch_not_recorded_is_said_above_the_timeline_and_under_the_pointer() {
+    use vramscope_trace_format::{Event, EventKind, ProcessInfo, Trace, Unrecorded};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("gap.vtrace");
+    let mut trace = Trace::default();
+    trace.metadata.processes = vec![ProcessInfo { pid: Some(4242), ..ProcessInfo::default() }];
+    // 1 MiB more every 100 ms for a second, on the host; nothing seen from 400 to 600 ms.
+    for i in 0..10_i64 {
+        trace.events.push(Event::new(
+            EventKind::SegmentAlloc,
+            i * 100_000_000,
+            -1,
+            0x1000_0000 * (i as u64 + 1),
+            1 << 20,
+        ));
+        trace.events.push(Event::new(EventKind::Alloc, i * 100_000_000, -1, 0x1000_0000 * (i as u64 + 1), 1 << 20));
+    }
+    trace.metadata.unrecorded.push(Unrecorded {
+        process: 0,
+        device: DeviceId::HOST,
+        begin_ns: 400_000_000,
+        end_ns: 600_000_000,
+        why: "own_profiler".to_owned(),
+        detail: String::new(),
+    });
+    vramscope_trace_format::vtrace::write(&trace, std::fs::File::create(&path).expect("file")).expect("written");
+    let mut harness = harness(Some(path));
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    harness.get_by_label_contains(
+        "CPU tensor allocations of process 4242 were not recorded for 200.000 ms from 0.400 s: the program ran its \
+         own PyTorch profiler",
+    );
+    let rect = harness.get_by_label("Memory timeline").rect();
+    // The visible span is the trace's, 0 to 900 ms: 500 ms is inside the stretch, 200 ms is not.
+    let at = |ms: f32| egui::pos2(rect.left() + rect.width() * ms / 900.0, rect.center().y);
+    harness.hover_at(at(500.0));
+    // A tooltip shows once the pointer has rested (egui's delay, in the harness's frames).
+    let hover = "not recorded here (200.000 ms): the program's own profiler ran";
+    for _ in 0..120 {
+        if harness.query_by_label_contains(hover).is_some() {
+            break;
+        }
+        harness.step();
+    }
+    harness.get_by_label_contains(hover);
+    harness.hover_at(at(200.0));
+    for _ in 0..120 {
+        if harness.query_by_label_contains("t = 200").is_some() {
+            break;
+        }
+        harness.step();
+    }
+    harness.get_by_label_contains("t = 200");
+    assert_eq!(harness.query_all_by_label_contains("not recorded here").count(), 0);
+}

@@ -6,7 +6,7 @@
 //! costs the same on any trace at any zoom.
 
 use egui::{Color32, CornerRadius, Mesh, Pos2, Rect, Sense, Shape, Stroke, StrokeKind, Vec2, pos2, vec2};
-use vramscope_trace_format::{AnnotationKind, Category, Trace};
+use vramscope_trace_format::{AnnotationKind, Category, Trace, Unrecorded};
 
 use super::breakdown_view;
 use super::document::{DeviceData, Document};
@@ -188,6 +188,7 @@ pub fn timeline_ui(
         );
     }
 
+    unrecorded_overlay(&painter, &doc.trace, device, plot, (v0, v1), visuals);
     marks(&painter, doc, device, plot, (v0, v1), y_top_bytes, selected_point);
     annotation_band(&painter, &doc.trace, device, band, (v0, v1), visuals);
     if let Some(start_x) = state.box_start_x
@@ -202,8 +203,15 @@ pub fn timeline_ui(
     // Hover readout.
     if let Some(pointer) = response.hover_pos().filter(|p| plot.contains(*p)) {
         painter.vline(pointer.x, plot.y_range(), Stroke::new(1.0, visuals.weak_text_color()));
-        let point = device.timeline.point_at(time_at_x(pointer.x, plot, (v0, v1)).round() as i64);
-        response.clone().on_hover_ui_at_pointer(|ui| readout_ui(ui, doc, device, point));
+        let t = time_at_x(pointer.x, plot, (v0, v1)).round() as i64;
+        let point = device.timeline.point_at(t);
+        let unseen = unrecorded_at(&doc.trace, device, t);
+        response.clone().on_hover_ui_at_pointer(|ui| {
+            if let Some(gap) = unseen {
+                ui.colored_label(ui.visuals().warn_fg_color, unrecorded_hover(gap));
+            }
+            readout_ui(ui, doc, device, point);
+        });
     } else if let Some(pointer) = response.hover_pos().filter(|p| band.contains(*p)) {
         let t = time_at_x(pointer.x, plot, (v0, v1));
         let row = ((pointer.y - band.top()) / BAND_ROW_PX) as usize;
@@ -254,13 +262,14 @@ fn marks(
     // The peak.
     let peak_t = device.timeline.time_ns(device.peak_point) as f64;
     let (peak_bytes, _, _) = device.timeline.values(device.peak_point);
+    let mut peak_label = Rect::NOTHING;
     if (v0..=v1).contains(&peak_t) {
         let p = pos2(x_of(peak_t), y_of(peak_bytes));
         painter.circle_filled(p, 4.0, palette::PEAK);
         let label = format!("peak {}", units::bytes(peak_bytes));
         let align = if p.x > plot.right() - 120.0 { egui::Align2::RIGHT_BOTTOM } else { egui::Align2::LEFT_BOTTOM };
         let offset = if p.x > plot.right() - 120.0 { vec2(-6.0, -4.0) } else { vec2(6.0, -4.0) };
-        painter.text(p + offset, align, label, egui::FontId::proportional(12.0), palette::PEAK);
+        peak_label = painter.text(p + offset, align, label, egui::FontId::proportional(12.0), palette::PEAK);
     }
 
     // Memory that grows every iteration: the allocated bytes at each iteration's start, joined,
@@ -280,13 +289,17 @@ fn marks(
         }
         if let Some(last) = points.last().filter(|p| plot.x_range().contains(p.x)) {
             let label = format!("+{} per iteration", units::bytes(growth.bytes_per_iteration));
-            painter.text(
-                *last + vec2(-4.0, -6.0),
-                egui::Align2::RIGHT_BOTTOM,
-                label,
-                egui::FontId::proportional(12.0),
-                palette::OOM,
-            );
+            let font = egui::FontId::proportional(12.0);
+            // Above the last point, or below it where the peak's label already is (the peak is
+            // often the last iteration's).
+            let size = painter.layout_no_wrap(label.clone(), font.clone(), palette::OOM).size();
+            let above = egui::Align2::RIGHT_BOTTOM.anchor_size(*last + vec2(-4.0, -6.0), size);
+            let (at, align) = if above.intersects(peak_label) {
+                (*last + vec2(-4.0, 6.0), egui::Align2::RIGHT_TOP)
+            } else {
+                (*last + vec2(-4.0, -6.0), egui::Align2::RIGHT_BOTTOM)
+            };
+            painter.text(at, align, label, font, palette::OOM);
         }
     }
 
@@ -554,6 +567,62 @@ fn kind_color(kind: AnnotationKind) -> Color32 {
         AnnotationKind::UserRange | AnnotationKind::Module => Color32::from_rgb(0x6b, 0x8e, 0xc9),
         AnnotationKind::Op => Color32::from_rgb(0x8a, 0x9b, 0xa8),
         AnnotationKind::Snapshot | AnnotationKind::Marker => Color32::from_rgb(0xc9, 0x8a, 0x3d),
+    }
+}
+
+/// The stretch of `device` not recorded at `t`, if there is one.
+fn unrecorded_at<'t>(trace: &'t Trace, device: &DeviceData, t: i64) -> Option<&'t Unrecorded> {
+    trace.metadata.unrecorded.iter().find(|g| g.device == device.device && (g.begin_ns..=g.end_ns).contains(&t))
+}
+
+/// What the pointer over a stretch not recorded says, in one line.
+fn unrecorded_hover(gap: &Unrecorded) -> String {
+    let why = match gap.why.as_str() {
+        "own_profiler" => "the program's own profiler ran".to_owned(),
+        "open_ranges" => format!("waiting for {} to end before restarting the profiler", gap.detail),
+        "unsafe" => format!("the profiler stayed off: {} was open", gap.detail),
+        other => other.to_owned(),
+    };
+    format!("not recorded here ({}): {why}", units::duration_ns(gap.end_ns - gap.begin_ns))
+}
+
+/// Stretches of the device's recording that were not seen: hatched over the plot, labelled
+/// where there is room, so a flat stretch is never read as memory that did not change.
+fn unrecorded_overlay(
+    painter: &egui::Painter,
+    trace: &Trace,
+    device: &DeviceData,
+    plot: Rect,
+    (v0, v1): (f64, f64),
+    visuals: &egui::Visuals,
+) {
+    let px_per_ns = f64::from(plot.width()) / (v1 - v0);
+    let color = visuals.warn_fg_color;
+    for gap in trace.metadata.unrecorded.iter().filter(|g| g.device == device.device) {
+        let (start, end) = (gap.begin_ns as f64, gap.end_ns as f64);
+        if end < v0 || start > v1 {
+            continue;
+        }
+        let x0 = plot.left() + ((start.max(v0) - v0) * px_per_ns) as f32;
+        let x1 = (plot.left() + ((end.min(v1) - v0) * px_per_ns) as f32).max(x0 + 1.0);
+        let r = Rect::from_x_y_ranges(x0..=x1, plot.y_range());
+        painter.rect_filled(r, CornerRadius::ZERO, color.gamma_multiply(0.10));
+        let hatch = painter.with_clip_rect(r.intersect(plot));
+        let stroke = Stroke::new(1.0, color.gamma_multiply(0.35));
+        let mut x = x0 - plot.height();
+        while x < x1 {
+            hatch.line_segment([pos2(x, plot.bottom()), pos2(x + plot.height(), plot.top())], stroke);
+            x += 10.0;
+        }
+        if r.width() > 80.0 {
+            painter.text(
+                pos2(r.center().x, plot.top() + 4.0),
+                egui::Align2::CENTER_TOP,
+                "not recorded",
+                egui::FontId::proportional(11.0),
+                color,
+            );
+        }
     }
 }
 

@@ -20,10 +20,21 @@ pub fn rough_duration(ns: i64) -> String {
 
 /// Where the iterations came from, as a parenthesis.
 fn source(g: &Growth) -> String {
-    match &g.iterations {
+    let mut text = match &g.iterations {
         Iterations::Spans => "recorded iterations".to_owned(),
         Iterations::Pattern { site } => format!("iterations found from an allocation repeating evenly at {site}"),
+    };
+    if g.unrecorded_iterations > 0 {
+        text.push_str(&format!(
+            "; {} with a stretch not recorded left out",
+            if g.unrecorded_iterations == 1 {
+                "1 iteration".to_owned()
+            } else {
+                format!("{} iterations", count(g.unrecorded_iterations))
+            }
+        ));
     }
+    text
 }
 
 /// One line: growth per iteration, or steady.
