@@ -20,6 +20,7 @@ pub mod ranks_view;
 pub mod screenshot;
 pub mod session;
 pub mod timeline_view;
+pub mod unrecorded;
 pub mod views;
 pub mod worker;
 

@@ -6,12 +6,12 @@
 //! costs the same on any trace at any zoom.
 
 use egui::{Color32, CornerRadius, Mesh, Pos2, Rect, Sense, Shape, Stroke, StrokeKind, Vec2, pos2, vec2};
-use vramscope_trace_format::{AnnotationKind, Category, Trace, Unrecorded};
+use vramscope_trace_format::{AnnotationKind, Category, Trace};
 
-use super::breakdown_view;
 use super::document::{DeviceData, Document};
 use super::palette;
 use super::views::Body;
+use super::{breakdown_view, unrecorded};
 use crate::analysis::timeline::{CATEGORIES, Column};
 use crate::units;
 
@@ -188,7 +188,7 @@ pub fn timeline_ui(
         );
     }
 
-    unrecorded_overlay(&painter, &doc.trace, device, plot, (v0, v1), visuals);
+    unrecorded::overlay(&painter, &doc.trace, device, plot, (v0, v1), visuals);
     marks(&painter, doc, device, plot, (v0, v1), y_top_bytes, selected_point);
     annotation_band(&painter, &doc.trace, device, band, (v0, v1), visuals);
     if let Some(start_x) = state.box_start_x
@@ -205,10 +205,10 @@ pub fn timeline_ui(
         painter.vline(pointer.x, plot.y_range(), Stroke::new(1.0, visuals.weak_text_color()));
         let t = time_at_x(pointer.x, plot, (v0, v1)).round() as i64;
         let point = device.timeline.point_at(t);
-        let unseen = unrecorded_at(&doc.trace, device, t);
+        let unseen = unrecorded::at(&doc.trace, device, t);
         response.clone().on_hover_ui_at_pointer(|ui| {
             if let Some(gap) = unseen {
-                ui.colored_label(ui.visuals().warn_fg_color, unrecorded_hover(gap));
+                ui.colored_label(ui.visuals().warn_fg_color, unrecorded::hover(gap));
             }
             readout_ui(ui, doc, device, point);
         });
@@ -570,60 +570,17 @@ fn kind_color(kind: AnnotationKind) -> Color32 {
     }
 }
 
-/// The stretch of `device` not recorded at `t`, if there is one.
-fn unrecorded_at<'t>(trace: &'t Trace, device: &DeviceData, t: i64) -> Option<&'t Unrecorded> {
-    trace.metadata.unrecorded.iter().find(|g| g.device == device.device && (g.begin_ns..=g.end_ns).contains(&t))
-}
-
-/// What the pointer over a stretch not recorded says, in one line.
-fn unrecorded_hover(gap: &Unrecorded) -> String {
-    let why = match gap.why.as_str() {
-        "own_profiler" => "the program's own profiler ran".to_owned(),
-        "open_ranges" => format!("waiting for {} to end before restarting the profiler", gap.detail),
-        "unsafe" => format!("the profiler stayed off: {} was open", gap.detail),
-        other => other.to_owned(),
-    };
-    format!("not recorded here ({}): {why}", units::duration_ns(gap.end_ns - gap.begin_ns))
-}
-
-/// Stretches of the device's recording that were not seen: hatched over the plot, labelled
-/// where there is room, so a flat stretch is never read as memory that did not change.
-fn unrecorded_overlay(
-    painter: &egui::Painter,
-    trace: &Trace,
-    device: &DeviceData,
-    plot: Rect,
-    (v0, v1): (f64, f64),
-    visuals: &egui::Visuals,
-) {
-    let px_per_ns = f64::from(plot.width()) / (v1 - v0);
-    let color = visuals.warn_fg_color;
-    for gap in trace.metadata.unrecorded.iter().filter(|g| g.device == device.device) {
-        let (start, end) = (gap.begin_ns as f64, gap.end_ns as f64);
-        if end < v0 || start > v1 {
-            continue;
-        }
-        let x0 = plot.left() + ((start.max(v0) - v0) * px_per_ns) as f32;
-        let x1 = (plot.left() + ((end.min(v1) - v0) * px_per_ns) as f32).max(x0 + 1.0);
-        let r = Rect::from_x_y_ranges(x0..=x1, plot.y_range());
-        painter.rect_filled(r, CornerRadius::ZERO, color.gamma_multiply(0.10));
-        let hatch = painter.with_clip_rect(r.intersect(plot));
-        let stroke = Stroke::new(1.0, color.gamma_multiply(0.35));
-        let mut x = x0 - plot.height();
-        while x < x1 {
-            hatch.line_segment([pos2(x, plot.bottom()), pos2(x + plot.height(), plot.top())], stroke);
-            x += 10.0;
-        }
-        if r.width() > 80.0 {
-            painter.text(
-                pos2(r.center().x, plot.top() + 4.0),
-                egui::Align2::CENTER_TOP,
-                "not recorded",
-                egui::FontId::proportional(11.0),
-                color,
-            );
-        }
+/// Where `start..end` lies across `rect` showing `v0..v1`, at least a pixel wide; `None` when it
+/// is out of view.
+pub(super) fn x_span(rect: Rect, (v0, v1): (f64, f64), start: i64, end: i64) -> Option<(f32, f32)> {
+    let (start, end) = (start as f64, end as f64);
+    if end < v0 || start > v1 {
+        return None;
     }
+    let px_per_ns = f64::from(rect.width()) / (v1 - v0);
+    let x0 = rect.left() + ((start.max(v0) - v0) * px_per_ns) as f32;
+    let x1 = (rect.left() + ((end.min(v1) - v0) * px_per_ns) as f32).max(x0 + 1.0);
+    Some((x0, x1))
 }
 
 fn annotation_band(
@@ -637,18 +594,12 @@ fn annotation_band(
     painter.rect_filled(band, CornerRadius::ZERO, visuals.faint_bg_color);
     let px_per_ns = f64::from(band.width()) / (v1 - v0);
     for a in device.annotations.iter().filter_map(|&i| trace.annotations.get(i)) {
-        let (start, end) = (a.start_ns as f64, a.end_ns as f64);
-        if end < v0 || start > v1 {
-            continue;
-        }
         let Some(row) = band_row(a.kind) else { continue };
-        let width = (end - start) * px_per_ns;
         // Ops narrower than a pixel are noise at this zoom.
-        if a.kind == AnnotationKind::Op && width < 1.0 {
+        if a.kind == AnnotationKind::Op && (a.end_ns - a.start_ns) as f64 * px_per_ns < 1.0 {
             continue;
         }
-        let x0 = band.left() + ((start.max(v0) - v0) * px_per_ns) as f32;
-        let x1 = (band.left() + ((end.min(v1) - v0) * px_per_ns) as f32).max(x0 + 1.0);
+        let Some((x0, x1)) = x_span(band, (v0, v1), a.start_ns, a.end_ns) else { continue };
         let y0 = band.top() + row as f32 * BAND_ROW_PX + 1.0;
         let r = Rect::from_min_max(pos2(x0, y0), pos2(x1, y0 + BAND_ROW_PX - 2.0));
         painter.rect_filled(r, CornerRadius::same(2), kind_color(a.kind).gamma_multiply(0.8));
