@@ -46,7 +46,6 @@ _DRAIN_TIMER_S = float(os.environ.get("VRAMSCOPE_TORCH_DRAIN_TIMER_S", "2.0"))
 _HISTORY_ENTRIES = int(os.environ.get("VRAMSCOPE_TORCH_HISTORY", "1000000"))
 
 
-
 def _has_cuda_device(torch):
     """Whether a CUDA device is there, asked without initialising CUDA (through NVML, as
     PyTorch's own fork-safe check does)."""
