@@ -24,9 +24,12 @@ fn record_probe(trace: &Path, args: &[&str]) -> (Output, serde_json::Value) {
         .env("VRAMSCOPE_TORCH_DRAIN_S", "0")
         .output()
         .expect("vramscope record runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout.lines().find(|l| l.starts_with('{')).unwrap_or("null");
-    (output.clone(), serde_json::from_str(line).unwrap_or(serde_json::Value::Null))
+    let summary = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (output, summary)
 }
 
 fn notes(info: &serde_json::Value) -> String {

@@ -208,7 +208,7 @@ pub fn timeline_ui(
         let unseen = unrecorded::at(&doc.trace, device, t);
         response.clone().on_hover_ui_at_pointer(|ui| {
             if let Some(gap) = unseen {
-                ui.colored_label(ui.visuals().warn_fg_color, unrecorded::hover(gap));
+                ui.colored_label(ui.visuals().warn_fg_color, crate::words::unrecorded_here(gap));
             }
             readout_ui(ui, doc, device, point);
         });

@@ -5,22 +5,10 @@ use egui::{CornerRadius, Rect, Stroke, pos2};
 use vramscope_trace_format::{Trace, Unrecorded};
 
 use super::document::DeviceData;
-use crate::units;
 
 /// The stretch of `device` not recorded at `t`, if there is one.
 pub fn at<'t>(trace: &'t Trace, device: &DeviceData, t: i64) -> Option<&'t Unrecorded> {
     trace.metadata.unrecorded.iter().find(|g| g.device == device.device && (g.begin_ns..=g.end_ns).contains(&t))
-}
-
-/// What the pointer over a stretch not recorded says, in one line.
-pub fn hover(gap: &Unrecorded) -> String {
-    let why = match gap.why.as_str() {
-        "own_profiler" => "the program's own profiler ran".to_owned(),
-        "open_ranges" => format!("waiting for {} to end before restarting the profiler", gap.detail),
-        "unsafe" => format!("the profiler stayed off: {} was open", gap.detail),
-        other => other.to_owned(),
-    };
-    format!("not recorded here ({}): {why}", units::duration_ns(gap.end_ns - gap.begin_ns))
 }
 
 /// Stretches of the device's recording that were not seen: hatched over the plot, labelled

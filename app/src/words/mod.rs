@@ -113,12 +113,9 @@ pub fn caveat(trace: &Trace, c: &Caveat) -> String {
 /// per process and cause: how many, how long in all, from when (seconds from the trace's first
 /// event) and why.
 fn unrecorded(trace: &Trace, gaps: &[Unrecorded]) -> String {
-    let start = trace
-        .events
-        .iter()
-        .map(|e| e.time_ns)
-        .min()
-        .unwrap_or_else(|| gaps.iter().map(|g| g.begin_ns).min().unwrap_or(0));
+    // Events are in time order: the first is the trace's start, as `info` counts it.
+    let start =
+        trace.events.first().map(|e| e.time_ns).unwrap_or_else(|| gaps.iter().map(|g| g.begin_ns).min().unwrap_or(0));
     let mut groups: Vec<(u32, &str, Vec<&Unrecorded>)> = Vec::new();
     for gap in gaps {
         match groups.iter_mut().find(|(p, why, _)| *p == gap.process && *why == gap.why) {
@@ -171,6 +168,17 @@ fn unrecorded(trace: &Trace, gaps: &[Unrecorded]) -> String {
             .push(format!("{} tensor allocations of {who} were not recorded {when}: {cause}.", devices.join(", ")));
     }
     sentences.join(" ")
+}
+
+/// What the pointer over a stretch not recorded says, in one line.
+pub fn unrecorded_here(gap: &Unrecorded) -> String {
+    let why = match gap.why.as_str() {
+        "own_profiler" => "the program's own profiler ran".to_owned(),
+        "open_ranges" => format!("waiting for {} to end before restarting the profiler", gap.detail),
+        "unsafe" => format!("the profiler stayed off: {} was open", gap.detail),
+        other => other.to_owned(),
+    };
+    format!("not recorded here ({}): {why}", duration_ns(gap.end_ns - gap.begin_ns))
 }
 
 fn seconds(ns: i64) -> String {
