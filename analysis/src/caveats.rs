@@ -1,7 +1,7 @@
 //! What a trace cannot show: a snapshot taken without allocation history, a profiler trace that
 //! cannot see memory from before it began. Found here once for `info` and the app, which word it.
 
-use vramscope_trace_format::{DeviceId, RangeInfo, SourceFormat, Trace, Unrecorded};
+use vramscope_trace_format::{DeviceId, RangeInfo, SourceFormat, TotalsAgreement, Trace, Unrecorded};
 
 /// Something the trace cannot show.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,6 +19,9 @@ pub enum Caveat {
     Range(RangeInfo),
     /// Stretches of a recording in which a process's tensor allocations were not seen.
     Unrecorded(Vec<Unrecorded>),
+    /// On these devices the events alone do not add up to the running totals the source
+    /// reports after each: what was done about it, and where the curve still differs.
+    TotalsDiffer(Vec<(DeviceId, TotalsAgreement)>),
 }
 
 /// What `trace` cannot show.
@@ -46,6 +49,11 @@ pub fn caveats_given(trace: &Trace, event_devices: &[DeviceId]) -> Vec<Caveat> {
     }
     if let Some(range) = trace.metadata.range {
         notes.push(Caveat::Range(range));
+    }
+    let differ: Vec<(DeviceId, TotalsAgreement)> =
+        trace.metadata.devices.iter().filter_map(|d| Some((d.device, d.totals?))).collect();
+    if !differ.is_empty() {
+        notes.push(Caveat::TotalsDiffer(differ));
     }
     if !trace.metadata.unrecorded.is_empty() {
         notes.push(Caveat::Unrecorded(trace.metadata.unrecorded.clone()));

@@ -15,6 +15,7 @@
 //! - [`summary`]: the per-device numbers `vramscope info` prints.
 //! - [`advisor`]: what each remedy would do to the peak.
 //! - [`caveats`]: what a trace cannot show.
+//! - [`invariants`]: what every trace must hold once read, checked on request.
 //! - [`allocator`]: the caching allocator's settings a run used.
 //! - [`allocsim`]: a model of the caching allocator to replay a trace through.
 //! - [`run`]: a distributed run as its ranks, each analysed alone, and the run summed up.
@@ -27,6 +28,7 @@ pub mod caveats;
 pub mod diff;
 pub mod growth;
 pub mod instant;
+pub mod invariants;
 pub mod peak;
 pub mod phases;
 pub mod postmortem;

@@ -12,13 +12,17 @@ use vramscope_trace_format::{BlockState, DeviceId, Segment, Trace};
 pub struct Fragmentation {
     /// Bytes reserved.
     pub reserved_bytes: u64,
-    /// Bytes of `active_allocated` blocks.
+    /// Bytes of blocks allocated and not free-completed (`active_allocated`, and
+    /// `active_pending_free` ones).
     pub allocated_bytes: u64,
-    /// Requested bytes of `active_allocated` blocks.
+    /// Of those, the bytes of blocks the program freed that still wait for their streams
+    /// (`active_pending_free`).
+    pub pending_free_bytes: u64,
+    /// Requested bytes of the allocated blocks.
     pub requested_bytes: u64,
     /// `allocated - requested`: rounding waste inside allocated blocks.
     pub free_internal_bytes: u64,
-    /// Bytes of blocks that are not allocated.
+    /// Bytes of blocks that are not allocated (`inactive`).
     pub free_external_bytes: u64,
     /// The largest run of contiguous free bytes.
     pub largest_free_bytes: u64,
@@ -29,6 +33,7 @@ impl Fragmentation {
     pub fn add(&mut self, other: &Self) {
         self.reserved_bytes = self.reserved_bytes.saturating_add(other.reserved_bytes);
         self.allocated_bytes = self.allocated_bytes.saturating_add(other.allocated_bytes);
+        self.pending_free_bytes = self.pending_free_bytes.saturating_add(other.pending_free_bytes);
         self.requested_bytes = self.requested_bytes.saturating_add(other.requested_bytes);
         self.free_internal_bytes = self.free_internal_bytes.saturating_add(other.free_internal_bytes);
         self.free_external_bytes = self.free_external_bytes.saturating_add(other.free_external_bytes);
@@ -52,8 +57,11 @@ pub fn segment_fragmentation(segment: &Segment) -> Fragmentation {
     let mut run = 0u64;
     let mut run_end = None;
     for block in &segment.blocks {
-        if block.state == BlockState::ActiveAllocated {
+        if block.state != BlockState::Inactive {
             f.allocated_bytes += block.size_bytes;
+            if block.state == BlockState::ActivePendingFree {
+                f.pending_free_bytes += block.size_bytes;
+            }
             f.requested_bytes += block.requested_bytes;
             f.free_internal_bytes += block.size_bytes.saturating_sub(block.requested_bytes);
             run = 0;
@@ -112,7 +120,8 @@ mod tests {
 
     #[test]
     fn hand_computed_segment() {
-        // 2 MiB segment: [512 alloc (req 100)] [1024 free] [1536 free] [rest alloc (req exact)]
+        // 2 MiB segment: [512 alloc (req 100)] [1024 free] [1536 freed, its free pending (req
+        // 1000)] [rest alloc (req exact)]
         let base = 0x1000_0000;
         let rest = (2 << 20) - 512 - 1024 - 1536;
         let segment = Segment::new(
@@ -122,16 +131,18 @@ mod tests {
             vec![
                 block(base, 512, 100, BlockState::ActiveAllocated),
                 block(base + 512, 1024, 0, BlockState::Inactive),
-                block(base + 1536, 1536, 0, BlockState::ActivePendingFree),
+                block(base + 1536, 1536, 1000, BlockState::ActivePendingFree),
                 block(base + 3072, rest, rest, BlockState::ActiveAllocated),
             ],
         );
         let f = segment_fragmentation(&segment);
-        assert_eq!(f.allocated_bytes, 512 + rest);
-        assert_eq!(f.requested_bytes, 100 + rest);
-        assert_eq!(f.free_internal_bytes, 412);
-        assert_eq!(f.free_external_bytes, 2560);
-        assert_eq!(f.largest_free_bytes, 2560);
+        // The pending free still holds its memory: allocated, and not part of a free range.
+        assert_eq!(f.allocated_bytes, 512 + 1536 + rest);
+        assert_eq!(f.pending_free_bytes, 1536);
+        assert_eq!(f.requested_bytes, 100 + 1000 + rest);
+        assert_eq!(f.free_internal_bytes, 412 + 536);
+        assert_eq!(f.free_external_bytes, 1024);
+        assert_eq!(f.largest_free_bytes, 1024);
         assert_eq!(f.reserved_bytes, f.requested_bytes + f.free_internal_bytes + f.free_external_bytes);
         assert_eq!(f.external_fragmentation(), 0.0);
     }

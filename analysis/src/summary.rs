@@ -138,6 +138,7 @@ pub fn device_summary(trace: &Trace, device: DeviceId) -> DeviceSummary {
         None => segments::Fragmentation {
             reserved_bytes: peaks.end.reserved_bytes,
             allocated_bytes: peaks.end.allocated_bytes,
+            pending_free_bytes: 0,
             requested_bytes: peaks.end.requested_bytes,
             free_internal_bytes: peaks.end.allocated_bytes.saturating_sub(peaks.end.requested_bytes),
             free_external_bytes: peaks.end.reserved_bytes.saturating_sub(peaks.end.allocated_bytes),

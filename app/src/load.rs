@@ -85,6 +85,7 @@ fn load_stdin(progress: &dyn Progress, range: Option<TraceRange>) -> Result<Load
     }
     let file_bytes = data.len() as u64;
     let imported = import_owned_range(data, progress, range).context("cannot load standard input")?;
+    self_check(Path::new(STDIN), &imported.trace)?;
     Ok(LoadedTrace {
         trace: imported.trace,
         warnings: imported.warnings,
@@ -183,6 +184,7 @@ pub fn load_range_with(path: &Path, range: Option<TraceRange>, progress: &dyn Pr
         // The bytes are dropped as soon as they are parsed: less memory at the peak.
         import_owned_range(data, progress, range).with_context(cannot_load)?
     };
+    self_check(path, &imported.trace)?;
     if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let memory: Vec<&str> = status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")).collect();
@@ -196,6 +198,24 @@ pub fn load_range_with(path: &Path, range: Option<TraceRange>, progress: &dyn Pr
         format: imported.format,
         wrappers: imported.wrappers,
     })
+}
+
+/// Whether every trace read is held to [`crate::analysis::invariants`] and every `.vtrace`
+/// written is read back (`VRAMSCOPE_SELF_CHECK=1`; the end-to-end tests set it).
+pub fn self_checking() -> bool {
+    std::env::var_os("VRAMSCOPE_SELF_CHECK").is_some_and(|v| v == "1")
+}
+
+/// With [`self_checking`], fails when `trace` breaks an invariant.
+fn self_check(path: &Path, trace: &Trace) -> Result<()> {
+    if !self_checking() {
+        return Ok(());
+    }
+    let found = crate::analysis::invariants::violations(trace);
+    if !found.is_empty() {
+        bail!("{}: self-check failed: {}", path.display(), found.join("; "));
+    }
+    Ok(())
 }
 
 /// Reads a file of any supported format, showing a progress bar on a terminal; cut to the

@@ -47,6 +47,11 @@ pub fn count(value: usize) -> String {
     out
 }
 
+/// A count with the word that goes with it: `1 live block`, `2,048 live blocks`.
+pub fn counted(value: usize, one: &str, many: &str) -> String {
+    format!("{} {}", count(value), if value == 1 { one } else { many })
+}
+
 /// A change in percent (`+23.2%`), `new` for growth from nothing; past ±99,999% (growth from
 /// almost nothing, where the percentage says nothing) it is capped.
 pub fn percent(p: Option<f64>) -> String {
@@ -73,6 +78,8 @@ mod tests {
         assert_eq!(count(19770), "19,770");
         assert_eq!(count(7), "7");
         assert_eq!(count(1_000_000), "1,000,000");
+        assert_eq!(counted(1, "live block", "live blocks"), "1 live block");
+        assert_eq!(counted(4000, "iteration", "iterations"), "4,000 iterations");
         assert_eq!(duration_ns(1_500_000_000), "1.500 s");
         assert_eq!(duration_ns(2_500_000), "2.500 ms");
         assert_eq!(percent(Some(23.24)), "+23.2%");

@@ -502,7 +502,7 @@ fn a_part_of_a_trace_opens_from_the_file_menu() {
 fn an_oom_is_said_and_explained_on_one_screen() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("oom.vtrace");
-    let status = std::process::Command::new(vramscope_e2e::vramscope_bin())
+    let status = vramscope_e2e::vramscope_command()
         .args(["record", "--torch", "off", "-o"])
         .arg(&out)
         .arg("--")

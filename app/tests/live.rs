@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use egui_kittest::Harness;
@@ -93,7 +93,7 @@ fn a_recording_is_followed_through_a_fork_and_a_killed_process() {
     let out = dir.path().join("live.vtrace");
     // An older trace at the output, recorded over with --force: never shown as this run's.
     std::fs::copy(vramscope_e2e::repo_root().join("samples/traces/h200-torch-plain.vtrace"), &out).unwrap();
-    let mut record = Command::new(vramscope_e2e::vramscope_bin())
+    let mut record = vramscope_e2e::vramscope_command()
         .args(["record", "--force", "--torch", "off", "-o"])
         .arg(&out)
         .arg("--")
@@ -187,7 +187,7 @@ wait("second")
 "#,
     )
     .unwrap();
-    let mut record = Command::new(vramscope_e2e::vramscope_bin())
+    let mut record = vramscope_e2e::vramscope_command()
         .args(["record", "-o"])
         .arg(&out)
         .arg("--")

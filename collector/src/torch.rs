@@ -492,7 +492,7 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
     trace.events.extend(added);
     trace.events.sort_by_key(|e| e.time_ns);
     trace.tags.sort_by_key(|t| t.time_ns);
-    trace.annotations.sort_by_key(|a| (a.start_ns, std::cmp::Reverse(a.end_ns)));
+    trace.annotations.sort_by_key(Annotation::order);
     ranks
 }
 

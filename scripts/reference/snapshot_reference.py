@@ -79,29 +79,35 @@ def iter_blocks(segment):
 
 
 def final_state(segments):
-    """The segsum numbers of torch/cuda/_memory_viz.py, per device.
+    """The segsum numbers of torch/cuda/_memory_viz.py, per device, with one rule of
+    vramscope's own (DESIGN.md: allocated is what is not yet free-completed).
 
-    segsum counts a block as allocated only when its state is
-    'active_allocated'. Everything else -- 'inactive' and also
-    'active_pending_free' (freed by the program but still waiting on a
-    record_stream event) -- is reported as external free space. Internal free
-    space is the rounding slack of allocated blocks: size - requested.
+    segsum counts a block as allocated only when its state is 'active_allocated', and a block
+    freed by the program but still waiting on a record_stream event ('active_pending_free') as
+    external free space. That memory is still held, and the replay of the trace (here and in
+    MemoryViz's timeline) keeps it until free_completed, so a peak computed by the replay could
+    be above an end computed by segsum with nothing alive in between. One rule for both: a
+    pending free counts as allocated (with its requested size), and only 'inactive' blocks are
+    free space. Internal free space is the rounding slack of allocated blocks: size - requested.
     """
-    reserved = allocated = requested = internal = external = 0
+    reserved = allocated = requested = internal = external = pending = 0
     for seg in segments:
         reserved += seg["total_size"]
         for _addr, block in iter_blocks(seg):
-            if block["state"] == "active_allocated":
+            if block["state"] in ("active_allocated", "active_pending_free"):
                 req = block_requested(block)
                 allocated += block["size"]
                 requested += req
                 internal += block["size"] - req
+                if block["state"] == "active_pending_free":
+                    pending += block["size"]
             else:
                 external += block["size"]
     return {
         "segments": len(segments),
         "reserved_bytes": reserved,
         "allocated_bytes": allocated,
+        "pending_free_bytes": pending,
         "requested_bytes": requested,
         "free_internal_bytes": internal,
         "free_external_bytes": external,

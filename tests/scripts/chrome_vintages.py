@@ -164,6 +164,70 @@ def main(out_dir):
         {"label": "cuda:3", "peak_allocated_bytes": before + 10 * MIB, "allocated_bytes": before + 2 * MIB},
     ]})
 
+    # --- A DDP rank of PyTorch 1.13 (kineto of late 2022): integer microseconds, "Ev Idx" first,
+    # and the events written thread by thread, not in time order: the autograd engine's thread
+    # (backward, later) before the main thread (forward, earlier). 3 GiB was allocated before the
+    # profiler started; the main thread frees 512 MiB of it. Ties: an alloc and the free of the
+    # same block in one microsecond, written free first. The allocated curve must be the totals
+    # after every event: peak = the most the totals say, end = the last total.
+    GIB = 1 << 30
+    rank = Allocator(1, 1, allocated=3 * GIB, reserved=12 * GIB)
+    main_thread, backward_thread = [], []
+
+    def ev(ts, addr, nbytes, tid):
+        e = rank.event(ts, addr, nbytes)
+        args = e["args"]
+        e["args"] = {"Ev Idx": args.pop("Ev Idx"), **args}
+        e["ts"] = int(ts)
+        e["tid"] = tid
+        return e
+
+    # Forward on the main thread: activations, then a pre-trace block freed.
+    for k in range(40):
+        main_thread.append(ev(1000 + 10 * k, 0x7F0000000000 + k * 0x4000000, 48 * MIB, 1))
+    main_thread.append(ev(1400, 0x7E0000000000, -512 * MIB, 1))
+    # Backward on the engine's thread: gradients, and activations freed; an alloc and its free
+    # in the same microsecond, the free written first.
+    for k in range(40):
+        backward_thread.append(ev(2000 + 10 * k, 0x7F0000000000 + k * 0x4000000, -48 * MIB, 2))
+        backward_thread.append(ev(2000 + 10 * k + 5, 0x7C0000000000 + k * 0x2000000, 24 * MIB, 2))
+    alloc_tie = ev(2500, 0x7B0000000000, 256 * MIB, 2)
+    free_tie = ev(2500, 0x7B0000000000, -256 * MIB, 2)
+    backward_thread.extend([free_tie, alloc_tie])
+    events = [op(900, 2000, "ProfilerStep#3", cat="user_annotation")] + backward_thread + main_thread
+    distributed = {"backend": "nccl", "rank": 1, "world_size": 2}
+    doc = {"schemaVersion": 1, "deviceProperties": [], "distributedInfo": distributed,
+           "profile_memory": 1, "traceEvents": events, "traceName": "rank-1.json"}
+    name = write(out_dir, "torch1.13_ddp_rank1_thread_order.json.gz", doc, compress=True)
+    manifest.append({"file": name, "rank": 1, "wrapped_in": ["gzip"], "devices": [
+        {"label": "cuda:1", "peak_allocated_bytes": rank.peak, "allocated_bytes": rank.allocated},
+    ]})
+
+    # --- Memory the totals count and no event reports: a thread the profiler did not follow
+    # allocates 100 MiB (totals jump), frees 60 MiB of it; a block the trace allocated and never
+    # frees is freed where no event says so (the totals drop by exactly its size); last, the
+    # totals drop by 3 MiB that no block alive accounts for (the curve stays above from then on).
+    ghost = Allocator(1, 0, allocated=0, reserved=64 * MIB)
+    events = [ghost.event(10, 0x7A0000000000, 8 * MIB)]
+    ghost.allocated += 100 * MIB
+    ghost.peak = max(ghost.peak, ghost.allocated)
+    events.append(ghost.event(20, 0x7A0000800000, 16 * MIB))
+    ghost.allocated -= 60 * MIB
+    events.append(ghost.event(30, 0x7A0001800000, 4 * MIB))
+    ghost.allocated -= 16 * MIB  # the 16 MiB block's free, unreported
+    events.append(ghost.event(40, 0x7A0001C00000, 2 * MIB))
+    ghost.allocated -= 40 * MIB  # the rest of the unreported memory goes
+    events.append(ghost.event(50, 0x7A0002000000, 1 * MIB))
+    ghost.allocated -= 3 * MIB   # and 3 MiB more that no block alive matches
+    events.append(ghost.event(60, 0x7A0002100000, 1 * MIB))
+    events.append(ghost.event(70, 0x7A0002200000, 1 * MIB))
+    doc = kineto_document(events)
+    name = write(out_dir, "unreported_thread.pt.trace.json", doc)
+    # Up to the 3 MiB drop the curve is the totals; after it, 3 MiB above them.
+    manifest.append({"file": name, "note": "do not add up to its running totals", "devices": [
+        {"label": "cuda:0", "peak_allocated_bytes": ghost.peak, "allocated_bytes": ghost.allocated + 3 * MIB},
+    ]})
+
     # --- Intel XPU (Device Type 12), as a bare list of events (Chrome's JSON array format). ----
     xpu = Allocator(12, 0)
     events = [xpu.event(1.0, 0xFF00000000, 3 * MIB, reserve=4 * MIB), xpu.event(2.0, 0xFF00000000, -3 * MIB)]

@@ -83,9 +83,21 @@ pub fn vramscope_bin() -> PathBuf {
     bin
 }
 
-/// Runs `vramscope` with arguments.
+/// The environment variable under which `vramscope` holds every trace it reads to the
+/// invariants (`analysis::invariants`) and reads back every `.vtrace` it writes.
+pub const SELF_CHECK: &str = "VRAMSCOPE_SELF_CHECK";
+
+/// A command that runs `vramscope` with [`SELF_CHECK`] on: every file the suite opens through
+/// it is held to the invariants.
+pub fn vramscope_command() -> Command {
+    let mut command = Command::new(vramscope_bin());
+    command.env(SELF_CHECK, "1");
+    command
+}
+
+/// Runs `vramscope` with arguments (with [`SELF_CHECK`] on).
 pub fn vramscope(args: &[&std::ffi::OsStr]) -> Output {
-    match Command::new(vramscope_bin()).args(args).output() {
+    match vramscope_command().args(args).output() {
         Ok(output) => output,
         Err(e) => panic!("cannot run vramscope: {e}"),
     }
@@ -124,7 +136,7 @@ pub fn torch_python() -> PathBuf {
 
 /// `vramscope record -o TRACE -- PROGRAM`, ready for the program's arguments.
 pub fn record_command(trace: &Path, program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut command = Command::new(vramscope_bin());
+    let mut command = vramscope_command();
     command.args(["record", "-o"]).arg(trace).arg("--").arg(program);
     command
 }
@@ -158,10 +170,11 @@ pub fn run_python_code(code: &str, args: &[&std::ffi::OsStr]) -> String {
 
 /// The per-device keys of `info --json` that the reference gives for a snapshot, whatever its
 /// vintage (times and categories aside).
-pub const SNAPSHOT_REFERENCE_KEYS: [&str; 9] = [
+pub const SNAPSHOT_REFERENCE_KEYS: [&str; 10] = [
     "segments",
     "reserved_bytes",
     "allocated_bytes",
+    "pending_free_bytes",
     "requested_bytes",
     "free_internal_bytes",
     "free_external_bytes",

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use vramscope_e2e::{measured, repo_root, run_python, vramscope, vramscope_bin};
+use vramscope_e2e::{measured, repo_root, run_python, vramscope, vramscope_bin, vramscope_command};
 
 fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
@@ -61,7 +61,7 @@ fn pipes_and_devices_are_refused_at_once_and_standard_input_is_read() {
     }
     // '-' reads standard input, compressed or not.
     let fixture = vramscope_e2e::fixtures_dir().join("pytorch-snapshots/mosaic_output.pickle");
-    let mut child = Command::new(vramscope_bin())
+    let mut child = vramscope_command()
         .args(["info", "--json", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -130,7 +130,7 @@ fn an_interrupted_convert_leaves_nothing_behind() {
     for signal in ["INT", "TERM"] {
         let dir = tempdir();
         let output = dir.path().join("out.vtrace");
-        let mut child = Command::new(vramscope_bin())
+        let mut child = vramscope_command()
             .args(["convert".as_ref(), "-".as_ref(), "-o".as_ref(), output.as_os_str()])
             .stdin(Stdio::piped())
             .stderr(Stdio::null())

@@ -188,7 +188,7 @@ fn following_what_is_not_there_is_refused_clearly() {
     assert_eq!(code, 2, "{stderr}");
     // Without a display, --live refuses before the workload runs.
     let marker = dir.path().join("ran");
-    let output = std::process::Command::new(vramscope_e2e::vramscope_bin())
+    let output = vramscope_e2e::vramscope_command()
         .args(["record", "--live", "-o"])
         .arg(dir.path().join("t.vtrace"))
         .args(["--", "touch"])

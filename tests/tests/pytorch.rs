@@ -352,7 +352,7 @@ fn record_leaves_the_workloads_output_as_it_is() {
         .expect("python runs");
     assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stderr));
     let trace = dir.path().join("quiet.vtrace");
-    let recorded = std::process::Command::new(vramscope_e2e::vramscope_bin())
+    let recorded = vramscope_e2e::vramscope_command()
         .args(["record", "--torch", "cpu", "-o"])
         .arg(&trace)
         .arg("--")

@@ -7,9 +7,8 @@
 #![allow(clippy::expect_used)]
 
 use std::path::Path;
-use std::process::Command;
 
-use vramscope_e2e::vramscope_bin;
+use vramscope_e2e::{vramscope_bin, vramscope_command};
 use vramscope_trace_format::{DeviceId, EventKind, NoProgress, Trace};
 
 /// What the client printed: ("alloc", address, size), ("free", address, 0), ("oom", 0, size).
@@ -41,7 +40,7 @@ fn record(mode: &str, out: &Path) -> (std::process::Output, Trace) {
 }
 
 fn record_client(client: &str, mode: &str, out: &Path) -> (std::process::Output, Trace) {
-    let output = Command::new(vramscope_bin())
+    let output = vramscope_command()
         .args(["record", "-o"])
         .arg(out)
         .arg("--")
@@ -94,23 +93,14 @@ fn every_way_of_reaching_the_driver_is_recorded_exactly() {
 fn exit_status_passes_through_and_outputs_are_kept() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("t.vtrace");
-    let status = Command::new(vramscope_bin())
-        .args(["record", "-o"])
-        .arg(&out)
-        .args(["--", "sh", "-c", "exit 7"])
-        .status()
-        .expect("runs");
+    let status =
+        vramscope_command().args(["record", "-o"]).arg(&out).args(["--", "sh", "-c", "exit 7"]).status().expect("runs");
     assert_eq!(status.code(), Some(7));
     let before = std::fs::read(&out).expect("written even when nothing was recorded");
     // An existing trace is kept unless --force, and the workload is not even started.
     let marker = dir.path().join("ran");
-    let output = Command::new(vramscope_bin())
-        .args(["record", "-o"])
-        .arg(&out)
-        .args(["--", "touch"])
-        .arg(&marker)
-        .output()
-        .expect("runs");
+    let output =
+        vramscope_command().args(["record", "-o"]).arg(&out).args(["--", "touch"]).arg(&marker).output().expect("runs");
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--force"));
     assert!(!marker.exists(), "the workload must not run when the output would be refused");
@@ -173,7 +163,7 @@ fn the_recorder_outlives_ctrl_c_and_passes_sigterm_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Ctrl+C reaches the whole process group; the recorder ignores it and still writes the trace.
     let out = dir.path().join("int.vtrace");
-    let output = Command::new(vramscope_bin())
+    let output = vramscope_command()
         .args(["record", "-o"])
         .arg(&out)
         .args(["--", "sh", "-c", "kill -INT $PPID; sleep 0.2; echo alive"])
@@ -184,7 +174,7 @@ fn the_recorder_outlives_ctrl_c_and_passes_sigterm_on() {
     assert!(out.exists());
     // SIGTERM to the recorder goes to the workload, whose own handling decides the exit status.
     let out = dir.path().join("term.vtrace");
-    let output = Command::new(vramscope_bin())
+    let output = vramscope_command()
         .args(["record", "-o"])
         .arg(&out)
         .args(["--", "sh", "-c", "trap 'exit 42' TERM; kill -TERM $PPID; sleep 5 >/dev/null 2>&1 & wait"])
@@ -194,7 +184,7 @@ fn the_recorder_outlives_ctrl_c_and_passes_sigterm_on() {
     assert!(out.exists());
     // The workload itself still dies of Ctrl+C: it does not inherit the recorder's handling.
     let out = dir.path().join("own.vtrace");
-    let output = Command::new(vramscope_bin())
+    let output = vramscope_command()
         .args(["record", "-o"])
         .arg(&out)
         .args(["--", "sh", "-c", "kill -INT $$; echo survived"])
@@ -408,7 +398,7 @@ fn device_facts_come_from_the_driver_when_there_is_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     // With the fake driver on the library path, the recorder finds it through cudarc.
     let out = dir.path().join("facts.vtrace");
-    let output = Command::new(vramscope_bin())
+    let output = vramscope_command()
         .env("LD_LIBRARY_PATH", vramscope_fake_cuda::lib_dir())
         .args(["record", "-o"])
         .arg(&out)
@@ -436,7 +426,7 @@ fn the_cudarc_sample_records_its_expected_peak() {
     let sample = vramscope_bin().with_file_name("cudarc-train");
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("cudarc.vtrace");
-    let output = Command::new(vramscope_bin())
+    let output = vramscope_command()
         .env("LD_LIBRARY_PATH", vramscope_fake_cuda::lib_dir())
         .args(["record", "-o"])
         .arg(&out)
@@ -473,7 +463,7 @@ fn a_recorded_oom_is_explained() {
     let out = dir.path().join("oom.vtrace");
     let (output, _) = record("direct", &out);
     assert!(output.status.success());
-    let explained = Command::new(vramscope_bin()).args(["info", "--oom"]).arg(&out).output().expect("runs");
+    let explained = vramscope_command().args(["info", "--oom"]).arg(&out).output().expect("runs");
     let text = String::from_utf8_lossy(&explained.stdout);
     assert!(explained.status.success(), "{}", String::from_utf8_lossy(&explained.stderr));
     for expected in [
@@ -488,7 +478,6 @@ fn a_recorded_oom_is_explained() {
     // A trace without one says so.
     let (_, trace) = record("threads", &dir.path().join("ok.vtrace"));
     assert!(trace.ooms.is_empty());
-    let none =
-        Command::new(vramscope_bin()).args(["info", "--oom"]).arg(dir.path().join("ok.vtrace")).output().expect("runs");
+    let none = vramscope_command().args(["info", "--oom"]).arg(dir.path().join("ok.vtrace")).output().expect("runs");
     assert!(String::from_utf8_lossy(&none.stdout).contains("no out-of-memory error"));
 }

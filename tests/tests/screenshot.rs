@@ -13,6 +13,7 @@ fn xvfb_run() -> Command {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = 200 + (std::process::id() % 1000) * 8 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut command = Command::new("xvfb-run");
+    command.env(vramscope_e2e::SELF_CHECK, "1");
     command.args(["-a", "-n", &n.to_string(), "-s", "-screen 0 1600x1000x24"]);
     command
 }

@@ -34,7 +34,9 @@ pub use model::counter::{CounterKind, CounterSample, CounterSeries};
 pub use model::event::{Event, EventKind, event_flags};
 pub use model::ids::{ContextId, DeviceId, FrameId, ProcessId, StackId, StringId};
 pub use model::interner::{Context, Frame, Interner};
-pub use model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, RangeInfo, SourceFormat, Unrecorded};
+pub use model::metadata::{
+    AboveTotals, Clock, DeviceInfo, Metadata, ProcessInfo, RangeInfo, SourceFormat, TotalsAgreement, Unrecorded,
+};
 pub use model::oom::Oom;
 pub use model::segment::{Block, BlockState, Segment, SegmentPool};
 pub use model::tag::Tag;

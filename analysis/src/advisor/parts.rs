@@ -283,7 +283,7 @@ pub fn parts_at(
             Evidence::SizeMatches { .. } => &mut known.size_match,
             Evidence::Frame { .. } => &mut known.stack_rule,
             Evidence::BeforeRecording { .. } => &mut known.before_recording,
-            Evidence::Nothing => &mut known.unknown,
+            Evidence::Nothing | Evidence::Unreported => &mut known.unknown,
         } += bytes;
         match category {
             Category::Parameter => {

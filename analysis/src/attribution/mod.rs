@@ -48,6 +48,9 @@ pub enum Evidence {
         /// Whose sizes it matched.
         of: Category,
     },
+    /// Memory the source's running totals count but none of its events allocate (a profiler
+    /// that reports allocations only on the threads it follows).
+    Unreported,
     /// No tag and no rule.
     Nothing,
 }
@@ -96,6 +99,9 @@ pub struct Attributor<'a> {
     /// Blocks (address, alloc time) that a trace opened at a range of its source shows allocated
     /// at its start, allocated before it: they are attributed as allocated before the recording.
     before_range: rustc_hash::FxHashSet<(u64, i64)>,
+    /// Blocks (address, alloc time) that stand for memory the source's totals count and no
+    /// event reports ([`event_flags::UNREPORTED`]).
+    unreported: rustc_hash::FxHashSet<(u64, i64)>,
 }
 
 /// The blocks alive from before the recording to its end, and those of them whose sizes match
@@ -191,6 +197,21 @@ impl<'a> Attributor<'a> {
         } else {
             rustc_hash::FxHashSet::default()
         };
+        let has_unreported = trace
+            .metadata
+            .devices
+            .iter()
+            .any(|d| d.device == device && d.totals.is_some_and(|t| t.unreported_max_bytes > 0));
+        let unreported = if has_unreported {
+            trace
+                .events
+                .iter()
+                .filter(|e| e.device == device && e.kind == EventKind::Alloc && e.flags & event_flags::UNREPORTED != 0)
+                .map(|e| (e.address, e.time_ns))
+                .collect()
+        } else {
+            rustc_hash::FxHashSet::default()
+        };
         Self {
             trace,
             by_stack: Vec::new(),
@@ -205,6 +226,7 @@ impl<'a> Attributor<'a> {
             persistent: None,
             device,
             before_range,
+            unreported,
         }
     }
 
@@ -456,6 +478,9 @@ impl<'a> Attributor<'a> {
 
     /// What the tags, the phases and the stack rules say of a block (see [`Attributor::block`]).
     fn known(&mut self, address: u64, alloc_ns: i64, until_ns: i64, stack: StackId) -> Attribution {
+        if !self.unreported.is_empty() && self.unreported.contains(&(address, alloc_ns)) {
+            return Attribution { category: Category::Unknown, evidence: Evidence::Unreported };
+        }
         // Its whole life counts where it is known, else up to `until_ns`.
         let free_ns = self.freed_at(address, alloc_ns);
         let alloc_ns = self.alloc_time(address, alloc_ns);

@@ -54,7 +54,42 @@ fn write_vtrace_to(
         .into_inner()
         .map_err(|e| e.into_error())
         .with_context(|| format!("cannot write {}", output.display()))?;
-    file.commit(force)
+    let written = file.commit(force)?;
+    if load::self_checking() {
+        reads_back_whole(trace, &output)?;
+    }
+    Ok(written)
+}
+
+/// Checks that the `.vtrace` at `output` reads back whole and equal to `trace`: read, it has no
+/// damage, and written again it is the same bytes (the writer is deterministic).
+fn reads_back_whole(trace: &vramscope_trace_format::Trace, output: &Path) -> Result<()> {
+    let fail = |why: String| anyhow::anyhow!("{}: self-check failed: what was written {why}", output.display());
+    let bytes = std::fs::read(output).with_context(|| format!("cannot read {}", output.display()))?;
+    let loaded = vramscope_trace_format::vtrace::read(&bytes, &vramscope_trace_format::NoProgress)
+        .map_err(|e| fail(format!("does not read back: {e}")))?;
+    if let Some(damage) = loaded.damage {
+        return Err(fail(format!("reads back damaged at byte {}: {}", damage.offset, damage.reason)));
+    }
+    let again = vramscope_trace_format::vtrace::write(&loaded.trace, Vec::new())
+        .map_err(|e| fail(format!("cannot be written again: {e}")))?;
+    let expected = vramscope_trace_format::vtrace::write(trace, Vec::new())
+        .map_err(|e| fail(format!("cannot be written again: {e}")))?;
+    if again != bytes || expected != bytes {
+        let (a, b) = (&loaded.trace, trace);
+        let tables = [
+            ("events", format!("{:?}", a.events), format!("{:?}", b.events)),
+            ("annotations", format!("{:?}", a.annotations), format!("{:?}", b.annotations)),
+            ("segments", format!("{:?}", a.segments), format!("{:?}", b.segments)),
+            ("counters", format!("{:?}", a.counters), format!("{:?}", b.counters)),
+            ("tags", format!("{:?}", a.tags), format!("{:?}", b.tags)),
+            ("ooms", format!("{:?}", a.ooms), format!("{:?}", b.ooms)),
+            ("metadata", format!("{:?}", a.metadata), format!("{:?}", b.metadata)),
+        ];
+        let differ: Vec<&str> = tables.iter().filter(|t| t.1 != t.2).map(|t| t.0).collect();
+        return Err(fail(format!("reads back as a different trace (its {} differ)", differ.join(", "))));
+    }
+    Ok(())
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

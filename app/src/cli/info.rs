@@ -564,9 +564,14 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
     // bytes lie in ranges is not known.
     let segments =
         if d.segments > 0 { format!("{} segments", count(d.segments)) } else { "no segment state".to_owned() };
+    let pending = if d.final_state.pending_free_bytes > 0 {
+        format!(", {} of it freed and waiting for its streams", bytes(d.final_state.pending_free_bytes))
+    } else {
+        String::new()
+    };
     writeln!(
         out,
-        "  final state     {segments}, reserved {}, allocated {} (requested {})",
+        "  final state     {segments}, reserved {}, allocated {} (requested {}{pending})",
         bytes(d.final_state.reserved_bytes),
         bytes(d.final_state.allocated_bytes),
         bytes(d.final_state.requested_bytes)

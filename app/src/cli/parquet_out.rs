@@ -164,6 +164,7 @@ fn evidence_name(e: &Evidence) -> &'static str {
         Evidence::Phase { .. } => "phase",
         Evidence::BeforeRecording { .. } => "before_recording",
         Evidence::SizeMatches { .. } => "size_match",
+        Evidence::Unreported => "unreported",
         Evidence::Nothing => "none",
     }
 }

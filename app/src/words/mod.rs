@@ -8,7 +8,7 @@ use crate::analysis::attribution::Evidence;
 use crate::analysis::caveats::Caveat;
 use crate::analysis::diff::{Diff, Headline};
 use crate::analysis::peak::LiveBlock;
-use crate::units::{bytes, count, duration_ns, signed_bytes};
+use crate::units::{bytes, count, counted, duration_ns, signed_bytes};
 
 mod advice;
 mod growth;
@@ -106,7 +106,53 @@ pub fn caveat(trace: &Trace, c: &Caveat) -> String {
             text
         }
         Caveat::Unrecorded(gaps) => unrecorded(trace, gaps),
+        Caveat::TotalsDiffer(devices) => totals_differ(trace, devices),
     }
+}
+
+/// Where a profiler's events do not add up to its running totals: one sentence per device.
+fn totals_differ(trace: &Trace, devices: &[(DeviceId, vramscope_trace_format::TotalsAgreement)]) -> String {
+    let start = trace.events.first().map_or(0, |e| e.time_ns);
+    let mut sentences = Vec::new();
+    for (device, t) in devices {
+        let label = trace.metadata.device_label(*device);
+        let mut parts = Vec::new();
+        if t.unreported_max_bytes > 0 {
+            parts.push(format!(
+                "up to {} that its running totals count but no memory event allocates (allocated on threads the \
+                 profiler did not follow, most likely) is shown as unknown blocks \"not reported\"",
+                bytes(t.unreported_max_bytes)
+            ));
+        }
+        if t.unreported_frees > 0 {
+            parts.push(format!(
+                "{} freed where the totals drop with no event to say so",
+                counted(t.unreported_frees as usize, "block is", "blocks are")
+            ));
+        }
+        let mut sentence = format!("{label}: the profiler's memory events do not add up to its running totals");
+        if !parts.is_empty() {
+            sentence.push_str(&format!(
+                "; {}, so allocated memory equals the totals after every event",
+                parts.join(", and ")
+            ));
+        }
+        if let Some(above) = t.above {
+            sentence.push_str(&format!(
+                "{} after {} from +{} to +{} the events keep up to {} more alive than the totals count (frees \
+                 the profiler did not report, and no block of the size that went), and the curve follows the \
+                 events there",
+                if parts.is_empty() { ":" } else { ", except that" },
+                counted(above.events as usize, "event", "events"),
+                duration_ns(above.from_ns - start),
+                duration_ns(above.to_ns - start),
+                bytes(above.max_bytes)
+            ));
+        }
+        sentence.push('.');
+        sentences.push(sentence);
+    }
+    sentences.join(" ")
 }
 
 /// The stretches in which a recording did not see a process's tensor allocations, one sentence
@@ -229,6 +275,9 @@ pub fn evidence(trace: &Trace, evidence: Evidence) -> String {
                 _ => "gradients",
             }
         ),
+        Evidence::Unreported => "counted in the profiler's running totals, but no event reported its allocation \
+                                 (made on a thread the profiler did not follow, most likely)"
+            .to_owned(),
         Evidence::Nothing => "no tag, and no stack-frame rule matched".to_owned(),
     }
 }

@@ -38,6 +38,7 @@ use crate::model::trace::Trace;
 use crate::progress::Progress;
 
 mod fields;
+mod totals;
 
 use self::fields::{Args, Num, RawEvent};
 
@@ -82,9 +83,10 @@ const KINETO_CATEGORIES: [&str; 8] =
 struct DeviceSeries {
     /// The device type's name (`cuda`, `hip`, ...); `None` for the host.
     kind: Option<&'static str>,
-    allocated: Vec<CounterSample>,
+    /// `Total Allocated` of each event that has one, in file order, with the index of the event
+    /// in [`State::events`] when it became one.
+    allocated: Vec<(CounterSample, Option<usize>)>,
     reserved: Vec<CounterSample>,
-    initial_allocated: Option<i64>,
     /// Events with an address (allocator events).
     addressed: usize,
     /// Events without one: `(time_ns, bytes)`, for the running sum.
@@ -96,6 +98,8 @@ struct DeviceSeries {
 struct State {
     interner: Interner,
     events: Vec<Event>,
+    /// `Total Allocated` after each of `events`, where the event has one.
+    event_totals: Vec<Option<i64>>,
     annotations: Vec<Annotation>,
     ooms: Vec<Oom>,
     series: BTreeMap<DeviceId, DeviceSeries>,
@@ -265,23 +269,23 @@ impl State {
         let Some((device, kind)) = self.device_of(&args) else { return };
         let entry = self.series.entry(device).or_insert_with(|| DeviceSeries { kind, ..DeviceSeries::default() });
         // A negative total is the profiler's "not known".
-        if let Some(total) = args.total_allocated.and_then(Num::as_i64).filter(|&t| t >= 0) {
-            if entry.initial_allocated.is_none() {
-                entry.initial_allocated = Some(total.saturating_sub(bytes));
-            }
-            entry.allocated.push(CounterSample { time_ns, value: total });
+        let total = args.total_allocated.and_then(Num::as_i64).filter(|&t| t >= 0);
+        // `Addr` is an `intptr_t`: a negative value is an address by its bit pattern.
+        let addr = args.addr.and_then(|a| a.as_u64().or_else(|| a.as_i64().map(|v| v as u64)));
+        if let Some(total) = total {
+            let event = (addr.is_some() && bytes != 0).then_some(self.events.len());
+            entry.allocated.push((CounterSample { time_ns, value: total }, event));
         }
         if let Some(total) = args.total_reserved.and_then(Num::as_i64).filter(|&t| t >= 0) {
             entry.reserved.push(CounterSample { time_ns, value: total });
         }
-        // `Addr` is an `intptr_t`: a negative value is an address by its bit pattern.
-        let addr = args.addr.and_then(|a| a.as_u64().or_else(|| a.as_i64().map(|v| v as u64)));
         match addr {
             Some(addr) => {
                 entry.addressed += 1;
                 let kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::FreeCompleted };
                 if bytes != 0 {
                     self.events.push(Event::new(kind, time_ns, device, addr, bytes.unsigned_abs()));
+                    self.event_totals.push(total);
                 }
             }
             None if args.addr.is_some() => self.skipped_memory += 1,
@@ -515,6 +519,65 @@ struct TopFacts {
     other: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The events in time order, each device's made to agree with its running totals
+/// ([`totals`]), and what that took per device.
+fn reconcile_with_totals(
+    events: Vec<Event>,
+    event_totals: &[Option<i64>],
+) -> (Vec<Event>, Vec<usize>, BTreeMap<DeviceId, totals::Reconciled>) {
+    let mut by_device: BTreeMap<DeviceId, Vec<usize>> = BTreeMap::new();
+    let mut order: Vec<usize> = (0..events.len()).collect();
+    order.sort_by_key(|&i| events.get(i).map_or(0, |e| e.time_ns));
+    for i in order {
+        if let Some(e) = events.get(i) {
+            by_device.entry(e.device).or_default().push(i);
+        }
+    }
+    let mut reconciled = BTreeMap::new();
+    let mut out = Vec::with_capacity(events.len());
+    for (device, mut order) in by_device {
+        totals::order_ties(&mut order, &events, event_totals);
+        let device_events: Vec<(Event, Option<i64>)> =
+            order.iter().filter_map(|&i| Some((*events.get(i)?, event_totals.get(i).copied().flatten()))).collect();
+        let found = totals::reconcile(device, &device_events);
+        let mut added = found.added.iter().peekable();
+        for (n, (&i, (e, _))) in order.iter().zip(&device_events).enumerate() {
+            while let Some((_, a)) = added.next_if(|a| a.0 == n) {
+                out.push((*a, None));
+            }
+            out.push((*e, Some(i)));
+        }
+        reconciled.insert(device, found);
+    }
+    // Stable: each device's order stays as reconciled.
+    out.sort_by_key(|e| e.0.time_ns);
+    let mut position = vec![0; events.len()];
+    for (at, (_, i)) in out.iter().enumerate() {
+        if let Some(slot) = i.and_then(|i| position.get_mut(i)) {
+            *slot = at;
+        }
+    }
+    (out.into_iter().map(|e| e.0).collect(), position, reconciled)
+}
+
+/// A device's `Total Allocated` samples in the events' final order: by time, and where times
+/// tie, as their events were put ([`totals::order_ties`]); a sample of no event keeps its
+/// place after the one before it in the file.
+fn samples_in_event_order(samples: Vec<(CounterSample, Option<usize>)>, position: &[usize]) -> Vec<CounterSample> {
+    let mut last = 0;
+    let mut keyed: Vec<(usize, CounterSample)> = samples
+        .into_iter()
+        .map(|(sample, event)| {
+            if let Some(&at) = event.and_then(|i| position.get(i)) {
+                last = at;
+            }
+            (last, sample)
+        })
+        .collect();
+    keyed.sort_by_key(|&(at, sample)| (sample.time_ns, at));
+    keyed.into_iter().map(|(_, sample)| sample).collect()
+}
+
 /// The trace from what was read: times on the file's base, counters per device, the metadata.
 fn assemble(state: State, facts: TopFacts) -> Imported {
     let TopFacts { base_time_ns, display_time_unit, device_properties, distributed, other } = facts;
@@ -547,7 +610,7 @@ fn assemble(state: State, facts: TopFacts) -> Imported {
     for e in &mut events {
         e.time_ns = e.time_ns.saturating_add(base_ns);
     }
-    events.sort_by_key(|e| e.time_ns);
+    let (events, position, reconciled) = reconcile_with_totals(events, &state.event_totals);
     let mut ooms = state.ooms;
     for o in &mut ooms {
         o.time_ns = o.time_ns.saturating_add(base_ns);
@@ -558,7 +621,7 @@ fn assemble(state: State, facts: TopFacts) -> Imported {
         a.start_ns = a.start_ns.saturating_add(base_ns);
         a.end_ns = a.end_ns.saturating_add(base_ns);
     }
-    annotations.sort_by_key(|a| (a.start_ns, a.end_ns));
+    annotations.sort_by_key(Annotation::order);
     let shift = |samples: &mut Vec<CounterSample>| {
         for s in samples.iter_mut() {
             s.time_ns = s.time_ns.saturating_add(base_ns);
@@ -568,13 +631,15 @@ fn assemble(state: State, facts: TopFacts) -> Imported {
     let mut counters = Vec::new();
     let mut devices = Vec::new();
     for (device, mut s) in state.series {
+        let reconciled = reconciled.get(&device);
         let mut info = DeviceInfo {
             device,
-            initial_allocated_bytes: s.initial_allocated.map(|v| v.max(0) as u64),
+            initial_allocated_bytes: reconciled.and_then(|r| r.initial_allocated_bytes),
             kind: s.kind.filter(|&k| k != "cuda").map(str::to_owned),
+            totals: reconciled.and_then(|r| r.agreement),
             ..DeviceInfo::default()
         };
-        let mut allocated = std::mem::take(&mut s.allocated);
+        let mut allocated = samples_in_event_order(std::mem::take(&mut s.allocated), &position);
         if allocated.is_empty() && s.addressed == 0 && !s.unaddressed.is_empty() {
             // No totals and no addresses: the running sum is all there is.
             allocated = running_sum(&mut s.unaddressed);

@@ -94,6 +94,13 @@ pub struct Annotation {
 }
 
 impl Annotation {
+    /// The one order annotations are kept in, by every source and the `.vtrace` reader: by
+    /// start, and of those that start together the longest first (what encloses before what
+    /// it encloses).
+    pub fn order(&self) -> (i64, std::cmp::Reverse<i64>) {
+        (self.start_ns, std::cmp::Reverse(self.end_ns))
+    }
+
     /// Whether it applies to `device` (it is that device's, or every device's).
     pub fn applies_to(&self, device: DeviceId) -> bool {
         self.device.is_none_or(|d| d == device)

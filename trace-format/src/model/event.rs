@@ -63,6 +63,10 @@ pub mod event_flags {
     /// trace no longer holds: the event stands for the block (or segment) alive at the range's
     /// start, and its time is 1 ns before that start.
     pub const BEFORE_RANGE: u8 = 2;
+    /// Not reported by the source as an event: memory its running totals count but none of its
+    /// events allocate (an `Alloc` standing for that difference, and the `FreeCompleted` that
+    /// ends it), or the free of one of its blocks that the totals show but no event reports.
+    pub const UNREPORTED: u8 = 4;
 }
 
 /// One allocator or driver event.

@@ -67,6 +67,42 @@ pub struct DeviceInfo {
     /// no running total, so the curve starts at the least that its frees imply was alive.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allocated_before_unknown: bool,
+    /// Where the source reports running totals after each event (profiler traces) and its
+    /// events alone do not add up to them: what was done to make the curve equal the totals,
+    /// and where it could not be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub totals: Option<TotalsAgreement>,
+}
+
+/// How a device's allocated curve was made to agree with the source's running totals
+/// ([`DeviceInfo::totals`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct TotalsAgreement {
+    /// The most memory at once that the totals count and no event allocates (shown as blocks
+    /// flagged [`UNREPORTED`](crate::event_flags::UNREPORTED)).
+    #[serde(default)]
+    pub unreported_max_bytes: u64,
+    /// Blocks whose free the totals show but no event reports (freed where the totals drop).
+    #[serde(default)]
+    pub unreported_frees: u64,
+    /// Where the events keep more alive than the totals count and no block could be freed to
+    /// close the difference: the curve is above the totals there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above: Option<AboveTotals>,
+}
+
+/// A stretch where the allocated curve is above the source's running totals
+/// ([`TotalsAgreement::above`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct AboveTotals {
+    /// The first event above, on the trace's clock.
+    pub from_ns: i64,
+    /// The last event above.
+    pub to_ns: i64,
+    /// How many events are above.
+    pub events: u64,
+    /// By how much at most.
+    pub max_bytes: u64,
 }
 
 impl Metadata {

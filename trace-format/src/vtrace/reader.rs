@@ -532,7 +532,7 @@ pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
         });
     }
     trace.sort_events();
-    trace.annotations.sort_by_key(|a| (a.start_ns, a.end_ns));
+    trace.annotations.sort_by_key(Annotation::order);
     progress.update(total, total);
     Ok(Loaded { trace, damage })
 }

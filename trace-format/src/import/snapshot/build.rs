@@ -529,7 +529,7 @@ pub(super) fn build_trace(
         });
     }
     annotations.extend(spans);
-    annotations.sort_by_key(|a| (a.start_ns, a.end_ns));
+    annotations.sort_by_key(Annotation::order);
     if devices.is_empty() {
         devices.push(DeviceId(0));
     }
