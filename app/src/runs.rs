@@ -54,14 +54,6 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
 /// model and the interner's tables (measured: about 2-3x for snapshots, less for `.vtrace`).
 const RESIDENT_PER_FILE_BYTE: u64 = 4;
 
-/// Memory the system has available (`MemAvailable`), when it says.
-fn available_memory() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// How many files to read at once: one per core (`VRAMSCOPE_READ_THREADS` sets it), and no more
 /// than the available memory holds while the largest is read.
 fn readers(files: &[PathBuf]) -> usize {
@@ -71,7 +63,7 @@ fn readers(files: &[PathBuf]) -> usize {
         .filter(|&n| n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let largest = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).max().unwrap_or(0);
-    let by_memory = match available_memory() {
+    let by_memory = match vramscope_trace_format::memory::available() {
         Some(available) if largest > 0 => (available / (largest * RESIDENT_PER_FILE_BYTE)).max(1) as usize,
         _ => usize::MAX,
     };

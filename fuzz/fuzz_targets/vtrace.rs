@@ -5,8 +5,12 @@
 use libfuzzer_sys::fuzz_target;
 use vramscope_trace_format::{NoProgress, TraceRange, range, vtrace};
 
+/// What a read may hold: well under the 2 GiB RSS limit `scripts/fuzz.sh` runs with (a file
+/// declaring more is refused as too large, which is an answer, not a crash).
+const FUZZ_MEMORY: vramscope_trace_format::memory::Limit = vramscope_trace_format::memory::Limit { bytes: 1 << 30, set: true };
+
 fuzz_target!(|data: &[u8]| {
-    if let Ok(loaded) = vtrace::read(data, &NoProgress) {
+    if let Ok(loaded) = vtrace::read_within(data, &NoProgress, FUZZ_MEMORY) {
         let _ = vtrace::write(&loaded.trace, Vec::new());
         let mut part = loaded.trace;
         let n = part.events.len() as u64;

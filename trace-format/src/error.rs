@@ -59,6 +59,22 @@ pub enum Error {
         /// Highest version this build reads.
         supported: u16,
     },
+    /// Reading would take more memory than the machine has available.
+    #[error(
+        "reading it needs more memory than this machine has available: {what} would take {} MiB \
+         and at most {} MiB may be used{}",
+        needed_bytes >> 20,
+        limit.bytes >> 20,
+        if limit.set { " (VRAMSCOPE_MEMORY_LIMIT)" } else { " (nine tenths of what the system reports available; VRAMSCOPE_MEMORY_LIMIT sets it)" }
+    )]
+    Memory {
+        /// What needs the memory, in words.
+        what: String,
+        /// Bytes it would take, at least.
+        needed_bytes: u64,
+        /// What the read may take.
+        limit: crate::memory::Limit,
+    },
     /// The caller cancelled the work.
     #[error("cancelled")]
     Cancelled,

@@ -21,6 +21,7 @@
 
 pub mod error;
 pub mod import;
+pub mod memory;
 pub mod model;
 pub mod progress;
 pub mod range;

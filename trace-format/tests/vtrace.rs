@@ -7,6 +7,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::generate::chunk;
+use vramscope_trace_format::memory::Limit;
 use vramscope_trace_format::vtrace::{self, CHUNK_HEADER_BYTES, HEADER_BYTES, MAGIC};
 use vramscope_trace_format::{DeviceId, Error, Event, EventKind, NoProgress, Trace};
 
@@ -182,7 +183,7 @@ fn streaming_writer_interleaves_tables_and_records() {
 }
 
 #[test]
-fn unknown_chunks_are_skipped_undecoded_and_decoding_has_a_budget() {
+fn unknown_chunks_are_skipped_undecoded_and_decoding_is_bounded_by_memory() {
     let trace = common::small_trace();
     let valid = encode(&trace);
     // 100,000 chunks of a kind this build does not know, each a tiny zstd frame of 8 KiB: 800 MB
@@ -199,12 +200,50 @@ fn unknown_chunks_are_skipped_undecoded_and_decoding_has_a_budget() {
     assert!(loaded.damage.is_none(), "{:?}", loaded.damage);
     common::assert_same(&loaded.trace, &trace);
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
-    // A chunk of a known kind that claims 256 MiB in a file of a few KB stops the reading
-    // before anything is inflated; what came before it stays.
+    // A chunk of a known kind that inflates to 256 MiB from a few hundred KB is no longer refused
+    // for its ratio: it is inflated and read (here it is damage, zeros are no valid strings chunk).
     let huge = zstd::bulk::compress(&vec![0u8; 256 << 20], 1).expect("zstd");
     let mut bytes = valid[..valid.len() - CHUNK_HEADER_BYTES].to_vec();
     bytes.extend_from_slice(&chunk(2, 1, &huge, 256 << 20));
     let loaded = vtrace::read(&bytes, &NoProgress).expect("read");
     let damage = loaded.damage.expect("damage reported");
-    assert!(damage.reason.contains("decompress to more than"), "{}", damage.reason);
+    assert!(damage.reason.starts_with("strings chunk starts at id 0"), "{}", damage.reason);
+    common::assert_same(&loaded.trace, &trace);
+    // Within less memory than its inflating takes, it is refused before that, by name.
+    match vtrace::read_within(&bytes, &NoProgress, Limit::bytes(64 << 20)) {
+        Err(Error::Memory { needed_bytes, limit, .. }) => {
+            assert!(needed_bytes >= 256 << 20, "{needed_bytes}");
+            assert_eq!(limit.bytes, 64 << 20);
+        }
+        other => panic!("expected a memory error, got {:?}", other.map(|l| l.damage)),
+    }
+}
+
+#[test]
+fn a_repetitive_trace_reads_back_whole_however_well_it_compresses() {
+    // Two million alike events compress about a thousandfold: the file is a few KB, the model
+    // over a hundred MB. Whatever the writer writes reads back.
+    let mut trace = common::small_trace();
+    trace.events = (0..2_000_000u64)
+        .map(|i| {
+            let kind = if i % 2 == 0 { EventKind::Alloc } else { EventKind::FreeCompleted };
+            Event::new(kind, i as i64 * 10, 0, 0x7f00_0000_0000, 512)
+        })
+        .collect();
+    let bytes = encode(&trace);
+    let model = trace.events.len() * size_of::<Event>();
+    assert!(bytes.len() * 1000 < model, "{} bytes for {model} of events", bytes.len());
+    let loaded = vtrace::read(&bytes, &NoProgress).expect("read");
+    assert_eq!(loaded.damage, None);
+    common::assert_same(&loaded.trace, &trace);
+    // The limit is the memory the records take, counted from the counts the chunks declare.
+    match vtrace::read_within(&bytes, &NoProgress, Limit::bytes(model as u64 / 2)) {
+        Err(e @ Error::Memory { .. }) => {
+            let message = e.to_string();
+            assert!(message.contains("needs more memory than this machine has available"), "{message}");
+            assert!(message.contains("MiB may be used"), "{message}");
+        }
+        other => panic!("expected a memory error, got {:?}", other.map(|l| l.damage)),
+    }
+    assert!(vtrace::read_within(&bytes, &NoProgress, Limit::bytes(model as u64 * 2)).is_ok());
 }

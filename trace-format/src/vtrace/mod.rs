@@ -29,7 +29,7 @@ mod codec;
 mod reader;
 mod writer;
 
-pub use reader::{Damage, Loaded, read};
+pub use reader::{Damage, Loaded, read, read_within};
 pub use writer::{Writer, write};
 
 /// The first eight bytes of every `.vtrace` file.

@@ -5,6 +5,7 @@ use std::fmt;
 use super::codec::{Cursor, Malformed};
 use super::{ANNOTATION_ALL_DEVICES, CHUNK_HEADER_BYTES, ChunkKind, HEADER_BYTES, MAGIC, MAX_CHUNK_BYTES, VERSION};
 use crate::error::{Error, Result};
+use crate::memory::Limit;
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::category::Category;
 use crate::model::counter::{CounterKind, CounterSample, CounterSeries};
@@ -56,11 +57,40 @@ pub struct Loaded {
     pub damage: Option<Damage>,
 }
 
-/// Decoded bytes allowed per byte of file: the writer's chunks compress columns of alike values
-/// 1.4 to 6 times (the committed recordings); chunks claiming far more are a bomb, not a trace.
-pub const DECODE_RATIO: u64 = 64;
-/// Decoded bytes allowed on top, so that small files are never refused.
-pub const DECODE_ALLOWANCE_BYTES: u64 = 64 << 20;
+fn too_much(needed_bytes: u64, up_to: usize, limit: Limit) -> Error {
+    Error::Memory { what: format!("what its chunks hold up to byte {up_to}"), needed_bytes, limit }
+}
+
+/// Memory left for the model while a chunk is decoded, taken record by record from the counts
+/// and lengths the chunk declares, before anything of that size is allocated.
+struct Room {
+    left: u64,
+    /// Bytes a record needed when there was not room for it.
+    short: Option<u64>,
+}
+
+impl Room {
+    fn take(&mut self, bytes: u64) -> Result<(), String> {
+        if bytes > self.left {
+            self.short = Some(bytes);
+            return Err("not enough memory".to_owned());
+        }
+        self.left -= bytes;
+        Ok(())
+    }
+
+    fn records<T>(&mut self, n: usize) -> Result<(), String> {
+        self.take((n as u64).saturating_mul(size_of::<T>() as u64))
+    }
+}
+
+/// Bytes an interned string of `len` bytes holds: the text twice (the table and its index),
+/// two boxes and a hash slot.
+const fn string_bytes(len: usize) -> u64 {
+    2 * len as u64 + 64
+}
+/// Bytes an interned frame, stack (beside its frames) or context holds: the entry and its hash slot.
+const INTERNED_ENTRY_BYTES: u64 = 48;
 
 fn malformed(_: Malformed) -> String {
     "a record is truncated or malformed".to_owned()
@@ -119,7 +149,7 @@ fn first_id(c: &mut Cursor<'_>, expected: usize, table: &str) -> Result<usize, S
     c.count(1).map_err(malformed)
 }
 
-fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<(), String> {
+fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8], room: &mut Room) -> Result<(), String> {
     let mut c = Cursor::new(payload);
     let ids = Ids::of(trace);
     match kind {
@@ -131,6 +161,7 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
             let n = first_id(&mut c, trace.interner.string_count(), "strings")?;
             for _ in 0..n {
                 let len = c.count(1).map_err(malformed)?;
+                room.take(string_bytes(len))?;
                 let bytes = c.bytes(len).map_err(malformed)?;
                 let text = std::str::from_utf8(bytes).map_err(|_| "a string is not UTF-8".to_owned())?;
                 let expected = trace.interner.string_count();
@@ -141,6 +172,7 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
         }
         ChunkKind::Frames => {
             let n = first_id(&mut c, trace.interner.frame_count(), "frames")?;
+            room.take((n as u64).saturating_mul(INTERNED_ENTRY_BYTES))?;
             for _ in 0..n {
                 let function = ids.string(c.uv().map_err(malformed)?)?;
                 let file = ids.string(c.uv().map_err(malformed)?)?;
@@ -156,6 +188,7 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
             let mut frames = Vec::new();
             for _ in 0..n {
                 let len = c.count(1).map_err(malformed)?;
+                room.take(INTERNED_ENTRY_BYTES + 4 * len as u64)?;
                 frames.clear();
                 for _ in 0..len {
                     let f = c.uv().map_err(malformed)?;
@@ -172,6 +205,7 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
         }
         ChunkKind::Contexts => {
             let n = first_id(&mut c, trace.interner.context_count(), "contexts")?;
+            room.take((n as u64).saturating_mul(INTERNED_ENTRY_BYTES))?;
             for _ in 0..n {
                 let compile_context = ids.string(c.uv().map_err(malformed)?)?;
                 let user_metadata = ids.string(c.uv().map_err(malformed)?)?;
@@ -181,12 +215,12 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
                 }
             }
         }
-        ChunkKind::Events => {
-            decode_events(&mut c, &ids, &mut trace.events).map_err(|e| e.unwrap_or_else(|| malformed(Malformed)))?
-        }
-        ChunkKind::Segments => decode_segments(&mut c, &ids, &mut trace.segments)?,
+        ChunkKind::Events => decode_events(&mut c, &ids, &mut trace.events, room)
+            .map_err(|e| e.unwrap_or_else(|| malformed(Malformed)))?,
+        ChunkKind::Segments => decode_segments(&mut c, &ids, &mut trace.segments, room)?,
         ChunkKind::Annotations => {
             let n = c.count(7).map_err(malformed)?;
+            room.records::<Annotation>(n)?;
             let mut previous = 0i64;
             for _ in 0..n {
                 let kind = AnnotationKind::from_u8(c.u8().map_err(malformed)?).ok_or("unknown annotation kind")?;
@@ -202,6 +236,7 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
         }
         ChunkKind::Ooms => {
             let n = c.count(7).map_err(malformed)?;
+            room.records::<Oom>(n)?;
             let mut previous = 0i64;
             for _ in 0..n {
                 let time_ns = previous.wrapping_add(c.sv().map_err(malformed)?);
@@ -218,9 +253,10 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
                 trace.ooms.push(oom);
             }
         }
-        ChunkKind::Counters => decode_counters(&mut c, &ids, &mut trace.counters)?,
+        ChunkKind::Counters => decode_counters(&mut c, &ids, &mut trace.counters, room)?,
         ChunkKind::Tags => {
             let n = c.count(6).map_err(malformed)?;
+            room.records::<Tag>(n)?;
             let mut previous = 0i64;
             for _ in 0..n {
                 let time_ns = previous.wrapping_add(c.sv().map_err(malformed)?);
@@ -245,8 +281,9 @@ fn decode_chunk(trace: &mut Trace, kind: ChunkKind, payload: &[u8]) -> Result<()
 }
 
 /// Decodes a segments chunk's records into `out`.
-fn decode_segments(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Segment>) -> Result<(), String> {
+fn decode_segments(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Segment>, room: &mut Room) -> Result<(), String> {
     let n = c.count(11).map_err(malformed)?;
+    room.records::<Segment>(n)?;
     for _ in 0..n {
         let mut s = Segment {
             device: device(c.sv().map_err(malformed)?)?,
@@ -261,6 +298,7 @@ fn decode_segments(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Segment>) -> Res
             blocks: Vec::new(),
         };
         let blocks = c.count(5).map_err(malformed)?;
+        room.records::<Block>(blocks)?;
         s.blocks.reserve(blocks);
         let mut cursor = s.address;
         for _ in 0..blocks {
@@ -281,8 +319,9 @@ fn decode_segments(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Segment>) -> Res
 }
 
 /// Decodes a counters chunk's series into `out`.
-fn decode_counters(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<CounterSeries>) -> Result<(), String> {
+fn decode_counters(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<CounterSeries>, room: &mut Room) -> Result<(), String> {
     let n = c.count(6).map_err(malformed)?;
+    room.records::<CounterSeries>(n)?;
     for _ in 0..n {
         let kind_bytes = [c.u8().map_err(malformed)?, c.u8().map_err(malformed)?];
         let kind = CounterKind::from_bytes(kind_bytes).ok_or("unknown counter kind")?;
@@ -290,6 +329,7 @@ fn decode_counters(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<CounterSeries>) 
         let device = device(c.sv().map_err(malformed)?)?;
         let process = process(c.uv().map_err(malformed)?)?;
         let count = c.count(2).map_err(malformed)?;
+        room.records::<CounterSample>(count)?;
         let mut samples = Vec::with_capacity(count);
         let (mut time_ns, mut value) = (0i64, 0i64);
         for _ in 0..count {
@@ -311,8 +351,9 @@ fn decode_counters(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<CounterSeries>) 
 }
 
 /// Decodes an events chunk into `out`; on error `out` is left as it was.
-fn decode_events(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Event>) -> Result<(), Option<String>> {
+fn decode_events(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Event>, room: &mut Room) -> Result<(), Option<String>> {
     let n = c.count(10).map_err(|_| None)?;
+    room.records::<Event>(n).map_err(Some)?;
     let base = out.len();
     let kinds = c.bytes(n).map_err(|_| None)?;
     let result = (|| -> Result<(), Option<String>> {
@@ -412,11 +453,25 @@ impl Lens {
     }
 }
 
-/// Reads a `.vtrace` from its bytes.
+/// Reads a `.vtrace` from its bytes, within the memory the machine has available
+/// ([`Limit::of_machine`]).
 ///
 /// A damaged or truncated tail is not an error: everything before it is returned with a
-/// [`Damage`] report. Only a file whose header is unreadable, or of a newer version, fails.
+/// [`Damage`] report. Only a file whose header is unreadable, or of a newer version, fails, or
+/// one whose chunks would take more memory than the limit ([`Error::Memory`]).
 pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
+    read_within(data, progress, Limit::of_machine())
+}
+
+/// Reads a `.vtrace` from its bytes, holding at most `limit` for what its chunks decode to.
+///
+/// How much a file may decode to is what it declares, not a multiple of its size (columns of
+/// alike values compress without bound): a chunk's header gives the size it inflates to (at
+/// most [`MAX_CHUNK_BYTES`]), and inside, each table's count and each string's length give what
+/// the model will hold. Both are taken from `limit` before anything of that size is allocated;
+/// past it, the read stops with [`Error::Memory`] (the records' own sizes are counted, not a
+/// vector's spare capacity).
+pub fn read_within(data: &[u8], progress: &dyn Progress, limit: Limit) -> Result<Loaded> {
     if data.len() < HEADER_BYTES || data[..8] != MAGIC {
         if data.len() < HEADER_BYTES && data.starts_with(&MAGIC[..data.len().min(8)]) {
             return Err(Error::Vtrace { offset: 0, message: "the file ends inside its 16-byte header".to_owned() });
@@ -436,8 +491,7 @@ pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
     let mut ended = false;
     let mut raw = Vec::new();
     let total = data.len() as u64;
-    let decode_budget = total.saturating_mul(DECODE_RATIO).saturating_add(DECODE_ALLOWANCE_BYTES);
-    let mut decoded = 0u64;
+    let mut held = 0u64;
     let mut next_report = 0usize;
     while pos < data.len() {
         if pos >= next_report {
@@ -483,15 +537,10 @@ pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
             pos = body_start + stored_len;
             continue;
         };
-        decoded = decoded.saturating_add(u64::from(raw_len));
-        if decoded > decode_budget {
-            damage = Some(fail(format!(
-                "the chunks decompress to more than {} MiB ({DECODE_RATIO} times the file's {total} bytes plus {} \
-                 MiB), far more than any real trace of that size",
-                decode_budget >> 20,
-                DECODE_ALLOWANCE_BYTES >> 20
-            )));
-            break;
+        // The buffer a chunk inflates into is held too, at its largest so far.
+        let buffer = (raw.capacity() as u64).max(if codec == 1 { u64::from(raw_len) } else { 0 });
+        if held.saturating_add(buffer) > limit.bytes {
+            return Err(too_much(held.saturating_add(buffer), body_start + stored_len, limit));
         }
         let payload: &[u8] = match codec {
             0 if stored.len() == raw_len as usize => stored,
@@ -515,12 +564,18 @@ pub fn read(data: &[u8], progress: &dyn Progress) -> Result<Loaded> {
             }
         };
         let before = Lens::of(&trace);
-        if let Err(reason) = decode_chunk(&mut trace, kind, payload) {
+        let mut room = Room { left: limit.bytes.saturating_sub(held.saturating_add(buffer)), short: None };
+        if let Err(reason) = decode_chunk(&mut trace, kind, payload, &mut room) {
+            if let Some(needed) = room.short {
+                let held_now = limit.bytes - room.left;
+                return Err(too_much(held_now.saturating_add(needed), body_start + stored_len, limit));
+            }
             // A damaged chunk contributes nothing, not even its first records.
             before.restore(&mut trace);
             damage = Some(fail(reason));
             break;
         }
+        held = limit.bytes - room.left - buffer;
         ended = kind == ChunkKind::End;
         pos = body_start + stored_len;
     }
