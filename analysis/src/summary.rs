@@ -63,9 +63,14 @@ pub struct DeviceSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub growth: Option<crate::growth::Growth>,
     /// Forward, backward and the optimizer step of each iteration and their high points, when
-    /// the trace shows them.
-    #[serde(skip_serializing_if = "crate::phases::Phases::is_empty")]
+    /// the trace shows them (in the JSON, their [`crate::phases::Outline`]: the same size at
+    /// any length of run).
+    #[serde(skip_serializing_if = "crate::phases::Phases::is_empty", serialize_with = "outline")]
     pub phases: crate::phases::Phases,
+}
+
+fn outline<S: serde::Serializer>(phases: &crate::phases::Phases, s: S) -> Result<S::Ok, S::Error> {
+    phases.outline().serialize(s)
 }
 
 /// What `info` says about a trace.
@@ -116,8 +121,26 @@ fn is_zero(bytes: &u64) -> bool {
     *bytes == 0
 }
 
-/// Summarises one device.
+/// Summarises one device: the iterations and the phases are worked out on threads of their own,
+/// beside the peak.
 pub fn device_summary(trace: &Trace, device: DeviceId) -> DeviceSummary {
+    std::thread::scope(|scope| {
+        let growth = scope.spawn(|| crate::growth::growth(trace, device));
+        let phases = scope.spawn(|| crate::phases::phases(trace, device));
+        let mut summary = device_summary_with(trace, device, None, crate::phases::Phases::default());
+        // A thread that panicked is a bug: raise it here as if it had run on this one.
+        summary.growth = growth.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+        summary.phases = phases.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+        summary
+    })
+}
+
+fn device_summary_with(
+    trace: &Trace,
+    device: DeviceId,
+    growth: Option<crate::growth::Growth>,
+    phases: crate::phases::Phases,
+) -> DeviceSummary {
     let peaks = peak::peaks(trace, device);
     let live = peak::live_at(trace, device, peaks.allocated.event);
     let categories = peak::categories_at(trace, device, peaks.allocated.time_ns, &live);
@@ -166,8 +189,8 @@ pub fn device_summary(trace: &Trace, device: DeviceId) -> DeviceSummary {
         unknown_from_before_recording_bytes,
         oom_events: trace.ooms.iter().filter(|o| o.device == device).count(),
         largest_failed_request_bytes: trace.ooms.iter().filter(|o| o.device == device).map(|o| o.requested_bytes).max(),
-        growth: crate::growth::growth(trace, device),
-        phases: crate::phases::phases(trace, device),
+        growth,
+        phases,
     }
 }
 

@@ -6,7 +6,9 @@
 //!
 //! For each snapshot: the best of several runs of our importer against the best of several runs
 //! of Python's `pickle.loads` of the same bytes (timed inside Python, so interpreter start-up is
-//! not counted), and the size of the `.vtrace` it converts to. Then a synthetic trace of 10M
+//! not counted), `vramscope info --json` of the file (the whole process of the release binary,
+//! timed from outside) against a fresh Python's `pickle.load`, and the size of the `.vtrace` it
+//! converts to. Then a synthetic trace of 10M
 //! events is written and read back, to time the `.vtrace` reader on one core. Without
 //! arguments, the shared fixtures are used.
 
@@ -70,8 +72,15 @@ fn bench_snapshot(path: &Path) {
         (Some(o), Some(p)) => format!("{:.1} ms / {:.1} ms = {:.1}x", o, p, p / o),
         _ => "n/a".to_owned(),
     };
+    let info = if python.is_some() { info_json(path, 5) } else { None };
+    let info_ratio = match (info, cold_python) {
+        (Some((ms, json_bytes)), Some(p)) => {
+            format!("{ms:.1} ms ({:.1} KB of JSON) / {p:.1} ms = {:.1}x", json_bytes as f64 / 1e3, p / ms)
+        }
+        _ => "n/a".to_owned(),
+    };
     println!(
-        "| {name} | {:.1} MB | {} | {:.2} ms | {} | {ratio} | {cold_ratio} | {:.2} MB ({:.1}%) |",
+        "| {name} | {:.1} MB | {} | {:.2} ms | {} | {ratio} | {cold_ratio} | {info_ratio} | {:.2} MB ({:.1}%) |",
         data.len() as f64 / 1e6,
         entries,
         ours.as_secs_f64() * 1e3,
@@ -139,6 +148,25 @@ fn cold_child(path: &Path) {
     println!("{}", if ok == Some(true) { started.elapsed().as_secs_f64() * 1e3 } else { f64::NAN });
 }
 
+/// Best of `runs` runs of the `vramscope` binary beside this bench (`target/release`):
+/// `info --json FILE`, its whole process timed from outside, and the bytes it printed.
+fn info_json(path: &Path, runs: usize) -> Option<(f64, usize)> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join(format!("vramscope{}", std::env::consts::EXE_SUFFIX));
+    if !bin.exists() {
+        eprintln!("no {}: run `cargo build --release -p vramscope` for the info --json column", bin.display());
+        return None;
+    }
+    (0..runs)
+        .filter_map(|_| {
+            let started = Instant::now();
+            let out = Command::new(&bin).arg("info").arg("--json").arg(path).output().ok()?;
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            out.status.success().then_some((ms, out.stdout.len()))
+        })
+        .reduce(|a, b| if b.0 < a.0 { b } else { a })
+}
+
 /// Best of `runs` fresh processes: ours (this binary re-run in child mode) and Python's.
 fn cold(path: &Path, runs: usize) -> (Option<f64>, Option<f64>) {
     let ours = (0..runs)
@@ -180,9 +208,9 @@ fn main() {
         args
     };
     println!(
-        "| snapshot | size | entries | vramscope import (warm, best of N) | Python pickle.loads (warm, best of N) | speed-up | fresh process: vramscope / Python pickle.load, best of 5 | .vtrace size |"
+        "| snapshot | size | entries | vramscope import (warm, best of N) | Python pickle.loads (warm, best of N) | speed-up | fresh process: vramscope / Python pickle.load, best of 5 | `vramscope info --json` (whole process) / Python pickle.load, best of 5 | .vtrace size |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for file in &files {
         bench_snapshot(file);
     }

@@ -1,5 +1,6 @@
 //! The `vramscope` command.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -153,12 +154,18 @@ enum Command {
         /// why it has it, and where it was allocated.
         #[arg(long, value_name = "N", default_value_t = 0)]
         blocks: usize,
+        /// Also list every iteration's phases and their high points, one row per iteration (in
+        /// the JSON: `phases.phases` and `phases.iterations`). Without it, the phases are
+        /// outlined at any length of run: how many, each kind's highest, the 5 highest
+        /// iterations.
+        #[arg(long)]
+        all_phases: bool,
         /// Explain the trace's out-of-memory errors instead (the first on each device): the
         /// request that failed (size, stream, stack), what the device and the allocator had free
         /// (and whether a free range could have taken it: fragmentation), what was alive by
         /// category and site, the phase and iteration, and the smallest change the advisor
         /// projects would have fitted.
-        #[arg(long, conflicts_with_all = ["at", "blocks"])]
+        #[arg(long, conflicts_with_all = ["at", "blocks", "all_phases"])]
         oom: bool,
         #[command(flatten)]
         range: RangeArg,
@@ -206,6 +213,10 @@ enum Command {
         /// with the highest peak).
         #[arg(long, value_name = "DEVICE")]
         device: Option<vramscope_trace_format::DeviceId>,
+        /// List every iteration side by side (text and JSON); without it, each phase kind's
+        /// highest and the first 4 iterations, with how many there are.
+        #[arg(long)]
+        all_phases: bool,
         /// Compare this part of both runs (see `info --range`).
         #[arg(long, value_name = "START..END")]
         range: Option<vramscope_trace_format::TraceRange>,
@@ -391,7 +402,8 @@ fn main() -> ExitCode {
     let started = std::time::Instant::now();
     vramscope::memory::configure();
     let cli = Cli::parse();
-    let mut stdout = std::io::stdout().lock();
+    // Buffered: a large JSON is written in blocks, not a system call per line.
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let result = match cli.command {
         None => open(cli.open, None, started),
         Some(Command::Open(args)) => open(args, None, started),
@@ -402,15 +414,11 @@ fn main() -> ExitCode {
             range.set();
             vramscope::cli::info::run_oom(&files, json, &mut stdout)
         }
-        Some(Command::Info { files, json, at, blocks, range, .. }) => {
+        Some(Command::Info { files, json, at, blocks, all_phases, range, .. }) => {
             range.set();
-            vramscope::cli::info::run_paths(
-                &files,
-                json,
-                at.as_ref().map(|(t, w)| (t.as_str(), w)),
-                blocks,
-                &mut stdout,
-            )
+            let at = at.as_ref().map(|(t, w)| (t.as_str(), w));
+            let options = vramscope::cli::info::Options { json, at, blocks, all_phases };
+            vramscope::cli::info::run_paths(&files, &options, &mut stdout)
         }
         Some(Command::Diff {
             a,
@@ -420,6 +428,7 @@ fn main() -> ExitCode {
             fail_if_category_grows,
             fail_if_phase_grows,
             device,
+            all_phases,
             range,
         }) => {
             RangeArg { range }.set();
@@ -430,9 +439,14 @@ fn main() -> ExitCode {
                 .chain(fail_if_category_grows.into_iter().map(|(c, p)| Gate::CategoryGrows(c, p)))
                 .chain(fail_if_phase_grows.into_iter().map(Gate::PhaseGrows))
                 .collect();
-            match vramscope::cli::diff::run(&a, &b, json, &gates, device, &mut stdout) {
+            match vramscope::cli::diff::run(&a, &b, json, &gates, device, all_phases, &mut stdout) {
                 Ok(true) => Ok(()),
-                Ok(false) => return ExitCode::from(EXIT_GATE_FAILED),
+                Ok(false) => {
+                    return match stdout.flush() {
+                        Ok(()) => ExitCode::from(EXIT_GATE_FAILED),
+                        Err(e) => exit_with(anyhow::Error::from(e)),
+                    };
+                }
                 Err(e) => Err(e),
             }
         }
@@ -472,19 +486,21 @@ fn main() -> ExitCode {
             vramscope::cli::convert::run(&file, &output, force, &mut stdout)
         }
     };
-    match result {
+    match result.and_then(|()| stdout.flush().map_err(anyhow::Error::from)) {
         Ok(()) => ExitCode::SUCCESS,
-        // The reader of our output went away (`vramscope info x | head`): nothing to say.
-        Err(error)
-            if error.chain().any(|cause| {
-                cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::from(EXIT_ERROR)
-        }
+        Err(error) => exit_with(error),
     }
+}
+
+/// The exit for an error: quiet when the reader of our output went away, else said.
+fn exit_with(error: anyhow::Error) -> ExitCode {
+    // The reader of our output went away (`vramscope info x | head`): nothing to say.
+    if error
+        .chain()
+        .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+    {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("error: {error:#}");
+    ExitCode::from(EXIT_ERROR)
 }

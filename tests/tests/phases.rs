@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use vramscope_e2e::{fixtures_dir, info_json, reference, repo_root, torch_python, vramscope};
+use vramscope_e2e::{fixtures_dir, info_json, info_json_with, reference, repo_root, torch_python, vramscope};
 
 /// One phase as both sides give it: iteration, kind (null for the whole iteration), high
 /// point, its time in whole µs (snapshots: profiler traces are put on the Unix clock when read,
@@ -37,14 +37,67 @@ fn reference_phases(file: &Path, index: usize, with_categories: bool) -> Vec<Row
     sorted(list.iter().map(|p| row(p, with_categories)).collect())
 }
 
-/// Ours, from `info --json`, of the device labelled `label`.
+/// Ours, from `info --json --all-phases`, of the device labelled `label`; the outline that
+/// `info --json` gives without the flag is checked against them on the way.
 fn our_phases(file: &Path, label: &str, with_categories: bool) -> Vec<Row> {
-    let info = info_json(file);
-    let device = info["devices"].as_array().expect("devices").iter().find(|d| d["label"] == label).cloned();
-    let phases = device.map(|d| d["phases"].clone()).unwrap_or(Value::Null);
-    let all =
-        phases["phases"].as_array().into_iter().flatten().chain(phases["iterations"].as_array().into_iter().flatten());
-    sorted(all.map(|p| row(p, with_categories)).collect())
+    let device =
+        |info: Value| info["devices"].as_array().expect("devices").iter().find(|d| d["label"] == label).cloned();
+    let phases = device(info_json_with(file, &["--all-phases"])).map(|d| d["phases"].clone()).unwrap_or(Value::Null);
+    let outline = device(info_json(file)).map(|d| d["phases"].clone()).unwrap_or(Value::Null);
+    let list = |key: &str| phases[key].as_array().cloned().unwrap_or_default();
+    let (all_phases, iterations) = (list("phases"), list("iterations"));
+    // The outline: the same counts, each kind's highest (the first of equals), the highest
+    // iterations; never the rows themselves.
+    assert!(outline.get("phases").is_none() && outline.get("iterations").is_none(), "{outline}");
+    if all_phases.is_empty() {
+        assert_eq!(outline, Value::Null, "{}: no phases, no outline", file.display());
+        return Vec::new();
+    }
+    assert_eq!(outline["phase_count"].as_u64(), Some(all_phases.len() as u64), "{}", file.display());
+    if !iterations.is_empty() {
+        assert_eq!(outline["iteration_count"].as_u64(), Some(iterations.len() as u64), "{}", file.display());
+    }
+    for highest in outline["highest"].as_array().into_iter().flatten() {
+        let kind = &highest["kind"];
+        let best = all_phases.iter().filter(|p| &p["kind"] == kind).map(|p| p["high_bytes"].as_u64()).max().flatten();
+        assert_eq!(highest["high_bytes"].as_u64(), best, "{}: {kind}", file.display());
+    }
+    let top = outline["highest_iterations"].as_array().cloned().unwrap_or_default();
+    assert!(top.len() <= 5 && top.len() == iterations.len().min(5), "{}", file.display());
+    let floor = top.iter().filter_map(|p| p["high_bytes"].as_u64()).min().unwrap_or(0);
+    let above = iterations.iter().filter(|p| p["high_bytes"].as_u64().unwrap_or(0) > floor).count();
+    assert!(above < top.len().max(1), "{}: an iteration above the outline's lowest is left out", file.display());
+    sorted(all_phases.iter().chain(&iterations).map(|p| row(p, with_categories)).collect())
+}
+
+#[test]
+fn info_json_outlines_the_phases_at_any_length_of_run() {
+    // 200,000 entries of about 3 allocations per iteration: tens of thousands of iterations,
+    // whose rows come only on request.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("many_iterations.pickle");
+    let status = std::process::Command::new("python3")
+        .arg(repo_root().join("scripts/gen_snapshot.py"))
+        .args(["--entries", "200000", "--iteration-allocs", "3", "--out"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("python3 runs");
+    assert!(status.success());
+    let run = |args: &[&str]| {
+        let mut all: Vec<&std::ffi::OsStr> = vec!["info".as_ref(), "--json".as_ref()];
+        all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+        all.push(file.as_os_str());
+        let output = vramscope(&all);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        output.stdout
+    };
+    let (outline, full) = (run(&[]), run(&["--all-phases"]));
+    let json: Value = serde_json::from_slice(&outline).expect("json");
+    let iterations = json["devices"][0]["phases"]["iteration_count"].as_u64().expect("iteration_count");
+    assert!(iterations > 10_000, "{iterations}");
+    assert!(outline.len() < 16_000, "info --json wrote {} bytes for {iterations} iterations", outline.len());
+    assert!(full.len() > 100 * outline.len(), "{} against {}", full.len(), outline.len());
 }
 
 fn snapshot(name: &str) -> PathBuf {

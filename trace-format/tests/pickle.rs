@@ -261,3 +261,34 @@ fn empty_lists_in_generic_values_stay_empty_lists() {
     let imported = load(&snapshot_with_settings(settings)).unwrap();
     assert_eq!(imported.trace.metadata.allocator_settings, serde_json::json!({"a": []}));
 }
+
+#[test]
+fn external_annotations_are_read_however_many_there_are() {
+    // A long run's record_function ranges: 300,000 START/END pairs, 2.4 million values in all,
+    // past the bound on generic parts (settings, unknown keys). Written by CPython's pickle.
+    let script = r#"
+import pickle, sys
+n = int(sys.argv[1])
+trace = [{'action': 'alloc', 'addr': 4096, 'size': 512, 'stream': 0, 'time_us': 10, 'frames': []},
+         {'action': 'free_completed', 'addr': 4096, 'size': 512, 'stream': 0, 'time_us': 30 * n + 20, 'frames': []}]
+notes = []
+for i in range(n):
+    name = 'step' if i % 2 else 'forward'
+    notes.append({'stage': 'START', 'name': name, 'device': 0, 'time_us': 20 + 30 * i})
+    notes.append({'stage': 'END', 'name': name, 'device': 0, 'time_us': 35 + 30 * i})
+notes.append({'stage': 'START', 'name': 'never_ended', 'device': 0, 'time_us': 15})
+notes.append({'stage': 'MIDDLE', 'name': 'odd', 'device': 0, 'time_us': 16})
+notes.append(['not', 'a', 'dict'])
+sys.stdout.buffer.write(pickle.dumps({'segments': [], 'device_traces': [trace], 'external_annotations': notes}, protocol=4))
+"#;
+    let output = std::process::Command::new("python3").args(["-c", script, "300000"]).output().expect("python3 runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let imported = load(&output.stdout).expect("imported");
+    assert!(!imported.warnings.iter().any(|w| w.contains("left out")), "{:?}", imported.warnings);
+    assert!(imported.warnings.iter().any(|w| w.contains("2 external annotation records")), "{:?}", imported.warnings);
+    let trace = &imported.trace;
+    let named = |name: &str| trace.annotations.iter().filter(|a| trace.interner.resolve(a.name) == name).count();
+    assert_eq!((named("forward"), named("step"), named("never_ended")), (150_000, 150_000, 1));
+    let last = trace.annotations.iter().filter(|a| trace.interner.resolve(a.name) == "step").max_by_key(|a| a.start_ns);
+    assert_eq!(last.map(|a| (a.start_ns, a.end_ns)), Some(((20 + 30 * 299_999) * 1000, (35 + 30 * 299_999) * 1000)));
+}

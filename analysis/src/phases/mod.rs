@@ -162,6 +162,53 @@ impl Phases {
     pub fn kinds(&self) -> Vec<PhaseKind> {
         PhaseKind::ALL.into_iter().filter(|k| self.phases.iter().any(|p| p.kind == Some(*k))).collect()
     }
+
+    /// Iterations found: those with a whole-iteration row, or else those any phase is numbered in.
+    pub fn iteration_count(&self) -> usize {
+        if self.iterations.is_empty() {
+            let mut numbers: Vec<u32> = self.phases.iter().map(|p| p.iteration).collect();
+            numbers.sort_unstable();
+            numbers.dedup();
+            numbers.len()
+        } else {
+            self.iterations.len()
+        }
+    }
+
+    /// What a summary says of them, the same size however long the run: the counts, each kind's
+    /// highest instance and the [`OUTLINE_ITERATIONS`] highest iterations.
+    pub fn outline(&self) -> Outline<'_> {
+        let mut highest_iterations: Vec<&PhaseHigh> = self.iterations.iter().collect();
+        // The highest first (the first of equals), then back in time order.
+        highest_iterations.sort_by(|a, b| b.high_bytes.cmp(&a.high_bytes).then(a.iteration.cmp(&b.iteration)));
+        highest_iterations.truncate(OUTLINE_ITERATIONS);
+        highest_iterations.sort_by_key(|p| p.iteration);
+        Outline {
+            from: self.from,
+            iteration_count: self.iteration_count(),
+            phase_count: self.phases.len(),
+            highest: self.kinds().into_iter().filter_map(|k| self.highest(k)).collect(),
+            highest_iterations,
+        }
+    }
+}
+
+/// Iterations an [`Outline`] names.
+pub const OUTLINE_ITERATIONS: usize = 5;
+
+/// A summary of a device's [`Phases`] whose size does not grow with the run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Outline<'a> {
+    /// How they were found.
+    pub from: Option<PhasesFrom>,
+    /// Iterations found.
+    pub iteration_count: usize,
+    /// Phase instances found (a kind in an iteration is one).
+    pub phase_count: usize,
+    /// Each kind's highest instance, in the order of a step.
+    pub highest: Vec<&'a PhaseHigh>,
+    /// The iterations with the highest high points, at most [`OUTLINE_ITERATIONS`], in time order.
+    pub highest_iterations: Vec<&'a PhaseHigh>,
 }
 
 /// The phases of `device` and the high point of each.

@@ -191,8 +191,11 @@ struct Phases<'a> {
     a_peak_phase: Option<PhaseKind>,
     /// The phase B's peak is in.
     b_peak_phase: Option<PhaseKind>,
-    /// Each kind's highest (`iteration` null), then each iteration (`phase` null) and its phases.
-    rows: &'a [PhaseDelta],
+    /// Each kind's highest (`iteration` null), then each iteration (`phase` null) and its phases:
+    /// the first [`ITERATIONS_SHOWN`], or with `--all-phases` all of them.
+    rows: Vec<&'a PhaseDelta>,
+    /// Iterations in the longer run (the last one's number).
+    iterations: u32,
     /// When either run shows no phases: the named ranges both have, the high point inside the
     /// first of each.
     ranges: &'a [diff::RangeDelta],
@@ -223,6 +226,7 @@ pub fn run(
     json: bool,
     gates: &[Gate],
     device: Option<DeviceId>,
+    all_phases: bool,
     out: &mut dyn Write,
 ) -> Result<bool> {
     if a == b {
@@ -264,7 +268,12 @@ pub fn run(
                 b_from: d.b.phases.from,
                 a_peak_phase: d.a.peak_phase,
                 b_peak_phase: d.b.peak_phase,
-                rows: &d.phases,
+                rows: d
+                    .phases
+                    .iter()
+                    .filter(|r| all_phases || r.iteration.is_none_or(|i| i <= ITERATIONS_SHOWN))
+                    .collect(),
+                iterations: d.phases.iter().filter_map(|r| r.iteration).max().unwrap_or(0),
                 ranges: &d.ranges,
             },
             gates: &results,
@@ -273,7 +282,7 @@ pub fn run(
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
     } else {
-        write_text(&d, &results, out)?;
+        write_text(&d, &results, all_phases, out)?;
     }
     Ok(results.iter().all(|r| r.passed))
 }
@@ -427,7 +436,7 @@ fn ranks(
             }
         }
         writeln!(out, "\nrank {worst_rank}:")?;
-        write_text(worst, &[], out)?;
+        write_text(worst, &[], false, out)?;
         for (g, rank) in &results {
             let verdict = if g.passed { "ok" } else { "FAILED" };
             let actual = g.actual_percent.map_or_else(|| "from none".to_owned(), |p| format!("{p:+.1}%"));
@@ -462,7 +471,7 @@ fn write_site(s: &SiteDelta, out: &mut dyn Write) -> Result<()> {
 const ITERATIONS_SHOWN: u32 = 4;
 
 /// The phases side by side: each kind's highest, then the first iterations.
-fn write_phases(d: &Diff, out: &mut dyn Write) -> Result<()> {
+fn write_phases(d: &Diff, all_phases: bool, out: &mut dyn Write) -> Result<()> {
     use crate::words::{phase_row_label, phases_from};
     if d.phases.is_empty() {
         writeln!(out, "phase by phase: cannot be compared")?;
@@ -496,7 +505,7 @@ fn write_phases(d: &Diff, out: &mut dyn Write) -> Result<()> {
     let last = d.phases.iter().filter_map(|r| r.iteration).max().unwrap_or(0);
     writeln!(out, "  {:<30}{:>12}{:>12}{:>13}{:>10}  most changed", "", "A", "B", "B - A", "")?;
     for r in &d.phases {
-        if r.iteration.is_some_and(|i| i > ITERATIONS_SHOWN) {
+        if !all_phases && r.iteration.is_some_and(|i| i > ITERATIONS_SHOWN) {
             continue;
         }
         let side = |s: Option<&diff::PhaseSide>| s.map_or_else(|| "none".to_owned(), |s| bytes(s.high_bytes));
@@ -513,8 +522,10 @@ fn write_phases(d: &Diff, out: &mut dyn Write) -> Result<()> {
             .map_or_else(String::new, |c| format!("  {} {}", c.category, signed_bytes(c.delta)));
         writeln!(out, "{label:<32}{:>12}{:>12}{delta:>13}{pct:>10}{most}", side(r.a.as_ref()), side(r.b.as_ref()))?;
     }
-    if last > ITERATIONS_SHOWN {
-        writeln!(out, "  ... and {} more iterations (all of them in --json)", last - ITERATIONS_SHOWN)?;
+    if !all_phases && last > ITERATIONS_SHOWN {
+        let more = (last - ITERATIONS_SHOWN) as usize;
+        let noun = if more == 1 { "iteration" } else { "iterations" };
+        writeln!(out, "  ... and {} more {noun} (--all-phases lists them)", crate::units::count(more))?;
     }
     // Where the phase the sentence leads with changed.
     if let Some(p) = &d.headline.phase
@@ -537,7 +548,7 @@ fn pct_text(p: Option<f64>) -> String {
     crate::units::percent(p)
 }
 
-fn write_text(d: &Diff, gates: &[GateResult], out: &mut dyn Write) -> Result<()> {
+fn write_text(d: &Diff, gates: &[GateResult], all_phases: bool, out: &mut dyn Write) -> Result<()> {
     writeln!(out, "A  {}", d.a.file)?;
     writeln!(out, "B  {}", d.b.file)?;
     if let Some(range) = crate::load::cli_range() {
@@ -591,7 +602,7 @@ fn write_text(d: &Diff, gates: &[GateResult], out: &mut dyn Write) -> Result<()>
             pct_text(c.percent)
         )?;
     }
-    write_phases(d, out)?;
+    write_phases(d, all_phases, out)?;
     for (title, list) in
         [("that grew", &d.grown), ("that shrank", &d.shrunk), ("only in A", &d.only_in_a), ("only in B", &d.only_in_b)]
     {

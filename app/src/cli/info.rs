@@ -166,18 +166,13 @@ fn at_instant(trace: &Trace, when: &When, text: &str) -> Result<At> {
 /// Runs `info` on `path`, printing JSON or a readable summary to `out`; with `at`, also what was
 /// `info` on what the paths hold: one trace, or a run of several ranks (several files, a
 /// directory of them, or one recording of several ranks): per-rank rows and the run's summary.
-pub fn run_paths(
-    paths: &[std::path::PathBuf],
-    json: bool,
-    at: Option<(&str, &When)>,
-    blocks: usize,
-    out: &mut dyn Write,
-) -> Result<()> {
+pub fn run_paths(paths: &[std::path::PathBuf], options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
+    let Options { json, at, blocks, all_phases } = *options;
     let summed = match paths {
         [one] if !one.is_dir() => {
             let loaded = load::load(one)?;
             if !crate::analysis::run::holds_ranks(&loaded.trace) {
-                return run_loaded(&loaded, json, at, blocks, out);
+                return run_loaded(&loaded, options, out);
             }
             let name = loaded.path.display().to_string();
             let run = crate::analysis::run::Run::of(vec![(name, loaded.trace)]);
@@ -191,9 +186,10 @@ pub fn run_paths(
         // Each file's figures taken as it is read, and the file dropped.
         _ => crate::runs::summaries(paths)?,
     };
-    if at.is_some() || blocks > 0 {
+    if at.is_some() || blocks > 0 || all_phases {
         bail!(
-            "--at and --blocks look at one trace: give one rank's file (a recording writes RUN.rankN.vtrace beside it)"
+            "--at, --blocks and --all-phases look at one trace: give one rank's file (a recording writes \
+             RUN.rankN.vtrace beside it)"
         );
     }
     run_of_ranks(paths, &summed, json, out)
@@ -350,18 +346,26 @@ pub fn run_oom(paths: &[std::path::PathBuf], json: bool, out: &mut dyn Write) ->
 
 /// `info` on one file: its summary and, with `at`, what was alive at that instant (its text as
 /// given, and parsed).
-pub fn run(path: &Path, json: bool, at: Option<(&str, &When)>, blocks: usize, out: &mut dyn Write) -> Result<()> {
-    run_paths(&[path.to_path_buf()], json, at, blocks, out)
+pub fn run(path: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
+    run_paths(&[path.to_path_buf()], options, out)
+}
+
+/// What `info` is asked for beyond the summary.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options<'a> {
+    /// One JSON object instead of text.
+    pub json: bool,
+    /// Also what was alive at this instant (its text, and what it means).
+    pub at: Option<(&'a str, &'a When)>,
+    /// Also the N largest blocks alive at the peak (or at `at`).
+    pub blocks: usize,
+    /// Also every iteration's phases and their high points, not only the outline.
+    pub all_phases: bool,
 }
 
 /// `info` on one loaded trace.
-fn run_loaded(
-    loaded: &LoadedTrace,
-    json: bool,
-    at: Option<(&str, &When)>,
-    blocks: usize,
-    out: &mut dyn Write,
-) -> Result<()> {
+fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
+    let Options { json, at, blocks, all_phases } = *options;
     let summary = summary::summary(&loaded.trace, loaded.format, &loaded.wrappers);
     let largest = (blocks > 0)
         .then(|| largest_blocks(&loaded.trace, at.map(|a| a.1), at.map_or("peak", |a| a.0), blocks))
@@ -384,6 +388,15 @@ fn run_loaded(
                 .collect();
             object.insert("largest_blocks".to_owned(), serde_json::json!({ "when": largest.when, "devices": devices }));
         }
+        if all_phases {
+            let devices = value.get_mut("devices").and_then(serde_json::Value::as_array_mut);
+            for (json, d) in devices.into_iter().flatten().zip(&summary.devices) {
+                if let Some(phases) = json.get_mut("phases").and_then(serde_json::Value::as_object_mut) {
+                    phases.insert("phases".to_owned(), serde_json::to_value(&d.phases.phases)?);
+                    phases.insert("iterations".to_owned(), serde_json::to_value(&d.phases.iterations)?);
+                }
+            }
+        }
         serde_json::to_writer_pretty(&mut *out, &value)?;
         writeln!(out)?;
     } else {
@@ -403,6 +416,15 @@ fn run_loaded(
                     count(d.live_blocks),
                     parts.join(", ")
                 )?;
+            }
+        }
+        if all_phases {
+            for d in summary.devices.iter().filter(|d| !d.phases.is_empty()) {
+                let name = if d.device < DeviceId(0) { "host (CPU)" } else { d.label.as_str() };
+                writeln!(out, "\nphases of {name}, the high point of each")?;
+                for line in crate::words::phase_table(&d.phases) {
+                    writeln!(out, "  {line}")?;
+                }
             }
         }
         if let Some(largest) = &largest {

@@ -5,7 +5,7 @@ use vramscope_trace_format::Category;
 
 use crate::analysis::diff::{Headline, PhaseChange, PhaseDelta};
 use crate::analysis::phases::{PhaseKind, Phases, PhasesFrom};
-use crate::units::{bytes, signed_bytes};
+use crate::units::{bytes, count, signed_bytes};
 
 /// A phase as a sentence names it: `the forward pass`, `the optimizer step`.
 pub fn phase_phrase(kind: PhaseKind) -> &'static str {
@@ -23,6 +23,37 @@ pub fn phase_label(kind: PhaseKind) -> &'static str {
         PhaseKind::Backward => "backward",
         PhaseKind::OptimizerStep => "optimizer step",
     }
+}
+
+/// Every iteration's high points, a line each: the iteration, each phase kind found and the
+/// iteration as a whole (`-` where an iteration lacks a kind), headed by the columns.
+pub fn phase_table(phases: &Phases) -> Vec<String> {
+    use std::collections::BTreeMap;
+    let kinds = phases.kinds();
+    let mut rows: BTreeMap<u32, (Vec<Option<u64>>, Option<u64>)> = BTreeMap::new();
+    for p in &phases.phases {
+        let Some(column) = kinds.iter().position(|k| Some(*k) == p.kind) else { continue };
+        rows.entry(p.iteration).or_insert_with(|| (vec![None; kinds.len()], None)).0[column] = Some(p.high_bytes);
+    }
+    for p in &phases.iterations {
+        rows.entry(p.iteration).or_insert_with(|| (vec![None; kinds.len()], None)).1 = Some(p.high_bytes);
+    }
+    let cell = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), bytes);
+    let mut header = format!("{:>9}", "iteration");
+    for kind in &kinds {
+        header.push_str(&format!("  {:>14}", phase_label(*kind)));
+    }
+    header.push_str(&format!("  {:>14}", "whole"));
+    let mut lines = vec![header];
+    for (iteration, (cells, whole)) in rows {
+        let mut line = format!("{iteration:>9}");
+        for v in cells {
+            line.push_str(&format!("  {:>14}", cell(v)));
+        }
+        line.push_str(&format!("  {:>14}", cell(whole)));
+        lines.push(line);
+    }
+    lines
 }
 
 /// A row of a phase comparison: `forward (highest)`, `iteration 2`, `iteration 2 backward`.
@@ -86,7 +117,8 @@ pub fn phases_line(phases: &Phases) -> Option<String> {
         .filter_map(|kind| phases.highest(kind).map(|h| format!("{} {}", phase_label(kind), bytes(h.high_bytes))))
         .collect();
     let iterations = phases.iterations.len();
-    let over = if iterations > 1 { format!(" (the highest of {iterations} iterations)") } else { String::new() };
+    let over =
+        if iterations > 1 { format!(" (the highest of {} iterations)", count(iterations)) } else { String::new() };
     let source = match from {
         PhasesFrom::Recorded => "recorded",
         PhasesFrom::Annotations => "from phase-named ranges",

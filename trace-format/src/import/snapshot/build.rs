@@ -97,52 +97,49 @@ fn settle_sizes(events: &mut [Event], pairing: Pairing, final_blocks: &FxHashMap
 /// Pairs `external_annotations` START and END records into spans (unmatched ends start at the
 /// trace's start, unmatched starts end at its end).
 fn external_spans(
-    external: &serde_json::Value,
+    external: &[super::External],
     interner: &mut Interner,
     trace_start_ns: i64,
     trace_end_ns: i64,
     warnings: &mut Vec<String>,
 ) -> Vec<Annotation> {
     let mut spans = Vec::new();
-    let Some(records) = external.as_array() else { return spans };
-    let mut open: HashMap<(String, i64), Vec<i64>> = HashMap::new();
+    let mut open: HashMap<(StringId, i64), Vec<i64>> = HashMap::new();
     let mut skipped = 0usize;
-    for record in records {
-        let stage = record.get("stage").and_then(|v| v.as_str());
-        let name = record.get("name").and_then(|v| v.as_str());
-        let time_us = record.get("time_us").and_then(|v| v.as_i64());
-        let device = record.get("device").and_then(|v| v.as_i64()).unwrap_or(0);
-        let (Some(stage), Some(name), Some(time_us)) = (stage, name, time_us) else {
+    let (start, end) = (interner.find_string("START"), interner.find_string("END"));
+    for record in external {
+        let device = record.device.unwrap_or(0);
+        let (Some(stage), Some(name), Some(time_us)) = (record.stage, record.name, record.time_us) else {
             skipped += 1;
             continue;
         };
         let time_ns = time_us.saturating_mul(1000);
-        let key = (name.to_owned(), device);
-        let mut push = |start_ns: i64, end_ns: i64, interner: &mut Interner| {
-            spans.push(Annotation {
-                kind: AnnotationKind::UserRange,
-                device: i16::try_from(device).ok().map(DeviceId),
-                process: ProcessId(0),
-                start_ns,
-                end_ns: end_ns.max(start_ns),
-                name: interner.string(name),
-                stack: StackId(0),
-            });
+        let key = (name, device);
+        let span = |start_ns: i64, end_ns: i64| Annotation {
+            kind: AnnotationKind::UserRange,
+            device: i16::try_from(device).ok().map(DeviceId),
+            process: ProcessId(0),
+            start_ns,
+            end_ns: end_ns.max(start_ns),
+            name,
+            stack: StackId(0),
         };
-        match stage {
-            "START" => open.entry(key).or_default().push(time_ns),
-            "END" => match open.get_mut(&key).and_then(Vec::pop) {
-                Some(start_ns) => push(start_ns, time_ns, interner),
-                None => push(trace_start_ns.min(time_ns), time_ns, interner),
-            },
-            _ => skipped += 1,
+        if Some(stage) == start {
+            open.entry(key).or_default().push(time_ns);
+        } else if Some(stage) == end {
+            match open.get_mut(&key).and_then(Vec::pop) {
+                Some(start_ns) => spans.push(span(start_ns, time_ns)),
+                None => spans.push(span(trace_start_ns.min(time_ns), time_ns)),
+            }
+        } else {
+            skipped += 1;
         }
     }
     let mut unclosed: Vec<_> = open
         .into_iter()
-        .flat_map(|((name, device), starts)| starts.into_iter().map(move |s| (s, name.clone(), device)))
+        .flat_map(|((name, device), starts)| starts.into_iter().map(move |s| (s, name, device)))
         .collect();
-    unclosed.sort();
+    unclosed.sort_by(|a, b| (a.0, interner.resolve(a.1), a.2).cmp(&(b.0, interner.resolve(b.1), b.2)));
     for (start_ns, name, device) in unclosed {
         spans.push(Annotation {
             kind: AnnotationKind::UserRange,
@@ -150,7 +147,7 @@ fn external_spans(
             process: ProcessId(0),
             start_ns,
             end_ns: trace_end_ns.max(start_ns),
-            name: interner.string(&name),
+            name,
             stack: StackId(0),
         });
     }
@@ -381,7 +378,7 @@ pub(super) fn build_trace(
     segments: Vec<Segment>,
     mut all_entries: Entries,
     per_device: Vec<(i16, Vec<u32>)>,
-    external: &serde_json::Value,
+    external: &[super::External],
     allocator_settings: serde_json::Value,
     extra: serde_json::Map<String, serde_json::Value>,
     range: Option<RangeBuild>,

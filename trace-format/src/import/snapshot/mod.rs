@@ -90,6 +90,52 @@ fn to_json(store: &Store, value: Value, depth: usize, budget: &mut usize) -> Res
     })
 }
 
+/// One record of `external_annotations` (`record_function` ranges and the like): its fields
+/// that are there and of the right type.
+pub(crate) struct External {
+    /// `START` or `END`.
+    pub(crate) stage: Option<StringId>,
+    pub(crate) name: Option<StringId>,
+    pub(crate) device: Option<i64>,
+    pub(crate) time_us: Option<i64>,
+}
+
+/// Reads `external_annotations`, a list of dicts, as records: as many as the file holds (each
+/// is a dict of the file), with no bound on generic values, since a long run's
+/// `record_function` ranges number in the millions.
+fn external_records(store: &Store, value: Value) -> Result<Vec<External>, String> {
+    let handle = match value {
+        Value::None | Value::Missing => return Ok(Vec::new()),
+        Value::Container(h) if store.kind(h)? != ContainerKind::Dict => h,
+        other => return Err(format!("it should be a list, found {}", describe(store, other))),
+    };
+    let mut records = Vec::with_capacity(store.len(handle)?);
+    store.for_each_item(handle, |item| {
+        let mut record = External { stage: None, name: None, device: None, time_us: None };
+        if let Value::Container(h) = item
+            && store.kind(h)? == ContainerKind::Dict
+        {
+            store.for_each_pair(h, |key, value| {
+                let string = match value {
+                    Value::Str(id) => Some(id),
+                    _ => None,
+                };
+                match store.str(key) {
+                    Some("stage") => record.stage = string,
+                    Some("name") => record.name = string,
+                    Some("device") => record.device = value.as_i64(),
+                    Some("time_us") => record.time_us = value.as_i64(),
+                    _ => {}
+                }
+                Ok(())
+            })?;
+        }
+        records.push(record);
+        Ok(())
+    })?;
+    Ok(records)
+}
+
 fn structure(message: impl Into<String>) -> Error {
     Error::Structure(message.into())
 }
@@ -154,7 +200,7 @@ pub(crate) struct Parsed {
     segments: Vec<Segment>,
     entries: Entries,
     per_device: Vec<(i16, Vec<u32>)>,
-    external: serde_json::Value,
+    external: Vec<External>,
     settings: serde_json::Value,
     extra: serde_json::Map<String, serde_json::Value>,
     warnings: Vec<String>,
@@ -194,8 +240,6 @@ struct TopLevel {
     annotations_value: Value,
     host_traces_value: Value,
     extra: serde_json::Map<String, serde_json::Value>,
-    /// What is left of the budget for generic values.
-    budget: usize,
 }
 
 /// Reads the top of a snapshot; generic parts too large are left out with a warning.
@@ -253,7 +297,7 @@ fn top_level(store: &Store, root: Value, warnings: &mut Vec<String>) -> Result<T
         _ => return Err(structure("this pickle holds neither a dict nor a list: not a PyTorch memory snapshot")),
     }
 
-    Ok(TopLevel { segments_value, traces_value, settings, annotations_value, host_traces_value, extra, budget })
+    Ok(TopLevel { segments_value, traces_value, settings, annotations_value, host_traces_value, extra })
 }
 
 /// The first and last entry a device's list names.
@@ -330,8 +374,7 @@ fn parse_with(data: &[u8], progress: &dyn Progress, pieces: Option<usize>, entri
     let mut warnings = Vec::new();
 
     let top = top_level(&store, loaded.root, &mut warnings)?;
-    let TopLevel { segments_value, traces_value, settings, annotations_value, host_traces_value, extra, mut budget } =
-        top;
+    let TopLevel { segments_value, traces_value, settings, annotations_value, host_traces_value, extra } = top;
     let segments = take_segments(&store, segments_value, &mut sink, &mut warnings)?;
 
     // Per device, indices into the sink's entries (copying the entries would double the memory).
@@ -421,13 +464,10 @@ fn parse_with(data: &[u8], progress: &dyn Progress, pieces: Option<usize>, entri
         )));
     }
 
-    let external = match annotations_value {
-        Value::None => serde_json::Value::Null,
-        v => to_json(&store, v, 0, &mut budget).unwrap_or_else(|m| {
-            warnings.push(format!("the snapshot's external_annotations were left out: {m}"));
-            serde_json::Value::Null
-        }),
-    };
+    let external = external_records(&store, annotations_value).unwrap_or_else(|m| {
+        warnings.push(format!("the snapshot's external_annotations were left out: {m}"));
+        Vec::new()
+    });
     let interner = store.interner;
     let mut entries = std::mem::take(&mut sink.entries);
     let range = match entries.take_folded() {
