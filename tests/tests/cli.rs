@@ -202,3 +202,29 @@ fn following_what_is_not_there_is_refused_clearly() {
     assert!(stderr.contains("--live needs a display"), "{stderr}");
     assert!(!marker.exists(), "the workload must not run");
 }
+
+#[test]
+fn the_readme_examples_are_what_the_commands_print() {
+    // Every ```text block of the README that starts with `$ vramscope ...` is run, in the
+    // fixtures' directory (so that the file is named as the README names it), and must print
+    // exactly the lines that follow it.
+    let readme = std::fs::read_to_string(vramscope_e2e::repo_root().join("README.md")).expect("README.md");
+    let dir = vramscope_e2e::fixtures_dir().join("pytorch-snapshots");
+    let mut checked = 0;
+    for block in readme.split("```text\n").skip(1) {
+        let block = block.split("```").next().unwrap_or_default();
+        let Some(command) = block.lines().next().and_then(|l| l.strip_prefix("$ vramscope ")) else { continue };
+        let expected: Vec<&str> = block.lines().skip(1).collect();
+        let output = vramscope_e2e::vramscope_command()
+            .current_dir(&dir)
+            .args(command.split_whitespace())
+            .output()
+            .expect("vramscope runs");
+        assert!(output.status.success(), "{command}: {}", String::from_utf8_lossy(&output.stderr));
+        let printed = String::from_utf8_lossy(&output.stdout);
+        let printed: Vec<&str> = printed.lines().collect();
+        assert_eq!(printed, expected, "the README's `vramscope {command}` is not what it prints");
+        checked += 1;
+    }
+    assert!(checked >= 1, "no README example was found to check");
+}

@@ -105,8 +105,12 @@ pub struct Advice {
     pub baseline_fits: bool,
     /// Single remedies, lowest projected peak first.
     pub remedies: Vec<Projection>,
-    /// Pairs of remedies, lowest projected peak first.
+    /// Pairs of remedies, lowest projected peak first: those that do better than either of the
+    /// two alone.
     pub combinations: Vec<Projection>,
+    /// Remedies that apply but would not change the peak (allocated or reserved, by
+    /// [`NO_CHANGE`] of it or more): what they shrink is not alive at the peak.
+    pub without_effect: Vec<Projection>,
     /// The cheapest change that fits under the target, if one does.
     pub smallest_change_that_fits: Option<String>,
     /// Fragmentation: reserved but not allocated at the peak, and what `expandable_segments`
@@ -334,6 +338,9 @@ fn fragmentation(trace: &Trace, device: DeviceId, ctx: &Context, at_peak: &insta
     })
 }
 
+/// A projected peak within this share of another is the same peak.
+pub const NO_CHANGE: f64 = 0.005;
+
 /// Works out the advice for `device` (the one with the highest peak when `None`); `gpus` for the
 /// sharding remedies (else the trace's ranks or GPUs, when more than one); `target` to fit under
 /// (else the device's memory, when known).
@@ -352,7 +359,11 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     let at_peak = instant::instant(trace, device, b.peaks.allocated.event, b.peaks.allocated.time_ns);
     let allocator = AllocatorSettings::of(trace, device);
     let gpus = Gpus::of(trace, gpus);
-    let training = ran_backward(trace) || b.instants.iter().any(|p| p.gradient > 0.0);
+    // Backward told by a recorded span, autograd's frames, gradients at a high point, or the
+    // phases found as `info` finds them (a profiler trace's backward operators).
+    let training = ran_backward(trace)
+        || b.instants.iter().any(|p| p.gradient > 0.0)
+        || crate::phases::phases(trace, device).kinds().contains(&crate::phases::PhaseKind::Backward);
     let ctx = Context {
         gpus: gpus.map_or(1, |g| g.count),
         blocks: base.blocks.len(),
@@ -385,7 +396,28 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     let projector = Projector { b: &b, ctx: &ctx, replayer, rules };
     let remedies: Vec<Remedy> = Remedy::ALL.iter().copied().filter(|r| r.applies(&ctx)).collect();
     let singles = singles(&projector, &remedies, target);
-    let combinations = pairs(&projector, &remedies, target);
+    let changes = |p: &Projection, than: (u64, u64)| {
+        let apart = |a: u64, b: u64| a.abs_diff(b) as f64 > NO_CHANGE * b.max(1) as f64;
+        apart(p.projected_peak_allocated_bytes, than.0) || apart(p.projected_peak_reserved_bytes, than.1)
+    };
+    let alone: BTreeMap<&str, (u64, u64)> = singles
+        .iter()
+        .map(|p| (p.id.as_str(), (p.projected_peak_allocated_bytes, p.projected_peak_reserved_bytes)))
+        .collect();
+    // A pair is worth naming when it projects lower than both of its parts alone.
+    let combinations: Vec<Projection> = pairs(&projector, &remedies, target)
+        .into_iter()
+        .filter(|pair| {
+            pair.remedies.iter().all(|r| {
+                alone.get(r.id()).is_none_or(|&part| {
+                    changes(pair, part)
+                        && (pair.projected_peak_allocated_bytes < part.0 || pair.projected_peak_reserved_bytes < part.1)
+                })
+            })
+        })
+        .collect();
+    let (singles, without_effect): (Vec<Projection>, Vec<Projection>) =
+        singles.into_iter().partition(|p| changes(p, (peak_allocated, peak_reserved)));
     let smallest_change_that_fits = smallest_that_fits(&singles, &combinations, target);
     let plan = target.map_or_else(Vec::new, |t| plan(&projector, &remedies, t));
     let checkpointing_by_blocks = if remedies.contains(&Remedy::ActivationCheckpointing) {
@@ -420,6 +452,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         baseline_fits: target.is_some_and(|t| peak_reserved <= t) && !trace.ooms.iter().any(|o| o.device == device),
         remedies: singles,
         combinations,
+        without_effect,
         smallest_change_that_fits,
         fragmentation: fragmentation(trace, device, &ctx, &at_peak),
         autocast,

@@ -13,7 +13,7 @@ use crate::analysis::advisor::{self, Advice, Baseline, Projection};
 use crate::analysis::allocator::AllocatorSettings;
 use crate::analysis::peak;
 use crate::load;
-use crate::units::bytes;
+use crate::units::{bytes, count};
 use crate::words;
 
 /// `advise --json`: the advice with its words.
@@ -24,6 +24,8 @@ struct Json<'a> {
     baseline_fits: bool,
     remedies: Vec<ProjectionJson<'a>>,
     combinations: Vec<ProjectionJson<'a>>,
+    /// Remedies that apply but would not change the peak (left out of `remedies`).
+    without_effect: Vec<&'a str>,
     smallest_change_that_fits: Option<&'a str>,
     fragmentation: Option<String>,
     autocast: Option<&'a str>,
@@ -106,6 +108,7 @@ fn with_words<'a>(advice: &'a Advice, scaling: Option<&'a ScalingFit>) -> Json<'
         baseline_fits: advice.baseline_fits,
         remedies: projections(&advice.remedies, advice),
         combinations: projections(&advice.combinations, advice),
+        without_effect: advice.without_effect.iter().map(|p| p.id.as_str()).collect(),
         smallest_change_that_fits: advice.smallest_change_that_fits.as_deref(),
         fragmentation: advice.fragmentation.as_ref().map(words::fragmentation),
         autocast: advice.autocast.as_deref(),
@@ -312,14 +315,17 @@ pub fn run(
     if let Some(range) = load::cli_range() {
         writeln!(out, "  {}", words::range_note(range))?;
     }
+    let device = if b.device.0 < 0 { "host (CPU)".to_owned() } else { trace.metadata.device_label(b.device) };
+    let phase = words::phase(b.peak_phase).map_or_else(String::new, |p| format!(", its peak in {p}"));
+    let blocks = match b.repeated_blocks {
+        0 => String::new(),
+        n => format!("; {} repeated blocks (the model's layers)", count(n)),
+    };
     writeln!(
         out,
-        "  baseline: peak {} allocated, {} reserved on device {} ({:?} phase); {} repeated blocks",
+        "  baseline: peak {} allocated, {} reserved on {device}{phase}{blocks}",
         bytes(b.peak_allocated_bytes),
         bytes(b.peak_reserved_bytes),
-        b.device,
-        b.peak_phase,
-        b.repeated_blocks
     )?;
     let categories: Vec<String> = b.categories_at_peak.iter().map(|(k, v)| format!("{k} {}", bytes(*v))).collect();
     writeln!(out, "  at the peak: {}", categories.join(", "))?;
@@ -349,15 +355,20 @@ pub fn run(
         writeln!(out, "      {}", words::reason(p, &advice))?;
         writeln!(out, "      cost: {}", words::cost(p, &advice))?;
     }
+    if let Some(line) = words::without_effect(&advice) {
+        writeln!(out, "  {line}")?;
+    }
     if !advice.checkpointing_by_blocks.is_empty() {
         writeln!(out, "\n{}:", words::SOME_BLOCKS_HEADING)?;
         for some in &advice.checkpointing_by_blocks {
             writeln!(out, "  {}", words::some_blocks_checkpointed(some, b.peak_allocated_bytes))?;
         }
     }
-    writeln!(out, "\nbest combinations:")?;
-    for p in advice.combinations.iter().take(5) {
-        line(out, p, b.peak_allocated_bytes)?;
+    if !advice.combinations.is_empty() {
+        writeln!(out, "\nbest combinations (lower than either alone):")?;
+        for p in advice.combinations.iter().take(5) {
+            line(out, p, b.peak_allocated_bytes)?;
+        }
     }
     if let Some(fragmentation) = &advice.fragmentation {
         writeln!(out, "\nfragmentation: {}", words::fragmentation(fragmentation))?;

@@ -97,9 +97,10 @@ fn check(gate: &Gate, d: &Diff) -> Result<GateResult> {
                     .map(|(side, _)| side)
                     .collect();
                 bail!(
-                    "the gate on {} cannot be checked: {} shows no {} phase ({})",
+                    "the gate on {} cannot be checked: {} {} no {} phase ({})",
                     g.phase.name(),
                     missing.join(" and "),
+                    if missing.len() == 1 { "shows" } else { "show" },
                     crate::words::phase_label(g.phase),
                     if missing.len() == 1 {
                         let run = if missing == ["A"] { &d.a } else { &d.b };
@@ -439,10 +440,10 @@ fn ranks(
         write_text(worst, &[], false, out)?;
         for (g, rank) in &results {
             let verdict = if g.passed { "ok" } else { "FAILED" };
-            let actual = g.actual_percent.map_or_else(|| "from none".to_owned(), |p| format!("{p:+.1}%"));
+            let actual = crate::words::gate_change(g.actual_percent);
             writeln!(
                 out,
-                "gate {} (on every rank; worst: rank {rank}): grew {actual}, limit +{}%: {verdict}",
+                "gate {} (on every rank; worst: rank {rank}): {actual}, limit +{}%: {verdict}",
                 g.gate, g.limit_percent
             )?;
         }
@@ -628,8 +629,8 @@ fn write_text(d: &Diff, gates: &[GateResult], all_phases: bool, out: &mut dyn Wr
     }
     for g in gates {
         let verdict = if g.passed { "ok" } else { "FAILED" };
-        let actual = g.actual_percent.map_or_else(|| "from none".to_owned(), |p| format!("{p:+.1}%"));
-        writeln!(out, "gate {}: grew {actual}, limit +{}%: {verdict}", g.gate, g.limit_percent)?;
+        let actual = crate::words::gate_change(g.actual_percent);
+        writeln!(out, "gate {}: {actual}, limit +{}%: {verdict}", g.gate, g.limit_percent)?;
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use vramscope_trace_format::{AnnotationKind, Clock, DeviceId, SourceFormat, Trac
 use crate::analysis::summary::{self, DeviceSummary, Summary};
 use crate::analysis::{instant, peak};
 use crate::load::{self, LoadedTrace};
-use crate::units::{bytes, count, duration_ns};
+use crate::units::{bytes, count, counted, duration_ns};
 
 /// An instant `info --at` reports on.
 #[derive(Clone, Debug, PartialEq)]
@@ -410,10 +410,10 @@ fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) 
                 let parts: Vec<String> = categories.iter().map(|(name, v)| format!("{name} {}", bytes(**v))).collect();
                 writeln!(
                     out,
-                    "  {}: {} allocated in {} live blocks: {}",
+                    "  {}: {} allocated in {}: {}",
                     device_name(&loaded.trace, d.device),
                     bytes(d.allocated_bytes),
-                    count(d.live_blocks),
+                    counted(d.live_blocks, "live block", "live blocks"),
                     parts.join(", ")
                 )?;
             }
@@ -497,12 +497,12 @@ fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn Write) -> R
     };
     writeln!(
         out,
-        "  {}{wrapped}, {} events ({} allocator events, {} annotations), {} stacks{}",
+        "  {}{wrapped}, {} ({}, {}), {}{}",
         format_name(trace.metadata.source_format),
-        count(summary.events),
-        count(summary.allocator_events),
-        count(summary.annotations),
-        count(summary.stacks),
+        counted(summary.events, "event", "events"),
+        counted(summary.allocator_events, "allocator event", "allocator events"),
+        counted(summary.annotations, "annotation", "annotations"),
+        counted(summary.stacks, "stack", "stacks"),
         if trace.metadata.clock == Clock::EventIndex || span_ns <= 0 {
             String::new()
         } else {
@@ -572,7 +572,12 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
                 format!("{name} {} ({:.0}%)", bytes(value), 100.0 * value as f64 / total.max(1) as f64)
             })
             .collect();
-        writeln!(out, "  at the peak     {} live blocks: {}", count(d.live_blocks_at_peak), parts.join(", "))?;
+        writeln!(
+            out,
+            "  at the peak     {}: {}",
+            counted(d.live_blocks_at_peak, "live block", "live blocks"),
+            parts.join(", ")
+        )?;
         if d.unknown_from_before_recording_bytes > 0 {
             writeln!(
                 out,
@@ -585,7 +590,7 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
     // Without the allocator's segments, the end of the replay says what it can: how the free
     // bytes lie in ranges is not known.
     let segments =
-        if d.segments > 0 { format!("{} segments", count(d.segments)) } else { "no segment state".to_owned() };
+        if d.segments > 0 { counted(d.segments, "segment", "segments") } else { "no segment state".to_owned() };
     let pending = if d.final_state.pending_free_bytes > 0 {
         format!(", {} of it freed and waiting for its streams", bytes(d.final_state.pending_free_bytes))
     } else {

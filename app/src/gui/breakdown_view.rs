@@ -64,7 +64,7 @@ fn names_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView) {
     if view.instant.by_name.is_empty() {
         ui.heading("By source line");
         for s in view.by_site.iter().take(30) {
-            row(ui, s.bytes, &s.site, format!("{}\n{} blocks", s.site, s.blocks));
+            row(ui, s.bytes, &s.site, format!("{}\n{}", s.site, units::counted(s.blocks, "block", "blocks")));
         }
         metadata_ui(ui, trace, view, row);
         return;
@@ -168,7 +168,7 @@ fn tree_node_ui(ui: &mut egui::Ui, node: &StackNode, total: u64, query: &str, he
     if node.children.is_empty() {
         ui.horizontal(|ui| {
             ui.add_space(18.0);
-            ui.label(text).on_hover_text(format!("{} blocks", node.blocks));
+            ui.label(text).on_hover_text(units::counted(node.blocks, "block", "blocks"));
         });
         return;
     }

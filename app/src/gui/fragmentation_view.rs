@@ -206,7 +206,11 @@ fn segment_row_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, segment:
                     ui.end_row();
                 }
             });
-            ui.label(format!("{} live blocks, stream {:#x}", segment.blocks.len(), segment.stream));
+            ui.label(format!(
+                "{}, stream {:#x}",
+                units::counted(segment.blocks.len(), "block", "blocks"),
+                segment.stream
+            ));
             if private {
                 let (a, b) = segment.pool_id;
                 ui.colored_label(

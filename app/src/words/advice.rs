@@ -240,6 +240,32 @@ pub fn method(p: &Projection) -> String {
     }
 }
 
+/// The remedies considered that would not change the peak, in one line; none when there are none.
+pub fn without_effect(advice: &Advice) -> Option<String> {
+    if advice.without_effect.is_empty() {
+        return None;
+    }
+    let ids: Vec<&str> = advice.without_effect.iter().map(|p| p.id.as_str()).collect();
+    let alive: Vec<String> =
+        advice.baseline.categories_at_peak.iter().map(|(name, v)| format!("{name} {}", bytes(*v))).collect();
+    Some(format!(
+        "considered and left out, the peak would not change: {} (what {} is not what is alive at the peak: {})",
+        ids.join(", "),
+        if ids.len() == 1 { "it shrinks" } else { "they shrink" },
+        alive.join(", ")
+    ))
+}
+
+/// What a gate measured: `grew +3.2%`, `shrank 18.8%`, `unchanged`, `grew from none`.
+pub fn gate_change(percent: Option<f64>) -> String {
+    match percent {
+        None => "grew from none".to_owned(),
+        Some(p) if p.abs() < 0.05 => "unchanged".to_owned(),
+        Some(p) if p > 0.0 => format!("grew {p:+.1}%"),
+        Some(p) => format!("shrank {:.1}%", -p),
+    }
+}
+
 /// The phase in words, none when it is not known.
 pub fn phase(phase: Phase) -> Option<&'static str> {
     match phase {
@@ -259,8 +285,10 @@ pub fn scaling_fit(f: &ScalingFit) -> String {
     let points: Vec<String> = f.points.iter().map(|&(size, peak)| format!("{size}: {}", bytes(peak))).collect();
     let mut form =
         format!("{} + {} per {unit}", bytes(f.fixed_bytes.max(0.0) as u64), bytes(f.per_unit_bytes.max(0.0) as u64));
-    if f.per_unit_squared_bytes != 0.0 {
-        form.push_str(&format!(" + {:.1} B per {unit} squared", f.per_unit_squared_bytes));
+    // A square term worth saying (0.05 B and more), with its sign.
+    if f.per_unit_squared_bytes.abs() >= 0.05 {
+        let sign = if f.per_unit_squared_bytes < 0.0 { '-' } else { '+' };
+        form.push_str(&format!(" {sign} {:.1} B per {unit} squared", f.per_unit_squared_bytes.abs()));
     }
     let answer = match (f.largest_that_fits, f.at_most) {
         (None, _) => format!("not even one {unit} fits under {}", bytes(f.target_bytes)),

@@ -74,13 +74,18 @@ pub fn growth_lines(g: &Growth, device: &str) -> Vec<String> {
     let listed = g.sites.iter().take(5).take_while(|s| s.bytes_per_iteration * 100 >= g.bytes_per_iteration).count();
     for site in g.sites.iter().take(listed) {
         let blocks = site.blocks_per_iteration;
+        // Fewer than one block an iteration: one every so many iterations.
         let blocks = if blocks >= 0.95 && (blocks - blocks.round()).abs() < 0.05 {
             let whole = blocks.round();
-            format!("{whole:.0} block{}", if whole == 1.0 { "" } else { "s" })
+            format!(" in {whole:.0} block{}", if whole == 1.0 { "" } else { "s" })
+        } else if blocks >= 0.95 {
+            format!(" in {blocks:.1} blocks")
+        } else if blocks > 0.0 {
+            format!(" in a block every {} iterations", count((1.0 / blocks).round() as usize))
         } else {
-            format!("{blocks:.2} blocks")
+            String::new()
         };
-        lines.push(format!("kept every iteration: {} in {blocks} at {}", bytes(site.bytes_per_iteration), site.site));
+        lines.push(format!("kept every iteration: {}{blocks} at {}", bytes(site.bytes_per_iteration), site.site));
     }
     if g.sites.len() > listed {
         let rest: u64 = g.sites[listed..].iter().map(|s| s.bytes_per_iteration).sum();
