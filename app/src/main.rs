@@ -39,7 +39,7 @@ struct OpenArgs {
     /// its ranks side by side in the Ranks view.
     files: Vec<PathBuf>,
     /// Follow a run as it goes: the timeline grows and the peak, categories and current state
-    /// update about once a second. Give the recording's directory (`record` prints it), its -o
+    /// update every 0.5 s (or as long as an update takes to build, on a large run). Give the recording's directory (`record` prints it), its -o
     /// file before it exists, or a file something rewrites as it runs (a snapshot dumped every
     /// few steps); alone, the newest recording in progress on this machine. Zooming, panning or
     /// picking an instant stops at what is shown; End comes back to the newest.
@@ -324,12 +324,14 @@ enum Command {
     },
     /// Write a trace or a run for the tools people already use.
     ///
-    /// `--format perfetto`: Chrome trace event JSON, which Perfetto's UI (ui.perfetto.dev),
-    /// chrome://tracing and the trace tools that read it open: a process per rank, a counter
-    /// track per device (allocated and reserved bytes), the recorded phases as slices and OOMs
-    /// as instants. Like `info`, it takes a trace, several (one per rank), a directory of them, or
-    /// a recording of several ranks. The output is written atomically; an existing one is kept
-    /// unless --force is given.
+    /// `--format parquet`: six tables in the directory OUT (ranks, events, blocks with their
+    /// lifetime, category and why it has it, segments, annotations, tags) for DuckDB, Polars,
+    /// Spark and Dask; the schema is in docs/EXPORT.md. `--format perfetto`: Chrome trace event
+    /// JSON, which Perfetto's UI (ui.perfetto.dev), chrome://tracing and the trace tools that
+    /// read it open: a process per rank, a counter track per device (allocated and reserved
+    /// bytes), the recorded phases as slices and OOMs as instants. Like `info`, it takes a
+    /// trace, several (one per rank), a directory of them, or a recording of several ranks. The
+    /// output is written atomically; an existing one is kept unless --force is given.
     Export {
         /// The trace or traces.
         #[arg(required = true, num_args = 1..)]

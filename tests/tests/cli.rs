@@ -42,6 +42,9 @@ fn bad_input_gives_clear_errors_and_exit_status_2() {
     info_fails(&dir.path().join("missing.pickle"), "cannot read");
     info_fails(&write("empty.pickle", b""), "empty");
     info_fails(&write("notes.pickle", b"just some text"), "not a format vramscope reads");
+    // What it does read, named: a file of no format, and JSON of no format it reads.
+    info_fails(&write("notes.txt", b"just some text"), "vramscope reads PyTorch memory snapshots");
+    info_fails(&write("other.json", b"{\"rows\": [1, 2]}"), "vramscope reads PyTorch memory snapshots");
     let snapshot = std::fs::read(fixtures_dir().join("pytorch-snapshots/mosaic_output.pickle")).unwrap_or_default();
     info_fails(&write("truncated.pickle", &snapshot[..snapshot.len() / 2]), "truncated");
     info_fails(
@@ -227,4 +230,25 @@ fn the_readme_examples_are_what_the_commands_print() {
         checked += 1;
     }
     assert!(checked >= 1, "no README example was found to check");
+}
+
+#[test]
+fn the_app_without_a_display_says_so_and_how_to_get_one() {
+    let snapshot = fixtures_dir().join("pytorch-snapshots/mosaic_output.pickle");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let png = dir.path().join("shot.png");
+    let output = vramscope_e2e::vramscope_command()
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("WAYLAND_SOCKET")
+        .arg(&snapshot)
+        .arg("--screenshot")
+        .arg(&png)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no display to open the app's window on") && stderr.contains("xvfb-run"), "{stderr}");
+    assert!(!stderr.contains(".cargo") && !stderr.contains(".rs:"), "a source path in the message: {stderr}");
+    assert!(!png.exists());
 }

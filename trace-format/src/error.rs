@@ -12,10 +12,7 @@ pub enum Error {
     #[error("the file is empty")]
     Empty,
     /// The content is none of the formats vramscope reads.
-    #[error(
-        "not a format vramscope reads (a PyTorch memory snapshot pickle, a PyTorch profiler \
-         Chrome trace or memory timeline, or a .vtrace); it starts with {0}"
-    )]
+    #[error("not a format vramscope reads; it starts with {0}. vramscope reads {FORMATS}")]
     UnknownFormat(String),
     /// The pickle is malformed or truncated.
     #[error("malformed pickle at byte {offset}: {message}")]
@@ -79,6 +76,12 @@ pub enum Error {
     #[error("cancelled")]
     Cancelled,
 }
+
+/// The formats vramscope reads, for messages about a file that is none of them.
+pub const FORMATS: &str = "PyTorch memory snapshots (torch.cuda.memory._dump_snapshot's .pickle, or \
+     memory_viz's .html), PyTorch profiler traces (export_chrome_trace's .json, \
+     tensorboard_trace_handler's .pt.trace.json.gz), memory timelines (export_memory_timeline's .json or \
+     .raw.json.gz), and .vtrace (vramscope record, convert); any of them gzip- or zstd-compressed";
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -26,11 +26,11 @@ pub fn run(input: &Path, output: &Path, force: bool, out: &mut dyn Write) -> Res
     let written = write_vtrace_to(&trace, file, force)?;
     writeln!(
         out,
-        "wrote {}: {} records in {} ({:.1}% of the {} source)",
+        "wrote {}: {} records in {} ({} of the {} source)",
         output.display(),
         count(trace.record_count()),
         bytes(written),
-        100.0 * written as f64 / loaded.file_bytes.max(1) as f64,
+        share(written, loaded.file_bytes),
         bytes(loaded.file_bytes)
     )?;
     Ok(())
@@ -90,6 +90,16 @@ fn reads_back_whole(trace: &vramscope_trace_format::Trace, output: &Path) -> Res
         return Err(fail(format!("reads back as a different trace (its {} differ)", differ.join(", "))));
     }
     Ok(())
+}
+
+/// `part` as a share of `whole`, with the digits it needs: `7.9%`, `0.25%`, `under 0.01%`.
+fn share(part: u64, whole: u64) -> String {
+    let percent = 100.0 * part as f64 / whole.max(1) as f64;
+    match percent {
+        p if p >= 1.0 => format!("{p:.1}%"),
+        p if p >= 0.01 => format!("{p:.2}%"),
+        _ => "under 0.01%".to_owned(),
+    }
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

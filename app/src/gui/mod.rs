@@ -56,7 +56,37 @@ pub struct GuiOptions {
 }
 
 /// Runs the window until it is closed.
+/// What the windowing library says went wrong, without the source path it puts in front
+/// ("os error at /root/.cargo/registry/.../linux/mod.rs:788: Failed to open connection to X server").
+fn windowing_reason(error: &dyn std::fmt::Display) -> String {
+    let text = error.to_string();
+    match text.rfind(".rs:") {
+        Some(at) => text[at..].split_once(": ").map_or(text.as_str(), |(_, reason)| reason).to_owned(),
+        None => text,
+    }
+}
+
+/// The window system the app would use, for messages.
+fn window_system() -> String {
+    match (std::env::var("WAYLAND_DISPLAY"), std::env::var("DISPLAY")) {
+        (Ok(w), _) if !w.is_empty() => format!("Wayland display {w}"),
+        (_, Ok(d)) if !d.is_empty() => format!("X display {d}"),
+        _ => "no display set".to_owned(),
+    }
+}
+
+/// Opens the app's window (or, with a screenshot asked for, draws it once and writes the PNG).
 pub fn run(options: GuiOptions) -> Result<()> {
+    #[cfg(target_os = "linux")]
+    if ["DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET"].iter().all(|v| std::env::var_os(v).is_none_or(|v| v.is_empty()))
+    {
+        anyhow::bail!(
+            "no display to open the app's window on (DISPLAY and WAYLAND_DISPLAY are not set){}. On a machine without \
+             one, run it under Xvfb (`xvfb-run -a vramscope ...`; scripts/install-gui-deps.sh installs it), or use the \
+             commands that print: info, diff, advise, report",
+            if options.screenshot.is_some() { "; --screenshot draws the window too" } else { "" }
+        );
+    }
     let size = options.size.unwrap_or([1400.0, 900.0]);
     let viewport = egui::ViewportBuilder::default()
         .with_title("vramscope")
@@ -146,6 +176,6 @@ pub fn run(options: GuiOptions) -> Result<()> {
             })
         }),
     )
-    .map_err(|e| anyhow!("cannot open a window: {e}"))?;
+    .map_err(|e| anyhow!("cannot open the app's window on the {}: {}", window_system(), windowing_reason(&e)))?;
     outcome.result()
 }

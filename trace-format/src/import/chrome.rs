@@ -486,9 +486,11 @@ fn import_from<'de, R: serde_json::de::Read<'de>>(
         });
     }
     if !top.has_events {
-        return Err(Error::Structure(
-            "a JSON object without 'traceEvents': not a PyTorch profiler Chrome trace".to_owned(),
-        ));
+        return Err(Error::Structure(format!(
+            "a JSON object without 'traceEvents', so not a PyTorch profiler trace, nor a memory timeline; \
+             vramscope reads {}",
+            crate::error::FORMATS
+        )));
     }
     if !progress.update(total * 9 / 10, total) {
         return Err(Error::Cancelled);
