@@ -367,7 +367,16 @@ pub fn figures(trace: &Trace, source: &str) -> RankSummary {
         node: process.and_then(|p| p.node),
         host: process.and_then(|p| p.host.clone()),
         source: source.to_owned(),
-        peak_phase: phase_at(trace, at),
+        // The phase as `info` and `diff` find it (recorded, named ranges, or stacks), else a
+        // recorded span around the instant.
+        peak_phase: peak
+            .peak_phase
+            .map(|kind| match kind {
+                crate::phases::PhaseKind::Forward => PhaseAt::Forward,
+                crate::phases::PhaseKind::Backward => PhaseAt::Backward,
+                crate::phases::PhaseKind::OptimizerStep => PhaseAt::OptimizerStep,
+            })
+            .or_else(|| phase_at(trace, at)),
         first_oom_us: first_oom.filter(|_| clock).map(|t| t.div_euclid(1000)),
         first_event_ns: trace.events.first().map(|e| e.time_ns),
         first_iteration_ns: first_iteration_ns(trace),

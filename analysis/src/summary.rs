@@ -45,6 +45,9 @@ pub struct DeviceSummary {
     pub peak_reserved_bytes: u64,
     /// When the reserved peak was first reached.
     pub peak_reserved_time_us: Option<i64>,
+    /// Whether the trace records reserved memory at all (segments, or reserved totals): a
+    /// profiler's CPU trace and a memory timeline do not, and their reserved peak is 0.
+    pub reserved_recorded: bool,
     /// Bytes by category at the allocated peak (non-zero ones; they add up to the peak).
     pub categories_at_peak: BTreeMap<&'static str, u64>,
     /// Blocks alive at the allocated peak.
@@ -184,6 +187,7 @@ fn device_summary_with(
         peak_requested_bytes: peaks.requested.bytes,
         peak_reserved_bytes: peaks.reserved.bytes,
         peak_reserved_time_us: time_us(trace, &peaks.reserved),
+        reserved_recorded: peaks.reserved.bytes > 0 || final_state.as_ref().is_some_and(|s| s.segments > 0),
         categories_at_peak: categories.into_iter().map(|(c, v)| (c.name(), v)).collect(),
         live_blocks_at_peak: live.len(),
         unknown_from_before_recording_bytes,

@@ -85,6 +85,7 @@ fn load_stdin(progress: &dyn Progress, range: Option<TraceRange>) -> Result<Load
     }
     let file_bytes = data.len() as u64;
     let imported = import_owned_range(data, progress, range).context("cannot load standard input")?;
+    range_holds_events(Path::new(STDIN), &imported.trace)?;
     self_check(Path::new(STDIN), &imported.trace)?;
     Ok(LoadedTrace {
         trace: imported.trace,
@@ -184,6 +185,7 @@ pub fn load_range_with(path: &Path, range: Option<TraceRange>, progress: &dyn Pr
         // The bytes are dropped as soon as they are parsed: less memory at the peak.
         import_owned_range(data, progress, range).with_context(cannot_load)?
     };
+    range_holds_events(path, &imported.trace)?;
     self_check(path, &imported.trace)?;
     if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -207,6 +209,29 @@ pub fn self_checking() -> bool {
 }
 
 /// With [`self_checking`], fails when `trace` breaks an invariant.
+/// A range that holds none of the trace's events is refused: what it would show (what was alive
+/// before it, at one instant) is not the part asked for.
+fn range_holds_events(path: &Path, trace: &Trace) -> Result<()> {
+    let Some(info) = trace.metadata.range else { return Ok(()) };
+    let inside = (trace.events.len() as u64).saturating_sub(info.alive_at_start);
+    if inside > 0 {
+        return Ok(());
+    }
+    let total = info.events_before + info.events_after;
+    let side = match (info.events_before, info.events_after) {
+        (_, 0) => "all of them are before it",
+        (0, _) => "all of them are after it",
+        _ => "it falls between two of them",
+    };
+    bail!(
+        "{}: the range {} holds none of the trace's {} events ({side}); `vramscope info` says when the trace \
+         starts and how long it spans",
+        path.display(),
+        info.range,
+        crate::units::count(total as usize)
+    );
+}
+
 fn self_check(path: &Path, trace: &Trace) -> Result<()> {
     if !self_checking() {
         return Ok(());

@@ -146,8 +146,9 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Also say what was alive at an instant: +DURATION after the first event (+40ms, +1.5s),
-        /// or the start of a recorded phase: forward, backward, optimizer_step or iteration, with
-        /// #N for the N-th from 0 (optimizer_step#2).
+        /// or the start of a phase as info finds them: forward, backward, optimizer_step or
+        /// iteration, with #N for iteration N, numbered from 1 as info and diff number them
+        /// (optimizer_step#2; without #N, the first).
         #[arg(long, value_name = "WHEN", value_parser = vramscope::cli::info::parse_when_arg)]
         at: Option<(String, vramscope::cli::info::When)>,
         /// Also list the N largest blocks alive at the peak (or at --at), each with its category,

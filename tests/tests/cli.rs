@@ -212,7 +212,7 @@ fn the_readme_examples_are_what_the_commands_print() {
     // fixtures' directory (so that the file is named as the README names it), and must print
     // exactly the lines that follow it.
     let readme = std::fs::read_to_string(vramscope_e2e::repo_root().join("README.md")).expect("README.md");
-    let dir = vramscope_e2e::fixtures_dir().join("pytorch-snapshots");
+    let dir = fixtures_dir().join("pytorch-snapshots");
     let mut checked = 0;
     for block in readme.split("```text\n").skip(1) {
         let block = block.split("```").next().unwrap_or_default();
@@ -251,4 +251,42 @@ fn the_app_without_a_display_says_so_and_how_to_get_one() {
     assert!(stderr.contains("no display to open the app's window on") && stderr.contains("xvfb-run"), "{stderr}");
     assert!(!stderr.contains(".cargo") && !stderr.contains(".rs:"), "a source path in the message: {stderr}");
     assert!(!png.exists());
+}
+
+#[test]
+fn a_range_does_not_change_what_a_block_is() {
+    // The whole trace's peak lies inside each range: the blocks alive there are the same blocks,
+    // and their categories must be the same whether the range is given by time or by event,
+    // and whatever it folds (gradients and optimizer state of earlier steps among them).
+    let file = fixtures_dir().join("pytorch-snapshots/gpt_ctx128_fullstep_fp32.pickle");
+    let whole = vramscope_e2e::info_json(&file);
+    let categories = |json: &serde_json::Value| json["devices"][0]["categories_at_peak"].clone();
+    for range in ["+100ms..", "+300ms..", "#5000..", "#15600..", "+300ms..+394ms"] {
+        let part = vramscope_e2e::info_json_with(&file, &["--range", range]);
+        assert_eq!(part["devices"][0]["peak_allocated_bytes"], whole["devices"][0]["peak_allocated_bytes"], "{range}");
+        // To the byte but for blocks allocated inside the whole trace whose size matches the
+        // parameters' (named by size, the rule for blocks from before a recording, when a range
+        // folds them): a few KiB of 51 GiB.
+        let (a, b) = (categories(&part), categories(&whole));
+        let keys: std::collections::BTreeSet<&String> =
+            a.as_object().into_iter().chain(b.as_object()).flat_map(|o| o.keys()).collect();
+        for key in keys {
+            let (x, y) = (a[key].as_u64().unwrap_or(0), b[key].as_u64().unwrap_or(0));
+            assert!(x.abs_diff(y) <= 4096, "--range {range}: {key} {x} against {y} for the whole trace");
+        }
+    }
+    // A range with none of the trace's events in it is refused, by time and by event.
+    for range in ["+2s..+3.5s", "#50000.."] {
+        let output = vramscope(&[OsStr::new("info"), OsStr::new("--range"), OsStr::new(range), file.as_os_str()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{range}: {stderr}");
+        assert!(stderr.contains("holds none of the trace's 19,770 events"), "{range}: {stderr}");
+    }
+    // So is an instant after the end, and a phase the trace does not have.
+    for (at, expected) in [("+10s", "after the trace's last event"), ("backward#5", "in iteration 1 only")] {
+        let output = vramscope(&[OsStr::new("info"), OsStr::new("--at"), OsStr::new(at), file.as_os_str()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{at}: {stderr}");
+        assert!(stderr.contains(expected), "{at}: {stderr}");
+    }
 }

@@ -54,7 +54,7 @@ fn info_of_a_snapshot_a_profiler_trace_a_timeline_and_a_recording() {
         text(&[
             "info".as_ref(),
             "--at".as_ref(),
-            "backward#1".as_ref(),
+            "backward#2".as_ref(),
             "--blocks".as_ref(),
             "5".as_ref(),
             os(&recording)

@@ -74,11 +74,11 @@ fn a_gpt_with_adamw_has_its_exact_parameters_gradients_and_optimizer_state() {
 fn sgd_keeps_no_optimizer_state_and_momentum_keeps_one_copy() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (trace, summary) = record_training(dir.path(), "sgd", &["--steps", "2", "--optimizer", "sgd"]);
-    let (_, at) = categories(&trace, Some("forward#1"));
+    let (_, at) = categories(&trace, Some("forward#2"));
     assert_eq!(bytes(&at["optimizer_state"]), 0, "{at}");
     let (trace, summary_momentum) =
         record_training(dir.path(), "sgd-momentum", &["--steps", "2", "--optimizer", "sgd", "--momentum", "0.9"]);
-    let (_, at) = categories(&trace, Some("forward#1"));
+    let (_, at) = categories(&trace, Some("forward#2"));
     assert_eq!(bytes(&at["optimizer_state"]), bytes(&summary_momentum["parameter_bytes"]), "{at}");
     assert_eq!(summary["parameter_bytes"], summary_momentum["parameter_bytes"]);
 }
@@ -138,7 +138,7 @@ fn two_optimizers_and_dataloader_workers() {
     // The workers' own CPU memory is not the training's: one process recorded.
     assert!(stderr.contains("from 1 process,"), "{stderr}");
     let exact: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the script's JSON line");
-    let (_, at) = categories(&trace, Some("forward#3"));
+    let (_, at) = categories(&trace, Some("forward#4"));
     assert_eq!(bytes(&at["parameter"]), bytes(&exact["parameter_bytes"]), "{at}");
     // SGD's momentum on the embedding; AdamW's two moments on the other six parameter tensors, and
     // a 4-byte step counter for each of them.

@@ -444,7 +444,16 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
             peak_allocated_bytes: peak_allocated,
             peak_reserved_bytes: peak_reserved,
             categories_at_peak,
-            peak_phase: b.peak_phase.unwrap_or(Phase::Unknown),
+            // Recorded spans first; else the phase as `info` finds it (named ranges, stacks).
+            peak_phase: b.peak_phase.filter(|p| *p != Phase::Unknown).unwrap_or_else(|| {
+                let phases = crate::phases::phases(trace, device);
+                match phases.phase_of_event(b.peaks.allocated.event).and_then(|p| p.kind) {
+                    Some(crate::phases::PhaseKind::Forward) => Phase::Forward,
+                    Some(crate::phases::PhaseKind::Backward) => Phase::Backward,
+                    Some(crate::phases::PhaseKind::OptimizerStep) => Phase::OptimizerStep,
+                    None => Phase::Unknown,
+                }
+            }),
             repeated_blocks: ctx.blocks,
         },
         target_bytes: target,

@@ -282,11 +282,11 @@ impl<'a> Attributor<'a> {
             initial.blocks.iter().filter(|b| b.freed_by.is_none()).map(|b| (b.address, b.requested_bytes)).collect();
         // A range of a trace shows what was alive at its start allocated there.
         if !self.before_range.is_empty() {
-            let mut alive: HashMap<u64, u64> = HashMap::default();
+            let mut alive: HashMap<u64, (u64, StackId)> = HashMap::default();
             for e in events.iter().filter_map(|&i| trace.events.get(i as usize)) {
                 match e.kind {
                     EventKind::Alloc if self.before_range.contains(&(e.address, e.time_ns)) => {
-                        alive.insert(e.address, e.requested_bytes);
+                        alive.insert(e.address, (e.requested_bytes, e.stack));
                     }
                     EventKind::FreeCompleted => {
                         alive.remove(&e.address);
@@ -294,7 +294,16 @@ impl<'a> Attributor<'a> {
                     _ => {}
                 }
             }
-            before.extend(alive);
+            // What the range shows allocated at its start holds the gradients and optimizer
+            // state of the steps before it too, which their stacks name: only the blocks nothing
+            // names are candidates, as they are for a trace read whole (whose gradients are
+            // allocated inside it).
+            for (address, (size, stack)) in alive {
+                let known = self.known(address, i64::MIN, i64::MAX, stack);
+                if known.category == Category::Unknown {
+                    before.push((address, size));
+                }
+            }
         }
         let mut persistent = Persistent {
             alive_throughout: before.iter().map(|b| b.0).collect(),

@@ -375,7 +375,7 @@ pub fn run(
     }
     match (&advice.smallest_change_that_fits, advice.target_bytes) {
         _ if advice.baseline_fits => writeln!(out, "\nthe baseline fits under the target already")?,
-        (Some(id), _) => writeln!(out, "\nthe smallest change that fits: {id}")?,
+        (Some(_), _) => writeln!(out, "\n{}", words::smallest_change(&advice).unwrap_or_default())?,
         (None, Some(_)) => writeln!(out, "\nno single remedy or pair fits under the target")?,
         (None, None) => {}
     }

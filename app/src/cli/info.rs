@@ -4,8 +4,9 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Result, bail};
-use vramscope_trace_format::{AnnotationKind, Clock, DeviceId, SourceFormat, Trace};
+use vramscope_trace_format::{Clock, DeviceId, SourceFormat, Trace};
 
+use crate::analysis::phases::{self, PhaseKind};
 use crate::analysis::summary::{self, DeviceSummary, Summary};
 use crate::analysis::{instant, peak};
 use crate::load::{self, LoadedTrace};
@@ -16,9 +17,10 @@ use crate::units::{bytes, count, counted, duration_ns};
 pub enum When {
     /// `+DURATION` after the trace's first event (`+40ms`, `+1.5s`, `+200us`, `+7ns`).
     After(i64),
-    /// The start of the `n`-th (from 0) span of a phase: `forward`, `backward`,
-    /// `optimizer_step` or `iteration`, with `#N`.
-    Phase(AnnotationKind, usize),
+    /// The start of a phase (`None`: the whole iteration) in iteration `#N`, numbered from 1 as
+    /// `info` and `diff` number them (`None`: the first found), as the phases are found for
+    /// `info`: recorded, from ranges named like phases, or from the allocations' stacks.
+    Phase(Option<PhaseKind>, Option<u32>),
 }
 
 /// Reads `--at`'s value.
@@ -34,20 +36,36 @@ pub fn parse_when(text: &str) -> std::result::Result<When, String> {
             _ => return Err(format!("unknown unit {unit:?} in {text:?}: use ns, us, ms or s")),
         };
         let value: f64 = number.parse().map_err(|_| format!("{text:?} is not +NUMBER[ns|us|ms|s]"))?;
+        if !value.is_finite() {
+            return Err(format!("{text:?} is not +NUMBER[ns|us|ms|s]"));
+        }
         return Ok(When::After((value * scale) as i64));
     }
-    let (name, index) = text.split_once('#').unwrap_or((text, "0"));
-    let kind = match AnnotationKind::from_name(if name == "step" { "optimizer_step" } else { name }) {
-        Some(kind) if kind.is_phase() => kind,
+    let (name, index) = match text.split_once('#') {
+        Some((name, index)) => (name, Some(index)),
+        None => (text, None),
+    };
+    let kind = match name {
+        "forward" => Some(PhaseKind::Forward),
+        "backward" => Some(PhaseKind::Backward),
+        "optimizer_step" | "step" => Some(PhaseKind::OptimizerStep),
+        "iteration" => None,
         _ => {
             return Err(format!(
                 "{text:?}: give +DURATION (e.g. +40ms) or a phase: forward, backward, optimizer_step or \
-                 iteration, with #N for the N-th (from 0)"
+                 iteration, with #N for iteration N (from 1, as info and diff number them)"
             ));
         }
     };
-    let index = index.parse().map_err(|_| format!("{text:?}: #N must be a number"))?;
-    Ok(When::Phase(kind, index))
+    let iteration = match index {
+        None => None,
+        Some(n) => match n.parse::<u32>() {
+            Ok(0) => return Err(format!("{text:?}: iterations are numbered from 1, as info and diff number them")),
+            Ok(n) => Some(n),
+            Err(_) => return Err(format!("{text:?}: #N must be an iteration number")),
+        },
+    };
+    Ok(When::Phase(kind, iteration))
 }
 
 /// `--at`'s value parser: the text as given and what it means.
@@ -127,19 +145,55 @@ fn largest_blocks(trace: &Trace, when: Option<&When>, text: &str, n: usize) -> R
 
 fn instant_time(trace: &Trace, when: &When, text: &str) -> Result<i64> {
     let start = trace.events.first().map_or(0, |e| e.time_ns);
-    Ok(match *when {
-        When::After(ns) => start.saturating_add(ns),
-        When::Phase(kind, n) => {
-            let mut starts: Vec<i64> =
-                trace.annotations.iter().filter(|a| a.kind == kind).map(|a| a.start_ns).collect();
-            starts.sort_unstable();
-            match starts.get(n) {
-                Some(&t) => t,
-                None if starts.is_empty() => bail!("{text}: the trace has no such phase recorded"),
-                None => bail!("{text}: the trace has {} of these, #0 to #{}", starts.len(), starts.len() - 1),
+    let end = trace.events.last().map_or(0, |e| e.time_ns);
+    match *when {
+        When::After(ns) => {
+            let time = start.saturating_add(ns);
+            if time > end {
+                bail!(
+                    "{text} is after the trace's last event (at +{}): give an instant inside it",
+                    duration_ns(end - start)
+                );
+            }
+            Ok(time)
+        }
+        When::Phase(kind, iteration) => {
+            let what = kind.map_or("iteration", PhaseKind::name);
+            // The phases as `info` finds them, on the first device that shows this kind.
+            let mut found: Vec<u32> = Vec::new();
+            for device in trace.devices() {
+                let phases = phases::phases(trace, device);
+                let list: Vec<&phases::PhaseHigh> = match kind {
+                    Some(kind) => phases.phases.iter().filter(|p| p.kind == Some(kind)).collect(),
+                    None => phases.iterations.iter().collect(),
+                };
+                if list.is_empty() {
+                    continue;
+                }
+                let chosen = match iteration {
+                    None => list.iter().min_by_key(|p| p.iteration),
+                    Some(n) => list.iter().find(|p| p.iteration == n),
+                };
+                if let Some(p) = chosen {
+                    return Ok(p.start_ns);
+                }
+                found = list.iter().map(|p| p.iteration).collect();
+                break;
+            }
+            match (found.iter().min(), found.iter().max()) {
+                (Some(first), Some(last)) if first == last => {
+                    bail!("{text}: the trace shows {what} in iteration {first} only (numbered from 1)")
+                }
+                (Some(first), Some(last)) => {
+                    bail!("{text}: the trace shows {what} in iterations {first} to {last} (numbered from 1)")
+                }
+                _ => bail!(
+                    "{text}: the trace shows no {what} phase (none recorded, none in ranges named like phases, none \
+                     told by the allocations' stacks); give +DURATION instead"
+                ),
             }
         }
-    })
+    }
 }
 
 fn at_instant(trace: &Trace, when: &When, text: &str) -> Result<At> {
@@ -556,12 +610,20 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
         at(clock, start_ns, d.peak_allocated_time_us),
         bytes(d.peak_requested_bytes)
     )?;
-    writeln!(
-        out,
-        "  peak reserved   {}{}",
-        bytes(d.peak_reserved_bytes),
-        at(clock, start_ns, d.peak_reserved_time_us)
-    )?;
+    if d.reserved_recorded {
+        writeln!(
+            out,
+            "  peak reserved   {}{}",
+            bytes(d.peak_reserved_bytes),
+            at(clock, start_ns, d.peak_reserved_time_us)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  peak reserved   not recorded (the trace has no segments or reserved totals; advise and the Parquet \
+             export take the allocated peak for it)"
+        )?;
+    }
     if !d.categories_at_peak.is_empty() {
         let total: u64 = d.categories_at_peak.values().sum();
         let mut categories: Vec<_> = d.categories_at_peak.iter().collect();
@@ -572,12 +634,12 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
                 format!("{name} {} ({:.0}%)", bytes(value), 100.0 * value as f64 / total.max(1) as f64)
             })
             .collect();
-        writeln!(
-            out,
-            "  at the peak     {}: {}",
-            counted(d.live_blocks_at_peak, "live block", "live blocks"),
-            parts.join(", ")
-        )?;
+        let blocks = if d.live_blocks_at_peak == 0 {
+            "by category (the trace has categories, not blocks)".to_owned()
+        } else {
+            counted(d.live_blocks_at_peak, "live block", "live blocks")
+        };
+        writeln!(out, "  at the peak     {blocks}: {}", parts.join(", "))?;
         if d.unknown_from_before_recording_bytes > 0 {
             writeln!(
                 out,
@@ -596,20 +658,29 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
     } else {
         String::new()
     };
+    let reserved =
+        if d.reserved_recorded { format!("reserved {}, ", bytes(d.final_state.reserved_bytes)) } else { String::new() };
     writeln!(
         out,
-        "  final state     {segments}, reserved {}, allocated {} (requested {}{pending})",
-        bytes(d.final_state.reserved_bytes),
+        "  final state     {segments}, {reserved}allocated {} (requested {}{pending})",
         bytes(d.final_state.allocated_bytes),
         bytes(d.final_state.requested_bytes)
     )?;
-    let largest = if d.segments > 0 { bytes(d.final_state.largest_free_bytes) } else { "not known".to_owned() };
-    writeln!(
-        out,
-        "  free            internal {}, external {} (largest free range {largest})",
-        bytes(d.final_state.free_internal_bytes),
-        bytes(d.final_state.free_external_bytes),
-    )?;
+    if d.reserved_recorded {
+        let largest = if d.segments > 0 { bytes(d.final_state.largest_free_bytes) } else { "not known".to_owned() };
+        writeln!(
+            out,
+            "  free            internal {}, external {} (largest free range {largest})",
+            bytes(d.final_state.free_internal_bytes),
+            bytes(d.final_state.free_external_bytes),
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  free            internal {} (allocated less requested); external not known without reserved memory",
+            bytes(d.final_state.free_internal_bytes),
+        )?;
+    }
     if d.private_pool_segments > 0 {
         writeln!(
             out,

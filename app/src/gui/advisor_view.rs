@@ -141,12 +141,15 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
     let b = &advice.baseline;
     ui.horizontal_wrapped(|ui| {
         ui.strong("Baseline:");
+        let phase = words::phase(b.peak_phase).map_or_else(String::new, |p| format!(", its peak in {p}"));
+        let blocks = match b.repeated_blocks {
+            0 => String::new(),
+            n => format!("; {} (the model's layers)", units::counted(n, "repeated block", "repeated blocks")),
+        };
         ui.label(format!(
-            "peak {} allocated, {} reserved ({:?} phase, {} repeated blocks found).",
+            "peak {} allocated, {} reserved{phase}{blocks}.",
             units::bytes(b.peak_allocated_bytes),
             units::bytes(b.peak_reserved_bytes),
-            b.peak_phase,
-            b.repeated_blocks
         ));
         match (advice.target_bytes, state.target) {
             (Some(target), None) => {
@@ -155,14 +158,19 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
             (Some(target), Some(_)) => {
                 ui.label(format!("Target: {}.", units::bytes(target)));
             }
-            (None, _) => {}
+            (None, _) => {
+                ui.label("Target: none (the trace does not say the device's memory; set one below).");
+            }
         }
         match &advice.smallest_change_that_fits {
             _ if advice.baseline_fits => {
                 ui.strong("The baseline fits already.");
             }
-            Some(id) => {
-                ui.strong(format!("Smallest change that fits: {id}"));
+            Some(_) => {
+                let line = words::smallest_change(advice).unwrap_or_default();
+                let mut chars = line.chars();
+                let line: String = chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default();
+                ui.strong(format!("{line}."));
             }
             None if advice.target_bytes.is_some() => {
                 ui.colored_label(ui.visuals().warn_fg_color, "No single remedy or pair fits under the target.");
@@ -186,19 +194,32 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
         }
         ui.separator();
         const GIB: f64 = (1u64 << 30) as f64;
+        // Without a target (none set, the device's not known) the field starts at the peak, and
+        // says it is not one yet.
         let shown = state.target.or(advice.target_bytes).unwrap_or(b.peak_reserved_bytes);
         let mut gib = shown as f64 / GIB;
         ui.label("Fit under");
+        let unset = state.target.is_none() && advice.target_bytes.is_none();
         let changed = ui
-            .add(egui::DragValue::new(&mut gib).range(0.001..=1.0e6).speed(0.1).max_decimals(3).suffix(" GiB"))
-            .on_hover_text("The memory the reserved peak must fit under (default: the device's)")
+            .add(egui::DragValue::new(&mut gib).range(0.001..=1.0e6).speed(0.1).max_decimals(3).suffix(if unset {
+                " GiB (not set: drag or type)"
+            } else {
+                " GiB"
+            }))
+            .on_hover_text(
+                "The memory the reserved peak must fit under (default: the device's, when the trace says it)",
+            )
             .changed();
         if changed {
             state.target = Some((gib * GIB).round() as u64);
         }
-        if state.target.is_some()
-            && ui.button("Device's").on_hover_text("Fit under the device's memory again").clicked()
-        {
+        let device_known = trace.metadata.devices.iter().any(|d| d.device == device && d.total_memory_bytes.is_some());
+        let (reset, tip) = if device_known {
+            ("Device's", "Fit under the device's memory again")
+        } else {
+            ("No target", "Project the remedies without a memory to fit under")
+        };
+        if state.target.is_some() && ui.button(reset).on_hover_text(tip).clicked() {
             state.target = None;
         }
     });

@@ -256,6 +256,54 @@ pub fn without_effect(advice: &Advice) -> Option<String> {
     ))
 }
 
+/// A remedy as a sentence names it: `bf16 autocast`, `half the micro-batch`.
+pub fn remedy_name(r: Remedy) -> &'static str {
+    match r {
+        Remedy::AmpBf16 => "bf16 autocast",
+        Remedy::AmpFp16 => "fp16 autocast with a GradScaler",
+        Remedy::Bf16Weights => "bf16 weights",
+        Remedy::MicroBatchHalf => "half the micro-batch (gradients accumulated over two)",
+        Remedy::SequenceHalf => "half the sequence length",
+        Remedy::Adam8bit => "an 8-bit Adam",
+        Remedy::Adafactor => "Adafactor",
+        Remedy::Sgd => "SGD",
+        Remedy::ActivationCheckpointing => "activation checkpointing",
+        Remedy::Zero1 => "ZeRO-1 (optimizer state sharded)",
+        Remedy::Zero2 => "ZeRO-2 (and gradients)",
+        Remedy::Zero3 => "ZeRO-3 / FSDP (and parameters)",
+        Remedy::TensorParallel => "tensor parallelism",
+        Remedy::PipelineParallel => "pipeline parallelism",
+        Remedy::ExpandableSegments => "expandable segments",
+        Remedy::MaxSplitSize => "a max_split_size_mb",
+    }
+}
+
+/// A remedy or pair by its id (`amp_bf16+activation_checkpointing`) in words, `bf16 autocast and
+/// activation checkpointing`; the id itself when it names none.
+pub fn remedies_named(id: &str) -> String {
+    let names: Option<Vec<&str>> =
+        id.split('+').map(|part| Remedy::ALL.iter().find(|r| r.id() == part).map(|&r| remedy_name(r))).collect();
+    names.map_or_else(|| id.to_owned(), |n| n.join(" and "))
+}
+
+/// The smallest change that fits, in a sentence: what it is, and when it is two changes, the
+/// single one that fits too (it may be the simpler one to make, if not the smaller).
+pub fn smallest_change(advice: &Advice) -> Option<String> {
+    let id = advice.smallest_change_that_fits.as_deref()?;
+    let mut line = format!("the change that asks least and fits: {} ({id})", remedies_named(id));
+    if id.contains('+')
+        && let Some(single) = advice.remedies.iter().filter(|p| p.fits).min_by_key(|p| p.projected_peak_reserved_bytes)
+    {
+        line.push_str(&format!(
+            "; of single changes, {} ({}) fits too, at {} reserved",
+            remedies_named(&single.id),
+            single.id,
+            bytes(single.projected_peak_reserved_bytes)
+        ));
+    }
+    Some(line)
+}
+
 /// What a gate measured: `grew +3.2%`, `shrank 18.8%`, `unchanged`, `grew from none`.
 pub fn gate_change(percent: Option<f64>) -> String {
     match percent {

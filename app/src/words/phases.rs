@@ -71,7 +71,9 @@ pub fn phases_from(from: Option<PhasesFrom>) -> &'static str {
     match from {
         Some(PhasesFrom::Recorded) => "recorded",
         Some(PhasesFrom::Annotations) => "from phase-named ranges (record_function, Optimizer.step, ProfilerStep)",
-        Some(PhasesFrom::Stacks) => "from the allocations' stacks (boundaries approximate)",
+        Some(PhasesFrom::Stacks) => {
+            "from the allocations' stacks and the operators around them (boundaries approximate)"
+        }
         None => {
             "no recorded phases, no ranges named like a phase, and no stacks that tell forward, backward and the \
              optimizer step apart"
@@ -122,7 +124,7 @@ pub fn phases_line(phases: &Phases) -> Option<String> {
     let source = match from {
         PhasesFrom::Recorded => "recorded",
         PhasesFrom::Annotations => "from phase-named ranges",
-        PhasesFrom::Stacks => "from the allocations' stacks",
+        PhasesFrom::Stacks => "from the allocations' stacks and the operators around them",
     };
     Some(format!("high points {}{over}; {source}", highs.join(", ")))
 }
