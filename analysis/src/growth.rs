@@ -30,11 +30,30 @@ pub const MIN_BYTES_PER_ITERATION: u64 = 64 << 10;
 pub enum Iterations {
     /// The recorded iteration spans.
     Spans,
+    /// The recorded calls of the top-level model, in a run that does not go backward
+    /// (inference, evaluation): each call is an iteration.
+    ModelCalls,
     /// A repeating pattern: this allocation site recurs once per period.
     Pattern {
         /// The site.
         site: String,
     },
+}
+
+/// What the growth is, as far as the trace tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Nature {
+    /// Blocks allocated in one iteration are kept past the next: a leak, unless the program
+    /// means to keep them.
+    Kept,
+    /// What is kept is a key/value cache (the attention's keys and values, kept for the next
+    /// step) in a run without a backward pass: generation, by design, bounded by the sequence
+    /// length or a static cache.
+    KvCache,
+    /// Nothing allocated in one iteration outlives the next: each iteration works on more (a
+    /// sequence or batch that grows), which is not memory kept.
+    WorkingSet,
 }
 
 /// A site whose blocks accumulate.
@@ -46,6 +65,9 @@ pub struct GrowingSite {
     pub bytes_per_iteration: u64,
     /// Blocks left alive per iteration.
     pub blocks_per_iteration: f64,
+    /// Whether its stack says it is a key/value cache (`k_proj`, `v_proj`, `past_key_values`,
+    /// a `Cache` class's `update`, names with `kv_cache`, `key_cache`, `value_cache`).
+    pub kv_cache: bool,
 }
 
 /// When the device's memory would be reached at the rate of growth.
@@ -82,6 +104,8 @@ pub struct Growth {
     pub iteration_ns: i64,
     /// Whether memory grows (the rest is only filled in when it does).
     pub grows: bool,
+    /// What the growth is, when memory grows.
+    pub nature: Nature,
     /// Growth per iteration after the first (the boundaries' least-squares slope).
     pub bytes_per_iteration: u64,
     /// The sites whose surviving blocks accumulate, most first.
@@ -98,7 +122,7 @@ pub struct Growth {
 pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
     let events = crate::replay::device_events(trace, device);
     let (boundary_ns, iterations) = match spans(trace, device) {
-        Some(spans) => (spans, Iterations::Spans),
+        Some(found) => found,
         None => pattern(trace, &events)?,
     };
     // Iterations 0..m: the first is warm-up, the growth is measured over 1..m.
@@ -181,6 +205,7 @@ pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
         boundary_bytes,
         iteration_ns,
         grows,
+        nature: Nature::Kept,
         bytes_per_iteration: 0,
         sites: Vec::new(),
         reach: None,
@@ -199,22 +224,33 @@ pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
     };
     let counted = ((1..m - 1).filter(|&k| !unrecorded[k]).count()).max(1) as f64;
     let mut by_stack: BTreeMap<StackId, (u64, usize)> = BTreeMap::new();
+    let mut kv_by_site: BTreeMap<String, bool> = BTreeMap::new();
+    let modules = ModuleSpans::of(trace);
+    let mut kv_stacks: BTreeMap<StackId, bool> = BTreeMap::new();
     for &(time, size, stack) in alive.values() {
         if time >= from && time < to && whole(time) {
             let entry = by_stack.entry(stack).or_default();
             entry.0 += size;
             entry.1 += 1;
+            // Evidence from the module whose forward allocated it (recordings without Python
+            // stacks name the module, not the frame).
+            let by_module = modules.innermost(time).is_some_and(|name| module_is_kv(trace.interner.resolve(name)));
+            *kv_stacks.entry(stack).or_insert(true) &= by_module;
         }
     }
     let mut by_site: BTreeMap<String, (u64, usize)> = BTreeMap::new();
     for (stack, (bytes, blocks)) in by_stack {
-        let entry = by_site.entry(allocation_site(trace, stack, true)).or_default();
+        let site = allocation_site(trace, stack, true);
+        let kv = looks_like_kv_cache(trace, stack) || kv_stacks.get(&stack).copied().unwrap_or(false);
+        *kv_by_site.entry(site.clone()).or_insert(true) &= kv;
+        let entry = by_site.entry(site).or_default();
         entry.0 += bytes;
         entry.1 += blocks;
     }
     let mut sites: Vec<GrowingSite> = by_site
         .into_iter()
         .map(|(site, (bytes, blocks))| GrowingSite {
+            kv_cache: kv_by_site.get(&site).copied().unwrap_or(false),
             site,
             bytes_per_iteration: (bytes as f64 / counted).round() as u64,
             blocks_per_iteration: blocks as f64 / counted,
@@ -222,6 +258,17 @@ pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
         .filter(|s| s.bytes_per_iteration > 0)
         .collect();
     sites.sort_by(|a, b| b.bytes_per_iteration.cmp(&a.bytes_per_iteration).then_with(|| a.site.cmp(&b.site)));
+    // Nothing kept: each iteration works on more. All that is kept a key/value cache, in a run
+    // that does not train: generation.
+    let kept: u64 = sites.iter().map(|s| s.bytes_per_iteration).sum();
+    let kv: u64 = sites.iter().filter(|s| s.kv_cache).map(|s| s.bytes_per_iteration).sum();
+    result.nature = if sites.is_empty() {
+        Nature::WorkingSet
+    } else if kv * 10 >= kept * 9 && !trains(trace) {
+        Nature::KvCache
+    } else {
+        Nature::Kept
+    };
     result.sites = sites;
     let total = trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.total_memory_bytes);
     if let Some(device_bytes) = total {
@@ -232,6 +279,84 @@ pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
         result.reach = Some(Reach { device_bytes, iterations, after_ns });
     }
     Some(result)
+}
+
+impl Growth {
+    /// Whether the growth is one to warn of: memory kept from iteration to iteration that is
+    /// not a generation's key/value cache.
+    pub fn alarms(&self) -> bool {
+        self.grows && self.nature == Nature::Kept
+    }
+}
+
+/// The recorded module spans, for the innermost one around an instant.
+struct ModuleSpans {
+    /// (start, end, name), by start.
+    spans: Vec<(i64, i64, vramscope_trace_format::StringId)>,
+}
+
+impl ModuleSpans {
+    fn of(trace: &Trace) -> Self {
+        let mut spans: Vec<_> = trace
+            .annotations
+            .iter()
+            .filter(|a| a.kind == AnnotationKind::Module)
+            .map(|a| (a.start_ns, a.end_ns, a.name))
+            .collect();
+        spans.sort_unstable_by_key(|s| s.0);
+        Self { spans }
+    }
+
+    /// The latest-starting span around `time` among the 64 that start last before it (modules
+    /// nest, so that is the innermost).
+    fn innermost(&self, time: i64) -> Option<vramscope_trace_format::StringId> {
+        let upto = self.spans.partition_point(|s| s.0 <= time);
+        self.spans[..upto].iter().rev().take(64).find(|s| s.1 >= time).map(|s| s.2)
+    }
+}
+
+/// Whether a module's name (`model.layers.0.self_attn.k_proj`) says it makes keys or values.
+fn module_is_kv(name: &str) -> bool {
+    const NAMES: [&str; 14] = [
+        "k",
+        "v",
+        "wk",
+        "wv",
+        "key",
+        "value",
+        "k_proj",
+        "v_proj",
+        "kv",
+        "kv_proj",
+        "to_k",
+        "to_v",
+        "key_proj",
+        "value_proj",
+    ];
+    name.rsplit('.').next().is_some_and(|last| NAMES.contains(&last))
+}
+
+/// Whether a stack's frames say it allocates a key/value cache.
+fn looks_like_kv_cache(trace: &Trace, stack: StackId) -> bool {
+    const MARKS: [&str; 9] =
+        ["k_proj", "v_proj", "past_key", "key_cache", "value_cache", "kv_cache", "cache_utils", "keycache", "kvcache"];
+    let interner = &trace.interner;
+    interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).any(|frame| {
+        let text = format!("{} {}", interner.resolve(frame.function), interner.resolve(frame.file)).to_lowercase();
+        MARKS.iter().any(|m| text.contains(m)) || (text.contains("cache") && text.contains("update"))
+    })
+}
+
+/// Whether the run trains: a backward span, or autograd's frames in a stack.
+fn trains(trace: &Trace) -> bool {
+    if trace.annotations.iter().any(|a| a.kind == AnnotationKind::Backward) {
+        return true;
+    }
+    let interner = &trace.interner;
+    interner.frames().iter().any(|f| {
+        let function = interner.resolve(f.function);
+        function.contains("autograd::engine") || function.contains("autograd::Engine") || function == "backward"
+    })
 }
 
 /// The least-squares slope of `values` over their index.
@@ -253,21 +378,38 @@ fn slope(values: &[u64]) -> f64 {
 
 /// The recorded iterations of `device` (of every device, or its own): their starts and the end
 /// of the last, when there are at least two.
-fn spans(trace: &Trace, device: DeviceId) -> Option<Vec<i64>> {
+fn spans(trace: &Trace, device: DeviceId) -> Option<(Vec<i64>, Iterations)> {
+    let mut from = Iterations::Spans;
     let mut spans: Vec<(i64, i64)> = trace
         .annotations
         .iter()
         .filter(|a| a.kind == AnnotationKind::Iteration && a.applies_to(device))
         .map(|a| (a.start_ns, a.end_ns))
         .collect();
+    // A run without iteration spans that does not go backward (inference, evaluation): each
+    // recorded call of the top-level model is an iteration.
+    if spans.len() < 2 && !trace.annotations.iter().any(|a| a.kind == AnnotationKind::Backward) {
+        spans = trace
+            .annotations
+            .iter()
+            .filter(|a| a.kind == AnnotationKind::Forward && a.applies_to(device))
+            .map(|a| (a.start_ns, a.end_ns))
+            .collect();
+        from = Iterations::ModelCalls;
+    }
     if spans.len() < 2 {
         return None;
     }
     spans.sort_unstable();
     spans.dedup();
     let mut boundaries: Vec<i64> = spans.iter().map(|s| s.0).collect();
-    boundaries.push(spans.last().map_or(0, |s| s.1));
-    Some(boundaries)
+    // An iteration of a loop that calls the model runs from one call to the next (what the loop
+    // does with the output is in it): the last call, whose loop body is not delimited, is not a
+    // whole iteration.
+    if from == Iterations::Spans {
+        boundaries.push(spans.last().map_or(0, |s| s.1));
+    }
+    (boundaries.len() >= 2).then_some((boundaries, from))
 }
 
 /// Iterations from a repeating pattern: the allocation site (with a recorded stack) that recurs

@@ -4,7 +4,10 @@
 //! keeps, computed by hand from the tensors' shapes; the same loop without a leak, and the sample
 //! training script, are steady (allocator caching and warm-up are not growth). Without the
 //! recorded iteration spans, the iterations are found from the allocations' pattern, with the
-//! same answer.
+//! same answer. Inference and evaluation loops (`tests/workloads/generate.py`, no backward pass)
+//! take each call of the model as an iteration: what they keep is found as in training, a
+//! key/value cache is said to be generation's own (no alarm), and a sequence that grows without
+//! anything kept is not called a leak.
 
 #![allow(clippy::expect_used)]
 
@@ -118,5 +121,60 @@ fn loops_without_a_leak_are_steady() {
         assert!(String::from_utf8_lossy(&text.stdout).contains("steady over"), "{name}");
         // Without the spans, no growth either (steady, or no repeating pattern to tell by).
         assert_ne!(growth_of(&without_spans(&out))["grows"], true, "{name} without spans");
+    }
+}
+
+#[test]
+fn inference_loops_find_what_they_keep_and_tell_a_cache_or_a_longer_input_from_a_leak() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = repo_root().join("tests/workloads/generate.py");
+    let script = script.to_str().expect("path");
+    // Batch 128 of a vocabulary of 4,096: the last logits kept each step are 2 MiB; each step's
+    // keys and values are 128 x 1 x 256 floats from k_proj and v_proj in each of 2 blocks.
+    let logits = 128 * 4096 * F32;
+    let keys_and_values = 2 * 2 * 128 * 256 * F32;
+    // (mode, the nature, whether it alarms, the bytes kept per iteration by site, in order)
+    type Case<'a> = (&'a str, &'a str, bool, &'a [(&'a str, u64)]);
+    let cases: [Case<'_>; 6] = [
+        ("logits", "kept", true, &[("aten::clone", logits)]),
+        ("cache", "kv_cache", false, &[("aten::addmm", keys_and_values)]),
+        ("cache-leak", "kept", true, &[("aten::clone", logits), ("aten::addmm", keys_and_values)]),
+        ("clean", "working_set", false, &[]),
+        ("eval", "", false, &[]),
+        ("eval-leak", "kept", true, &[("aten::addmm", 8 * 64 * 4096 * F32)]),
+    ];
+    for (mode, nature, alarms, kept) in cases {
+        let trace = dir.path().join(format!("{mode}.vtrace"));
+        record(&[script, mode, "--steps", "12"], &trace);
+        let growth = growth_of(&trace);
+        assert_eq!(growth["iterations"]["kind"], "model_calls", "{mode}: {growth}");
+        assert_eq!(growth["count"], 11, "{mode}: 12 calls, the last not a whole iteration");
+        if nature.is_empty() {
+            assert_eq!(growth["grows"], false, "{mode}: {growth}");
+            continue;
+        }
+        assert_eq!(growth["grows"], true, "{mode}: {growth}");
+        assert_eq!(growth["nature"], nature, "{mode}: {growth}");
+        let sites: Vec<(String, u64)> = growth["sites"]
+            .as_array()
+            .expect("sites")
+            .iter()
+            .filter(|s| s["bytes_per_iteration"].as_u64().unwrap_or(0) >= 64 << 10)
+            .map(|s| (s["site"].as_str().unwrap_or("").to_owned(), s["bytes_per_iteration"].as_u64().unwrap_or(0)))
+            .collect();
+        let expected: Vec<(String, u64)> = kept.iter().map(|&(site, bytes)| (site.to_owned(), bytes)).collect();
+        assert_eq!(sites, expected, "{mode}: {growth}");
+        // The cache's sites are named as one wherever it is kept.
+        for site in growth["sites"].as_array().into_iter().flatten() {
+            let is_cache = site["site"] == "aten::addmm" && mode.starts_with("cache");
+            assert_eq!(site["kv_cache"], is_cache, "{mode}: {site}");
+        }
+        // What alarms is what the app's banner and advise warn of; the others are said calmly.
+        let advice = vramscope_e2e::vramscope(&["advise".as_ref(), "--json".as_ref(), trace.as_os_str()]);
+        let advice: serde_json::Value = serde_json::from_slice(&advice.stdout).expect("advise --json");
+        assert_eq!(advice.get("growth").is_some(), alarms, "{mode}: advise {}", advice["growth"]);
+        let text = String::from_utf8_lossy(&vramscope_e2e::vramscope(&["info".as_ref(), trace.as_os_str()]).stdout)
+            .into_owned();
+        assert_eq!(text.contains("usual causes"), alarms, "{mode}:\n{text}");
     }
 }

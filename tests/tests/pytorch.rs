@@ -138,7 +138,9 @@ fn two_optimizers_and_dataloader_workers() {
     // The workers' own CPU memory is not the training's: one process recorded.
     assert!(stderr.contains("from 1 process,"), "{stderr}");
     let exact: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the script's JSON line");
-    let (_, at) = categories(&trace, Some("forward#4"));
+    // The fourth loop's forward: each loop steps two optimizers, and each step ends an
+    // iteration, so it is iteration 7 (forwards in 1, 3, 5, 7), as info and diff number them.
+    let (_, at) = categories(&trace, Some("forward#7"));
     assert_eq!(bytes(&at["parameter"]), bytes(&exact["parameter_bytes"]), "{at}");
     // SGD's momentum on the embedding; AdamW's two moments on the other six parameter tensors, and
     // a 4-byte step counter for each of them.

@@ -279,7 +279,7 @@ pub fn run(
     };
     let fitted = scaling.map(|s| fit(path, &advice, s)).transpose()?;
     // Memory that grows every iteration comes first: no remedy holds while it does.
-    let growth = crate::analysis::growth::growth(&trace, advice.baseline.device).filter(|g| g.grows);
+    let growth = crate::analysis::growth::growth(&trace, advice.baseline.device).filter(|g| g.alarms());
     if json {
         let mut value = serde_json::to_value(with_words(&advice, fitted.as_ref()))?;
         if let (Some(growth), Some(object)) = (&growth, value.as_object_mut()) {

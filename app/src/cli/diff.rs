@@ -558,7 +558,7 @@ fn write_text(d: &Diff, gates: &[GateResult], all_phases: bool, out: &mut dyn Wr
     writeln!(out)?;
     writeln!(out, "{}", crate::words::diff_summary(d))?;
     // Memory that grows every iteration, in either run: said before the peaks (it decides them).
-    if [&d.a, &d.b].iter().any(|r| r.growth.as_ref().is_some_and(|g| g.grows)) {
+    if [&d.a, &d.b].iter().any(|r| r.growth.as_ref().is_some_and(|g| g.alarms())) {
         for (name, run) in [("A", &d.a), ("B", &d.b)] {
             match &run.growth {
                 Some(g) => {

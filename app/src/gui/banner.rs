@@ -51,7 +51,7 @@ fn oom_ui(ui: &mut egui::Ui, doc: &Document) -> bool {
 /// Memory that grows every iteration on a device, said on top of every view: what grows, by how
 /// much, where, and when the device would be full.
 fn growth_ui(ui: &mut egui::Ui, doc: &Document) {
-    let growing: Vec<_> = doc.devices.iter().filter_map(|d| d.growth.as_ref().filter(|g| g.grows)).collect();
+    let growing: Vec<_> = doc.devices.iter().filter_map(|d| d.growth.as_ref().filter(|g| g.alarms())).collect();
     if growing.is_empty() {
         return;
     }

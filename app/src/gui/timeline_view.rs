@@ -274,7 +274,7 @@ fn marks(
 
     // Memory that grows every iteration: the allocated bytes at each iteration's start, joined,
     // from the first after warm-up, and the rate at the last.
-    if let Some(growth) = device.growth.as_ref().filter(|g| g.grows) {
+    if let Some(growth) = device.growth.as_ref().filter(|g| g.alarms()) {
         let points: Vec<Pos2> = growth
             .boundary_ns
             .iter()

@@ -1,7 +1,7 @@
 //! Memory that grows every iteration, in words: the finding `info`, `advise`, `diff` and the
 //! app say the same way.
 
-use crate::analysis::growth::{Growth, Iterations};
+use crate::analysis::growth::{Growth, Iterations, Nature};
 use crate::units::{bytes, count};
 
 /// A long time, roughly: "40 s", "3.2 min", "2.7 h", "5.1 days".
@@ -22,6 +22,7 @@ pub fn rough_duration(ns: i64) -> String {
 fn source(g: &Growth) -> String {
     let mut text = match &g.iterations {
         Iterations::Spans => "recorded iterations".to_owned(),
+        Iterations::ModelCalls => "calls of the model, each an iteration since nothing goes backward".to_owned(),
         Iterations::Pattern { site } => format!("iterations found from an allocation repeating evenly at {site}"),
     };
     if g.unrecorded_iterations > 0 {
@@ -46,14 +47,26 @@ pub fn growth_headline(g: &Growth) -> String {
             source(g)
         );
     }
-    format!(
-        "memory grows {} per iteration: {} at the start of iteration 2, {} at the end of iteration {} ({})",
-        bytes(g.bytes_per_iteration),
+    let numbers = format!(
+        "{} at the start of iteration 2, {} at the end of iteration {} ({})",
         bytes(g.steady_start_bytes),
         bytes(g.end_bytes),
         count(g.count),
         source(g)
-    )
+    );
+    match g.nature {
+        Nature::Kept => format!("memory grows {} per iteration: {numbers}", bytes(g.bytes_per_iteration)),
+        Nature::KvCache => format!(
+            "a key/value cache grows {} per iteration, as generation does (no backward pass; the attention's keys and \
+             values kept for the next step): {numbers}",
+            bytes(g.bytes_per_iteration)
+        ),
+        Nature::WorkingSet => format!(
+            "each iteration works on more, {} more each time, and keeps nothing past the next (a sequence or batch that \
+             grows, not memory kept): {numbers}",
+            bytes(g.bytes_per_iteration)
+        ),
+    }
 }
 
 /// The finding in full: the headline, what accumulates, and when the device would be full.
@@ -63,10 +76,10 @@ pub fn growth_lines(g: &Growth, device: &str) -> Vec<String> {
     if !g.grows {
         return lines;
     }
-    if g.sites.is_empty() {
+    if g.nature == Nature::KvCache {
         lines.push(
-            "no block allocated in one iteration outlives the next: the growth is memory freed later than it \
-             was allocated each time, not blocks kept"
+            "bounded by the sequence length (max_new_tokens, the model's context) or a preallocated static cache; \
+             what it costs per token is what is kept per iteration below"
                 .to_owned(),
         );
     }
@@ -85,7 +98,8 @@ pub fn growth_lines(g: &Growth, device: &str) -> Vec<String> {
         } else {
             String::new()
         };
-        lines.push(format!("kept every iteration: {}{blocks} at {}", bytes(site.bytes_per_iteration), site.site));
+        let what = if site.kv_cache && g.nature == Nature::Kept { " (a key/value cache)" } else { "" };
+        lines.push(format!("kept every iteration: {}{blocks} at {}{what}", bytes(site.bytes_per_iteration), site.site));
     }
     if g.sites.len() > listed {
         let rest: u64 = g.sites[listed..].iter().map(|s| s.bytes_per_iteration).sum();
@@ -102,10 +116,12 @@ pub fn growth_lines(g: &Growth, device: &str) -> Vec<String> {
         None => lines
             .push(format!("when {device} would be full cannot be said: the trace does not say how much memory it has")),
     }
-    lines.push(
-        "usual causes: a loss or output kept with its graph (append loss.item() or .detach()), tensors kept in \
-         a list or dict for logging, a cache that never evicts"
-            .to_owned(),
-    );
+    if g.nature == Nature::Kept {
+        lines.push(
+            "usual causes: a loss or output kept with its graph (append loss.item() or .detach()), tensors kept in \
+             a list or dict for logging, a cache that never evicts"
+                .to_owned(),
+        );
+    }
     lines
 }
