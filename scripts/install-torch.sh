@@ -53,10 +53,12 @@ python_requirements=(
     numpy
 )
 
-# Not torch's: what the tests read vramscope's output with (DuckDB reads `export --format parquet`).
+# Not torch's: what the tests read vramscope's output with (DuckDB reads `export --format parquet`),
+# and the trainers the tests record as real clients (Lightning: `tests/workloads/trainers.py`).
 # Installed beside torch and checked on its own, so adding one does not redo the torch install.
 extra_requirements=(
     duckdb==2.0.1
+    lightning==2.6.6
 )
 
 py="$venv/bin/python"

@@ -406,9 +406,13 @@ impl<'a> Attributor<'a> {
 
     /// The phase rule for a block alive from `alloc_ns` to `free_ns`, if it was allocated in one.
     fn phase(&self, alloc_ns: i64, free_ns: i64) -> Option<Attribution> {
+        // The innermost phase around it: the latest-starting one that still runs. Phases nest
+        // where an optimizer takes a closure (`optimizer.step(closure)`: Lightning, LBFGS), which
+        // runs forward and backward inside the step; what the step allocates after them is the
+        // step's. A bounded walk back past the phases that ended before it.
         let i = self.phases.partition_point(|p| p.0 <= alloc_ns);
-        let index = i.checked_sub(1)?;
-        let &(_, end, kind) = self.phases.get(index).filter(|p| p.1 >= alloc_ns)?;
+        let index = (i.saturating_sub(8)..i).rev().find(|&k| self.phases.get(k).is_some_and(|p| p.1 >= alloc_ns))?;
+        let &(_, end, kind) = self.phases.get(index)?;
         let kept = free_ns > end;
         // Activations die with their iteration, or soon after when the program still holds the
         // last outputs; what lives through the whole next iteration (or, after a backward, to the

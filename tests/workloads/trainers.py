@@ -1,0 +1,76 @@
+"""One model, one dataset, one optimizer, in the loop shapes trainers give it: the workloads that
+attribution is held to across loop shapes (`tests/tests/pytorch.rs`).
+
+    python trainers.py MODE
+
+MODE:
+  plain      the loop written out: zero_grad, forward, backward, step
+  closure    optimizer.step(closure), forward and backward inside the step (as LBFGS needs)
+  lightning  a Lightning Trainer (which calls optimizer.step(closure) itself)
+
+Each prints one JSON line: the bytes of the parameters and of the dataset.
+"""
+
+import argparse
+import json
+
+import torch
+from torch import nn
+
+BATCH, FEATURES, HIDDEN, BATCHES = 64, 512, 2048, 8
+
+
+def model() -> nn.Module:
+    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, FEATURES))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["plain", "closure", "lightning"])
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    dataset = torch.utils.data.TensorDataset(torch.randn(BATCH * BATCHES, FEATURES), torch.randn(BATCH * BATCHES, FEATURES))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH)
+    if args.mode == "lightning":
+        import lightning as L
+
+        class Module(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = model()
+
+            def training_step(self, batch, index):
+                x, y = batch
+                return nn.functional.mse_loss(self.net(x), y)
+
+            def configure_optimizers(self):
+                return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+        net = Module()
+        trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(net, loader)
+    else:
+        net = model()
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+        for _ in range(2):
+            for x, y in loader:
+                if args.mode == "closure":
+                    def closure():
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(net(x), y)
+                        loss.backward()
+                        return loss
+
+                    optimizer.step(closure)
+                else:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(net(x), y).backward()
+                    optimizer.step()
+    parameters = sum(p.numel() * p.element_size() for p in net.parameters())
+    data = sum(t.numel() * t.element_size() for t in dataset.tensors)
+    print(json.dumps({"parameter_bytes": parameters, "dataset_bytes": data}))
+
+
+if __name__ == "__main__":
+    main()
