@@ -411,3 +411,22 @@ fn a_closure_optimizer_and_lightning_attribute_as_the_plain_loop_does() {
         }
     }
 }
+
+#[test]
+fn torch_cuda_without_a_gpu_says_why_the_trace_is_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("cuda.vtrace");
+    let output = vramscope_e2e::vramscope_command()
+        .arg("record")
+        .args(["--torch", "cuda", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(torch_python())
+        .args(["-c", "import torch; print(torch.ones(3).sum().item())"])
+        .output()
+        .expect("record runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // The workload's own exit status passes through; what the recording lacks is said.
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("--torch cuda recorded no GPU memory") && stderr.contains("--torch cpu"), "{stderr}");
+}

@@ -101,10 +101,27 @@ fn record_and_write(
         }
     }
     let processes = trace.metadata.processes.len();
-    let peaks = trace.devices().into_iter().map(|d| peak::peaks(trace, d)).max_by_key(|p| p.reserved.bytes);
-    let peak = peaks.map_or(0, |p| p.reserved.bytes);
+    // Each process's own peak (two ranks' host memory is not one device's): the highest.
+    let highest = |t: &vramscope_trace_format::Trace| {
+        t.devices().into_iter().map(|d| peak::peaks(t, d).reserved.bytes).max().unwrap_or(0)
+    };
+    let peak = if processes > 1 {
+        (0..processes)
+            .map(|i| highest(&trace.of_process(vramscope_trace_format::ProcessId(i as u32))))
+            .max()
+            .unwrap_or(0)
+    } else {
+        highest(trace)
+    };
+    if torch == "cuda" && !trace.events.iter().any(|e| e.device.0 >= 0) {
+        eprintln!(
+            "vramscope: warning: --torch cuda recorded no GPU memory: the workload allocated none on a CUDA device \
+             (is CUDA available to it? torch.cuda.is_available() is False without a GPU and its driver); \
+             --torch cpu records its host memory"
+        );
+    }
     eprintln!(
-        "vramscope: {} driver events{} from {} process{}, peak reserved {}, {} OOM{}; trace: {}",
+        "vramscope: {} driver events{} from {} process{}, peak reserved {}{}, {} OOM{}; trace: {}",
         count(recording.driver_records),
         if recording.torch_events > 0 {
             format!(" and {} PyTorch events", count(recording.torch_events))
@@ -114,6 +131,7 @@ fn record_and_write(
         processes,
         if processes == 1 { "" } else { "es" },
         bytes(peak),
+        if processes > 1 { " (the highest process's)" } else { "" },
         trace.ooms.len(),
         if trace.ooms.len() == 1 { "" } else { "s" },
         output.display()
