@@ -263,7 +263,14 @@ fn draw_single<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, run: &ReportRu
         .sites
         .iter()
         .take(12)
-        .map(|s| format!("{:>10}  {}  ({} blocks)", units::bytes(s.bytes), clip(&s.site, 80), s.blocks))
+        .map(|s| {
+            format!(
+                "{:>10}  {}  ({})",
+                units::bytes(s.bytes),
+                clip(&s.site, 80),
+                units::counted(s.blocks, "block", "blocks")
+            )
+        })
         .collect();
     site_lines(&right, "Largest allocation sites at the peak", &lines)
 }

@@ -290,3 +290,22 @@ fn a_range_does_not_change_what_a_block_is() {
         assert!(stderr.contains(expected), "{at}: {stderr}");
     }
 }
+
+#[test]
+fn unrelated_files_read_as_ranks_are_doubted() {
+    // Three snapshots of different programs, named as ranks: read as a run, as asked, with the
+    // doubt said; their peaks differ 24-fold.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let snapshots = fixtures_dir().join("pytorch-snapshots");
+    for (name, rank) in
+        [("gpt_ctx128_fullstep_fp32", 0), ("mosaic_output", 1), ("stanford_cs336_a2_memory_snapshot", 2)]
+    {
+        std::fs::copy(snapshots.join(format!("{name}.pickle")), dir.path().join(format!("{name}_rank{rank}.pickle")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let output = vramscope(&[OsStr::new("info"), dir.path().as_os_str()]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("the highest peak is 24.42x the lowest"), "{stdout}");
+    assert!(stdout.contains("ranks of one run seldom differ 24-fold"), "{stdout}");
+}

@@ -211,6 +211,18 @@ fn torchrun_with_two_ranks_gives_a_trace_per_rank_and_a_merged_one() {
         let worst = if own[1] > own[0] { 1 } else { 0 };
         assert_eq!(run["run"]["worst_rank"], worst, "{args:?}");
     }
+    // The report, of the recording or of its directory, draws the rank that peaks highest alone
+    // (as advise takes it): never one timeline of both processes' memory.
+    let worst = if own[1] > own[0] { 1 } else { 0 };
+    for source in [trace.as_os_str(), dir.path().as_os_str()] {
+        let png = dir.path().join("report.png");
+        let output =
+            vramscope(&[OsStr::new("report"), source, OsStr::new("-o"), png.as_os_str(), OsStr::new("--force")]);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        assert!(stdout.contains(&format!("reporting rank {worst}, the one that peaks highest")), "{stdout}");
+        assert!(png.exists());
+    }
     // diff pairs the ranks: the recording against its own directory, rank by rank, unchanged;
     // a gate holds on every rank or fails and names the rank.
     let diff = |gate: &str| {

@@ -177,18 +177,18 @@ fn line(out: &mut dyn Write, p: &Projection, baseline: u64) -> std::io::Result<(
 
 /// The rank advised on when the file is a run of several: the one that peaks highest.
 #[derive(Serialize)]
-struct RankChosen {
+pub(super) struct RankChosen {
     /// The rank.
-    rank: u32,
+    pub(super) rank: u32,
     /// Each rank's allocated peak.
-    peaks: Vec<(u32, u64)>,
+    pub(super) peaks: Vec<(u32, u64)>,
 }
 
 /// The trace to advise on: the file's; of a run of several ranks (a directory of rank files,
 /// or a recording of several), the rank that peaks highest, each rank analysed alone. A
 /// directory's files are read for their figures, each dropped once they are taken, and the
 /// rank chosen is read again: a run of many ranks holds one trace per reader at a time.
-fn one_rank(path: &Path) -> Result<(vramscope_trace_format::Trace, Option<RankChosen>)> {
+pub(super) fn one_rank(path: &Path) -> Result<(vramscope_trace_format::Trace, Option<RankChosen>)> {
     let (summary, origin) = if path.is_dir() {
         let summed = crate::runs::summaries(&[path.to_path_buf()])?;
         for note in words::run_notes(&summed.notes, &summed.skipped) {

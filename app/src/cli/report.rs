@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::load;
 use crate::report::{self, ReportRun};
 
 /// Writes the report of `files` (one run, or two compared) to `out`.
@@ -14,16 +13,28 @@ pub fn run(files: &[PathBuf], out: &Path, force: bool, stdout: &mut dyn Write) -
     crate::atomic::check_writable(out, force)?;
     let mut runs = Vec::with_capacity(files.len());
     for path in files {
-        let loaded = load::load(path)?;
-        for warning in &loaded.warnings {
-            eprintln!("warning: {}: {warning}", path.display());
-        }
+        // A run of several ranks (a directory of rank files, a recording of several): the rank
+        // that peaks highest, alone, as advise takes it; never several processes' memory summed.
+        let (trace, chosen) = super::advise::one_rank(path)?;
         let mut name =
             path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-        if let Some(range) = loaded.trace.metadata.range {
+        if let Some(chosen) = &chosen {
+            let others: Vec<String> =
+                chosen.peaks.iter().map(|(r, b)| format!("rank {r} {}", crate::units::bytes(*b))).collect();
+            writeln!(
+                stdout,
+                "{}: a run of {} ranks: reporting rank {}, the one that peaks highest ({})",
+                path.display(),
+                chosen.peaks.len(),
+                chosen.rank,
+                others.join(", ")
+            )?;
+            name = format!("{name}, rank {}", chosen.rank);
+        }
+        if let Some(range) = trace.metadata.range {
             name = format!("{name}, {} only", range.range);
         }
-        runs.push(ReportRun::new(&loaded.trace, &name));
+        runs.push(ReportRun::new(&trace, &name));
     }
     report::write(&runs, out, force)?;
     writeln!(stdout, "wrote {}", out.display())?;

@@ -7,14 +7,20 @@ use crate::units::bytes;
 pub fn run_headline(s: &RunSummary) -> String {
     let Some(worst) = s.ranks.iter().find(|r| r.rank == s.worst_rank) else { return String::new() };
     let phase = worst.peak_phase.map_or(String::new(), |p| format!(", in {}", run_phase(p)));
+    // Of two, the other is the median: say which, and the ratio once.
+    let compared = match s.ranks.iter().find(|r| r.rank != worst.rank).filter(|_| s.ranks.len() == 2) {
+        Some(other) => format!("{:.1}% above rank {}", 100.0 * s.worst_over_median, other.rank),
+        None => format!(
+            "{:.1}% above the median rank; the highest peak is {:.2}x the lowest",
+            100.0 * s.worst_over_median,
+            s.imbalance
+        ),
+    };
     let mut text = format!(
-        "a run of {} ranks: rank {} peaks highest, {} allocated{phase}, {:.1}% above the median rank; the highest \
-         peak is {:.2}x the lowest",
+        "a run of {} ranks: rank {} peaks highest, {} allocated{phase}, {compared}",
         s.ranks.len(),
         worst.rank,
         bytes(worst.peak.peak_allocated_bytes),
-        100.0 * s.worst_over_median,
-        s.imbalance
     );
     if let Some(spread) = s.spread.first() {
         text.push_str(&format!(
@@ -29,8 +35,17 @@ pub fn run_headline(s: &RunSummary) -> String {
     if let Some(rank) = s.first_oom_rank {
         text.push_str(&format!("; rank {rank} ran out of memory first (by each rank's own clock)"));
     }
+    if s.imbalance > UNLIKELY_SPREAD {
+        text.push_str(&format!(
+            "; ranks of one run seldom differ {:.0}-fold: if these files are of different runs, read them one by one",
+            s.imbalance
+        ));
+    }
     text
 }
+
+/// A spread between ranks' peaks past which the files are doubted as one run's.
+pub const UNLIKELY_SPREAD: f64 = 10.0;
 
 /// The allocation sites the ranks differ most in at their peaks, a line each.
 pub fn site_spread(s: &RunSummary) -> Vec<String> {
