@@ -226,6 +226,9 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
     for note in words::advice_notes(advice, "set Shard over") {
         ui.weak(note);
     }
+    if let Some(line) = words::without_effect(advice) {
+        ui.weak(line);
+    }
     if let (false, Some(target)) = (advice.plan.is_empty(), advice.target_bytes) {
         ui.strong(words::plan_heading(advice, target));
         for (i, step) in advice.plan.iter().enumerate() {
@@ -250,10 +253,12 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
     ui.add_space(4.0);
     egui::ScrollArea::vertical().show(ui, |ui| {
         table(ui, "advisor-remedies", &advice.remedies, advice);
-        ui.add_space(8.0);
-        ui.strong("Best pairs");
-        let best: Vec<Projection> = advice.combinations.iter().take(6).cloned().collect();
-        table(ui, "advisor-pairs", &best, advice);
+        if !advice.combinations.is_empty() {
+            ui.add_space(8.0);
+            ui.strong("Best pairs (lower than either alone)");
+            let best: Vec<Projection> = advice.combinations.iter().take(6).cloned().collect();
+            table(ui, "advisor-pairs", &best, advice);
+        }
         if !advice.checkpointing_by_blocks.is_empty() {
             ui.add_space(8.0);
             ui.strong(words::SOME_BLOCKS_HEADING);

@@ -100,6 +100,12 @@ pub struct VramscopeApp {
     run_timings_said: u8,
     /// File > Open part of a trace…, while it is open.
     range_dialog: Option<range::RangeDialog>,
+    /// The view `--view` asked for, until a comparison or a followed run the command line asked
+    /// for opens (it wins over the view they open in).
+    pub asked_view: Option<View>,
+    /// The view `--view` asked for, until the first trace is shown: said when it has nothing to
+    /// show there.
+    pub asked_view_unshown: Option<View>,
 }
 
 impl VramscopeApp {
@@ -115,6 +121,8 @@ impl VramscopeApp {
             report_first_frame_since: None,
             run_timings_said: 0,
             range_dialog: None,
+            asked_view: None,
+            asked_view_unshown: None,
         }
     }
 
@@ -178,7 +186,7 @@ impl VramscopeApp {
                 Change::Updated => {}
                 Change::CompareStarted => {
                     self.views.compare_timeline = TimelineState::default();
-                    self.settings.view = View::Compare;
+                    self.settings.view = self.asked_view.take().unwrap_or(View::Compare);
                 }
             }
         }
@@ -222,7 +230,7 @@ impl VramscopeApp {
     /// Follows a run as it goes (a recording in progress, or a file rewritten as it runs).
     pub fn follow(&mut self, ctx: &egui::Context, source: super::follow::Source) {
         self.session.follow(ctx, source);
-        self.settings.view = View::Timeline;
+        self.settings.view = self.asked_view.take().unwrap_or(View::Timeline);
     }
 
     fn close(&mut self, ctx: &egui::Context) {
@@ -586,7 +594,19 @@ impl VramscopeApp {
             ui.label("This trace holds no memory events.");
             return;
         };
+        let asked = self.asked_view_unshown.take();
         if !self.settings.view.is_available(session.open_kinds()) {
+            // A view asked for on the command line is not dropped without a word.
+            if asked == Some(self.settings.view) {
+                let info = self.settings.view.info();
+                let why = match info.needs {
+                    super::views::Needs::SecondRun => "a second run to compare with (vramscope compare A B)",
+                    super::views::Needs::Run => "a run of several ranks",
+                    super::views::Needs::Oom => "a trace with an out-of-memory error",
+                    super::views::Needs::Nothing => "nothing more",
+                };
+                eprintln!("vramscope: --view {} needs {why}: showing the timeline", info.cli_name);
+            }
             self.settings.view = View::Timeline;
         }
         let info = self.settings.view.info();

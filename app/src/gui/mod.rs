@@ -149,6 +149,9 @@ pub fn run(options: GuiOptions) -> Result<()> {
                 cc.egui_ctx.send_viewport_cmd(egui::ViewportCommand::InnerSize(egui::vec2(w, h)));
             }
             let mut app = VramscopeApp::new(settings, Box::new(NativePicker));
+            let later = options.compare.is_some() || options.follow.is_some();
+            app.asked_view = options.view.filter(|_| later);
+            app.asked_view_unshown = options.view.filter(|_| !later);
             app.session.range = options.range;
             if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
                 app.report_first_frame_since = options.started;

@@ -149,11 +149,14 @@ impl VramscopeApp {
                     } else {
                         units::duration_ns(t)
                     };
+                    // A trace without reserved memory (a profiler's CPU trace, a timeline) says so.
+                    let recorded = device.timeline.range(0, device.timeline.len()).reserved_max > 0;
+                    let reserved = if recorded { units::bytes(reserved) } else { "reserved not recorded".to_owned() };
+                    let reserved = if recorded { format!("{reserved} reserved") } else { reserved };
                     ui.label(format!(
-                        "{}: {} allocated, {} reserved at {}",
+                        "{}: {} allocated, {reserved} at {}",
                         if at_peak { "peak" } else { "selected" },
                         units::bytes(allocated),
-                        units::bytes(reserved),
                         when
                     ));
                 }
