@@ -54,11 +54,12 @@ python_requirements=(
 )
 
 # Not torch's: what the tests read vramscope's output with (DuckDB reads `export --format parquet`),
-# and the trainers the tests record as real clients (Lightning: `tests/workloads/trainers.py`).
+# and the trainers the tests record as real clients (Lightning, accelerate: `tests/workloads/trainers.py`).
 # Installed beside torch and checked on its own, so adding one does not redo the torch install.
 extra_requirements=(
     duckdb==2.0.1
     lightning==2.6.6
+    accelerate==1.12.0
 )
 
 py="$venv/bin/python"

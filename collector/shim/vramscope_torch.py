@@ -442,6 +442,45 @@ class _Recorder:
         backward.__wrapped__ = real_backward
         backward.__doc__ = real_backward.__doc__
         torch.autograd.backward = backward
+        self.install_loader_hook(importlib)
+
+    def install_loader_hook(self, importlib):
+        """Tags what a DataLoader yields as the input it is: both halves of a batch (the targets
+        too, which the model never sees), and the batch a trainer fetches ahead (Lightning,
+        accelerate) before the model does."""
+        try:
+            base = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
+        except (ImportError, AttributeError):
+            return
+        real_next = base.__next__
+        if getattr(real_next, "_vramscope", False):
+            return
+        recorder = self
+
+        def __next__(iterator):
+            batch = real_next(iterator)
+            if not recorder.closed and os.getpid() == recorder.pid:
+                recorder.safe(recorder.tag_batch, batch)
+            return batch
+
+        __next__._vramscope = True
+        __next__.__wrapped__ = real_next
+        base.__next__ = __next__
+
+    def tag_batch(self, batch, name="batch", depth=0):
+        """Tags the tensors of a batch (in tuples, lists and dicts, three deep) as input."""
+        if depth > 3:
+            return
+        if isinstance(batch, self.torch.Tensor):
+            self.tag(batch, "input", name)
+        elif isinstance(batch, (list, tuple)):
+            for index, value in enumerate(batch[:64]):
+                self.tag_batch(value, f"{name}[{index}]", depth + 1)
+        elif isinstance(batch, dict):
+            for index, (key, value) in enumerate(batch.items()):
+                if index >= 64:
+                    break
+                self.tag_batch(value, f"{name}[{key!r}]", depth + 1)
 
     def safe(self, function, *args):
         try:

@@ -7,6 +7,8 @@ MODE:
   plain      the loop written out: zero_grad, forward, backward, step
   closure    optimizer.step(closure), forward and backward inside the step (as LBFGS needs)
   lightning  a Lightning Trainer (which calls optimizer.step(closure) itself)
+  accelerate Hugging Face accelerate: the model, optimizer and loader prepared by an Accelerator
+             (the optimizer wrapped, the loader re-made), accelerator.backward
 
 Each prints one JSON line: the bytes of the parameters and of the dataset.
 """
@@ -26,7 +28,7 @@ def model() -> nn.Module:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["plain", "closure", "lightning"])
+    parser.add_argument("mode", choices=["plain", "closure", "lightning", "accelerate"])
     args = parser.parse_args()
     torch.manual_seed(0)
     dataset = torch.utils.data.TensorDataset(torch.randn(BATCH * BATCHES, FEATURES), torch.randn(BATCH * BATCHES, FEATURES))
@@ -50,6 +52,18 @@ def main() -> None:
         trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
                             enable_progress_bar=False, enable_model_summary=False)
         trainer.fit(net, loader)
+    elif args.mode == "accelerate":
+        from accelerate import Accelerator
+
+        accelerator = Accelerator(cpu=True)
+        net = model()
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+        net, optimizer, prepared = accelerator.prepare(net, optimizer, loader)
+        for _ in range(2):
+            for x, y in prepared:
+                optimizer.zero_grad()
+                accelerator.backward(nn.functional.mse_loss(net(x), y))
+                optimizer.step()
     else:
         net = model()
         optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
