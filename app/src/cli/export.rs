@@ -135,8 +135,15 @@ pub fn run(paths: &[PathBuf], output: &Path, format: Format, force: bool, out: &
     };
     if format == Format::Parquet {
         let mut count = 0;
+        // Ranks with category totals over time but no allocations (a memory timeline).
+        let mut totals_only = 0;
         let written = super::parquet_out::write(output, force, |each| {
-            count = crate::runs::for_each_rank(paths, |rank, _| each(rank))?;
+            count = crate::runs::for_each_rank(paths, |rank, _| {
+                if rank.trace.events.is_empty() && !rank.trace.counters.is_empty() {
+                    totals_only += 1;
+                }
+                each(rank)
+            })?;
             Ok(count)
         })?;
         writeln!(
@@ -148,6 +155,15 @@ pub fn run(paths: &[PathBuf], output: &Path, format: Format, force: bool, out: &
             describe(count),
             super::parquet_out::TABLES.map(|t| format!("{t}.parquet")).join(", ")
         )?;
+        if totals_only > 0 {
+            writeln!(
+                out,
+                "note: {} no allocations, only category totals over time (a profiler memory timeline): it has \
+                 no rows in events.parquet or blocks.parquet; ranks.parquet has its peak, and `vramscope info` its \
+                 categories",
+                if count == 1 { "the trace holds".to_owned() } else { format!("{totals_only} of the ranks hold") }
+            )?;
+        }
         return Ok(());
     }
     let mut file = atomic::AtomicFile::create(output)?;
