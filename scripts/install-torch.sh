@@ -54,12 +54,14 @@ python_requirements=(
 )
 
 # Not torch's: what the tests read vramscope's output with (DuckDB reads `export --format parquet`),
-# and the trainers the tests record as real clients (Lightning, accelerate: `tests/workloads/trainers.py`).
+# and the trainers the tests record as real clients (Lightning, accelerate, the transformers Trainer:
+# `tests/workloads/trainers.py`).
 # Installed beside torch and checked on its own, so adding one does not redo the torch install.
 extra_requirements=(
     duckdb==2.0.1
     lightning==2.6.6
     accelerate==1.12.0
+    transformers==4.57.1
 )
 
 py="$venv/bin/python"

@@ -389,16 +389,17 @@ fn record_leaves_the_workloads_output_as_it_is() {
 }
 
 #[test]
-fn a_closure_optimizer_lightning_and_accelerate_attribute_as_the_plain_loop_does() {
-    // The same model, data and Adam in four loop shapes: written out, `optimizer.step(closure)`
+fn a_closure_optimizer_lightning_accelerate_and_the_hf_trainer_attribute_as_the_plain_loop_does() {
+    // The same model, data and Adam in five loop shapes: written out, `optimizer.step(closure)`
     // (forward and backward inside the step), a Lightning Trainer (which steps with a closure
-    // itself, and fetches batches ahead) and Hugging Face accelerate (a wrapped optimizer, a
-    // re-made loader that fetches ahead). What is alive at the peak (the optimizer step's, with
-    // Adam's temporaries and the batches) must be taken apart the same way.
+    // itself, and fetches batches ahead), Hugging Face accelerate (a wrapped optimizer, a re-made
+    // loader that fetches ahead) and the transformers Trainer (batches of dicts, AdamW). What is
+    // alive at the peak (the optimizer step's, with its temporaries and the batches) must be
+    // taken apart the same way.
     let dir = tempfile::tempdir().expect("tempdir");
     let script = repo_root().join("tests/workloads/trainers.py");
     let mut results = Vec::new();
-    for mode in ["plain", "closure", "lightning", "accelerate"] {
+    for mode in ["plain", "closure", "lightning", "accelerate", "hf-trainer"] {
         let trace = dir.path().join(format!("{mode}.vtrace"));
         let output = record_command(&trace, torch_python()).arg(&script).arg(mode).output().expect("record runs");
         assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));
@@ -419,8 +420,9 @@ fn a_closure_optimizer_lightning_and_accelerate_attribute_as_the_plain_loop_does
         assert!(bytes(&peak["input"]) >= 2 * 64 * 512 * 4, "{mode}: {peak}");
         results.push((mode, peak));
     }
+    // Adam's temporaries at the peak, where Adam steps (the Trainer's AdamW differs).
     let (_, plain) = &results[0];
-    for (mode, peak) in &results[1..] {
+    for (mode, peak) in results[1..].iter().filter(|r| r.0 != "hf-trainer") {
         assert_eq!(bytes(&peak["temporary"]), bytes(&plain["temporary"]), "{mode}: {peak} against {plain}");
     }
 }

@@ -9,12 +9,16 @@ MODE:
   lightning  a Lightning Trainer (which calls optimizer.step(closure) itself)
   accelerate Hugging Face accelerate: the model, optimizer and loader prepared by an Accelerator
              (the optimizer wrapped, the loader re-made), accelerator.backward
+  hf-trainer a Hugging Face transformers Trainer (a PreTrainedModel returning its loss, batches
+             of dicts, AdamW without weight decay, no gradient clipping: Adam's memory)
 
 Each prints one JSON line: the bytes of the parameters and of the dataset.
 """
 
 import argparse
 import json
+import os
+import tempfile
 
 import torch
 from torch import nn
@@ -28,7 +32,7 @@ def model() -> nn.Module:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["plain", "closure", "lightning", "accelerate"])
+    parser.add_argument("mode", choices=["plain", "closure", "lightning", "accelerate", "hf-trainer"])
     args = parser.parse_args()
     torch.manual_seed(0)
     dataset = torch.utils.data.TensorDataset(torch.randn(BATCH * BATCHES, FEATURES), torch.randn(BATCH * BATCHES, FEATURES))
@@ -52,6 +56,36 @@ def main() -> None:
         trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
                             enable_progress_bar=False, enable_model_summary=False)
         trainer.fit(net, loader)
+    elif args.mode == "hf-trainer":
+        from transformers import PretrainedConfig, PreTrainedModel, Trainer, TrainingArguments
+
+        class Config(PretrainedConfig):
+            model_type = "vramscope-mlp"
+
+        class Model(PreTrainedModel):
+            config_class = Config
+
+            def __init__(self, config):
+                super().__init__(config)
+                self.net = model()
+
+            def forward(self, x, y):
+                return {"loss": nn.functional.mse_loss(self.net(x), y)}
+
+        class Pairs(torch.utils.data.Dataset):
+            def __len__(self):
+                return len(dataset)
+
+            def __getitem__(self, index):
+                x, y = dataset[index]
+                return {"x": x, "y": y}
+
+        net = Model(Config())
+        training = TrainingArguments(output_dir=os.path.join(tempfile.mkdtemp(), "out"), per_device_train_batch_size=BATCH,
+                                     num_train_epochs=2, use_cpu=True, report_to=[], save_strategy="no",
+                                     logging_strategy="no", disable_tqdm=True, optim="adamw_torch", weight_decay=0.0,
+                                     max_grad_norm=0.0, learning_rate=1e-3, dataloader_num_workers=0)
+        Trainer(model=net, args=training, train_dataset=Pairs()).train()
     elif args.mode == "accelerate":
         from accelerate import Accelerator
 
