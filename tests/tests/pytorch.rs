@@ -389,9 +389,9 @@ fn record_leaves_the_workloads_output_as_it_is() {
 }
 
 #[test]
-fn a_closure_optimizer_lightning_accelerate_and_the_hf_trainer_attribute_as_the_plain_loop_does() {
-    // The same model, data and Adam in five loop shapes: written out, `optimizer.step(closure)`
-    // (forward and backward inside the step), a Lightning Trainer (which steps with a closure
+fn closures_compiled_models_and_trainers_attribute_as_the_plain_loop_does() {
+    // The same model, data and Adam in six loop shapes: written out, `optimizer.step(closure)`
+    // (forward and backward inside the step), the model torch.compile'd, a Lightning Trainer (which steps with a closure
     // itself, and fetches batches ahead), Hugging Face accelerate (a wrapped optimizer, a re-made
     // loader that fetches ahead) and the transformers Trainer (batches of dicts, AdamW). What is
     // alive at the peak (the optimizer step's, with its temporaries and the batches) must be
@@ -399,7 +399,7 @@ fn a_closure_optimizer_lightning_accelerate_and_the_hf_trainer_attribute_as_the_
     let dir = tempfile::tempdir().expect("tempdir");
     let script = repo_root().join("tests/workloads/trainers.py");
     let mut results = Vec::new();
-    for mode in ["plain", "closure", "lightning", "accelerate", "hf-trainer"] {
+    for mode in ["plain", "closure", "compiled", "lightning", "accelerate", "hf-trainer"] {
         let trace = dir.path().join(format!("{mode}.vtrace"));
         let output = record_command(&trace, torch_python()).arg(&script).arg(mode).output().expect("record runs");
         assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));

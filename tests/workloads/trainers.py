@@ -9,6 +9,7 @@ MODE:
   lightning  a Lightning Trainer (which calls optimizer.step(closure) itself)
   accelerate Hugging Face accelerate: the model, optimizer and loader prepared by an Accelerator
              (the optimizer wrapped, the loader re-made), accelerator.backward
+  compiled   the plain loop with the model torch.compile'd (Inductor, C++ on the CPU)
   hf-trainer a Hugging Face transformers Trainer (a PreTrainedModel returning its loss, batches
              of dicts, AdamW without weight decay, no gradient clipping: Adam's memory)
 
@@ -32,7 +33,7 @@ def model() -> nn.Module:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["plain", "closure", "lightning", "accelerate", "hf-trainer"])
+    parser.add_argument("mode", choices=["plain", "closure", "compiled", "lightning", "accelerate", "hf-trainer"])
     args = parser.parse_args()
     torch.manual_seed(0)
     dataset = torch.utils.data.TensorDataset(torch.randn(BATCH * BATCHES, FEATURES), torch.randn(BATCH * BATCHES, FEATURES))
@@ -101,6 +102,7 @@ def main() -> None:
     else:
         net = model()
         optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+        step_model = torch.compile(net) if args.mode == "compiled" else net
         for _ in range(2):
             for x, y in loader:
                 if args.mode == "closure":
@@ -113,7 +115,7 @@ def main() -> None:
                     optimizer.step(closure)
                 else:
                     optimizer.zero_grad()
-                    nn.functional.mse_loss(net(x), y).backward()
+                    nn.functional.mse_loss(step_model(x), y).backward()
                     optimizer.step()
     parameters = sum(p.numel() * p.element_size() for p in net.parameters())
     data = sum(t.numel() * t.element_size() for t in dataset.tensors)
