@@ -51,8 +51,8 @@ pub enum Nature {
     /// step) in a run without a backward pass: generation, by design, bounded by the sequence
     /// length or a static cache.
     KvCache,
-    /// Nothing allocated in one iteration outlives the next: each iteration works on more (a
-    /// sequence or batch that grows), which is not memory kept.
+    /// Nothing allocated in one iteration outlives the next, in a run without a backward pass:
+    /// each iteration works on more (a sequence that grows), which is not memory kept.
     WorkingSet,
 }
 
@@ -258,13 +258,17 @@ pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
         .filter(|s| s.bytes_per_iteration > 0)
         .collect();
     sites.sort_by(|a, b| b.bytes_per_iteration.cmp(&a.bytes_per_iteration).then_with(|| a.site.cmp(&b.site)));
-    // Nothing kept: each iteration works on more. All that is kept a key/value cache, in a run
-    // that does not train: generation.
+    // In a run that does not train (generation, evaluation): nothing kept past the next
+    // iteration is each iteration working on more (a longer sequence, a cache regrown by
+    // concatenation), and all that is kept a key/value cache is generation's. In training, a
+    // tensor regrown each iteration and carried to the next (outputs gathered by `torch.cat`) is
+    // kept memory as much as a list is.
     let kept: u64 = sites.iter().map(|s| s.bytes_per_iteration).sum();
     let kv: u64 = sites.iter().filter(|s| s.kv_cache).map(|s| s.bytes_per_iteration).sum();
-    result.nature = if sites.is_empty() {
+    let training = trains(trace);
+    result.nature = if sites.is_empty() && !training {
         Nature::WorkingSet
-    } else if kv * 10 >= kept * 9 && !trains(trace) {
+    } else if !sites.is_empty() && kv * 10 >= kept * 9 && !training {
         Nature::KvCache
     } else {
         Nature::Kept

@@ -76,6 +76,14 @@ pub fn growth_lines(g: &Growth, device: &str) -> Vec<String> {
     if !g.grows {
         return lines;
     }
+    if g.sites.is_empty() && g.nature == Nature::Kept {
+        lines.push(
+            "no block allocated in one iteration outlives the next: the growth is memory carried into the next \
+             iteration and freed later, each time larger (a tensor regrown by torch.cat and kept, say), not blocks \
+             kept"
+                .to_owned(),
+        );
+    }
     if g.nature == Nature::KvCache {
         lines.push(
             "bounded by the sequence length (max_new_tokens, the model's context) or a preallocated static cache; \
