@@ -265,7 +265,7 @@ pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
     // kept memory as much as a list is.
     let kept: u64 = sites.iter().map(|s| s.bytes_per_iteration).sum();
     let kv: u64 = sites.iter().filter(|s| s.kv_cache).map(|s| s.bytes_per_iteration).sum();
-    let training = trains(trace);
+    let training = crate::phases::ran_backward(trace);
     result.nature = if sites.is_empty() && !training {
         Nature::WorkingSet
     } else if !sites.is_empty() && kv * 10 >= kept * 9 && !training {
@@ -348,18 +348,6 @@ fn looks_like_kv_cache(trace: &Trace, stack: StackId) -> bool {
     interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).any(|frame| {
         let text = format!("{} {}", interner.resolve(frame.function), interner.resolve(frame.file)).to_lowercase();
         MARKS.iter().any(|m| text.contains(m)) || (text.contains("cache") && text.contains("update"))
-    })
-}
-
-/// Whether the run trains: a backward span, or autograd's frames in a stack.
-fn trains(trace: &Trace) -> bool {
-    if trace.annotations.iter().any(|a| a.kind == AnnotationKind::Backward) {
-        return true;
-    }
-    let interner = &trace.interner;
-    interner.frames().iter().any(|f| {
-        let function = interner.resolve(f.function);
-        function.contains("autograd::engine") || function.contains("autograd::Engine") || function == "backward"
     })
 }
 

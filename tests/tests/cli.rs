@@ -313,30 +313,17 @@ fn unrelated_files_read_as_ranks_are_doubted() {
 #[test]
 fn a_timeline_exported_says_why_it_has_no_blocks() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let export = |file: &Path, name: &str| {
+        let out = dir.path().join(name);
+        let args = ["export".as_ref(), file.as_os_str(), "-o".as_ref(), out.as_os_str(), "--format".as_ref()];
+        let output = vramscope(&[&args[..], &[OsStr::new("parquet")]].concat());
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
     let timeline = fixtures_dir().join("torch-profiler/mlp_adam_cpu.memory_timeline.raw.json.gz");
-    let out = dir.path().join("tables");
-    let output = vramscope(&[
-        OsStr::new("export"),
-        timeline.as_os_str(),
-        OsStr::new("-o"),
-        out.as_os_str(),
-        OsStr::new("--format"),
-        OsStr::new("parquet"),
-    ]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = export(&timeline, "tables");
     assert!(stdout.contains("no rows in events.parquet or blocks.parquet"), "{stdout}");
     // A snapshot has its blocks, and no such note.
     let snapshot = fixtures_dir().join("pytorch-snapshots/mosaic_output.pickle");
-    let out = dir.path().join("snapshot-tables");
-    let output = vramscope(&[
-        OsStr::new("export"),
-        snapshot.as_os_str(),
-        OsStr::new("-o"),
-        out.as_os_str(),
-        OsStr::new("--format"),
-        OsStr::new("parquet"),
-    ]);
-    assert!(output.status.success());
-    assert!(!String::from_utf8_lossy(&output.stdout).contains("note:"));
+    assert!(!export(&snapshot, "snapshot-tables").contains("note:"));
 }

@@ -361,9 +361,12 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     let gpus = Gpus::of(trace, gpus);
     // Backward told by a recorded span, autograd's frames, gradients at a high point, or the
     // phases found as `info` finds them (a profiler trace's backward operators).
-    let training = ran_backward(trace)
+    // Found once, when first needed (here or for the peak's phase below).
+    let found = std::cell::OnceCell::new();
+    let found_phases = || found.get_or_init(|| crate::phases::phases(trace, device));
+    let training = crate::phases::ran_backward(trace)
         || b.instants.iter().any(|p| p.gradient > 0.0)
-        || crate::phases::phases(trace, device).kinds().contains(&crate::phases::PhaseKind::Backward);
+        || found_phases().kinds().contains(&crate::phases::PhaseKind::Backward);
     let ctx = Context {
         gpus: gpus.map_or(1, |g| g.count),
         blocks: base.blocks.len(),
@@ -446,8 +449,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
             categories_at_peak,
             // Recorded spans first; else the phase as `info` finds it (named ranges, stacks).
             peak_phase: b.peak_phase.filter(|p| *p != Phase::Unknown).unwrap_or_else(|| {
-                let phases = crate::phases::phases(trace, device);
-                match phases.phase_of_event(b.peaks.allocated.event).and_then(|p| p.kind) {
+                match found_phases().phase_of_event(b.peaks.allocated.event).and_then(|p| p.kind) {
                     Some(crate::phases::PhaseKind::Forward) => Phase::Forward,
                     Some(crate::phases::PhaseKind::Backward) => Phase::Backward,
                     Some(crate::phases::PhaseKind::OptimizerStep) => Phase::OptimizerStep,
@@ -592,19 +594,4 @@ fn fp32_parameter_share(trace: &Trace) -> Option<f64> {
     let total: f64 = dtypes.values().map(bytes).sum();
     let fp32: f64 = dtypes.iter().filter(|(k, _)| k.as_str() == "float32").map(|(_, v)| bytes(v)).sum();
     (total > 0.0).then(|| fp32 / total)
-}
-
-/// Whether the run went backward: a recorded backward phase, or autograd's backward in a stack.
-fn ran_backward(trace: &Trace) -> bool {
-    if trace.annotations.iter().any(|a| a.kind == AnnotationKind::Backward) {
-        return true;
-    }
-    let interner = &trace.interner;
-    interner.frames().iter().any(|f| {
-        let function = interner.resolve(f.function);
-        let file = interner.resolve(f.file);
-        (function.contains("backward") && (file.contains("autograd") || file.contains("_tensor.py")))
-            || function.contains("autograd::Engine::")
-            || function.contains("torch::autograd::engine")
-    })
 }

@@ -211,6 +211,23 @@ pub struct Outline<'a> {
     pub highest_iterations: Vec<&'a PhaseHigh>,
 }
 
+/// Whether the run went backward: a recorded backward phase, or autograd's backward in a stack
+/// (its Python frames, or the engine's operators a profiler names).
+pub fn ran_backward(trace: &Trace) -> bool {
+    if trace.annotations.iter().any(|a| a.kind == AnnotationKind::Backward) {
+        return true;
+    }
+    let interner = &trace.interner;
+    interner.frames().iter().any(|f| {
+        let function = interner.resolve(f.function);
+        let file = interner.resolve(f.file);
+        (function.contains("backward") && (file.contains("autograd") || file.contains("_tensor.py")))
+            || function == "backward"
+            || function.contains("autograd::Engine")
+            || function.contains("autograd::engine")
+    })
+}
+
 /// The phases of `device` and the high point of each.
 pub fn phases(trace: &Trace, device: DeviceId) -> Phases {
     let events = replay::device_events(trace, device);

@@ -19,6 +19,9 @@ pub struct DeviceData {
     pub timeline: Timeline,
     /// The point of the allocated peak.
     pub peak_point: usize,
+    /// Whether the trace records reserved memory on it (a profiler's CPU trace and a memory
+    /// timeline do not).
+    pub reserved_recorded: bool,
     /// Annotations of this device (or of all devices), by index into `Trace::annotations`,
     /// sorted by start.
     pub annotations: Vec<usize>,
@@ -158,6 +161,7 @@ impl Document {
 fn device_data(trace: &Trace, device: DeviceId) -> DeviceData {
     let timeline = Timeline::build(trace, device);
     let peak_point = timeline.peak_allocated_point();
+    let reserved_recorded = timeline.range(0, timeline.len()).reserved_max > 0;
     let mut annotations: Vec<usize> =
         trace.annotations.iter().enumerate().filter(|(_, a)| a.applies_to(device)).map(|(i, _)| i).collect();
     annotations.sort_by_key(|&i| trace.annotations.get(i).map_or(0, |a| a.start_ns));
@@ -166,6 +170,7 @@ fn device_data(trace: &Trace, device: DeviceId) -> DeviceData {
         device,
         timeline,
         peak_point,
+        reserved_recorded,
         annotations,
         total_memory_bytes: info.and_then(|d| d.total_memory_bytes),
         name: info.and_then(|d| d.name.clone()),

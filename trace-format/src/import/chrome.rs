@@ -521,65 +521,6 @@ struct TopFacts {
     other: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The events in time order, each device's made to agree with its running totals
-/// ([`totals`]), and what that took per device.
-fn reconcile_with_totals(
-    events: Vec<Event>,
-    event_totals: &[Option<i64>],
-) -> (Vec<Event>, Vec<usize>, BTreeMap<DeviceId, totals::Reconciled>) {
-    let mut by_device: BTreeMap<DeviceId, Vec<usize>> = BTreeMap::new();
-    let mut order: Vec<usize> = (0..events.len()).collect();
-    order.sort_by_key(|&i| events.get(i).map_or(0, |e| e.time_ns));
-    for i in order {
-        if let Some(e) = events.get(i) {
-            by_device.entry(e.device).or_default().push(i);
-        }
-    }
-    let mut reconciled = BTreeMap::new();
-    let mut out = Vec::with_capacity(events.len());
-    for (device, mut order) in by_device {
-        totals::order_ties(&mut order, &events, event_totals);
-        let device_events: Vec<(Event, Option<i64>)> =
-            order.iter().filter_map(|&i| Some((*events.get(i)?, event_totals.get(i).copied().flatten()))).collect();
-        let found = totals::reconcile(device, &device_events);
-        let mut added = found.added.iter().peekable();
-        for (n, (&i, (e, _))) in order.iter().zip(&device_events).enumerate() {
-            while let Some((_, a)) = added.next_if(|a| a.0 == n) {
-                out.push((*a, None));
-            }
-            out.push((*e, Some(i)));
-        }
-        reconciled.insert(device, found);
-    }
-    // Stable: each device's order stays as reconciled.
-    out.sort_by_key(|e| e.0.time_ns);
-    let mut position = vec![0; events.len()];
-    for (at, (_, i)) in out.iter().enumerate() {
-        if let Some(slot) = i.and_then(|i| position.get_mut(i)) {
-            *slot = at;
-        }
-    }
-    (out.into_iter().map(|e| e.0).collect(), position, reconciled)
-}
-
-/// A device's `Total Allocated` samples in the events' final order: by time, and where times
-/// tie, as their events were put ([`totals::order_ties`]); a sample of no event keeps its
-/// place after the one before it in the file.
-fn samples_in_event_order(samples: Vec<(CounterSample, Option<usize>)>, position: &[usize]) -> Vec<CounterSample> {
-    let mut last = 0;
-    let mut keyed: Vec<(usize, CounterSample)> = samples
-        .into_iter()
-        .map(|(sample, event)| {
-            if let Some(&at) = event.and_then(|i| position.get(i)) {
-                last = at;
-            }
-            (last, sample)
-        })
-        .collect();
-    keyed.sort_by_key(|&(at, sample)| (sample.time_ns, at));
-    keyed.into_iter().map(|(_, sample)| sample).collect()
-}
-
 /// The trace from what was read: times on the file's base, counters per device, the metadata.
 fn assemble(state: State, facts: TopFacts) -> Imported {
     let TopFacts { base_time_ns, display_time_unit, device_properties, distributed, other } = facts;
@@ -612,7 +553,7 @@ fn assemble(state: State, facts: TopFacts) -> Imported {
     for e in &mut events {
         e.time_ns = e.time_ns.saturating_add(base_ns);
     }
-    let (events, position, reconciled) = reconcile_with_totals(events, &state.event_totals);
+    let (events, position, reconciled) = totals::reconcile_with_totals(events, &state.event_totals);
     let mut ooms = state.ooms;
     for o in &mut ooms {
         o.time_ns = o.time_ns.saturating_add(base_ns);
@@ -641,7 +582,7 @@ fn assemble(state: State, facts: TopFacts) -> Imported {
             totals: reconciled.and_then(|r| r.agreement),
             ..DeviceInfo::default()
         };
-        let mut allocated = samples_in_event_order(std::mem::take(&mut s.allocated), &position);
+        let mut allocated = totals::samples_in_event_order(std::mem::take(&mut s.allocated), &position);
         if allocated.is_empty() && s.addressed == 0 && !s.unaddressed.is_empty() {
             // No totals and no addresses: the running sum is all there is.
             allocated = running_sum(&mut s.unaddressed);

@@ -150,7 +150,7 @@ impl VramscopeApp {
                         units::duration_ns(t)
                     };
                     // A trace without reserved memory (a profiler's CPU trace, a timeline) says so.
-                    let recorded = device.timeline.range(0, device.timeline.len()).reserved_max > 0;
+                    let recorded = device.reserved_recorded;
                     let reserved = if recorded { units::bytes(reserved) } else { "reserved not recorded".to_owned() };
                     let reserved = if recorded { format!("{reserved} reserved") } else { reserved };
                     ui.label(format!(

@@ -19,8 +19,9 @@
 //! The result: the allocated curve equals `Total Allocated` after every event, or the trace's
 //! metadata says from when, and by how much, it cannot.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
+use crate::model::counter::CounterSample;
 use crate::model::event::{Event, EventKind, event_flags::UNREPORTED};
 use crate::model::ids::DeviceId;
 use crate::model::metadata::TotalsAgreement;
@@ -280,6 +281,68 @@ pub(super) fn reconcile(device: DeviceId, device_events: &[(Event, Option<i64>)]
         out.agreement = Some(agreement);
     }
     out
+}
+
+/// The events in time order, each device's made to agree with its running totals
+/// (this module), and what that took per device.
+pub(super) fn reconcile_with_totals(
+    events: Vec<Event>,
+    event_totals: &[Option<i64>],
+) -> (Vec<Event>, Vec<usize>, BTreeMap<DeviceId, Reconciled>) {
+    let mut by_device: BTreeMap<DeviceId, Vec<usize>> = BTreeMap::new();
+    let mut order: Vec<usize> = (0..events.len()).collect();
+    order.sort_by_key(|&i| events.get(i).map_or(0, |e| e.time_ns));
+    for i in order {
+        if let Some(e) = events.get(i) {
+            by_device.entry(e.device).or_default().push(i);
+        }
+    }
+    let mut reconciled = BTreeMap::new();
+    let mut out = Vec::with_capacity(events.len());
+    for (device, mut order) in by_device {
+        order_ties(&mut order, &events, event_totals);
+        let device_events: Vec<(Event, Option<i64>)> =
+            order.iter().filter_map(|&i| Some((*events.get(i)?, event_totals.get(i).copied().flatten()))).collect();
+        let found = reconcile(device, &device_events);
+        let mut added = found.added.iter().peekable();
+        for (n, (&i, (e, _))) in order.iter().zip(&device_events).enumerate() {
+            while let Some((_, a)) = added.next_if(|a| a.0 == n) {
+                out.push((*a, None));
+            }
+            out.push((*e, Some(i)));
+        }
+        reconciled.insert(device, found);
+    }
+    // Stable: each device's order stays as reconciled.
+    out.sort_by_key(|e| e.0.time_ns);
+    let mut position = vec![0; events.len()];
+    for (at, (_, i)) in out.iter().enumerate() {
+        if let Some(slot) = i.and_then(|i| position.get_mut(i)) {
+            *slot = at;
+        }
+    }
+    (out.into_iter().map(|e| e.0).collect(), position, reconciled)
+}
+
+/// A device's `Total Allocated` samples in the events' final order: by time, and where times
+/// tie, as their events were put ([`order_ties`]); a sample of no event keeps its
+/// place after the one before it in the file.
+pub(super) fn samples_in_event_order(
+    samples: Vec<(CounterSample, Option<usize>)>,
+    position: &[usize],
+) -> Vec<CounterSample> {
+    let mut last = 0;
+    let mut keyed: Vec<(usize, CounterSample)> = samples
+        .into_iter()
+        .map(|(sample, event)| {
+            if let Some(&at) = event.and_then(|i| position.get(i)) {
+                last = at;
+            }
+            (last, sample)
+        })
+        .collect();
+    keyed.sort_by_key(|&(at, sample)| (sample.time_ns, at));
+    keyed.into_iter().map(|(_, sample)| sample).collect()
 }
 
 #[cfg(test)]
