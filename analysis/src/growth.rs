@@ -120,10 +120,14 @@ pub struct Growth {
 /// The iterations of `device` and whether its memory grows across them; `None` when the trace
 /// shows fewer than three complete iterations (too few to tell growth from warm-up).
 pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
-    let events = crate::replay::device_events(trace, device);
+    growth_with(trace, device, &crate::replay::device_events(trace, device))
+}
+
+/// [`growth`] of a device whose events ([`crate::replay::device_events`]) the caller has.
+pub fn growth_with(trace: &Trace, device: DeviceId, events: &[u32]) -> Option<Growth> {
     let (boundary_ns, iterations) = match spans(trace, device) {
         Some(found) => found,
-        None => pattern(trace, &events)?,
+        None => pattern(trace, events)?,
     };
     // Iterations 0..m: the first is warm-up, the growth is measured over 1..m.
     let m = boundary_ns.len().checked_sub(1)?;

@@ -43,8 +43,15 @@ fn raise(peak: &mut Peak, bytes: u64, event: Option<usize>, time_ns: i64, first:
 
 /// Finds the peaks of a device in one pass.
 pub fn peaks(trace: &Trace, device: DeviceId) -> Peaks {
+    let events = replay::device_events(trace, device);
+    let initial = replay::initial_state(trace, device, &events);
+    peaks_from(trace, device, &events, &initial)
+}
+
+/// [`peaks`] of a device whose events and initial state the caller has worked out.
+pub fn peaks_from(trace: &Trace, device: DeviceId, events: &[u32], initial: &replay::Initial) -> Peaks {
     let mut peaks = Peaks::default();
-    let end = replay::replay(trace, device, |event, p| {
+    let end = replay::replay_with(trace, device, events, initial, |event, p| {
         let first = peaks.points == 0;
         raise(&mut peaks.allocated, p.allocated_bytes, event, p.time_ns, first);
         raise(&mut peaks.requested, p.requested_bytes, event, p.time_ns, first);
@@ -172,6 +179,18 @@ pub fn category_counters(trace: &Trace, device: DeviceId) -> Vec<(Category, &Cou
 /// Bytes by category at an instant: from the source's category counters when it has them (the
 /// profiler's memory timeline), else from [`attribution`](super::attribution) of the live blocks.
 pub fn categories_at(trace: &Trace, device: DeviceId, time_ns: i64, live: &[LiveBlock]) -> BTreeMap<Category, u64> {
+    categories_at_with(trace, device, time_ns, live, &mut Attributor::new(trace, device))
+}
+
+/// [`categories_at`] with the caller's attributor for `device` (one worked out once for several
+/// questions).
+pub fn categories_at_with(
+    trace: &Trace,
+    device: DeviceId,
+    time_ns: i64,
+    live: &[LiveBlock],
+    attributor: &mut Attributor<'_>,
+) -> BTreeMap<Category, u64> {
     let mut totals = BTreeMap::new();
     let counters = category_counters(trace, device);
     if !counters.is_empty() {
@@ -185,7 +204,6 @@ pub fn categories_at(trace: &Trace, device: DeviceId, time_ns: i64, live: &[Live
         return totals;
     }
     // Otherwise each block's tag during its lifetime, else the stack-frame rules.
-    let mut attributor = Attributor::new(trace, device);
     for block in live {
         let alloc_ns = block.alloc_event.and_then(|i| trace.events.get(i)).map_or(i64::MIN, |e| e.time_ns);
         let category = attributor.block(block.address, alloc_ns, time_ns, block.stack).category;

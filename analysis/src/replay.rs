@@ -223,6 +223,21 @@ pub fn replay(trace: &Trace, device: DeviceId, visit: impl FnMut(Option<usize>, 
     replay_from(trace, device, &events, &initial, visit)
 }
 
+/// [`replay`] of a device whose events and initial state the caller has already worked out
+/// (counters where the device has nothing else, as [`replay`]).
+pub fn replay_with(
+    trace: &Trace,
+    device: DeviceId,
+    events: &[u32],
+    initial: &Initial,
+    visit: impl FnMut(Option<usize>, Point),
+) -> Point {
+    if replays_counters(trace, device, events) {
+        return replay_counters(trace, device, visit);
+    }
+    replay_from(trace, device, events, initial, visit)
+}
+
 /// Whether a device's memory comes from its counters (a profiler's totals) rather than from its
 /// events: it has no events but has counters. A device with neither (a snapshot taken without
 /// allocation history) replays its final segment state as its only instant.

@@ -125,12 +125,15 @@ fn is_zero(bytes: &u64) -> bool {
 }
 
 /// Summarises one device: the iterations and the phases are worked out on threads of their own,
-/// beside the peak.
+/// beside the peak; the device's events and its state before them once, for all three.
 pub fn device_summary(trace: &Trace, device: DeviceId) -> DeviceSummary {
+    let events = crate::replay::device_events(trace, device);
+    let initial = crate::replay::initial_state(trace, device, &events);
+    let of = crate::phases::Device { id: device, events: &events, initial: &initial };
     std::thread::scope(|scope| {
-        let growth = scope.spawn(|| crate::growth::growth(trace, device));
-        let phases = scope.spawn(|| crate::phases::phases(trace, device));
-        let mut summary = device_summary_with(trace, device, None, crate::phases::Phases::default());
+        let growth = scope.spawn(|| crate::growth::growth_with(trace, device, &events));
+        let phases = scope.spawn(move || crate::phases::phases_of(trace, of));
+        let mut summary = device_summary_with(trace, of, None, crate::phases::Phases::default());
         // A thread that panicked is a bug: raise it here as if it had run on this one.
         summary.growth = growth.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
         summary.phases = phases.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
@@ -140,16 +143,22 @@ pub fn device_summary(trace: &Trace, device: DeviceId) -> DeviceSummary {
 
 fn device_summary_with(
     trace: &Trace,
-    device: DeviceId,
+    of: crate::phases::Device<'_>,
     growth: Option<crate::growth::Growth>,
     phases: crate::phases::Phases,
 ) -> DeviceSummary {
-    let peaks = peak::peaks(trace, device);
-    let live = peak::live_at(trace, device, peaks.allocated.event);
-    let categories = peak::categories_at(trace, device, peaks.allocated.time_ns, &live);
+    let device = of.id;
+    let peaks = peak::peaks_from(trace, device, of.events, of.initial);
+    let mut live = Vec::new();
+    peak::live_at_each_from(trace, of.events, of.initial, &[peaks.allocated.event], |_, blocks| live = blocks);
+    // One attributor for the categories and for what of the unknown came from before.
+    let mut attributor = Attributor::new(trace, device);
+    if live.iter().any(|b| b.alloc_event.is_none()) {
+        attributor.prepare_persistent(of.events, of.initial);
+    }
+    let categories = peak::categories_at_with(trace, device, peaks.allocated.time_ns, &live, &mut attributor);
     let mut unknown_from_before_recording_bytes = 0;
     if categories.contains_key(&Category::Unknown) {
-        let mut attributor = Attributor::new(trace, device);
         for block in live.iter().filter(|b| b.alloc_event.is_none()) {
             let found = attributor.block(block.address, i64::MIN, peaks.allocated.time_ns, block.stack);
             if found.evidence == (Evidence::BeforeRecording { persistent: true }) {
@@ -177,7 +186,7 @@ fn device_summary_with(
         label: trace.metadata.device_label(device),
         name: facts.and_then(|d| d.name.clone()),
         total_memory_bytes: facts.and_then(|d| d.total_memory_bytes),
-        events: trace.events.iter().filter(|e| e.device == device).count(),
+        events: of.events.len(),
         segments: final_state.as_ref().map_or(0, |s| s.segments),
         final_state: total,
         private_pool_segments: final_state.as_ref().map_or(0, |s| s.private_pool_segments),

@@ -76,11 +76,12 @@ fn real_snapshots_read_the_same_in_pieces() {
     assert!(read >= 3, "only {read} fixtures were large enough to cut");
 }
 
-/// A snapshot pickled by CPython itself: `devices` devices, `entries` entries each.
-fn cpython_snapshot(dir: &Path, entries: usize, devices: usize, protocol: u8) -> Vec<u8> {
+/// A snapshot pickled by CPython itself: `devices` devices, `entries` entries each, and `notes`
+/// `record_function` ranges.
+fn cpython_snapshot(dir: &Path, entries: usize, devices: usize, protocol: u8, notes: usize) -> Vec<u8> {
     let script = r#"
 import pickle, random, sys
-entries, devices, protocol, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+entries, devices, protocol, out, ranges = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 rng = random.Random(7)
 frames = [{'name': f'fn_{i}', 'filename': f'/src/model_{i % 40}.py', 'line': 10 + i} for i in range(300)]
 fx = {'name': 'forward', 'filename': '<eval_with_key>.3', 'line': 9, 'fx_node_op': 'call_function',
@@ -130,17 +131,27 @@ for d in range(devices):
     segments.append({'device': d, 'address': base, 'total_size': 1 << 30, 'allocated_size': 0, 'active_size': 0,
                      'requested_size': 0, 'stream': 0, 'segment_type': 'large', 'segment_pool_id': (0, 0),
                      'is_expandable': False, 'frames': [], 'blocks': blocks})
+# record_function ranges: where they are many, the pieces cut them too. One record with a key of
+# its own and one that is not a dict are read as the generic path reads them.
+notes = []
+for i in range(ranges):
+    name = rng.choice(['fwd', 'bwd', 'Optimizer.step#Adam.step', 'data'])
+    start = 1_700_000_000_000_000 + 40 * i
+    notes.append({'stage': 'START', 'name': name, 'device': i % devices, 'time_us': start})
+    notes.append({'stage': 'END', 'name': name, 'device': i % devices, 'time_us': start + 30})
+notes.insert(len(notes) // 3, {'stage': 'START', 'name': 'odd', 'device': 0, 'time_us': 5, 'note': 'extra'})
+notes.insert(len(notes) // 2, ['not', 'a', 'dict'])
 snapshot = {'segments': segments, 'device_traces': traces,
             'allocator_settings': {'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'},
-            'external_annotations': [{'stage': 'START', 'name': 'fwd', 'device': 0, 'time_us': 1_700_000_000_000_100},
-                                     {'stage': 'END', 'name': 'fwd', 'device': 0, 'time_us': 1_700_000_000_900_000}]}
+            'external_annotations': notes}
 with open(out, 'wb') as f:
     pickle.dump(snapshot, f, protocol=protocol)
 "#;
-    let out = dir.join(format!("cpython_{entries}_{devices}_{protocol}.pickle"));
+    let out = dir.join(format!("cpython_{entries}_{devices}_{protocol}_{notes}.pickle"));
     let status = Command::new("python3")
         .args(["-c", script, &entries.to_string(), &devices.to_string(), &protocol.to_string()])
         .arg(&out)
+        .arg(notes.to_string())
         .status()
         .expect("python3 runs");
     assert!(status.success());
@@ -151,7 +162,7 @@ with open(out, 'wb') as f:
 fn cpython_pickles_read_the_same_in_pieces() {
     let dir = tempfile::tempdir().unwrap();
     for (entries, devices, protocol) in [(40_000, 1, 4), (25_000, 3, 4), (30_000, 2, 5), (300, 2, 4)] {
-        let data = cpython_snapshot(dir.path(), entries, devices, protocol);
+        let data = cpython_snapshot(dir.path(), entries, devices, protocol, entries / 2);
         let (taken, events) = agrees(&format!("{entries} x {devices} (protocol {protocol})"), &data);
         assert!(events > entries / 2);
         if entries >= 10_000 {
@@ -161,9 +172,20 @@ fn cpython_pickles_read_the_same_in_pieces() {
 }
 
 #[test]
+fn record_function_ranges_are_read_in_pieces() {
+    // A short trace and a long list of ranges: the cuts fall among the ranges.
+    let dir = tempfile::tempdir().unwrap();
+    let data = cpython_snapshot(dir.path(), 300, 1, 4, 60_000);
+    let (taken, _) = agrees("60,000 ranges", &data);
+    assert!(taken >= 1, "the ranges were never read in pieces");
+    let imported = import_snapshot(&data, &NoProgress).unwrap();
+    assert!(imported.trace.annotations.len() >= 60_000, "{} ranges", imported.trace.annotations.len());
+}
+
+#[test]
 fn damaged_pickles_fail_or_recover_the_same_in_pieces() {
     let dir = tempfile::tempdir().unwrap();
-    let data = cpython_snapshot(dir.path(), 30_000, 2, 4);
+    let data = cpython_snapshot(dir.path(), 30_000, 2, 4, 10_000);
     // Cut short, and single bytes changed throughout (in the first piece, in later ones).
     let mut cases = vec![data[..data.len() / 2].to_vec(), data[..data.len() - 1].to_vec()];
     for k in 1..12 {

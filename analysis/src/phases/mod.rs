@@ -33,11 +33,13 @@ use vramscope_trace_format::{AnnotationKind, DeviceId, Trace};
 use crate::attribution::Attributor;
 use crate::replay;
 
+mod highs;
 mod windows;
 
+use self::highs::high_points;
 pub use self::windows::phase_of_name;
 use self::windows::{
-    Span, Window, from_spans, from_stacks, iterations_of, merge_overlapping, number_iterations, position_at, spans,
+    Clock, Span, Window, from_spans, from_stacks, iterations_of, merge_overlapping, number_iterations, spans,
 };
 
 /// A phase of a training step.
@@ -235,9 +237,17 @@ pub fn phases(trace: &Trace, device: DeviceId) -> Phases {
         return Phases::default();
     }
     let initial = replay::initial_state(trace, device, &events);
-    let mut attributor = Attributor::new(trace, device);
-    attributor.prepare_persistent(&events, &initial);
-    phases_and_ranges(trace, Device { id: device, events: &events, initial: &initial }, &mut attributor, false).0
+    phases_of(trace, Device { id: device, events: &events, initial: &initial })
+}
+
+/// [`phases`] of a device whose events and initial state the caller has worked out.
+pub fn phases_of(trace: &Trace, device: Device<'_>) -> Phases {
+    if device.events.is_empty() {
+        return Phases::default();
+    }
+    let mut attributor = Attributor::new(trace, device.id);
+    attributor.prepare_persistent(device.events, device.initial);
+    phases_and_ranges(trace, device, &mut attributor, false).0
 }
 
 /// A device with its events and initial state worked out (by the caller, once).
@@ -273,17 +283,20 @@ pub fn phases_and_ranges(
     combined.sort_by_key(|s| (s.start, s.end));
     merge_overlapping(&mut recorded);
     merge_overlapping(&mut combined);
+    // Built only where ranges are placed among the events.
+    let clock = std::cell::LazyCell::new(|| Clock::new(trace, events));
     let (from, windows) = if covers(&recorded) {
-        (PhasesFrom::Recorded, from_spans(trace, events, &recorded))
+        (PhasesFrom::Recorded, from_spans(events, &clock, &recorded))
     } else if covers(&combined) {
-        (PhasesFrom::Annotations, from_spans(trace, events, &combined))
+        (PhasesFrom::Annotations, from_spans(events, &clock, &combined))
     } else {
         (PhasesFrom::Stacks, from_stacks(trace, events, &combined, &iteration_spans))
     };
     let phase_windows = number_iterations(trace, windows, &iteration_spans);
-    let iteration_windows = iterations_of(&phase_windows, events, trace, &iteration_spans);
+    let recorded_iterations = (!iteration_spans.is_empty()).then(|| (&*clock, iteration_spans.as_slice()));
+    let iteration_windows = iterations_of(&phase_windows, events, recorded_iterations);
     let (named_ranges, range_windows) =
-        if with_ranges { first_ranges(trace, device, events) } else { (Vec::new(), Vec::new()) };
+        if with_ranges { first_ranges(trace, device, events, &clock) } else { (Vec::new(), Vec::new()) };
     if phase_windows.is_empty() && range_windows.is_empty() {
         return (Phases::default(), Vec::new());
     }
@@ -310,7 +323,7 @@ pub fn phases_and_ranges(
 /// The first of each user range by name (at most [`MAX_RANGES`]) and its window of events.
 type NamedRanges = (Vec<(String, i64, i64)>, Vec<Window>);
 
-fn first_ranges(trace: &Trace, device: DeviceId, events: &[u32]) -> NamedRanges {
+fn first_ranges(trace: &Trace, device: DeviceId, events: &[u32], clock: &Clock) -> NamedRanges {
     let mut seen = std::collections::BTreeSet::new();
     let (mut names, mut windows) = (Vec::new(), Vec::new());
     let mut ranges: Vec<&vramscope_trace_format::Annotation> = trace
@@ -325,8 +338,8 @@ fn first_ranges(trace: &Trace, device: DeviceId, events: &[u32]) -> NamedRanges 
         if name.is_empty() || names.len() >= MAX_RANGES || !seen.insert(name) {
             continue;
         }
-        let (from, to) =
-            (position_at(trace, events, a.start_ns), position_at(trace, events, a.end_ns.saturating_add(1)));
+        let from = clock.position_at(a.start_ns);
+        let to = clock.position_from(from, a.end_ns.saturating_add(1));
         if let (Some(&first), Some(&last)) = (events.get(from), to.checked_sub(1).and_then(|p| events.get(p)))
             && to > from
         {
@@ -353,71 +366,6 @@ pub struct RangeHigh {
     pub end_ns: i64,
     /// The most allocated inside it (or when it began).
     pub high_bytes: u64,
-}
-
-/// The high point of each window, in one replay.
-fn high_points(
-    trace: &Trace,
-    device: DeviceId,
-    events: &[u32],
-    initial: &replay::Initial,
-    windows: &[Window],
-) -> Vec<PhaseHigh> {
-    let mut order: Vec<usize> = (0..windows.len()).collect();
-    order.sort_by_key(|&k| windows.get(k).map_or(0, |w| w.first));
-    let mut highs: Vec<Option<(u64, i64, Option<usize>)>> = vec![None; windows.len()];
-    let mut next_open = 0usize;
-    let mut open: Vec<usize> = Vec::new();
-    let mut previous: Option<(u64, i64, Option<usize>)> = None;
-    replay::replay_from(trace, device, events, initial, |event, point| {
-        let now = (point.allocated_bytes, point.time_ns, event);
-        if let Some(i) = event {
-            // Windows opening at this event start from the state before it.
-            while let Some(&k) = order.get(next_open) {
-                if windows.get(k).is_none_or(|w| w.first > i) {
-                    break;
-                }
-                if let Some(slot) = highs.get_mut(k) {
-                    *slot = previous.or(Some(now));
-                }
-                open.push(k);
-                next_open += 1;
-            }
-            open.retain(|&k| {
-                let Some(w) = windows.get(k) else { return false };
-                if w.last < i {
-                    return false;
-                }
-                if let Some(slot) = highs.get_mut(k)
-                    && slot.is_none_or(|h| now.0 > h.0)
-                {
-                    *slot = Some(now);
-                }
-                true
-            });
-        }
-        previous = Some(now);
-    });
-    windows
-        .iter()
-        .zip(highs)
-        .map(|(w, high)| {
-            let (high_bytes, high_time_ns, high_event) = high.unwrap_or((0, 0, None));
-            let time = |i: usize| trace.events.get(i).map_or(0, |e| e.time_ns);
-            PhaseHigh {
-                kind: w.kind,
-                iteration: w.iteration,
-                start_ns: time(w.first),
-                end_ns: time(w.last),
-                first_event: w.first,
-                last_event: w.last,
-                high_bytes,
-                high_time_ns,
-                high_event,
-                categories: None,
-            }
-        })
-        .collect()
 }
 
 /// Bytes by category at each high point, in one pass over the events: all of them up to

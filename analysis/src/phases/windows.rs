@@ -1,7 +1,7 @@
 //! Where the phases are: spans recorded or named like phases, or each allocation's stack, turned
 //! into windows of a device's events, numbered by iteration.
 
-use vramscope_trace_format::{AnnotationKind, DeviceId, EventKind, StackId, Trace};
+use vramscope_trace_format::{AnnotationKind, DeviceId, EventKind, StackId, StringId, Trace};
 
 use super::PhaseKind;
 
@@ -89,6 +89,8 @@ pub(super) struct Window {
 /// `device`, each sorted by start.
 pub(super) fn spans(trace: &Trace, device: DeviceId) -> (Vec<Span>, Vec<Span>, Vec<(i64, i64)>) {
     let (mut recorded, mut named, mut iterations) = (Vec::new(), Vec::new(), Vec::new());
+    // What each name says, worked out once: a long run repeats a few names a million times.
+    let mut said: rustc_hash::FxHashMap<StringId, (bool, Option<PhaseKind>)> = rustc_hash::FxHashMap::default();
     // The host's ranges count for every device: the CPU thread inside `record_function` or an
     // optimizer step makes the allocations on the GPU too (the caching allocator answers on it).
     for a in trace.annotations.iter().filter(|a| a.applies_to(device) || a.device == Some(DeviceId::HOST)) {
@@ -99,10 +101,13 @@ pub(super) fn spans(trace: &Trace, device: DeviceId) -> (Vec<Span>, Vec<Span>, V
             AnnotationKind::OptimizerStep => recorded.push(span(PhaseKind::OptimizerStep)),
             AnnotationKind::Iteration => iterations.push((a.start_ns, a.end_ns.max(a.start_ns))),
             AnnotationKind::UserRange | AnnotationKind::Op => {
-                let name = trace.interner.resolve(a.name);
-                if is_iteration_name(name) {
+                let (iteration, phase) = *said.entry(a.name).or_insert_with(|| {
+                    let name = trace.interner.resolve(a.name);
+                    (is_iteration_name(name), phase_of_name(name))
+                });
+                if iteration {
                     iterations.push((a.start_ns, a.end_ns.max(a.start_ns)));
-                } else if let Some(kind) = phase_of_name(name) {
+                } else if let Some(kind) = phase {
                     named.push(span(kind));
                 }
             }
@@ -138,14 +143,53 @@ pub(super) fn merge_overlapping(list: &mut Vec<Span>) {
     *list = out;
 }
 
-/// The position in `events` of the first event at or after `time_ns`.
-pub(super) fn position_at(trace: &Trace, events: &[u32], time_ns: i64) -> usize {
-    events.partition_point(|&i| trace.events.get(i as usize).is_some_and(|e| e.time_ns < time_ns))
+/// A device's event times in order: positions in its events by time, without reading the
+/// events themselves (a long run has hundreds of thousands of ranges to place among millions
+/// of events).
+pub(super) struct Clock {
+    times: Vec<i64>,
 }
 
-/// Windows from spans: each span's events; forward reaches to the backward right after it.
-pub(super) fn from_spans(trace: &Trace, events: &[u32], spans: &[Span]) -> Vec<Window> {
+impl Clock {
+    pub(super) fn new(trace: &Trace, events: &[u32]) -> Self {
+        Self { times: events.iter().map(|&i| trace.events.get(i as usize).map_or(i64::MAX, |e| e.time_ns)).collect() }
+    }
+
+    /// The position in the events of the first event at or after `time_ns`.
+    pub(super) fn position_at(&self, time_ns: i64) -> usize {
+        self.times.partition_point(|&t| t < time_ns)
+    }
+
+    /// [`Clock::position_at`], searched for from `from` onwards (times asked for in order are
+    /// found near the last answer).
+    pub(super) fn position_from(&self, from: usize, time_ns: i64) -> usize {
+        partition_from(&self.times, from, |&t| t < time_ns)
+    }
+}
+
+/// `items.partition_point(below)`, searched for from `from` onwards: doubling steps, then a
+/// binary search within the last one (answers asked for in order lie near each other). The
+/// whole is searched when the answer lies before `from`.
+pub(super) fn partition_from<T>(items: &[T], from: usize, below: impl Fn(&T) -> bool) -> usize {
+    if from > 0 && items.get(from - 1).is_none_or(|item| !below(item)) {
+        return items.partition_point(below);
+    }
+    let len = items.len();
+    let (mut low, mut high, mut step) = (from, from, 1usize);
+    while high < len && items.get(high).is_some_and(&below) {
+        low = high + 1;
+        high = from.saturating_add(step);
+        step = step.saturating_mul(2);
+    }
+    let high = high.min(len);
+    low + items.get(low..high).map_or(0, |part| part.partition_point(below))
+}
+
+/// Windows from spans (sorted by start): each span's events; forward reaches to the backward
+/// right after it.
+pub(super) fn from_spans(events: &[u32], clock: &Clock, spans: &[Span]) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::new();
+    let mut previous = 0;
     for (k, s) in spans.iter().enumerate() {
         let mut end = s.end;
         if s.kind == PhaseKind::Forward
@@ -153,8 +197,9 @@ pub(super) fn from_spans(trace: &Trace, events: &[u32], spans: &[Span]) -> Vec<W
         {
             end = end.max(next.start.saturating_sub(1));
         }
-        let from = position_at(trace, events, s.start);
-        let to = position_at(trace, events, end.saturating_add(1));
+        let from = clock.position_from(previous, s.start);
+        previous = from;
+        let to = clock.position_from(from, end.saturating_add(1));
         if to > from
             && let (Some(&first), Some(&last)) = (events.get(from), events.get(to - 1))
         {
@@ -306,9 +351,14 @@ pub(super) fn merge_micro_batches(windows: Vec<Window>) -> Vec<Window> {
     out
 }
 
-/// Each iteration's window: a recorded iteration span's events, else from its first phase's
-/// first event to the event before the next iteration's.
-pub(super) fn iterations_of(phases: &[Window], events: &[u32], trace: &Trace, spans: &[(i64, i64)]) -> Vec<Window> {
+/// Each iteration's window: a recorded iteration span's events (`recorded`: the spans, and the
+/// clock that places them), else from its first phase's first event to the event before the next
+/// iteration's.
+pub(super) fn iterations_of(
+    phases: &[Window],
+    events: &[u32],
+    recorded: Option<(&Clock, &[(i64, i64)])>,
+) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::new();
     for w in phases {
         match out.last_mut() {
@@ -319,10 +369,11 @@ pub(super) fn iterations_of(phases: &[Window], events: &[u32], trace: &Trace, sp
             _ => out.push(Window { kind: None, ..*w }),
         }
     }
-    if !spans.is_empty() {
+    if let Some((clock, spans)) = recorded {
         for it in &mut out {
             if let Some(&(start, end)) = (it.iteration as usize).checked_sub(1).and_then(|k| spans.get(k)) {
-                let (from, to) = (position_at(trace, events, start), position_at(trace, events, end.saturating_add(1)));
+                let from = clock.position_at(start);
+                let to = clock.position_from(from, end.saturating_add(1));
                 if let (Some(&first), Some(&last)) = (events.get(from), to.checked_sub(1).and_then(|p| events.get(p)))
                     && last >= first
                 {
@@ -343,4 +394,23 @@ pub(super) fn iterations_of(phases: &[Window], events: &[u32], trace: &Trace, sp
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Clock;
+
+    #[test]
+    fn a_search_from_a_position_finds_what_the_whole_search_finds() {
+        // Times with repeats, as events sharing a timestamp have.
+        let times: Vec<i64> = [1, 1, 2, 5, 5, 5, 8, 9, 9, 20, 21, 21, 40].to_vec();
+        let clock = Clock { times: times.clone() };
+        for time in -1..45 {
+            let expected = times.partition_point(|&t| t < time);
+            assert_eq!(clock.position_at(time), expected, "at {time}");
+            for from in 0..=times.len() + 2 {
+                assert_eq!(clock.position_from(from, time), expected, "at {time} from {from}");
+            }
+        }
+    }
 }

@@ -23,6 +23,8 @@ pub(crate) struct Remap {
     pub(crate) contexts: Vec<ContextId>,
     /// The piece's entry records start at this index.
     pub(crate) entries_from: u32,
+    /// The piece's external annotation records start at this index.
+    pub(crate) externals_from: u32,
 }
 
 impl Remap {
@@ -34,6 +36,9 @@ impl Remap {
             Value::Stack(id) => Value::Stack(self.stacks.get(id.index()).copied().unwrap_or(StackId(0))),
             Value::Record(RecordKind::Entry, i) => {
                 Value::Record(RecordKind::Entry, i.saturating_add(self.entries_from))
+            }
+            Value::Record(RecordKind::External, i) => {
+                Value::Record(RecordKind::External, i.saturating_add(self.externals_from))
             }
             other => other,
         }

@@ -48,14 +48,16 @@ pub(crate) trait PieceSink: Sink + Send + Sized {
     /// Converts a frame dict, and nothing else (no record is made): a dict of an earlier piece
     /// that a piece refers to, or one inside a list being scanned as frames.
     fn convert_earlier(&mut self, store: &mut Store, pairs: &[Value]) -> Option<Value>;
-    /// Whether every record the sink made is a trace entry (a piece that made anything else is
-    /// not taken in).
+    /// Whether every record the sink made is a trace entry or an external annotation (a piece
+    /// that made anything else is not taken in).
     fn only_entries(&self) -> bool;
     /// Number of entry records made.
     fn entry_count(&self) -> u32;
-    /// Appends a piece's entries, with their ids mapped by `remap` (but for `entries_from`);
-    /// returns the index the first of them now has.
-    fn take_in(&mut self, piece: Self, remap: &Remap) -> u32;
+    /// Number of external annotation records made.
+    fn external_count(&self) -> u32;
+    /// Appends a piece's entries and external annotations, with their ids mapped by `remap` (but
+    /// for `entries_from` and `externals_from`); returns the index the first of each now has.
+    fn take_in(&mut self, piece: Self, remap: &Remap) -> (u32, u32);
 }
 
 /// Where to cut a pickle: the start of each piece after the first.
@@ -300,8 +302,16 @@ fn run_piece<S: PieceSink>(
     if !clean || !sink.only_entries() {
         return None;
     }
-    let entries = sink.entry_count();
-    if entries > 0 && store.record_run(list).ok()? != (RecordKind::Entry, 0, entries) {
+    // The piece's list is one run of records of one kind: entries, or external annotations.
+    let run = match (sink.entry_count(), sink.external_count()) {
+        (0, 0) => None,
+        (entries, 0) => Some((RecordKind::Entry, 0, entries)),
+        (0, externals) => Some((RecordKind::External, 0, externals)),
+        _ => return None,
+    };
+    if let Some(run) = run
+        && store.record_run(list).ok()? != run
+    {
         return None;
     }
     let Store { memo, interner, .. } = store;
@@ -352,10 +362,13 @@ impl<S: PieceSink> Machine<'_, S> {
     fn take_in(&mut self, done: Done<S>) {
         let Some(&Value::Container(list)) = self.stack.last() else { return };
         let Ok(&container) = self.store.container(list) else { return };
-        let entries = done.sink.entry_count();
-        // The list's items and the sink's entries (padded to a chunk) stay countable in 32 bits.
-        let fits = (container.len as usize).checked_add(entries as usize).is_some_and(|n| n <= u32::MAX as usize)
-            && (self.sink.entry_count() as usize + entries as usize) < (u32::MAX as usize) - (1 << 17);
+        let (entries, externals) = (done.sink.entry_count(), done.sink.external_count());
+        let records = entries.max(externals);
+        // The list's items and the sink's records (entries padded to a chunk) stay countable in
+        // 32 bits.
+        let fits = (container.len as usize).checked_add(records as usize).is_some_and(|n| n <= u32::MAX as usize)
+            && (self.sink.entry_count() as usize + entries as usize) < (u32::MAX as usize) - (1 << 17)
+            && (self.sink.external_count() as usize + externals as usize) < u32::MAX as usize;
         if container.kind != ContainerKind::List
             || container.resolved != Value::None
             || !fits
@@ -392,13 +405,20 @@ impl<S: PieceSink> Machine<'_, S> {
                 })
             })
             .collect();
-        let mut remap = Remap { strings, frames, stacks, contexts, entries_from: 0 };
-        let entries_from = self.sink.take_in(sink, &remap);
+        let mut remap = Remap { strings, frames, stacks, contexts, entries_from: 0, externals_from: 0 };
+        let (entries_from, externals_from) = self.sink.take_in(sink, &remap);
         remap.entries_from = entries_from;
-        if entries > 0 {
+        remap.externals_from = externals_from;
+        // A piece made one kind of record or none (checked when it ended).
+        let run = if entries > 0 {
+            Some((RecordKind::Entry, entries_from, entries))
+        } else {
+            (externals > 0).then_some((RecordKind::External, externals_from, externals))
+        };
+        if let Some((kind, from, n)) = run {
             self.touched(list);
             // Cannot fail: the list is open and the count fits (checked above).
-            let _ = self.store.append_record_run(list, RecordKind::Entry, entries_from, entries);
+            let _ = self.store.append_record_run(list, kind, from, n);
         }
         self.store.memo.take_in(memo, Arc::new(remap));
         self.pos = end;

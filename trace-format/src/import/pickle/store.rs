@@ -14,6 +14,8 @@ pub(crate) enum RecordKind {
     Block,
     /// A segment.
     Segment,
+    /// A record of `external_annotations` (a `record_function` range's start or end).
+    External,
 }
 
 /// A handle to a container: an index into the pool's container table and the slot's generation,

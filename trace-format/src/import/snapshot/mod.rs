@@ -92,6 +92,7 @@ fn to_json(store: &Store, value: Value, depth: usize, budget: &mut usize) -> Res
 
 /// One record of `external_annotations` (`record_function` ranges and the like): its fields
 /// that are there and of the right type.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct External {
     /// `START` or `END`.
     pub(crate) stage: Option<StringId>,
@@ -102,8 +103,9 @@ pub(crate) struct External {
 
 /// Reads `external_annotations`, a list of dicts, as records: as many as the file holds (each
 /// is a dict of the file), with no bound on generic values, since a long run's
-/// `record_function` ranges number in the millions.
-fn external_records(store: &Store, value: Value) -> Result<Vec<External>, String> {
+/// `record_function` ranges number in the millions. Most were made records by the sink as the
+/// pickle streamed by; a dict with other keys is read here.
+fn external_records(store: &Store, value: Value, made: &[External]) -> Result<Vec<External>, String> {
     let handle = match value {
         Value::None | Value::Missing => return Ok(Vec::new()),
         Value::Container(h) if store.kind(h)? != ContainerKind::Dict => h,
@@ -112,7 +114,11 @@ fn external_records(store: &Store, value: Value) -> Result<Vec<External>, String
     let mut records = Vec::with_capacity(store.len(handle)?);
     store.for_each_item(handle, |item| {
         let mut record = External { stage: None, name: None, device: None, time_us: None };
-        if let Value::Container(h) = item
+        if let Value::Record(RecordKind::External, index) = item
+            && let Some(&made) = made.get(index as usize)
+        {
+            record = made;
+        } else if let Value::Container(h) = item
             && store.kind(h)? == ContainerKind::Dict
         {
             store.for_each_pair(h, |key, value| {
@@ -163,6 +169,7 @@ fn describe(store: &Store, value: Value) -> String {
         Value::Record(RecordKind::Entry, _) => "a trace entry dict".to_owned(),
         Value::Record(RecordKind::Block, _) => "a block dict".to_owned(),
         Value::Record(RecordKind::Segment, _) => "a segment dict".to_owned(),
+        Value::Record(RecordKind::External, _) => "an external annotation dict".to_owned(),
         Value::Container(h) => match store.kind(h) {
             Ok(ContainerKind::Dict) => "a dict".to_owned(),
             Ok(ContainerKind::Tuple) => "a tuple".to_owned(),
@@ -464,7 +471,7 @@ fn parse_with(data: &[u8], progress: &dyn Progress, pieces: Option<usize>, entri
         )));
     }
 
-    let external = external_records(&store, annotations_value).unwrap_or_else(|m| {
+    let external = external_records(&store, annotations_value, &sink.externals).unwrap_or_else(|m| {
         warnings.push(format!("the snapshot's external_annotations were left out: {m}"));
         Vec::new()
     });

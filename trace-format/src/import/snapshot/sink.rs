@@ -1,6 +1,7 @@
 //! The sink that turns snapshot dicts into records as the pickle streams by: frames, trace
-//! entries, blocks and segments.
+//! entries, blocks, segments and `external_annotations` records.
 
+use super::External;
 use super::entries::{Action, Entries, Entry};
 use crate::import::pickle::{ContainerKind, Handle, PieceSink, RecordKind, Remap, Sink, Store, Value};
 use crate::model::event::EventKind;
@@ -31,6 +32,8 @@ enum Field {
     FxNodeName,
     FxNodeTarget,
     FxOriginalTrace,
+    Stage,
+    Device,
 }
 
 /// Keys are interned first, so their ids are small: a table indexed by id names the field.
@@ -69,6 +72,7 @@ struct Keys {
     fx_node_name: StringId,
     fx_node_target: StringId,
     fx_original_trace: StringId,
+    stage: StringId,
     actions: [(StringId, Action); 10],
     active_allocated: StringId,
     active_pending_free: StringId,
@@ -100,6 +104,8 @@ impl Keys {
             (keys.fx_node_name, Field::FxNodeName),
             (keys.fx_node_target, Field::FxNodeTarget),
             (keys.fx_original_trace, Field::FxOriginalTrace),
+            (keys.stage, Field::Stage),
+            (keys.device, Field::Device),
         ];
         for (id, field) in named {
             if let Some(slot) = keys.fields.get_mut(id.index()) {
@@ -157,6 +163,7 @@ impl Keys {
             fx_node_name: i.string("fx_node_name"),
             fx_node_target: i.string("fx_node_target"),
             fx_original_trace: i.string("fx_original_trace"),
+            stage: i.string("stage"),
             actions: [
                 (i.string("alloc"), Action::Event(EventKind::Alloc)),
                 (i.string("free_requested"), Action::Event(EventKind::FreeRequested)),
@@ -195,6 +202,8 @@ pub(super) struct SnapshotSink {
     /// Frames of code that `torch.compile` generated, augmented with the FX node they run
     /// (`_snapshot(augment_with_fx_traces=True)`), and the node's original source trace.
     pub(super) fx_traces: rustc_hash::FxHashMap<FrameId, StringId>,
+    /// `external_annotations` records: a long run has millions, read as the pickle streams by.
+    pub(super) externals: Vec<External>,
 }
 
 fn int_field(name: &str, value: Value) -> Result<u64, String> {
@@ -220,7 +229,31 @@ impl SnapshotSink {
             fx_traces: rustc_hash::FxHashMap::default(),
             block_lists: rustc_hash::FxHashSet::default(),
             shared_block_lists: 0,
+            externals: Vec::new(),
         }
+    }
+
+    /// An `external_annotations` record (`{'stage', 'name', 'device', 'time_us'}`), or `None`
+    /// for a dict with any other key, which is kept as plain data.
+    fn external(&mut self, pairs: &[Value]) -> Option<Value> {
+        let mut record = External { stage: None, name: None, device: None, time_us: None };
+        for pair in pairs.chunks_exact(2) {
+            let (key, value) = (pair[0], pair[1]);
+            let string = match value {
+                Value::Str(id) => Some(id),
+                _ => None,
+            };
+            match self.keys.field(key) {
+                Field::Stage => record.stage = string,
+                Field::Name => record.name = string,
+                Field::Device => record.device = value.as_i64(),
+                Field::TimeUs => record.time_us = value.as_i64(),
+                _ => return None,
+            }
+        }
+        let index = u32::try_from(self.externals.len()).ok()?;
+        self.externals.push(record);
+        Some(Value::Record(RecordKind::External, index))
     }
 
     fn frame(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
@@ -541,6 +574,12 @@ impl Sink for SnapshotSink {
         {
             return self.entry(store, pairs).map(Some);
         }
+        if let Some(&first) = pairs.first()
+            && self.keys.field(first) == Field::Stage
+            && let Some(record) = self.external(pairs)
+        {
+            return Ok(Some(record));
+        }
         let (mut action, mut total_size, mut state, mut name, mut filename) = (false, false, false, false, false);
         for key in pairs.iter().step_by(2) {
             match self.keys.field(*key) {
@@ -595,6 +634,10 @@ impl PieceSink for SnapshotSink {
         self.frame(store, pairs).ok()
     }
 
+    fn external_count(&self) -> u32 {
+        self.externals.len() as u32
+    }
+
     fn only_entries(&self) -> bool {
         self.blocks.is_empty() && self.segments.is_empty() && self.block_lists.is_empty()
     }
@@ -603,7 +646,7 @@ impl PieceSink for SnapshotSink {
         self.entries.len() as u32
     }
 
-    fn take_in(&mut self, piece: Self, remap: &Remap) -> u32 {
+    fn take_in(&mut self, piece: Self, remap: &Remap) -> (u32, u32) {
         let string = |id: StringId| remap.strings.get(id.index()).copied().unwrap_or(StringId(0));
         let first = self.entries.append_moved(
             piece.entries,
@@ -616,6 +659,12 @@ impl PieceSink for SnapshotSink {
                 self.fx_traces.insert(frame, string(trace));
             }
         }
-        first
+        let externals_from = self.externals.len() as u32;
+        self.externals.extend(piece.externals.into_iter().map(|record| External {
+            stage: record.stage.map(string),
+            name: record.name.map(string),
+            ..record
+        }));
+        (first, externals_from)
     }
 }
