@@ -58,9 +58,13 @@ pub struct Baseline {
     pub device: DeviceId,
     /// Peak of allocated bytes.
     pub peak_allocated_bytes: u64,
-    /// Peak of reserved bytes.
+    /// Peak of reserved bytes, as `info` gives it (0 where the trace does not record reserved
+    /// memory).
     pub peak_reserved_bytes: u64,
-    /// Bytes by category at the peak.
+    /// Whether the trace records reserved memory (segments, or reserved totals). Where it does
+    /// not, the projections take the reserved peak to be the allocated one.
+    pub reserved_recorded: bool,
+    /// Bytes by category at the peak, as `info` gives them.
     pub categories_at_peak: BTreeMap<&'static str, u64>,
     /// Where in the step the peak is.
     pub peak_phase: Phase,
@@ -352,6 +356,8 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     let b = breakdown(trace, device);
     let base = b.instants.first()?;
     let peak_allocated = b.peaks.allocated.bytes;
+    // Where the trace does not record reserved memory, the projections take it as allocated.
+    let reserved_recorded = b.peaks.reserved.bytes > 0 || trace.segments.iter().any(|s| s.device == device);
     let peak_reserved = b.peaks.reserved.bytes.max(peak_allocated);
     let target = target.or_else(|| trace.metadata.devices.iter().find(|d| d.device == device)?.total_memory_bytes);
     // A run already under autocast gains nothing from it.
@@ -379,8 +385,9 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         optimizer_state: b.instants.iter().any(|p| p.optimizer_state > 0.0),
         sequence: works_on_sequences(trace),
         expandable: allocator.expandable() || allocator.is_async(),
-        max_split: best_max_split(trace, device, &allocator, peak_reserved),
-        expandable_model: expandable_model(trace, device, &allocator, peak_reserved),
+        // The allocator's model is checked against the reserved memory the trace recorded.
+        max_split: best_max_split(trace, device, &allocator, peak_reserved).filter(|_| reserved_recorded),
+        expandable_model: expandable_model(trace, device, &allocator, peak_reserved).filter(|_| reserved_recorded),
         gradient_bytes: b.instants.iter().map(|p| p.gradient).fold(0.0, f64::max),
         checkpoint_replayed: false,
     };
@@ -428,24 +435,19 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     } else {
         Vec::new()
     };
-    let categories_at_peak: BTreeMap<&'static str, u64> = [
-        ("parameter", base.parameter),
-        ("gradient", base.gradient),
-        ("optimizer_state", base.optimizer_state),
-        ("activation", base.activation),
-        ("temporary", base.temporary),
-        ("input", base.input),
-        ("other", base.other),
-    ]
-    .into_iter()
-    .filter(|(_, value)| *value > 0.0)
-    .map(|(name, value)| (name, value as u64))
-    .collect();
+    // The categories as `info` finds them (its counters, for a memory timeline).
+    let live = peak::live_at(trace, device, b.peaks.allocated.event);
+    let categories_at_peak: BTreeMap<&'static str, u64> =
+        peak::categories_at(trace, device, b.peaks.allocated.time_ns, &live)
+            .into_iter()
+            .map(|(c, v)| (c.name(), v))
+            .collect();
     Some(Advice {
         baseline: Baseline {
             device,
             peak_allocated_bytes: peak_allocated,
-            peak_reserved_bytes: peak_reserved,
+            peak_reserved_bytes: b.peaks.reserved.bytes,
+            reserved_recorded,
             categories_at_peak,
             // Recorded spans first; else the phase as `info` finds it (named ranges, stacks).
             peak_phase: b.peak_phase.filter(|p| *p != Phase::Unknown).unwrap_or_else(|| {

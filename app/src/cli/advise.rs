@@ -255,7 +255,8 @@ fn fit(path: &Path, advice: &Advice, s: &Scaling) -> Result<ScalingFit> {
         );
     }
     let device = advice.baseline.device;
-    let mut points = vec![(s.sizes[0], advice.baseline.peak_reserved_bytes)];
+    // As for the other recordings: reserved at least what is allocated.
+    let mut points = vec![(s.sizes[0], advice.baseline.peak_reserved_bytes.max(advice.baseline.peak_allocated_bytes))];
     for (other, &size) in s.others.iter().zip(&s.sizes[1..]) {
         points.push((size, reserved_peak(other, device)?));
     }
@@ -321,12 +322,8 @@ pub fn run(
         0 => String::new(),
         n => format!("; {} repeated blocks (the model's layers)", count(n)),
     };
-    writeln!(
-        out,
-        "  baseline: peak {} allocated, {} reserved on {device}{phase}{blocks}",
-        bytes(b.peak_allocated_bytes),
-        bytes(b.peak_reserved_bytes),
-    )?;
+    let reserved = words::baseline_reserved(b);
+    writeln!(out, "  baseline: peak {} allocated{reserved} on {device}{phase}{blocks}", bytes(b.peak_allocated_bytes))?;
     let categories: Vec<String> = b.categories_at_peak.iter().map(|(k, v)| format!("{k} {}", bytes(*v))).collect();
     writeln!(out, "  at the peak: {}", categories.join(", "))?;
     if let Some(target) = advice.target_bytes {

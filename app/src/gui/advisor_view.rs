@@ -147,9 +147,9 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
             n => format!("; {} (the model's layers)", units::counted(n, "repeated block", "repeated blocks")),
         };
         ui.label(format!(
-            "peak {} allocated, {} reserved{phase}{blocks}.",
+            "peak {} allocated{}{phase}{blocks}.",
             units::bytes(b.peak_allocated_bytes),
-            units::bytes(b.peak_reserved_bytes),
+            words::baseline_reserved(b),
         ));
         match (advice.target_bytes, state.target) {
             (Some(target), None) => {
@@ -195,8 +195,9 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
         ui.separator();
         const GIB: f64 = (1u64 << 30) as f64;
         // Without a target (none set, the device's not known) the field starts at the peak, and
-        // says it is not one yet.
-        let shown = state.target.or(advice.target_bytes).unwrap_or(b.peak_reserved_bytes);
+        // says it is not one yet (the reserved peak, or the allocated one where reserved memory
+        // is not recorded).
+        let shown = state.target.or(advice.target_bytes).unwrap_or(b.peak_reserved_bytes.max(b.peak_allocated_bytes));
         let mut gib = shown as f64 / GIB;
         ui.label("Fit under");
         let unset = state.target.is_none() && advice.target_bytes.is_none();

@@ -240,6 +240,16 @@ pub fn method(p: &Projection) -> String {
     }
 }
 
+/// The baseline's reserved peak after its allocated one: `, 7.12 GiB reserved`, or what the
+/// projections take where the trace does not record it.
+pub fn baseline_reserved(b: &crate::analysis::advisor::Baseline) -> String {
+    if b.reserved_recorded {
+        format!(", {} reserved", bytes(b.peak_reserved_bytes))
+    } else {
+        " (reserved not recorded: the projections take it as the allocated peak)".to_owned()
+    }
+}
+
 /// The remedies considered that would not change the peak, in one line; none when there are none.
 pub fn without_effect(advice: &Advice) -> Option<String> {
     if advice.without_effect.is_empty() {
