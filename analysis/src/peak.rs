@@ -62,6 +62,12 @@ pub fn peaks_from(trace: &Trace, device: DeviceId, events: &[u32], initial: &rep
     peaks
 }
 
+/// Whether a device's trace records reserved memory: a reserved peak, or segments in its final
+/// state (what `info` and `advise` both say).
+pub fn reserved_recorded(trace: &Trace, device: DeviceId, peaks: &Peaks) -> bool {
+    peaks.reserved.bytes > 0 || trace.segments.iter().any(|s| s.device == device)
+}
+
 /// A block alive at some instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveBlock {

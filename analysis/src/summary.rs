@@ -196,7 +196,7 @@ fn device_summary_with(
         peak_requested_bytes: peaks.requested.bytes,
         peak_reserved_bytes: peaks.reserved.bytes,
         peak_reserved_time_us: time_us(trace, &peaks.reserved),
-        reserved_recorded: peaks.reserved.bytes > 0 || final_state.as_ref().is_some_and(|s| s.segments > 0),
+        reserved_recorded: peak::reserved_recorded(trace, device, &peaks),
         categories_at_peak: categories.into_iter().map(|(c, v)| (c.name(), v)).collect(),
         live_blocks_at_peak: live.len(),
         unknown_from_before_recording_bytes,

@@ -357,7 +357,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     let base = b.instants.first()?;
     let peak_allocated = b.peaks.allocated.bytes;
     // Where the trace does not record reserved memory, the projections take it as allocated.
-    let reserved_recorded = b.peaks.reserved.bytes > 0 || trace.segments.iter().any(|s| s.device == device);
+    let reserved_recorded = peak::reserved_recorded(trace, device, &b.peaks);
     let peak_reserved = b.peaks.reserved.bytes.max(peak_allocated);
     let target = target.or_else(|| trace.metadata.devices.iter().find(|d| d.device == device)?.total_memory_bytes);
     // A run already under autocast gains nothing from it.
@@ -386,8 +386,10 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         sequence: works_on_sequences(trace),
         expandable: allocator.expandable() || allocator.is_async(),
         // The allocator's model is checked against the reserved memory the trace recorded.
-        max_split: best_max_split(trace, device, &allocator, peak_reserved).filter(|_| reserved_recorded),
-        expandable_model: expandable_model(trace, device, &allocator, peak_reserved).filter(|_| reserved_recorded),
+        max_split: reserved_recorded.then(|| best_max_split(trace, device, &allocator, peak_reserved)).flatten(),
+        expandable_model: reserved_recorded
+            .then(|| expandable_model(trace, device, &allocator, peak_reserved))
+            .flatten(),
         gradient_bytes: b.instants.iter().map(|p| p.gradient).fold(0.0, f64::max),
         checkpoint_replayed: false,
     };
