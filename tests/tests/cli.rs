@@ -307,7 +307,7 @@ fn unrelated_files_read_as_ranks_are_doubted() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("the highest peak is 24.42x the lowest"), "{stdout}");
-    assert!(stdout.contains("ranks of one run seldom differ 24-fold"), "{stdout}");
+    assert!(stdout.contains("ranks of one run seldom differ so much"), "{stdout}");
 }
 
 #[test]

@@ -187,11 +187,13 @@ with open(dst, 'wb') as f:
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr.contains("the gzip data holds none of the formats") && stderr.contains("hello, these"), "{stderr}");
-    // Bombs: 1 GiB of spaces in about a megabyte, and the same gzipped twice more (a few KB),
-    // are refused once inflating passes the file's budget (64 MiB plus 64 times the file),
-    // shared by all layers: nesting does not multiply it.
+    // Bombs: 1 GiB of spaces gzipped twice (about 2 KB) and three times (a few hundred bytes)
+    // are refused once inflating passes the file's budget (64 MiB plus 1100 times the file, more
+    // than one layer of gzip can inflate), shared by all layers: nesting does not multiply it.
+    // Gzipped once (about 1 MB) it is within what one layer holds, and is parsed as it inflates
+    // (trace-format/tests/containers.rs holds such files to their plain reading).
     let code = "import gzip, sys\ndata = b'[' + b' ' * (1 << 30)\nfor _ in range(int(sys.argv[2])):\n    data = gzip.compress(data, 9)\nopen(sys.argv[1], 'wb').write(data)";
-    for layers in ["1", "3"] {
+    for layers in ["2", "3"] {
         let bomb = dir.path().join(format!("bomb{layers}.json.gz"));
         vramscope_e2e::run_python_code(code, &[bomb.as_os_str(), layers.as_ref()]);
         let run = vramscope_e2e::measured(&["info".as_ref(), bomb.as_os_str()]);
@@ -206,6 +208,25 @@ with open(dst, 'wb') as f:
             run.peak_kib
         );
     }
+    // What is not JSON is held whole once inflated: the machine's memory (here a set limit)
+    // bounds it, said as memory, not as damage.
+    let held = dir.path().join("held.pickle.gz");
+    let code = "import gzip, sys\nopen(sys.argv[1], 'wb').write(gzip.compress(b'\\x80\\x04' + bytes(200 << 20), 9))";
+    vramscope_e2e::run_python_code(code, &[held.as_os_str()]);
+    let output = vramscope_e2e::vramscope_command()
+        .arg("info")
+        .arg(&held)
+        .env("VRAMSCOPE_MEMORY_LIMIT", "100M")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("needs more memory than this machine has available")
+            && stderr.contains("held whole once decompressed")
+            && stderr.contains("VRAMSCOPE_MEMORY_LIMIT"),
+        "{stderr}"
+    );
 }
 
 /// The pages PyTorch's own `python -m torch.cuda._memory_viz trace_plot|segment_plot` writes

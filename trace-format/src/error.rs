@@ -7,7 +7,7 @@
 pub enum Error {
     /// Reading or writing failed.
     #[error("{0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The file is empty.
     #[error("the file is empty")]
     Empty,
@@ -39,7 +39,7 @@ pub enum Error {
     Structure(String),
     /// A JSON file could not be parsed.
     #[error("malformed JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     /// A `.vtrace` file is damaged before any usable data.
     #[error("damaged .vtrace at byte {offset}: {message}")]
     Vtrace {
@@ -75,6 +75,20 @@ pub enum Error {
     /// The caller cancelled the work.
     #[error("cancelled")]
     Cancelled,
+}
+
+// Not `#[from]`: that would make the inner error the source too, and an error chain printed
+// whole (`{:#}`) would say its message twice.
+impl From<std::io::Error> for Error {
+    fn from(error: std::io::Error) -> Self {
+        Self::Io(error)
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(error: serde_json::Error) -> Self {
+        Self::Json(error)
+    }
 }
 
 /// The formats vramscope reads, for messages about a file that is none of them.

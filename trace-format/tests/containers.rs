@@ -82,6 +82,35 @@ fn a_memory_viz_page_holds_its_snapshot() {
     assert_eq!(packed.wrappers, [Wrapper::Compressed(Compression::Gzip), Wrapper::MemoryVizHtml]);
 }
 
+/// Valid files far more repetitive than any real trace (160 MiB of padding, more than 64 times
+/// the compressed file plus 64 MiB, the bound before): one layer of gzip is never refused for
+/// its ratio. JSON is parsed as it is inflated; a page is held whole, within the machine's memory.
+#[test]
+fn one_layer_of_gzip_is_never_refused_for_its_ratio() {
+    let padding = vec![b' '; 160 << 20];
+    let json = fixture("torch-profiler/mlp_adam_cpu.chrome_trace.json");
+    let end = json.iter().rposition(|&b| b == b'}').unwrap();
+    let padded = [&json[..end], &padding, &json[end..]].concat();
+    let packed = gzip(&padded);
+    assert!(padded.len() as u64 > 64 * packed.len() as u64 + (64 << 20), "{} from {}", padded.len(), packed.len());
+    same_trace(&import(&json, &NoProgress).unwrap(), &import(&packed, &NoProgress).unwrap());
+
+    let pickle = fixture("pytorch-snapshots/mosaic_output.pickle");
+    let mut page = pickle.clone();
+    page.resize(page.len() + 3 - page.len() % 3, 0);
+    let page = format!(
+        "<!DOCTYPE html>\n<html>\n<body>\n<script type=\"module\">\nconst local_files = [{{\"name\": \
+         \"snapshot.pickle\", \"base64\": \"{}\"}}]\nadd_local_files(local_files, 'Active Memory Timeline')\n</script>\n",
+        base64(&page)
+    );
+    let padded = [page.as_bytes(), &padding, b"</body>\n</html>\n"].concat();
+    let packed = gzip(&padded);
+    assert!(padded.len() as u64 > 64 * packed.len() as u64 + (64 << 20));
+    let from_page = import(&packed, &NoProgress).unwrap();
+    same_trace(&import(&pickle, &NoProgress).unwrap(), &from_page);
+    assert_eq!(from_page.wrappers, [Wrapper::Compressed(Compression::Gzip), Wrapper::MemoryVizHtml]);
+}
+
 #[test]
 fn nesting_is_bounded_and_damage_is_named() {
     let mut data = fixture("torch-profiler/mlp_adam_cpu.memory_timeline.json");

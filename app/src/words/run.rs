@@ -11,9 +11,9 @@ pub fn run_headline(s: &RunSummary) -> String {
     let compared = match s.ranks.iter().find(|r| r.rank != worst.rank).filter(|_| s.ranks.len() == 2) {
         Some(other) => format!("{:.1}% above rank {}", 100.0 * s.worst_over_median, other.rank),
         None => format!(
-            "{:.1}% above the median rank; the highest peak is {:.2}x the lowest",
+            "{:.1}% above the median rank; the highest peak is {} the lowest",
             100.0 * s.worst_over_median,
-            s.imbalance
+            times(s.imbalance)
         ),
     };
     let mut text = format!(
@@ -37,11 +37,20 @@ pub fn run_headline(s: &RunSummary) -> String {
     }
     if s.imbalance > UNLIKELY_SPREAD {
         text.push_str(&format!(
-            "; ranks of one run seldom differ {:.0}-fold: if these files are of different runs, read them one by one",
-            s.imbalance
+            "; ranks of one run seldom differ so much: if these files are of different runs, read them one by one"
         ));
     }
     text
+}
+
+/// A ratio as "1.27x", or "48,799,784x" once the decimals say nothing.
+fn times(ratio: f64) -> String {
+    if ratio < 100.0 {
+        format!("{ratio:.2}x")
+    } else {
+        // Saturates far beyond any ratio of two byte counts.
+        format!("{}x", crate::units::count(ratio.round() as usize))
+    }
 }
 
 /// A spread between ranks' peaks past which the files are doubted as one run's.

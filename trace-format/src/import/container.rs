@@ -10,6 +10,7 @@ use std::io::Read;
 use std::rc::Rc;
 
 use crate::error::{Error, Result};
+use crate::memory::Limit;
 use crate::progress::Progress;
 
 /// The gzip magic.
@@ -17,14 +18,14 @@ pub(crate) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// The zstd frame magic (little-endian 0xFD2FB528).
 pub(crate) const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
-/// Inflated bytes allowed per compressed byte: real traces and snapshots compress 4 to 18 times
-/// (gzip -9 of the fixtures and of real profiler output); a file that
-/// inflates far beyond that is a decompression bomb, not a trace.
-pub const MAX_INFLATE_RATIO: u64 = 64;
+/// Inflated bytes allowed per compressed byte, shared by every nested layer. One layer of gzip
+/// cannot inflate more than 1032 to 1 (deflate's ceiling), so a valid gzip file is never refused
+/// for its ratio, however repetitive the trace inside; only layers nested in each other or zstd
+/// can go past it, and a file that does is a decompression bomb. Real traces and snapshots
+/// compress 4 to 18 times (gzip -9 of the fixtures and of real profiler output).
+pub const MAX_INFLATE_RATIO: u64 = 1100;
 /// Inflated bytes allowed on top of the ratio, so that small files are never refused.
 pub const INFLATE_ALLOWANCE_BYTES: u64 = 64 << 20;
-/// Inflated bytes allowed at most, whatever the file's size.
-pub const MAX_INFLATED_BYTES: u64 = 8 << 30;
 /// Inflated in pieces of this size, with progress and cancellation between them.
 const PIECE_BYTES: usize = 4 << 20;
 
@@ -47,9 +48,11 @@ impl Compression {
     }
 }
 
-/// The budget for inflating `compressed_bytes` of data.
+/// The budget for inflating `compressed_bytes` of data: time, not memory, since JSON content is
+/// parsed as it is inflated. Content that is held whole is also bounded by memory
+/// ([`Inflating::hold_within`]).
 pub fn inflate_budget(compressed_bytes: u64) -> u64 {
-    compressed_bytes.saturating_mul(MAX_INFLATE_RATIO).saturating_add(INFLATE_ALLOWANCE_BYTES).min(MAX_INFLATED_BYTES)
+    compressed_bytes.saturating_mul(MAX_INFLATE_RATIO).saturating_add(INFLATE_ALLOWANCE_BYTES)
 }
 
 /// Counts the compressed bytes the decoder has consumed, for progress.
@@ -90,6 +93,8 @@ pub struct Inflating<'a> {
     progress: &'a dyn Progress,
     next_report: u64,
     failure: Rc<RefCell<Option<Error>>>,
+    /// The memory what is inflated may take, once it is held whole rather than parsed as it comes.
+    held: Option<Limit>,
 }
 
 impl<'a> Inflating<'a> {
@@ -120,7 +125,14 @@ impl<'a> Inflating<'a> {
             progress,
             next_report: PIECE_BYTES as u64,
             failure: Rc::default(),
+            held: None,
         })
+    }
+
+    /// From now on what is inflated is held whole (it is not JSON, which is parsed as it comes):
+    /// it may not take more than `limit`.
+    pub fn hold_within(&mut self, limit: Limit) {
+        self.held = Some(limit);
     }
 
     /// Bytes inflated so far.
@@ -142,13 +154,12 @@ impl<'a> Inflating<'a> {
     fn over_budget(&self) -> Error {
         Error::Structure(format!(
             "the {} data inflates to more than vramscope allows for a file of {} bytes ({} MiB in all: \
-             {MAX_INFLATE_RATIO} times the file plus {} MiB, at most {} GiB), far more than any real trace of \
-             that size; refusing it",
+             {MAX_INFLATE_RATIO} times the file plus {} MiB, more than one layer of gzip can hold), far more \
+             than any real trace of that size: a decompression bomb; refusing it",
             self.kind.name(),
             self.budget.file_bytes,
             inflate_budget(self.budget.file_bytes) >> 20,
             INFLATE_ALLOWANCE_BYTES >> 20,
-            MAX_INFLATED_BYTES >> 30
         ))
     }
 }
@@ -179,6 +190,10 @@ impl Read for Inflating<'_> {
         if self.produced > self.budget.left {
             return Err(self.fail(self.over_budget()));
         }
+        if let Some(limit) = self.held.filter(|l| self.produced > l.bytes) {
+            let what = format!("the {} data's content, held whole once decompressed", self.kind.name());
+            return Err(self.fail(Error::Memory { what, needed_bytes: self.produced, limit }));
+        }
         if self.produced >= self.next_report {
             self.next_report = self.produced + PIECE_BYTES as u64;
             if !self.progress.update(self.consumed.get() / 2, self.total) {
@@ -187,17 +202,6 @@ impl Read for Inflating<'_> {
         }
         Ok(n)
     }
-}
-
-/// Inflates `data` completely, refusing more than `budget.left` bytes of output.
-pub fn inflate(kind: Compression, data: &[u8], budget: Budget, progress: &dyn Progress) -> Result<Vec<u8>> {
-    let mut stream = Inflating::new(kind, data, budget, progress)?;
-    let mut out = Vec::new();
-    read_to_end(&mut stream, &mut out)?;
-    if out.is_empty() {
-        return Err(Error::Structure(format!("the {} data is empty once decompressed", kind.name())));
-    }
-    Ok(out)
 }
 
 /// Reads the first `n` bytes of a stream (fewer if it ends), with its own failure as the error.

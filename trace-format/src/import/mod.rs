@@ -270,6 +270,8 @@ fn import_any(bytes: Bytes<'_>, progress: &dyn Progress, mut state: Unwrapping) 
                 check_devices(&imported.trace)?;
                 return cut_to(imported, state.range);
             }
+            // Anything else is held whole: the machine's memory bounds it too.
+            stream.hold_within(crate::memory::Limit::of_machine());
             let mut inner = head;
             container::read_to_end(&mut stream, &mut inner)?;
             state.inflate_left = state.inflate_left.saturating_sub(stream.produced());
