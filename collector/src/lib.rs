@@ -2,11 +2,13 @@
 //! the PyTorch shim writes ([`torch`]), and the merging of both into one trace ([`merge`]), and how the recorder treats signals
 //! while its workload runs ([`signals`]), the temporary files an interrupt removes ([`cleanup`]), and the driver's own account of the devices
 //! ([`devices`], through cudarc). The hook itself is the
-//! `vramscope-hook` crate (`collector/hook`), a cdylib loaded with `LD_PRELOAD`; the test-only
+//! `vramscope-hook` crate (`collector/hook`), a cdylib loaded with `LD_PRELOAD`, which the binary
+//! carries ([`hook`]); the test-only
 //! fake CUDA driver is `collector/fake-cuda`.
 
 pub mod cleanup;
 pub mod devices;
+pub mod hook;
 pub mod live;
 pub mod merge;
 pub mod session;

@@ -12,17 +12,14 @@ use vramscope_wire::env;
 
 use crate::{live, merge, signals, torch};
 
-/// The hook library's file name.
-pub const HOOK_FILE: &str = "libvramscope_hook.so";
-
 /// Why a recording could not be made (the workload's own failure is not one: it is in
 /// [`Recording::status`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The hook library is not where it should be.
+    /// `VRAMSCOPE_HOOK` names no file.
     #[error(
-        "the hook library {0} is missing: build it with `cargo build --workspace` (it is the vramscope-hook \
-         crate), or point VRAMSCOPE_HOOK at it"
+        "VRAMSCOPE_HOOK names {0}, which is not a file: point it at a build of libvramscope_hook.so \
+         (`cargo build -p vramscope-hook`), or unset it to use the library this binary carries"
     )]
     MissingHook(PathBuf),
     /// Something around the workload failed.
@@ -38,19 +35,6 @@ pub enum Error {
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
     move |source| Error::Io { what, source }
-}
-
-/// Where the hook library is: `VRAMSCOPE_HOOK`, else beside the running executable.
-pub fn hook_path() -> Result<PathBuf, Error> {
-    if let Some(path) = std::env::var_os(env::HOOK) {
-        return Ok(PathBuf::from(path));
-    }
-    let exe = std::env::current_exe().map_err(io("cannot tell where vramscope is installed"))?;
-    let path = exe.parent().map(|d| d.join(HOOK_FILE)).unwrap_or_else(|| PathBuf::from(HOOK_FILE));
-    if !path.exists() {
-        return Err(Error::MissingHook(path));
-    }
-    Ok(path)
 }
 
 /// A finished recording.
@@ -90,12 +74,12 @@ pub fn record(
     output: Option<&Path>,
     started: impl FnOnce(&Path),
 ) -> Result<Recording, Error> {
-    let hook = hook_path()?;
     let dir = tempfile::Builder::new()
         .prefix("vramscope-record-")
         .tempdir()
         .map_err(io("cannot create a directory for the recording"))?;
     let dir = dir.path();
+    let hook = crate::hook::hook_for(dir)?;
     // The PyTorch shim: Python finds its sitecustomize first on PYTHONPATH.
     let shim = dir.join("python");
     std::fs::create_dir(&shim).map_err(io("cannot write the PyTorch shim"))?;

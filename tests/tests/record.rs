@@ -107,6 +107,51 @@ fn exit_status_passes_through_and_outputs_are_kept() {
     assert_eq!(std::fs::read(&out).expect("kept"), before);
 }
 
+/// The binary alone, copied where nothing is beside it (as `cargo install` or a pip wheel puts
+/// it), records: it carries the hook library, and no copy is left behind.
+#[test]
+fn the_binary_alone_records_with_the_hook_it_carries() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let alone = dir.path().join("bin");
+    std::fs::create_dir(&alone).expect("bin");
+    let binary = alone.join("vramscope");
+    std::fs::copy(vramscope_bin(), &binary).expect("copied");
+    let scratch = dir.path().join("tmp");
+    std::fs::create_dir(&scratch).expect("tmp");
+    let out = dir.path().join("t.vtrace");
+    let output = std::process::Command::new(&binary)
+        .args(["record", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(vramscope_fake_cuda::client("client"))
+        .arg("direct")
+        .env_remove("VRAMSCOPE_HOOK")
+        .env("TMPDIR", &scratch)
+        .output()
+        .expect("vramscope record runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let calls = client_calls(&String::from_utf8_lossy(&output.stdout));
+    let trace = read_trace(&out);
+    let (expected, recorded) = same_calls(&calls, &trace);
+    assert!(!expected.is_empty());
+    assert_eq!(recorded, expected);
+    assert_eq!(std::fs::read_dir(&alone).expect("bin").count(), 1, "nothing was written beside the binary");
+    assert_eq!(std::fs::read_dir(&scratch).expect("tmp").count(), 0, "the recording's folder is removed");
+    // A VRAMSCOPE_HOOK that names nothing is said as such, and the workload is not run.
+    let output = std::process::Command::new(&binary)
+        .args(["record", "-o"])
+        .arg(dir.path().join("u.vtrace"))
+        .args(["--", "touch"])
+        .arg(dir.path().join("ran"))
+        .env("VRAMSCOPE_HOOK", dir.path().join("missing.so"))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("VRAMSCOPE_HOOK names") && stderr.contains("missing.so"), "{stderr}");
+    assert!(!dir.path().join("ran").exists(), "the workload must not run without its hook");
+}
+
 /// A call as (kind, address, size).
 type Call = (String, u64, u64);
 
