@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole check, as CI runs it: formatting, lints (warnings denied), every test, the docs, and a
-# short fuzz run of each importer. Run from anywhere; it works on a fresh machine and reuses the
+# The whole check, as CI runs it: formatting, lints (warnings denied), every test, the pip wheel
+# (built, installed into a fresh venv, used from there), the docs, and a short fuzz run of each
+# importer. Run from anywhere; it works on a fresh machine and reuses the
 # build directories under /var/tmp when they are there.
 #
 #   scripts/check.sh              everything
@@ -37,6 +38,10 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
     cargo test --workspace --locked --no-fail-fast
 fi
+
+step "the pip wheel: built for glibc 2.17 (zig), checked by auditwheel, installed into a fresh venv and used from there"
+scripts/build-wheel.sh
+scripts/test-wheel.sh
 
 step "docs (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked

@@ -22,6 +22,9 @@ pub enum Caveat {
     /// On these devices the events alone do not add up to the running totals the source
     /// reports after each: what was done about it, and where the curve still differs.
     TotalsDiffer(Vec<(DeviceId, TotalsAgreement)>),
+    /// Recorded inside the program (`vramscope.record()`), from PyTorch's allocator alone: memory
+    /// outside it is not seen, nor when what was alive before recording began was allocated.
+    InProcess,
 }
 
 /// What `trace` cannot show.
@@ -57,6 +60,9 @@ pub fn caveats_given(trace: &Trace, event_devices: &[DeviceId]) -> Vec<Caveat> {
     }
     if !trace.metadata.unrecorded.is_empty() {
         notes.push(Caveat::Unrecorded(trace.metadata.unrecorded.clone()));
+    }
+    if trace.metadata.processes.iter().any(|p| p.in_process) {
+        notes.push(Caveat::InProcess);
     }
     notes
 }

@@ -355,7 +355,8 @@ enum Command {
     /// so an interrupted conversion never leaves a half-written trace. With --range, only that
     /// part is written (a small trace of one step of a huge snapshot, say).
     Convert {
-        /// The file to convert ('-' for standard input).
+        /// The file to convert ('-' for standard input), or a recording's directory (what
+        /// `vramscope.record()` in Python leaves when it cannot finish the trace itself).
         file: PathBuf,
         /// Where to write the `.vtrace`.
         #[arg(short, long, value_name = "OUT.vtrace")]

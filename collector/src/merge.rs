@@ -221,6 +221,7 @@ pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[
                 node: placed.node,
                 local_rank: placed.local_rank,
                 host: placed.host,
+                in_process: placed.in_process,
             }
         })
         .collect();

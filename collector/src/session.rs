@@ -110,6 +110,32 @@ pub fn record(
     collect(dir, status?, program, args)
 }
 
+/// Whether `dir` is a recording's directory: what `record` makes while its workload runs, or
+/// what a recording made inside the program (`vramscope.record()` in Python) leaves.
+pub fn is_recording_dir(dir: &Path) -> bool {
+    dir.join(live::MANIFEST).is_file()
+        || std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries.filter_map(Result::ok).any(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                (name.starts_with("torch.") && name.ends_with(".jsonl"))
+                    || (name.starts_with("events.") && name.ends_with(".bin"))
+            })
+        })
+}
+
+/// Merges what a recording's directory holds into a trace, as `record` does when its workload
+/// ends: for a recording made inside the program, which has no workload of its own to wait for
+/// (its status is success).
+pub fn collect_dir(dir: &Path) -> Result<Recording, Error> {
+    use std::os::unix::process::ExitStatusExt;
+    let command = live::Manifest::read(dir).map(|m| m.command).unwrap_or_default();
+    let (program, args) = command
+        .split_first()
+        .map_or((OsString::new(), Vec::new()), |(p, a)| (OsString::from(p), a.iter().map(OsString::from).collect()));
+    collect(dir, ExitStatus::from_raw(0), &program, &args)
+}
+
 /// Reads what the hook and the shim wrote, and merges it.
 fn collect(dir: &Path, status: ExitStatus, program: &OsStr, args: &[OsString]) -> Result<Recording, Error> {
     let (recorded, logs) = live::Tail::read_all(dir).map_err(io("cannot read what the workload recorded"))?;
@@ -155,7 +181,7 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 mod tests {
     #[test]
     fn the_shim_reads_the_environment_record_sets() {
-        let shim = include_str!("../shim/vramscope_torch.py");
+        let shim = include_str!("../../python/vramscope/_shim/vramscope_torch.py");
         for name in vramscope_wire::env::READ_BY_SHIM {
             assert!(shim.contains(&format!("os.environ.get(\"{name}\"")), "the shim does not read {name}");
         }

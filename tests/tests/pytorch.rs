@@ -427,6 +427,44 @@ fn closures_compiled_models_and_trainers_attribute_as_the_plain_loop_does() {
     }
 }
 
+/// `vramscope.record()` inside the program tags what `vramscope record` tags: the same model's
+/// parameters (built before the block), gradients and Adam state, to the byte, at the peak and at
+/// the optimizer step; its trace says what it cannot see.
+#[test]
+fn recording_inside_the_program_tags_what_record_tags() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = repo_root().join("tests/workloads/inprocess.py");
+    let whole = dir.path().join("whole.vtrace");
+    let output = record_command(&whole, torch_python()).arg(&script).output().expect("vramscope record runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let inside = dir.path().join("inside.vtrace");
+    let output = std::process::Command::new(torch_python())
+        .arg(&script)
+        .arg("--inside")
+        .arg(&inside)
+        .env("PYTHONPATH", repo_root().join("python"))
+        .env("VRAMSCOPE_BIN", vramscope_e2e::vramscope_bin())
+        .env(vramscope_e2e::SELF_CHECK, "1")
+        .output()
+        .expect("python runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("PyTorch events recorded inside the program"), "{stderr}");
+    let parameters = 4 * (128 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
+    for at in [None, Some("optimizer_step")] {
+        let (whole_peak, whole_at) = categories(&whole, at);
+        let (inside_peak, inside_at) = categories(&inside, at);
+        let (a, b) = if at.is_some() { (whole_at, inside_at) } else { (whole_peak, inside_peak) };
+        assert_eq!(bytes(&b["parameter"]), parameters, "{at:?}: {b}");
+        for category in ["parameter", "gradient", "optimizer_state"] {
+            assert_eq!(bytes(&a[category]), bytes(&b[category]), "{at:?} {category}: {a} against {b}");
+        }
+    }
+    let info = vramscope_e2e::info_json(&inside);
+    let notes = info["notes"].to_string();
+    assert!(notes.contains("Recorded inside the program"), "{notes}");
+}
+
 #[test]
 fn torch_cuda_without_a_gpu_says_why_the_trace_is_empty() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -8,13 +8,19 @@ use anyhow::{Context, Result, bail};
 use crate::load;
 use crate::units::{bytes, count};
 
-/// Converts `input` to a `.vtrace` at `output`. An existing `output` is replaced only with
+/// Converts `input` (a file, or a recording's directory) to a `.vtrace` at `output`. An existing `output` is replaced only with
 /// `force`, and never half-written: the trace goes to a temporary file beside it first.
 pub fn run(input: &Path, output: &Path, force: bool, out: &mut dyn Write) -> Result<()> {
     if output.exists() && force && same_file(input, output) {
         bail!("{} is the input file; choose another output", output.display());
     }
     crate::atomic::check_writable(output, force)?;
+    if input.is_dir() && vramscope_collector::session::is_recording_dir(input) {
+        let recording = vramscope_collector::session::collect_dir(input)
+            .with_context(|| format!("cannot read the recording in {}", input.display()))?;
+        super::record::write_recording(&recording, "auto", output, force)?;
+        return Ok(());
+    }
     // The temporary file is made first: a Ctrl+C while a large input is read removes it too.
     let file = crate::atomic::AtomicFile::create(output)?;
     let loaded = load::load(input)?;

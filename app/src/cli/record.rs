@@ -81,6 +81,12 @@ fn record_and_write(
     started: impl FnOnce(&Path),
 ) -> Result<i32> {
     let recording = session::record(program, args, torch, Some(output), started)?;
+    write_recording(&recording, torch, output, force)
+}
+
+/// Writes a finished recording to `output` (and each rank's part beside it) and says what it
+/// holds; returns the workload's exit code.
+pub fn write_recording(recording: &session::Recording, torch: &str, output: &Path, force: bool) -> Result<i32> {
     for note in &recording.notes {
         eprintln!("vramscope: {note}");
     }
@@ -120,13 +126,19 @@ fn record_and_write(
              --torch cpu records its host memory"
         );
     }
+    let in_process = processes > 0 && trace.metadata.processes.iter().all(|p| p.in_process);
     eprintln!(
-        "vramscope: {} driver events{} from {} process{}, peak reserved {}{}, {} OOM{}; trace: {}",
-        count(recording.driver_records),
-        if recording.torch_events > 0 {
-            format!(" and {} PyTorch events", count(recording.torch_events))
+        "vramscope: {} from {} process{}, peak reserved {}{}, {} OOM{}; trace: {}",
+        if in_process {
+            format!("{} PyTorch events recorded inside the program", count(recording.torch_events))
+        } else if recording.torch_events > 0 {
+            format!(
+                "{} driver events and {} PyTorch events",
+                count(recording.driver_records),
+                count(recording.torch_events)
+            )
         } else {
-            String::new()
+            format!("{} driver events", count(recording.driver_records))
         },
         processes,
         if processes == 1 { "" } else { "es" },

@@ -107,6 +107,11 @@ pub fn caveat(trace: &Trace, c: &Caveat) -> String {
         }
         Caveat::Unrecorded(gaps) => unrecorded(trace, gaps),
         Caveat::TotalsDiffer(devices) => totals_differ(trace, devices),
+        Caveat::InProcess => "Recorded inside the program (vramscope.record()), from PyTorch's allocator alone: \
+             memory that does not pass through it (NCCL's buffers, other libraries' own cudaMalloc) is not seen, \
+             and what was alive before recording began shows as allocated before it. `vramscope record -- CMD` \
+             sees both."
+            .to_owned(),
     }
 }
 

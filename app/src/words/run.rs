@@ -36,9 +36,9 @@ pub fn run_headline(s: &RunSummary) -> String {
         text.push_str(&format!("; rank {rank} ran out of memory first (by each rank's own clock)"));
     }
     if s.imbalance > UNLIKELY_SPREAD {
-        text.push_str(&format!(
-            "; ranks of one run seldom differ so much: if these files are of different runs, read them one by one"
-        ));
+        text.push_str(
+            "; ranks of one run seldom differ so much: if these files are of different runs, read them one by one",
+        );
     }
     text
 }

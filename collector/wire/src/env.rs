@@ -1,5 +1,5 @@
 //! The environment `vramscope record` sets for its workload, read by the hook library (Rust) and
-//! the PyTorch shim (Python, `collector/shim/vramscope_torch.py`, which spells the same names; a
+//! the PyTorch shim (Python, `python/vramscope/_shim/vramscope_torch.py`, which spells the same names; a
 //! test in `vramscope-collector` checks that it does).
 
 /// The directory the hook and the shim write their records and logs into; the hook stays

@@ -137,6 +137,11 @@ pub struct ProcessInfo {
     /// The host's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// Recorded inside the program (Python's `vramscope.record()`), by PyTorch's allocator
+    /// alone: memory outside it, and the allocation of what was alive before recording began,
+    /// are not seen.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_process: bool,
 }
 
 /// Facts about the whole trace. Stored as JSON in a `.vtrace`, so it can grow without a new

@@ -142,12 +142,17 @@ def _profiler_quiet():
                 os.close(saved)
 
 class _Recorder:
-    def __init__(self, torch):
+    def __init__(self, torch, directory=None, in_process=False):
         self.torch = torch
         self.pid = os.getpid()
         self.lock = threading.RLock()
         self.drain_lock = threading.Lock()
-        self.file = open(os.path.join(_DIR, f"torch.{self.pid}.jsonl"), "a", encoding="utf-8")
+        # In process (vramscope.record()): started and stopped by the program, inside it; what
+        # it installed is taken out again when it stops.
+        self.in_process = in_process
+        self.undo = []
+        self.started_history = False
+        self.file = open(os.path.join(directory or _DIR, f"torch.{self.pid}.jsonl"), "a", encoding="utf-8")
         self.offset_ns = _clock_offset_ns()
         self.warned = False
         self.frames = {}
@@ -198,9 +203,9 @@ class _Recorder:
 
     # -- sources of allocations ------------------------------------------------------------------
 
-    def start(self):
+    def start(self, mode=None):
         torch = self.torch
-        mode = _MODE
+        mode = mode or _MODE
         if mode == "auto":
             mode = "cuda" if _has_cuda_device(torch) else "cpu"
         if mode == "cpu" and _multiprocessing_child():
@@ -224,7 +229,7 @@ class _Recorder:
                     "argv": sys.argv, "time": self.now(),
                     "rank": number("RANK"), "world_size": number("WORLD_SIZE"),
                     "node": number("GROUP_RANK"), "local_rank": number("LOCAL_RANK"),
-                    "host": socket.gethostname()})
+                    "host": socket.gethostname(), "in_process": self.in_process})
         if mode == "cuda":
             self.note_allocator_conf()
             # Not now: starting the history initialises CUDA, which a program may not want yet
@@ -236,7 +241,10 @@ class _Recorder:
             else:
                 self.start_history()
         elif mode == "cpu":
-            import vramscope_cpu
+            try:
+                from . import vramscope_cpu
+            except ImportError:  # written into a recording's folder, outside the package
+                import vramscope_cpu
 
             self.cpu = vramscope_cpu.CpuAllocations(self, _profiler_quiet)
             self.cpu.start()
@@ -251,6 +259,7 @@ class _Recorder:
         try:
             torch.cuda.memory._record_memory_history(
                 max_entries=_HISTORY_ENTRIES, context="all", stacks="python")
+            self.started_history = True
         except RuntimeError as error:
             # backend:cudaMallocAsync keeps no history; its tensors are driver-level allocations
             # one for one, which the hook records and the tags still name.
@@ -258,11 +267,35 @@ class _Recorder:
             self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": "driver",
                         "why": str(error), "time": self.now()})
             return
+        if self.in_process:
+            self.safe(self.note_alive_at_start)
         observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
         if observer is not None:
             observer(self.on_oom)
         # Also drained on a timer, for programs without an optimizer step to drain at.
         threading.Thread(target=self.drain_every, name="vramscope-drain", daemon=True).start()
+
+    def note_alive_at_start(self):
+        """In process, recording begins with memory already held: the allocator's segments and
+        the blocks alive in them now are written as allocated at the start (their history was
+        not recorded, so their stacks are not known)."""
+        now = self.now()
+        snapshot = self.torch.cuda.memory._snapshot()
+        self.history_mark = max(self.history_mark, max(
+            (e.get("time_us", 0) for t in snapshot.get("device_traces", []) for e in t), default=-1))
+        for segment in snapshot.get("segments", []):
+            device = segment.get("device", 0)
+            address = segment.get("address", 0)
+            stream = segment.get("stream", 0)
+            self.write({"t": "segment_alloc", "time": now, "dev": device, "addr": address,
+                        "size": segment.get("total_size", 0), "stream": stream, "stack": []})
+            offset = address
+            for block in segment.get("blocks", []):
+                size = block.get("size", 0)
+                if block.get("state") in ("active_allocated", "active_pending_free"):
+                    self.write({"t": "alloc", "time": now, "dev": device, "addr": block.get("address", offset),
+                                "size": size, "stream": stream, "stack": []})
+                offset += size
 
     def frame_ids(self, frames):
         ids = []
@@ -421,14 +454,15 @@ class _Recorder:
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
 
         modules = importlib.import_module("torch.nn.modules.module")
-        modules.register_module_forward_pre_hook(self.guard(self.forward_pre))
+        handles = [modules.register_module_forward_pre_hook(self.guard(self.forward_pre))]
         try:
-            modules.register_module_forward_hook(self.guard(self.forward_post), always_call=True)
+            handles.append(modules.register_module_forward_hook(self.guard(self.forward_post), always_call=True))
         except TypeError:  # torch before 2.1
-            modules.register_module_forward_hook(self.guard(self.forward_post))
+            handles.append(modules.register_module_forward_hook(self.guard(self.forward_post)))
         optimizer = importlib.import_module("torch.optim.optimizer")
-        optimizer.register_optimizer_step_pre_hook(self.guard(self.step_pre))
-        optimizer.register_optimizer_step_post_hook(self.guard(self.step_post))
+        handles.append(optimizer.register_optimizer_step_pre_hook(self.guard(self.step_pre)))
+        handles.append(optimizer.register_optimizer_step_post_hook(self.guard(self.step_post)))
+        self.undo.extend(handle.remove for handle in handles)
         real_backward = torch.autograd.backward
         recorder = self
 
@@ -442,6 +476,7 @@ class _Recorder:
         backward.__wrapped__ = real_backward
         backward.__doc__ = real_backward.__doc__
         torch.autograd.backward = backward
+        self.undo.append(lambda: _restore(torch.autograd, "backward", backward, real_backward))
         self.install_loader_hook(importlib)
 
     def install_loader_hook(self, importlib):
@@ -466,6 +501,7 @@ class _Recorder:
         __next__._vramscope = True
         __next__.__wrapped__ = real_next
         base.__next__ = __next__
+        self.undo.append(lambda: _restore(base, "__next__", __next__, real_next))
 
     def tag_batch(self, batch, name="batch", depth=0):
         """Tags the tensors of a batch (in tuples, lists and dicts, three deep) as input."""
@@ -540,6 +576,7 @@ class _Recorder:
 
         set_allocator_settings._vramscope = True
         memory._set_allocator_settings = set_allocator_settings
+        self.undo.append(lambda: _restore(memory, "_set_allocator_settings", set_allocator_settings, real))
 
     def note_autocast(self):
         """Records once whether forward runs under autocast, and in which type."""
@@ -626,6 +663,14 @@ class _Recorder:
         self.drain(restart=False)
         if self.cpu is not None:
             self.safe(self.cpu.close)
+        if self.in_process:
+            # The program goes on: everything installed comes out again, and the allocator's
+            # history stops if this recording started it.
+            for undo in reversed(self.undo):
+                self.safe(undo)
+            self.undo = []
+            if self.started_history:
+                self.safe(self.torch.cuda.memory._record_memory_history, None)
         with self.lock:
             self.closed = True
             self.file.close()
@@ -644,6 +689,25 @@ class _Recorder:
 
 
 _recorder = None
+
+
+def _restore(owner, name, ours, original):
+    """Puts `original` back as `owner.name` if what is there is still `ours` (something
+    installed after us stays, with ours under it, doing nothing once closed)."""
+    if getattr(owner, name, None) is ours:
+        setattr(owner, name, original)
+
+
+def record_in_process(torch, directory, mode="auto"):
+    """Starts recording this process's PyTorch memory into `directory` (vramscope.record());
+    returns the recorder, whose close() stops it and takes its hooks out again."""
+    recorder = _Recorder(torch, directory, in_process=True)
+    try:
+        recorder.start(mode)
+    except BaseException:
+        recorder.close()
+        raise
+    return recorder
 
 
 def _on_torch_imported(torch):

@@ -1,0 +1,88 @@
+"""The Python API against the command it wraps, run from the installed wheel
+(scripts/test-wheel.sh): every answer is the command's own, on real fixtures."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import vramscope
+
+FIXTURES = Path(os.environ.get("VRAMSCOPE_FIXTURES", Path(__file__).resolve().parents[3] / "shared" / "fixtures"))
+SNAPSHOT = FIXTURES / "pytorch-snapshots" / "gpt_ctx128_fullstep_fp32.pickle"
+FORWARD_FP32 = FIXTURES / "pytorch-snapshots" / "gpt_ctx128_forward_fp32.pickle"
+FORWARD_MIXED = FIXTURES / "pytorch-snapshots" / "gpt_ctx128_forward_mixed.pickle"
+PROFILE = FIXTURES / "torch-profiler" / "mlp_adam_cpu.chrome_trace.json"
+
+
+def command_json(*args: str) -> dict:
+    done = subprocess.run([vramscope.binary(), *args], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def test_the_package_uses_the_command_installed_with_it() -> None:
+    # The wheel puts the command in the environment's scripts folder, beside this interpreter.
+    assert Path(vramscope.binary()).parent == Path(sys.executable).parent
+    assert vramscope.version() == subprocess.run(
+        [vramscope.binary(), "--version"], capture_output=True, text=True, check=True
+    ).stdout.split()[-1]
+
+
+def test_summary_is_what_info_json_says() -> None:
+    for trace in (SNAPSHOT, PROFILE):
+        facts = vramscope.summary(trace)
+        assert facts == command_json("info", "--json", str(trace))
+        assert facts["devices"][0]["peak_allocated_bytes"] > 0
+    assert vramscope.summary(str(SNAPSHOT), all_phases=True) == command_json(
+        "info", "--json", "--all-phases", str(SNAPSHOT)
+    )
+
+
+def test_compare_is_what_diff_json_says() -> None:
+    change = vramscope.compare(FORWARD_FP32, FORWARD_MIXED)
+    assert change == command_json("diff", "--json", str(FORWARD_FP32), str(FORWARD_MIXED))
+    assert change == vramscope.compare(str(FORWARD_FP32), FORWARD_MIXED, device=0)
+    # What diff refuses is raised with its words.
+    with pytest.raises(vramscope.VramscopeError, match="compared with itself"):
+        vramscope.compare(SNAPSHOT, SNAPSHOT)
+
+
+def test_errors_name_the_file_and_the_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not a trace")
+    with pytest.raises(vramscope.VramscopeError) as caught:
+        vramscope.summary(bad)
+    assert str(bad) in str(caught.value)
+    assert "not a format vramscope reads" in str(caught.value)
+    assert caught.value.returncode == 2
+    with pytest.raises(vramscope.VramscopeError, match="cannot read"):
+        vramscope.summary(tmp_path / "missing.pickle")
+
+
+def test_a_wrong_vramscope_bin_is_said(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("VRAMSCOPE_BIN", str(tmp_path / "nothing"))
+    with pytest.raises(vramscope.VramscopeNotFound, match="VRAMSCOPE_BIN"):
+        vramscope.summary(SNAPSHOT)
+
+
+def test_python_dash_m_is_the_command() -> None:
+    done = subprocess.run([sys.executable, "-m", "vramscope", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0
+    assert done.stdout.split()[-1] == vramscope.version()
+    done = subprocess.run([sys.executable, "-m", "vramscope", "info", "/nonexistent.pickle"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "/nonexistent.pickle" in done.stderr
+
+
+def test_help_explains_every_function() -> None:
+    for name in vramscope.__all__:
+        item = getattr(vramscope, name)
+        if inspect.isfunction(item) or inspect.isclass(item):
+            assert item.__doc__ and len(item.__doc__) > 40, name
+    assert "summary" in (vramscope.__doc__ or "")

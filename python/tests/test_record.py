@@ -1,0 +1,117 @@
+"""``vramscope.record()`` on real CPU PyTorch: the trace it writes holds what the program did,
+tagged as ``vramscope record`` tags it, and recording never changes what the program does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import vramscope
+
+torch = pytest.importorskip("torch")
+
+# An MLP whose parameter bytes are known exactly: (64*256 + 256) + (256*256 + 256) + (256*10 + 10)
+# float32 values.
+PARAMETER_BYTES = 4 * ((64 * 256 + 256) + (256 * 256 + 256) + (256 * 10 + 10))
+
+
+def model_and_optimizer() -> tuple:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    )
+    return model, torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def train(model, optimizer, steps: int = 3) -> float:
+    loss = torch.zeros(())
+    for _ in range(steps):
+        x = torch.randn(32, 64)
+        y = torch.randint(0, 10, (32,))
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return float(loss.detach())
+
+
+def test_a_block_is_recorded_with_its_tags_and_phases(tmp_path: Path) -> None:
+    model, optimizer = model_and_optimizer()
+    path = tmp_path / "run.vtrace"
+    with vramscope.record(path) as recording:
+        train(model, optimizer)
+    assert path.exists(), recording.message
+    facts = vramscope.summary(path)
+    device = facts["devices"][0]
+    categories = device["categories_at_peak"]
+    assert categories["parameter"] == PARAMETER_BYTES
+    # Adam keeps two moments of every parameter (and a step count each).
+    assert categories["optimizer_state"] >= 2 * PARAMETER_BYTES
+    assert {"forward", "backward", "optimizer_step"} <= {p["kind"] for p in device["phases"]["highest"]}
+    caveats = " ".join(facts["notes"])
+    assert "inside the program" in caveats
+
+
+def test_recording_leaves_the_program_as_it_was(tmp_path: Path) -> None:
+    backward = torch.autograd.backward
+    model, optimizer = model_and_optimizer()
+    with vramscope.record(tmp_path / "a.vtrace"):
+        recorded = train(model, optimizer)
+    assert torch.autograd.backward is backward
+    model, optimizer = model_and_optimizer()
+    assert train(model, optimizer) == recorded
+    # A second recording in the same process sees the same.
+    model, optimizer = model_and_optimizer()
+    with vramscope.record(tmp_path / "b.vtrace"):
+        train(model, optimizer)
+    first = vramscope.summary(tmp_path / "a.vtrace")["devices"][0]["categories_at_peak"]
+    second = vramscope.summary(tmp_path / "b.vtrace")["devices"][0]["categories_at_peak"]
+    assert first["parameter"] == second["parameter"] == PARAMETER_BYTES
+
+
+def test_as_a_decorator_and_through_an_exception(tmp_path: Path) -> None:
+    model, optimizer = model_and_optimizer()
+
+    @vramscope.record(tmp_path / "step.vtrace")
+    def step() -> None:
+        train(model, optimizer, steps=1)
+        raise RuntimeError("out of memory (a stand-in)")
+
+    with pytest.raises(RuntimeError, match="a stand-in"):
+        step()
+    assert vramscope.summary(tmp_path / "step.vtrace")["devices"][0]["peak_allocated_bytes"] > PARAMETER_BYTES
+
+
+def test_an_existing_file_is_kept_unless_forced(tmp_path: Path) -> None:
+    path = tmp_path / "kept.vtrace"
+    path.write_bytes(b"mine")
+    with pytest.raises(FileExistsError):
+        with vramscope.record(path):
+            pass
+    assert path.read_bytes() == b"mine"
+
+
+def test_the_trace_is_written_when_the_process_exits_inside_the_block(tmp_path: Path) -> None:
+    script = tmp_path / "exits.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys, torch, vramscope
+            model = torch.nn.Linear(64, 64)
+            recording = vramscope.record(sys.argv[1])
+            recording.__enter__()
+            model(torch.randn(8, 64)).sum().backward()
+            sys.exit(3)
+            """
+        )
+    )
+    path = tmp_path / "exit.vtrace"
+    done = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True)
+    assert done.returncode == 3, done.stderr
+    assert path.exists(), done.stderr
+    assert vramscope.summary(path)["devices"][0]["categories_at_peak"]["parameter"] == 4 * (64 * 64 + 64)

@@ -1,0 +1,149 @@
+"""vramscope: a GPU memory profiler and trace analyzer for deep-learning workloads.
+
+The ``vramscope`` command (installed with this package) records a run and opens traces in its
+desktop app; this package calls it from Python::
+
+    import vramscope
+
+    facts = vramscope.summary("run.vtrace")          # what `vramscope info --json` says
+    peak = facts["devices"][0]["peak_allocated_bytes"]
+    change = vramscope.compare("before.pickle", "after.pickle")   # `vramscope diff --json`
+    vramscope.open("run.vtrace")                    # the app, on that file
+
+    with vramscope.record("step.vtrace"):           # record this process's PyTorch memory
+        train_one_step()
+
+Every file vramscope reads works here too: PyTorch memory snapshots (``.pickle``), profiler
+traces and memory timelines (``.json``, ``.json.gz``), ``.vtrace`` recordings, and folders of
+per-rank files. Errors from the command are raised as :class:`VramscopeError` with its message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from ._binary import VramscopeNotFound, binary
+from ._record import record
+
+__all__ = [
+    "PathLike",
+    "VramscopeError",
+    "VramscopeNotFound",
+    "binary",
+    "compare",
+    "open",
+    "record",
+    "summary",
+    "version",
+]
+
+#: A path to a trace: a string, a :class:`pathlib.Path`, or anything with ``__fspath__``
+#: (a recording returned by :func:`record` among them).
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class VramscopeError(RuntimeError):
+    """The ``vramscope`` command refused or failed; ``str(error)`` is its message.
+
+    Attributes:
+        returncode: the command's exit status (2 for a file it cannot read or bad arguments).
+        stderr: everything it wrote to its standard error.
+    """
+
+    def __init__(self, message: str, returncode: int, stderr: str) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+def _run(args: Sequence[str], ok: Sequence[int] = (0,)) -> str:
+    command = [binary(), *args]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode not in ok:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("error:")]
+        message = (errors or lines or [f"vramscope exited with status {done.returncode}"])[-1]
+        raise VramscopeError(message.removeprefix("error: "), done.returncode, done.stderr)
+    return done.stdout
+
+
+def version() -> str:
+    """The version of the ``vramscope`` command, for example ``"0.1.0"``.
+
+    >>> vramscope.version()  # doctest: +SKIP
+    '0.1.0'
+    """
+    return _run(["--version"]).split()[-1]
+
+
+def summary(trace: PathLike, *, all_phases: bool = False) -> Dict[str, Any]:
+    """What ``vramscope info --json`` says about a trace, as Python objects.
+
+    Args:
+        trace: the file (or a folder of per-rank files) to read.
+        all_phases: every phase row (each iteration's), not only the highest ones.
+
+    Returns:
+        A dict: ``devices`` (each with ``peak_allocated_bytes``, ``peak_reserved_bytes``,
+        ``categories_at_peak``, ``phases``, ``growth``, ...), ``format``, ``caveats`` and more;
+        ``docs/JSON.md`` in the project describes every field.
+
+    Raises:
+        VramscopeError: the file cannot be read (the message names it and the problem).
+
+    >>> facts = vramscope.summary("run.vtrace")  # doctest: +SKIP
+    >>> facts["devices"][0]["categories_at_peak"]  # doctest: +SKIP
+    {'parameter': 1073741824, 'activation': 402653184, ...}
+    """
+    args = ["info", "--json", os.fspath(trace)]
+    if all_phases:
+        args.append("--all-phases")
+    return json.loads(_run(args))
+
+
+def compare(
+    before: PathLike, after: PathLike, *, all_phases: bool = False, device: Union[int, str, None] = None
+) -> Dict[str, Any]:
+    """What ``vramscope diff --json`` says: two runs side by side, phase by phase.
+
+    Args:
+        before: the baseline trace.
+        after: the trace to compare with it.
+        all_phases: every phase row, not only the highest ones.
+        device: compare this device: an index (``0``), ``"cuda:1"`` or ``"host"``.
+
+    Returns:
+        A dict with both runs' peaks, what changed most (categories, phases, allocation sites)
+        and the sentence ``diff`` prints.
+
+    >>> change = vramscope.compare("main.vtrace", "branch.vtrace")  # doctest: +SKIP
+    >>> change["devices"][0]["peak_allocated_delta_bytes"]  # doctest: +SKIP
+    25165824
+    """
+    args = ["diff", "--json", os.fspath(before), os.fspath(after)]
+    if all_phases:
+        args.append("--all-phases")
+    if device is not None:
+        args += ["--device", str(device)]
+    return json.loads(_run(args))
+
+
+def open(trace: PathLike, *, view: Optional[str] = None) -> "subprocess.Popen[bytes]":  # noqa: A001
+    """Opens the vramscope app on a trace, in a window of its own, and returns at once.
+
+    Args:
+        trace: the file to open.
+        view: the view to start in (``timeline``, ``peak``, ``fragmentation``, ``advisor``, ...).
+
+    Returns:
+        The app's process; the window stays open after this Python program ends.
+
+    >>> vramscope.open("run.vtrace", view="peak")  # doctest: +SKIP
+    """
+    args: List[str] = [binary(), os.fspath(trace)]
+    if view is not None:
+        args += ["--view", view]
+    return subprocess.Popen(args, start_new_session=True, stdin=subprocess.DEVNULL)
