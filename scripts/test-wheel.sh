@@ -27,7 +27,7 @@ end=$(date +%s%N)
 printf 'wheel: %s, %s bytes; pip install: %d ms\n' "$(basename "$wheel")" "$(stat -c %s "$wheel")" $(((end - start) / 1000000))
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
 "$torch_python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))' >"$site/project-torch.pth"
-"$venv/bin/pip" install --quiet --disable-pip-version-check "pytest==9.2.0"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "pytest==9.2.0" "nbclient==0.11.0" "nbformat==5.11.1" "ipykernel==7.4.0"
 
 # From here on only the venv: no build directory, no hook library, no VRAMSCOPE_BIN.
 export PATH="$venv/bin:/usr/local/bin:/usr/bin:/bin"

@@ -13,6 +13,9 @@ desktop app; this package calls it from Python::
     with vramscope.record("step.vtrace"):           # record this process's PyTorch memory
         train_one_step()
 
+In Jupyter, ``%load_ext vramscope`` and then ``%%vramscope`` at the top of a cell records it and
+shows the timeline, the peak's breakdown and the top remedies under it.
+
 Every file vramscope reads works here too: PyTorch memory snapshots (``.pickle``), profiler
 traces and memory timelines (``.json``, ``.json.gz``), ``.vtrace`` recordings, and folders of
 per-rank files. Errors from the command are raised as :class:`VramscopeError` with its message.
@@ -26,14 +29,19 @@ import subprocess
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ._binary import VramscopeNotFound, binary
+from ._notebook import load_ipython_extension
 from ._record import record
+from ._summary import Summary, format_bytes
 
 __all__ = [
     "PathLike",
+    "Summary",
     "VramscopeError",
     "VramscopeNotFound",
     "binary",
     "compare",
+    "format_bytes",
+    "load_ipython_extension",
     "open",
     "record",
     "summary",
@@ -79,7 +87,7 @@ def version() -> str:
     return _run(["--version"]).split()[-1]
 
 
-def summary(trace: PathLike, *, all_phases: bool = False) -> Dict[str, Any]:
+def summary(trace: PathLike, *, all_phases: bool = False) -> Summary:
     """What ``vramscope info --json`` says about a trace, as Python objects.
 
     Args:
@@ -87,9 +95,10 @@ def summary(trace: PathLike, *, all_phases: bool = False) -> Dict[str, Any]:
         all_phases: every phase row (each iteration's), not only the highest ones.
 
     Returns:
-        A dict: ``devices`` (each with ``peak_allocated_bytes``, ``peak_reserved_bytes``,
-        ``categories_at_peak``, ``phases``, ``growth``, ...), ``format``, ``caveats`` and more;
-        ``docs/JSON.md`` in the project describes every field.
+        A :class:`Summary`, a dict: ``devices`` (each with ``peak_allocated_bytes``,
+        ``peak_reserved_bytes``, ``categories_at_peak``, ``phases``, ``growth``, ...),
+        ``format``, ``notes`` (what the trace cannot show) and more. In a notebook it draws
+        itself: the timeline by category, the peak's breakdown and the top remedies.
 
     Raises:
         VramscopeError: the file cannot be read (the message names it and the problem).
@@ -101,7 +110,7 @@ def summary(trace: PathLike, *, all_phases: bool = False) -> Dict[str, Any]:
     args = ["info", "--json", os.fspath(trace)]
     if all_phases:
         args.append("--all-phases")
-    return json.loads(_run(args))
+    return Summary(os.fspath(trace), json.loads(_run(args)))
 
 
 def compare(
