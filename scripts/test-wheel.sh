@@ -44,4 +44,4 @@ vramscope diff run.vtrace bigger.vtrace
 xvfb-run -a -s "-screen 0 1280x800x24" vramscope run.vtrace --screenshot shot.png --size 1280x800
 test -s shot.png
 cp shot.png "${VRAMSCOPE_WHEEL_SHOT:-${TMPDIR:-/tmp}/vramscope-wheel-shot.png}"   # for a person to look at
-python -m pytest -q -p no:cacheprovider "$repo/python/tests"
+python -m pytest -q -p no:cacheprovider -p pytester "$repo/python/tests"

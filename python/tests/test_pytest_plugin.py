@@ -1,0 +1,89 @@
+"""The pytest plugin (entry point pytest11, from the installed wheel) in real pytest runs
+(pytester, each in its own process) on CPU PyTorch: a test under its limit passes, one over it
+fails with the peak, the limit and the trace; a baseline is stored, then growth past the gates
+fails with diff's sentence, and an update of the baseline passes."""
+
+from __future__ import annotations
+
+import pytest
+
+
+TESTS = """
+import pytest
+import torch
+
+
+def train(width):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, 10))
+    optimizer = torch.optim.Adam(model.parameters())
+    for _ in range(2):
+        loss = torch.nn.functional.cross_entropy(model(torch.randn(32, 64)), torch.randint(0, 10, (32,)))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+@pytest.mark.vramscope(max_peak="64 MiB")
+def test_small():
+    train(WIDTH)
+
+
+@pytest.mark.vramscope(max_peak=100_000)
+def test_over_its_limit():
+    train(256)
+
+
+def test_not_marked():
+    assert True
+"""
+
+
+def write(pytester: pytest.Pytester, width: int) -> None:
+    pytester.makepyfile(test_model=TESTS.replace("WIDTH", str(width)))
+
+
+def test_a_limit_fails_only_the_test_over_it(pytester: pytest.Pytester) -> None:
+    write(pytester, 256)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_over_its_limit*", "*peak allocated memory * passed the limit 97.7 KiB (100,000 bytes)*"])
+    result.stdout.no_fnmatch_line("*test_small*passed the limit*")
+
+
+def test_a_baseline_is_stored_then_holds_growth_to_the_gates(pytester: pytest.Pytester) -> None:
+    baseline = pytester.path / "baseline"
+    write(pytester, 256)
+    first = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "small", f"--vramscope-baseline={baseline}")
+    first.assert_outcomes(passed=1, deselected=2)
+    stored = list(baseline.glob("*.vtrace"))
+    assert len(stored) == 1, stored
+
+    # The model twice as wide: its peak grows far past 5%.
+    write(pytester, 512)
+    grown = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "small", f"--vramscope-baseline={baseline}")
+    grown.assert_outcomes(failed=1, deselected=2)
+    grown.stdout.fnmatch_lines(["*memory grew past the baseline*", "*B's peak is * higher*", "*gate peak_allocated_bytes: grew*FAILED*"])
+
+    # A gate wide enough passes; so does updating the baseline, which then holds.
+    wide = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-k", "small", f"--vramscope-baseline={baseline}", "--vramscope-fail-if-peak-grows=1000"
+    )
+    wide.assert_outcomes(passed=1, deselected=2)
+    update = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-k", "small", f"--vramscope-baseline={baseline}", "--vramscope-update-baseline"
+    )
+    update.assert_outcomes(passed=1, deselected=2)
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "small", f"--vramscope-baseline={baseline}")
+    again.assert_outcomes(passed=1, deselected=2)
+
+
+def test_sizes_read_as_people_write_them() -> None:
+    from vramscope.pytest_plugin import parse_size
+
+    assert parse_size("512 MiB") == 512 << 20
+    assert parse_size("2GB") == 2 * 1000**3
+    assert parse_size("1.5G") == 3 << 29
+    assert parse_size(4096) == 4096
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("lots")

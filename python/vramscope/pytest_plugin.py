@@ -1,0 +1,144 @@
+"""pytest gates on memory (entry point ``pytest11``; installed with the wheel).
+
+Mark a test to have its PyTorch memory recorded (in process, as :func:`vramscope.record`)::
+
+    import pytest
+
+    @pytest.mark.vramscope(max_peak="512 MiB")
+    def test_forward_fits(model, batch):
+        model(batch)
+
+The test fails when its peak allocated memory passes ``max_peak`` (bytes, or a size such as
+``"512 MiB"`` or ``"2GB"``). With ``--vramscope-baseline DIR`` each marked test's trace is
+stored in DIR the first time, and later runs fail a test whose memory grew past the same gates
+``vramscope diff`` has: ``--vramscope-fail-if-peak-grows PCT`` (5 when no gate is given),
+``--vramscope-fail-if-category-grows CAT=PCT``, ``--vramscope-fail-if-phase-grows PHASE[:CAT]=PCT``;
+the failure says ``diff``'s sentence. ``--vramscope-update-baseline`` stores the new traces
+instead. Every recorded trace is kept (the failure message says where) for opening in the app.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Generator, List, Optional, Union
+
+import pytest
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000**4, "tib": 1 << 40}
+
+
+def parse_size(value: Union[int, float, str]) -> int:
+    """``"512 MiB"`` -> 536870912; an int is bytes. Binary units by default (``"2G"`` is 2 GiB)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {value!r} (give bytes, or a size such as '512 MiB' or '2GB')")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vramscope", "GPU memory gates (vramscope)")
+    group.addoption("--vramscope-baseline", metavar="DIR",
+                    help="store each marked test's trace in DIR once, then fail tests whose memory grows past the gates")
+    group.addoption("--vramscope-update-baseline", action="store_true",
+                    help="with --vramscope-baseline: store this run's traces as the new baseline")
+    group.addoption("--vramscope-fail-if-peak-grows", metavar="PCT",
+                    help="fail when a test's allocated peak is more than PCT percent above its baseline's (default 5)")
+    group.addoption("--vramscope-fail-if-category-grows", metavar="CAT=PCT", action="append", default=[],
+                    help="fail when a category's bytes at the peak grow more than PCT percent (repeatable)")
+    group.addoption("--vramscope-fail-if-phase-grows", metavar="PHASE[:CAT]=PCT", action="append", default=[],
+                    help="fail when a phase's high point grows more than PCT percent (repeatable)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "vramscope(max_peak=None): record the test's PyTorch memory with vramscope; fail when its peak allocated "
+        "memory passes max_peak (bytes or '512 MiB'), or grows past --vramscope-baseline's gates",
+    )
+
+
+def _name(item: pytest.Item) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:200]
+
+
+def _peak(path: str) -> int:
+    from . import summary
+
+    devices = summary(path).get("devices", [])
+    return max((d.get("peak_allocated_bytes", 0) for d in devices), default=0)
+
+
+def _gates(config: pytest.Config) -> List[str]:
+    args: List[str] = []
+    peak = config.getoption("--vramscope-fail-if-peak-grows")
+    categories = config.getoption("--vramscope-fail-if-category-grows")
+    phases = config.getoption("--vramscope-fail-if-phase-grows")
+    if peak is None and not categories and not phases:
+        peak = "5"
+    if peak is not None:
+        args += ["--fail-if-peak-grows", str(peak)]
+    for gate in categories:
+        args += ["--fail-if-category-grows", gate]
+    for gate in phases:
+        args += ["--fail-if-phase-grows", gate]
+    return args
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
+    marker = item.get_closest_marker("vramscope")
+    if marker is None:
+        return (yield)
+    from . import binary, format_bytes, record
+
+    limit: Optional[int] = None
+    if marker.kwargs.get("max_peak") is not None:
+        limit = parse_size(marker.kwargs["max_peak"])
+    config = item.config
+    folder = config._tmp_path_factory.getbasetemp() / "vramscope"  # kept as pytest keeps its temp folders
+    folder.mkdir(parents=True, exist_ok=True)
+    trace = folder / f"{_name(item)}.vtrace"
+    recording = record(trace, force=True)
+    recording.__enter__()
+    try:
+        result = yield
+    finally:
+        recording.__exit__(None, None, None)
+    if not trace.exists():
+        raise pytest.fail.Exception(f"vramscope could not record this test: {recording.message or 'no trace written'}",
+                                    pytrace=False)
+    if limit is not None:
+        peak = _peak(str(trace))
+        if peak > limit:
+            raise pytest.fail.Exception(
+                f"peak allocated memory {format_bytes(peak)} ({peak:,} bytes) passed the limit "
+                f"{format_bytes(limit)} ({limit:,} bytes); the trace: {trace} (`vramscope {trace}` opens it)",
+                pytrace=False,
+            )
+    baseline_dir = config.getoption("--vramscope-baseline")
+    if baseline_dir:
+        baseline = Path(baseline_dir) / f"{_name(item)}.vtrace"
+        if not baseline.exists() or config.getoption("--vramscope-update-baseline"):
+            baseline.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(trace, baseline)
+            return result
+        done = subprocess.run([binary(), "diff", *_gates(config), str(baseline), str(trace)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            lines = [line for line in done.stdout.splitlines() if line.strip()]
+            sentence = next((line for line in lines if not line.startswith(("A ", "B "))), "")
+            failed = [line for line in lines if line.startswith("gate ") and line.endswith("FAILED")]
+            why = done.stderr.strip() if done.returncode != 1 else "\n".join([sentence, *failed])
+            raise pytest.fail.Exception(
+                f"memory grew past the baseline {baseline}:\n{why}\nthis run's trace: {trace} "
+                f"(`vramscope compare {baseline} {trace}` shows both)",
+                pytrace=False,
+            )
+    return result
