@@ -4,6 +4,8 @@
 # taken from BIN (default .dev/bin). Records the cudarc sample and samples/pytorch with
 # PyTorch's three allocator set-ups and with bf16 autocast, with `info --json` of each trace
 # (at the peak and at the first optimizer step) beside PyTorch's own figures from the same run.
+# With the pip wheel (WHEEL, default dist/*.whl): its install, the out-of-memory capture
+# (`vramscope run`, VRAMSCOPE_CAPTURE_OOM) and `vramscope.record()` on CUDA.
 # Everything lands in RESULTS (default /tmp/gpu-check) and, packed, in $OUT/gpu-check.tar.gz
 # when OUT is set.
 set -u
@@ -72,6 +74,37 @@ print(f"    at step: {a.get('categories')}")
 print(f"    at peak: {d.get('categories_at_peak')}")
 PY
 done
+
+# The pip wheel on the GPU (WHEEL: dist/*.whl, carried): installed into a venv that sees the
+# machine's PyTorch; the out-of-memory capture and in-process recording on CUDA.
+WHEEL=${WHEEL:-$(ls dist/vramscope-*.whl 2>/dev/null | head -n1)}
+if [ -n "$WHEEL" ]; then
+    step "the wheel: install"
+    python3 -m venv --system-site-packages "$RESULTS/venv" && "$RESULTS/venv/bin/pip" install --no-index --quiet "$WHEEL"
+    VPY="$RESULTS/venv/bin/python"
+    step "the wheel: vramscope run catches a CUDA OOM (exit status 1 expected; a snapshot and the post-mortem)"
+    (cd "$RESULTS" && timeout 180 "$RESULTS/venv/bin/vramscope" run --oom-dir oom-run -- "$VPY" "$OLDPWD/tests/scripts/cuda_oom.py" 2>&1 | tail -20)
+    ls -la "$RESULTS/oom-run"
+    step "the wheel: VRAMSCOPE_CAPTURE_OOM alone"
+    (cd "$RESULTS" && VRAMSCOPE_CAPTURE_OOM=oom-env timeout 180 "$VPY" "$OLDPWD/tests/scripts/cuda_oom.py" 2>&1 | tail -6)
+    ls -la "$RESULTS/oom-env"
+    step "the wheel: vramscope.record() on CUDA, a model built before the block"
+    timeout 240 "$VPY" - "$RESULTS/inprocess-cuda.vtrace" <<'PY'
+import sys, torch, vramscope
+model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(4)]).cuda()
+opt = torch.optim.Adam(model.parameters())
+params = sum(p.numel() * p.element_size() for p in model.parameters())
+with vramscope.record(sys.argv[1], force=True):
+    for _ in range(3):
+        loss = model(torch.randn(64, 4096, device="cuda")).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+torch.cuda.synchronize()
+facts = vramscope.summary(sys.argv[1])
+dev = next(d for d in facts["devices"] if d["device"] == 0)
+print("params", params, "| at peak", dev["categories_at_peak"], "| peak", dev["peak_allocated_bytes"],
+      "| torch max allocated", torch.cuda.max_memory_allocated(), "| notes", facts["notes"])
+PY
+fi
 
 ls -la "$RESULTS"
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tar.gz" -C "$RESULTS" .; fi

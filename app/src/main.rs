@@ -276,6 +276,24 @@ enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
     },
+    /// Run a program with CUDA out-of-memory errors caught: nothing is recorded until one happens.
+    ///
+    /// No relaunch when it fails, no hook library, no cost until then: once the program imports
+    /// torch and initialises CUDA, the caching allocator keeps a ring of its recent events (with
+    /// Python stacks). When an allocation fails, what led to it is written to DIR as a memory
+    /// snapshot (`oom-HOST-PID-N.pickle`, at most 3 per process) and the post-mortem's first
+    /// lines (`vramscope info --oom`) are printed on stderr; then the error goes on as it would.
+    /// `python -m vramscope train.py` is the same; a launcher that only passes the environment
+    /// through (SLURM, torchrun) gets it with VRAMSCOPE_CAPTURE_OOM=DIR where the pip package is
+    /// installed.
+    Run {
+        /// Where snapshots of out-of-memory errors go.
+        #[arg(long, value_name = "DIR", default_value = "vramscope-oom")]
+        oom_dir: PathBuf,
+        /// The command to run, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Project what each remedy would do to the peak, from the trace's breakdown.
     ///
     /// Mixed precision (bf16/fp16), activation checkpointing (of every block, and of some),
@@ -471,6 +489,18 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             }
         }
+        Some(Command::Run { oom_dir, command }) => match command.split_first() {
+            None => {
+                Err(anyhow::anyhow!("nothing to run: give the command after --, e.g. vramscope run -- python train.py"))
+            }
+            Some((program, args)) => match vramscope_collector::session::run_capturing_oom(program, args, &oom_dir) {
+                Ok(status) => {
+                    let code = vramscope_collector::session::exit_code(status);
+                    return ExitCode::from(u8::try_from(code).unwrap_or(1));
+                }
+                Err(e) => Err(e.into()),
+            },
+        },
         Some(Command::Advise { file, json, gpus, target_bytes, device, with, batch, seq_len, range }) => {
             range.set();
             use vramscope::analysis::advisor::scaling::Dimension;

@@ -110,6 +110,41 @@ pub fn record(
     collect(dir, status?, program, args)
 }
 
+/// Runs `program` with `args` with only the out-of-memory capture armed (`vramscope run`): no
+/// hook library and no recording, the PyTorch shim first on `PYTHONPATH`, which (once the program
+/// imports torch and initialises CUDA) keeps the caching allocator's recent history and, when an
+/// allocation fails, writes a snapshot into `oom_dir` and prints the post-mortem's first lines.
+/// Returns how the program ended.
+pub fn run_capturing_oom(program: &OsStr, args: &[OsString], oom_dir: &Path) -> Result<ExitStatus, Error> {
+    let dir = tempfile::Builder::new()
+        .prefix("vramscope-run-")
+        .tempdir()
+        .map_err(io("cannot create a directory for the PyTorch shim"))?;
+    let shim = dir.path().join("python");
+    std::fs::create_dir(&shim).map_err(io("cannot write the PyTorch shim"))?;
+    for (name, text) in torch::SHIM_FILES {
+        std::fs::write(shim.join(name), text).map_err(io("cannot write the PyTorch shim"))?;
+    }
+    let oom_dir = std::path::absolute(oom_dir).unwrap_or_else(|_| oom_dir.to_owned());
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env("VRAMSCOPE_CAPTURE_OOM", &oom_dir)
+        .env("PYTHONPATH", prepend("PYTHONPATH", shim.as_os_str()))
+        .env_remove(env::RECORD_DIR);
+    if let Ok(exe) = std::env::current_exe() {
+        command.env("VRAMSCOPE_BIN", exe);
+    }
+    let signals = signals::install();
+    let mut child = command
+        .spawn()
+        .map_err(|source| Error::Io { what: format!("cannot run {}", Path::new(program).display()), source })?;
+    signals.child(child.id());
+    let status = child.wait().map_err(io("cannot wait for the program"));
+    drop(signals);
+    status
+}
+
 /// Whether `dir` is a recording's directory: what `record` makes while its workload runs, or
 /// what a recording made inside the program (`vramscope.record()` in Python) leaves.
 pub fn is_recording_dir(dir: &Path) -> bool {

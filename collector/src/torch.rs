@@ -20,10 +20,11 @@ use vramscope_trace_format::{
 
 /// The shim's files, written into the recording directory's `python/` folder, which `record`
 /// puts first on `PYTHONPATH`.
-pub const SHIM_FILES: [(&str, &str); 3] = [
+pub const SHIM_FILES: [(&str, &str); 4] = [
     ("sitecustomize.py", include_str!("../../python/vramscope/_shim/sitecustomize.py")),
     ("vramscope_torch.py", include_str!("../../python/vramscope/_shim/vramscope_torch.py")),
     ("vramscope_cpu.py", include_str!("../../python/vramscope/_shim/vramscope_cpu.py")),
+    ("vramscope_oom.py", include_str!("../../python/vramscope/_shim/vramscope_oom.py")),
 ];
 
 /// One line of a shim log.

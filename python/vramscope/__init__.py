@@ -29,6 +29,7 @@ import subprocess
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ._binary import VramscopeNotFound, binary
+from ._oom import capture_oom
 from ._notebook import load_ipython_extension
 from ._record import record
 from ._summary import Summary, format_bytes
@@ -39,6 +40,7 @@ __all__ = [
     "VramscopeError",
     "VramscopeNotFound",
     "binary",
+    "capture_oom",
     "compare",
     "format_bytes",
     "load_ipython_extension",

@@ -1,7 +1,7 @@
 # vramscope record's Python start-up hook: `vramscope record` puts this directory first on
 # PYTHONPATH, so Python imports this file at start-up (the `site` module imports `sitecustomize`).
 # It arms vramscope_torch (which waits for the program to import torch and does nothing
-# otherwise), then runs the program's own sitecustomize, if there is one further down the path.
+# otherwise) and, under `vramscope run`, the out-of-memory capture (vramscope_oom), then runs the program's own sitecustomize, if there is one further down the path.
 
 
 def _vramscope_start():
@@ -15,6 +15,14 @@ def _vramscope_start():
         vramscope_torch.arm()
     except Exception as error:  # never break the program: say why and go on without tags
         print(f"vramscope: the PyTorch shim is off: {error!r}", file=sys.stderr)
+    # `vramscope run`: out-of-memory errors caught (vramscope_oom.py).
+    if os.environ.get("VRAMSCOPE_CAPTURE_OOM"):
+        try:
+            import vramscope_oom
+
+            vramscope_oom.arm(os.environ["VRAMSCOPE_CAPTURE_OOM"])
+        except Exception as error:
+            print(f"vramscope: out-of-memory capture is off: {error!r}", file=sys.stderr)
 
     import importlib.machinery
     import importlib.util

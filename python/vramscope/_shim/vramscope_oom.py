@@ -1,0 +1,138 @@
+"""Catching a CUDA out-of-memory error without a relaunch: `vramscope.capture_oom(DIR)`,
+`vramscope run -- CMD`, `python -m vramscope train.py` and `VRAMSCOPE_CAPTURE_OOM=DIR` all arm
+this. Once torch has initialised CUDA, the caching allocator keeps a ring of its most recent
+events (with Python stacks); when an allocation fails, PyTorch calls the observer below before it
+raises: the allocator's state and that ring are written to DIR as a memory snapshot
+(`oom-<host>-<pid>-<n>.pickle`, which vramscope, and PyTorch's memory_viz, read) and the first
+lines of `vramscope info --oom` are printed on stderr. Then the exception goes on as it would.
+
+Nothing here may break the program: every step catches its own errors and says them once.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+# Allocator events kept (a ring: the newest replace the oldest), so memory stays bounded over a
+# long run; VRAMSCOPE_OOM_HISTORY sets it.
+_HISTORY = int(os.environ.get("VRAMSCOPE_OOM_HISTORY", "100000"))
+# Snapshots written per process at most (a loop that catches OOMs, a batch-size finder).
+_MOST = int(os.environ.get("VRAMSCOPE_OOM_MOST", "3"))
+# Lines of the post-mortem printed.
+_LINES = 14
+
+_lock = threading.Lock()
+_state = {"armed": None, "written": 0, "torch": None}
+
+
+def _say(text):
+    try:
+        print(f"vramscope: {text}", file=sys.stderr, flush=True)
+    except Exception:
+        pass
+
+
+def _binary():
+    found = os.environ.get("VRAMSCOPE_BIN")
+    if found:
+        return found
+    try:
+        from vramscope._binary import binary  # the Python package, where it is installed
+        return binary()
+    except Exception:
+        import shutil
+        return shutil.which("vramscope")
+
+
+def arm(directory):
+    """From now on (once this process imports torch and initialises CUDA), a CUDA out-of-memory
+    error leaves a snapshot in `directory`. Returns the directory armed (the first one: arming
+    again changes nothing)."""
+    with _lock:
+        # Once per process, whichever copy of this module arms it (the package's, or the one
+        # `vramscope run` puts on PYTHONPATH).
+        armed = getattr(sys, "_vramscope_oom_armed", None)
+        if armed is not None:
+            return armed
+        _state["armed"] = os.path.abspath(directory)
+        sys._vramscope_oom_armed = _state["armed"]
+    if "torch" in sys.modules:
+        _on_torch(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _Watcher())
+    return _state["armed"]
+
+
+def _on_torch(torch):
+    try:
+        if not torch.cuda.is_available():
+            return
+        _state["torch"] = torch
+        # Not now: the program may not want CUDA initialised yet (it may fork first).
+        lazy = getattr(torch.cuda, "_lazy_call", None)
+        if lazy is not None:
+            lazy(_start)
+        else:
+            _start()
+    except Exception as error:
+        _say(f"out-of-memory capture is off: {error!r}")
+
+
+def _start():
+    torch = _state["torch"]
+    try:
+        if not getattr(torch.cuda.memory, "_vramscope_history", False):
+            torch.cuda.memory._record_memory_history(max_entries=_HISTORY, context="all", stacks="python")
+        torch._C._cuda_attach_out_of_memory_observer(_observer)
+    except Exception as error:
+        _say(f"out-of-memory capture is off: {error!r}")
+
+
+def _observer(device, requested, device_allocated, device_free):
+    try:
+        with _lock:
+            if _state["written"] >= _MOST:
+                return
+            _state["written"] += 1
+            n = _state["written"]
+        directory = _state["armed"]
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"oom-{socket.gethostname()}-{os.getpid()}-{n}.pickle")
+        _state["torch"].cuda.memory._dump_snapshot(path)
+        _say(f"CUDA out of memory on cuda:{device} (asked for {requested:,} bytes): what led to it is in {path}")
+        binary = _binary()
+        if binary:
+            done = subprocess.run([binary, "info", "--oom", path], capture_output=True, text=True, timeout=120)
+            lines = [line for line in done.stdout.splitlines() if line.strip()][:_LINES]
+            for line in lines:
+                print(f"vramscope:   {line}", file=sys.stderr)
+            print(f"vramscope: `vramscope {path} --view oom` opens it", file=sys.stderr, flush=True)
+    except Exception as error:
+        _say(f"the out-of-memory snapshot was not written: {error!r}")
+
+
+class _Watcher:
+    """Waits for the program to import torch (as the recorder's watcher does)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or getattr(spec.loader, "_vramscope_oom", False):
+            return spec
+        real_exec = spec.loader.exec_module
+        watcher = self
+
+        def exec_module(module):
+            real_exec(module)
+            if watcher in sys.meta_path:
+                sys.meta_path.remove(watcher)
+            _on_torch(module)
+
+        spec.loader.exec_module = exec_module
+        spec.loader._vramscope_oom = True
+        return spec
