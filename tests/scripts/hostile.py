@@ -94,7 +94,8 @@ def main(out_dir):
     manifest.append({"file": "memo_gaps.pickle", "exit": 2, "expect": "beyond anything a pickle", "seconds": 10,
                      "rss_mib": 200})
 
-    # A raw memory timeline of 1 GiB of valid records in a few MB of gzip.
+    # A raw memory timeline of 1 GiB of valid records in a few MB of gzip: within what one layer
+    # of gzip can hold, so it is read (parsed as it inflates), in bounded time and memory.
     record = b"[1700000000000000000, 2, 4096, 3], "
     with gzip.open(os.path.join(out_dir, "huge.raw.json.gz"), "wb", compresslevel=9) as f:
         f.write(b"[")
@@ -102,7 +103,7 @@ def main(out_dir):
         for _ in range(1024):
             f.write(chunk)
         f.write(b"[1700000000000000000, 2, 4096, 3]]")
-    manifest.append({"file": "huge.raw.json.gz", "exit": 2, "expect": "inflates to more than", "seconds": 60,
+    manifest.append({"file": "huge.raw.json.gz", "exit": 0, "expect": "it is shown as device 0", "seconds": 60,
                      "rss_mib": 2500})
 
     # Wrong types at the top level: an error naming the field.

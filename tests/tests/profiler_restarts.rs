@@ -40,7 +40,9 @@ fn notes(info: &serde_json::Value) -> String {
 }
 
 /// The probe is not a test that cannot fail: a profiler restarted inside the optimizer step (what
-/// the shim did before, at each step's post-hook) is caught, with the ranges it was inside.
+/// the shim did before, at each step's post-hook) is caught, with the ranges it was inside, at the
+/// first such start and before it happens (let happen, it corrupts the heap, and the process
+/// could die before reporting).
 #[test]
 fn the_probe_catches_a_profiler_restarted_inside_an_open_range() {
     let output =
@@ -48,7 +50,7 @@ fn the_probe_catches_a_profiler_restarted_inside_an_open_range() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("profiler started inside 'Optimizer.step#SGD.step'"), "{stderr}");
-    assert!(stderr.contains("profiler started inside 'iteration 1'"), "{stderr}");
+    assert!(stderr.contains("profiler started inside 'iteration 0'"), "{stderr}");
 }
 
 /// Ranges around each iteration and forward or none, the optimizer step's own range, backward,

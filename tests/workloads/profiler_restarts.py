@@ -24,6 +24,7 @@ still holds at the end (from the tensors themselves).
 import argparse
 import contextlib
 import json
+import os
 import sys
 
 import torch
@@ -55,6 +56,13 @@ def enable(*a, **k):
     for name, under_profiler in open_ranges.values():
         if under_profiler:
             violations.append(f"profiler started inside {name!r}, which began under an earlier profiler")
+    if violations and args.naive_restart:
+        # Caught before the real start: going on would corrupt the heap (what is being shown),
+        # and the process could die of it before it reports.
+        for v in sorted(set(violations)):
+            print(f"violation: {v}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(3)
     starts += 1
     result = real_enable(*a, **k)
     running = True
