@@ -115,3 +115,22 @@ def test_the_trace_is_written_when_the_process_exits_inside_the_block(tmp_path: 
     assert done.returncode == 3, done.stderr
     assert path.exists(), done.stderr
     assert vramscope.summary(path)["devices"][0]["categories_at_peak"]["parameter"] == 4 * (64 * 64 + 64)
+
+
+def test_a_trace_that_cannot_be_written_never_breaks_the_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, optimizer = model_and_optimizer()
+    path = tmp_path / "later.vtrace"
+    command = vramscope.binary()
+    with vramscope.record(path):
+        train(model, optimizer, steps=1)
+        monkeypatch.setenv("VRAMSCOPE_BIN", str(tmp_path / "gone"))
+    monkeypatch.delenv("VRAMSCOPE_BIN")
+    said = capsys.readouterr().err
+    assert not path.exists()
+    assert "the trace was not written" in said
+    # What was recorded is kept, and `vramscope convert` of the folder writes the trace.
+    folder = said.split("what was recorded is kept in ")[1].split(":")[0]
+    subprocess.run([command, "convert", folder, "-o", str(path)], check=True, capture_output=True)
+    assert vramscope.summary(path)["devices"][0]["categories_at_peak"]["parameter"] == PARAMETER_BYTES

@@ -116,11 +116,15 @@ class record(contextlib.ContextDecorator):
             directory = self._dir
             if directory is None:
                 return
-            command = [binary(), "convert", directory, "-o", self.path]
-            if self.force:
-                command.append("--force")
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
-            self.message = done.stderr.strip()
+            try:
+                command = [binary(), "convert", directory, "-o", self.path]
+                if self.force:
+                    command.append("--force")
+                done = subprocess.run(command, capture_output=True, text=True, check=False)
+                self.message = done.stderr.strip()
+            except Exception as error:  # never break the program
+                done = subprocess.CompletedProcess([], 2)
+                self.message = str(error)
             if done.returncode == 0:
                 _remove_tree(directory)
                 print(self.message.splitlines()[-1] if self.message else f"vramscope: wrote {self.path}",

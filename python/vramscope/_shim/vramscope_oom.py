@@ -67,10 +67,11 @@ def arm(directory):
 
 def _on_torch(torch):
     try:
-        if not torch.cuda.is_available():
+        # Nothing is asked of CUDA here (asking initialises it, which a program that forks first
+        # must not have): what follows runs when the program initialises CUDA itself, if ever.
+        if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
             return
         _state["torch"] = torch
-        # Not now: the program may not want CUDA initialised yet (it may fork first).
         lazy = getattr(torch.cuda, "_lazy_call", None)
         if lazy is not None:
             lazy(_start)
