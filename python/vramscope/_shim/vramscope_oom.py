@@ -61,7 +61,11 @@ def arm(directory):
     if "torch" in sys.modules:
         _on_torch(sys.modules["torch"])
     else:
-        sys.meta_path.insert(0, _Watcher())
+        try:
+            from .vramscope_torch import _TorchWatcher
+        except ImportError:  # written into a folder on PYTHONPATH, outside the package
+            from vramscope_torch import _TorchWatcher
+        sys.meta_path.insert(0, _TorchWatcher(_on_torch, "_vramscope_oom"))
     return _state["armed"]
 
 
@@ -112,28 +116,3 @@ def _observer(device, requested, device_allocated, device_free):
             print(f"vramscope: `vramscope {path} --view oom` opens it", file=sys.stderr, flush=True)
     except Exception as error:
         _say(f"the out-of-memory snapshot was not written: {error!r}")
-
-
-class _Watcher:
-    """Waits for the program to import torch (as the recorder's watcher does)."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch":
-            return None
-        import importlib.machinery
-
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or getattr(spec.loader, "_vramscope_oom", False):
-            return spec
-        real_exec = spec.loader.exec_module
-        watcher = self
-
-        def exec_module(module):
-            real_exec(module)
-            if watcher in sys.meta_path:
-                sys.meta_path.remove(watcher)
-            _on_torch(module)
-
-        spec.loader.exec_module = exec_module
-        spec.loader._vramscope_oom = True
-        return spec

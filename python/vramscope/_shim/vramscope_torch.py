@@ -723,18 +723,26 @@ def _on_torch_imported(torch):
 
 
 class _TorchWatcher:
-    """Finds `torch` for the import system and runs the recorder once it has been imported.
+    """Finds `torch` for the import system and calls `on_import(torch)` once it has been
+    imported (the recorder here; the out-of-memory capture in vramscope_oom.py). `mark` names
+    the attribute that says a loader is wrapped already for that caller; `done()` says there is
+    nothing left to wait for.
 
     It stays in place until then: libraries ask `importlib.util.find_spec("torch")` before they
     import it, and each answer gets the wrapped loader."""
 
+    def __init__(self, on_import, mark, done=lambda: False):
+        self.on_import = on_import
+        self.mark = mark
+        self.done = done
+
     def find_spec(self, name, path=None, target=None):
-        if name != "torch" or _recorder is not None:
+        if name != "torch" or self.done():
             return None
         import importlib.machinery
 
         spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or getattr(spec.loader, "_vramscope_wrapped", False):
+        if spec is None or spec.loader is None or getattr(spec.loader, self.mark, False):
             return spec
         loader = spec.loader
         real_exec = loader.exec_module
@@ -744,10 +752,10 @@ class _TorchWatcher:
             real_exec(module)
             if watcher in sys.meta_path:
                 sys.meta_path.remove(watcher)
-            _on_torch_imported(module)
+            watcher.on_import(module)
 
         loader.exec_module = exec_module
-        loader._vramscope_wrapped = True
+        setattr(loader, self.mark, True)
         return spec
 
 
@@ -758,4 +766,4 @@ def arm():
     if "torch" in sys.modules:
         _on_torch_imported(sys.modules["torch"])
     else:
-        sys.meta_path.insert(0, _TorchWatcher())
+        sys.meta_path.insert(0, _TorchWatcher(_on_torch_imported, "_vramscope_wrapped", lambda: _recorder is not None))
