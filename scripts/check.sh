@@ -25,6 +25,9 @@ export VRAMSCOPE_TORCH_PYTHON
 step "rustfmt"
 cargo fmt --all -- --check
 
+step "the app's modules import each other without cycles"
+python3 scripts/module_cycles.py app/src/gui
+
 step "clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

@@ -37,10 +37,7 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
     assert_eq!(harness.query_all_by_label("Memory timeline").count(), 2);
     harness.get_by_label("peak").click();
     harness.run_steps(2);
-    assert_eq!(
-        harness.state().session.compare.as_ref().map(|c| c.align.clone()),
-        Some(vramscope::gui::compare_view::Align::Peak)
-    );
+    assert_eq!(harness.state().views.compare.align, vramscope::gui::compare_view::Align::Peak);
 }
 
 #[test]
@@ -71,9 +68,9 @@ fn the_phases_of_two_runs_are_side_by_side_and_a_click_lines_them_up_there() {
     // A click on the forward row lines both runs up at its start and shows it.
     harness.get_by_label("forward (highest)").click();
     harness.run_steps(3);
-    let compare = harness.state().session.compare.as_ref().expect("compare");
-    assert_eq!(compare.align, vramscope::gui::compare_view::Align::Phase(row));
-    let (start, end) = harness.state().views.compare_timeline.view_ns.expect("a view");
+    assert!(harness.state().session.compare.is_some());
+    assert_eq!(harness.state().views.compare.align, vramscope::gui::compare_view::Align::Phase(row));
+    let (start, end) = harness.state().views.compare.timeline.view_ns.expect("a view");
     let side = diff.phases[row].a.as_ref().expect("A's forward");
     assert!(start <= side.start_ns as f64 && side.end_ns as f64 <= end, "{start}..{end}");
     assert!(end - start < 1.5 * (side.end_ns - side.start_ns).max(1) as f64 + 1.0, "{start}..{end}");

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use egui_extras::{Column, TableBuilder};
 use vramscope_trace_format::{DeviceId, Trace};
 
+use super::context::ViewCtx;
 use super::jobs::Job;
-use super::views::Body;
 use crate::analysis::advisor::{self, Advice, Projection};
 use crate::{units, words};
 
@@ -271,6 +271,6 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
 }
 
 /// The advisor view.
-pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
-    advisor_ui(ui, &body.doc.trace, body.device.device, &mut body.states.advisor);
+pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, state: &mut AdvisorState) {
+    advisor_ui(ui, &ctx.doc.trace, ctx.device.device, state);
 }

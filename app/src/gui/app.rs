@@ -2,84 +2,26 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use super::advisor_view::AdvisorState;
 use super::breakdown_view::BreakdownState;
+use super::compare_view::CompareState;
+use super::context::{Command, ViewCtx};
 use super::document::Document;
-use super::fragmentation_view::SegmentOrder;
 use super::loader::Loader;
+use super::picker::FilePicker;
 use super::session::{Change, Session};
-use super::timeline_view::{self, TimelineAction, TimelineState};
+use super::settings::Settings;
 pub use super::views::View;
-use super::views::{Body, ViewStates};
+use super::views::{Needs, ViewStates};
+use super::widgets::timeline;
+use super::{banner, ranks_view, shortcuts};
 use crate::units;
 
 mod bars;
 mod live;
 mod range;
 
-/// Options that persist between runs.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Settings {
-    /// Recently opened files, newest first.
-    pub recent: Vec<PathBuf>,
-    /// Dark theme (else light).
-    pub dark_mode: bool,
-    /// Hide interpreter and recorder frames in stacks.
-    pub hide_noise: bool,
-    /// Show only Python frames in the stack tree.
-    pub python_only: bool,
-    /// The view shown.
-    pub view: View,
-    /// Order of the fragmentation map's rows.
-    pub segment_order: SegmentOrder,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            recent: Vec::new(),
-            dark_mode: true,
-            hide_noise: true,
-            python_only: false,
-            view: View::Timeline,
-            segment_order: SegmentOrder::Size,
-        }
-    }
-}
-
-const MAX_RECENT: usize = 10;
 const SETTINGS_KEY: &str = "vramscope-settings";
-
-/// Picks a file to open; the native dialog in the app, something scripted in tests.
-pub trait FilePicker {
-    /// Asks for a file; `None` when the user cancels.
-    fn pick(&mut self) -> Option<PathBuf>;
-
-    /// Asks for a directory (a run's rank files); `None` when the user cancels.
-    fn pick_folder(&mut self) -> Option<PathBuf> {
-        None
-    }
-}
-
-/// The native Open dialog.
-pub struct NativePicker;
-
-impl FilePicker for NativePicker {
-    fn pick(&mut self) -> Option<PathBuf> {
-        rfd::FileDialog::new()
-            .set_title("Open a trace")
-            .add_filter("Traces", &["vtrace", "pickle", "pkl", "json", "gz"])
-            .add_filter("All files", &["*"])
-            .pick_file()
-    }
-
-    fn pick_folder(&mut self) -> Option<PathBuf> {
-        rfd::FileDialog::new().set_title("Open a run's folder (one file per rank)").pick_folder()
-    }
-}
 
 /// The vramscope window: the session it shows, the views' states and the chrome around them
 /// (menus, toolbar, status bar, help, welcome).
@@ -166,26 +108,16 @@ impl VramscopeApp {
         self.session.open_second(ctx, path);
     }
 
-    fn remember(&mut self, path: &Path) {
-        if crate::sample::is_sample(path) {
-            return;
-        }
-        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
-        self.settings.recent.retain(|p| p != &path);
-        self.settings.recent.insert(0, path);
-        self.settings.recent.truncate(MAX_RECENT);
-    }
-
     /// Picks up what the session's jobs finished and follows it in the views.
     fn poll(&mut self, ctx: &egui::Context) {
         for change in self.session.poll(ctx) {
             match change {
-                Change::Opened(path) => self.remember(&path),
+                Change::Opened(path) => self.settings.remember(&path),
                 Change::NewDocument => self.new_document(),
                 // The same run, further on: the views keep their zoom and choices.
                 Change::Updated => {}
                 Change::CompareStarted => {
-                    self.views.compare_timeline = TimelineState::default();
+                    self.views.compare = CompareState::default();
                     self.settings.view = self.asked_view.take().unwrap_or(View::Compare);
                 }
             }
@@ -257,116 +189,87 @@ impl VramscopeApp {
         }
     }
 
-    fn shortcuts(&mut self, ctx: &egui::Context) {
-        use egui::{Key, KeyboardShortcut, Modifiers};
-        let typing = ctx.egui_wants_keyboard_input();
-        if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND | Modifiers::SHIFT, Key::O)))
-        {
-            self.compare_dialog(ctx);
-        }
-        if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND | Modifiers::SHIFT, Key::D)))
-        {
-            self.open_folder_dialog(ctx);
-        }
-        if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::O))) {
-            self.open_dialog(ctx);
-        }
-        if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::W))) {
-            self.close(ctx);
-        }
-        if ctx.input_mut(|i| i.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::Q))) {
-            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
-        }
-        if ctx.input(|i| i.key_pressed(Key::Escape)) {
-            self.session.cancel_loads();
-            self.show_help = false;
-        }
-        if ctx.input(|i| i.key_pressed(Key::F1)) {
-            self.show_help = !self.show_help;
-        }
-        if typing {
-            return;
-        }
-        let pressed = |key: Key| ctx.input(|i| i.key_pressed(key) && i.modifiers.is_none());
-        if pressed(Key::Questionmark) || ctx.input(|i| i.key_pressed(Key::Slash) && i.modifiers.shift) {
-            self.show_help = !self.show_help;
-        }
-        if pressed(Key::T) {
-            self.settings.dark_mode = !self.settings.dark_mode;
-        }
-        if pressed(Key::N) {
-            self.settings.hide_noise = !self.settings.hide_noise;
-        }
-        for info in View::available(self.session.open_kinds()) {
-            if pressed(info.key) {
-                self.settings.view = info.view;
+    /// Does what a command asks (the window applies each frame's commands once, after drawing).
+    fn apply(&mut self, ctx: &egui::Context, command: Command) {
+        match command {
+            Command::Select(point) => self.select(point),
+            Command::Step(by) => {
+                if let Some(point) = self.session.selected_point {
+                    let magnitude = usize::try_from(by.unsigned_abs()).unwrap_or(usize::MAX);
+                    self.select(if by < 0 { point.saturating_sub(magnitude) } else { point.saturating_add(magnitude) });
+                }
             }
-        }
-        if self.session.doc.is_none() {
-            return;
-        }
-        if pressed(Key::P) {
-            self.jump_to_peak();
-        }
-        if pressed(Key::R) || pressed(Key::Home) {
-            self.views.timeline.reset();
-        }
-        if pressed(Key::End) && self.session.live.is_some() {
-            self.follow_newest();
-        }
-        let step = if ctx.input(|i| i.modifiers.shift) { 100 } else { 1 };
-        let arrows = ctx.input(|i| (i.key_pressed(Key::ArrowLeft), i.key_pressed(Key::ArrowRight)));
-        if let Some(point) = self.session.selected_point {
-            if arrows.0 {
-                self.select(point.saturating_sub(step));
-            } else if arrows.1 {
-                self.select(point.saturating_add(step));
+            Command::JumpToPeak if self.session.doc.is_some() => self.jump_to_peak(),
+            Command::Device(index) if index != self.session.device_index => {
+                self.session.choose_device(index);
+                self.views.timeline.reset();
+                self.views.breakdown.picked = None;
             }
-        }
-        let zoom = if pressed(Key::Plus) || pressed(Key::Equals) {
-            2.0
-        } else if pressed(Key::Minus) {
-            0.5
-        } else {
-            1.0
-        };
-        if zoom != 1.0
-            && let Some(device) = self.session.doc.as_ref().and_then(|d| d.devices.get(self.session.device_index))
-        {
-            let center = self.session.selected_point.map_or_else(
-                || {
-                    let (a, b) = timeline_view::visible_span(&self.views.timeline, device);
-                    (a + b) / 2.0
-                },
-                |p| device.timeline.time_ns(p) as f64,
-            );
-            timeline_view::zoom(&mut self.views.timeline, device, center, zoom);
+            Command::Process(process) => self.session.choose_process(ctx, process),
+            Command::OpenRank(rank) => self.session.open_rank(ctx, rank),
+            Command::Show(view) => self.settings.view = view,
+            Command::HideNoise(hide) => self.settings.hide_noise = hide,
+            Command::PythonOnly(only) => self.settings.python_only = only,
+            Command::SegmentOrder(order) => self.settings.segment_order = order,
+            Command::DarkMode(dark) => self.settings.dark_mode = dark,
+            Command::ToggleTheme => self.settings.dark_mode = !self.settings.dark_mode,
+            Command::ToggleNoise => self.settings.hide_noise = !self.settings.hide_noise,
+            Command::ResetZoom => self.views.timeline.reset(),
+            Command::Zoom(factor) => self.zoom(factor),
+            Command::FollowNewest if self.session.live.is_some() => self.follow_newest(),
+            Command::OpenDialog => self.open_dialog(ctx),
+            Command::OpenFolderDialog => self.open_folder_dialog(ctx),
+            Command::CompareDialog => self.compare_dialog(ctx),
+            Command::OpenRangeDialog => self.open_range_dialog(),
+            Command::Close => self.close(ctx),
+            Command::Quit => ctx.send_viewport_cmd(egui::ViewportCommand::Close),
+            Command::Escape => {
+                self.session.cancel_loads();
+                self.show_help = false;
+            }
+            Command::ToggleHelp => self.show_help = !self.show_help,
+            Command::ShowHelp => self.show_help = true,
+            Command::JumpToPeak | Command::Device(_) | Command::FollowNewest => {}
         }
     }
 
-    /// Draws one frame (the whole window).
+    /// Zooms the timeline by `factor` around the selected instant (or the middle of the view).
+    fn zoom(&mut self, factor: f64) {
+        let Some(device) = self.session.doc.as_ref().and_then(|d| d.devices.get(self.session.device_index)) else {
+            return;
+        };
+        let center = self.session.selected_point.map_or_else(
+            || {
+                let (a, b) = timeline::visible_span(&self.views.timeline, device);
+                (a + b) / 2.0
+            },
+            |p| device.timeline.time_ns(p) as f64,
+        );
+        timeline::zoom(&mut self.views.timeline, device, center, factor);
+    }
+
+    /// Draws one frame (the whole window), then does what was asked in it.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         let ctx = ui.ctx().clone();
         ctx.set_theme(if self.settings.dark_mode { egui::Theme::Dark } else { egui::Theme::Light });
         self.poll(&ctx);
-        self.shortcuts(&ctx);
+        let mut commands = Vec::new();
+        shortcuts::commands(&ctx, self.session.open_kinds(), &mut commands);
         self.dropped_files(&ctx);
-        self.menu_bar(ui);
+        self.menu_bar(ui, &mut commands);
         self.status_bar(ui);
         self.errors_panel(ui);
         if self.session.doc.is_some() {
-            self.toolbar(ui);
+            self.toolbar(ui, &mut commands);
             self.live_bar(ui);
-            self.sample_banner(ui);
-            if let Some(doc) = &self.session.doc
-                && super::banner::caveats_ui(ui, doc)
-            {
-                self.settings.view = View::Oom;
+            self.sample_banner(ui, &mut commands);
+            if let Some(doc) = &self.session.doc {
+                banner::caveats_ui(ui, doc, &mut commands);
             }
         }
         egui::CentralPanel::default().show(ui, |ui| {
             if self.session.doc.is_some() {
-                self.document_ui(ui);
+                self.document_ui(ui, &mut commands);
                 if let Some(since) = self.report_first_frame_since.take() {
                     eprintln!(
                         "vramscope: first frame with the trace after {:.0} ms",
@@ -375,15 +278,20 @@ impl VramscopeApp {
                 }
             } else if let Some(run) = &self.session.run {
                 // The run's ranks as they arrive, before the first is shown in the other views.
-                if let Some(rank) = super::ranks_view::run_ui(ui, run) {
-                    let ctx = ui.ctx().clone();
-                    self.session.open_rank(&ctx, rank);
-                }
+                ranks_view::run_ui(ui, run, &mut commands);
             } else if !self.waiting_ui(ui) {
                 self.welcome_ui(ui);
             }
         });
         self.report_run_timings();
+        // What was asked this frame is done once, here: the windows drawn over the rest (a dialog
+        // it opens, the progress of a load it starts) show it at once, the panels next frame.
+        if !commands.is_empty() {
+            ctx.request_repaint();
+        }
+        for command in commands {
+            self.apply(&ctx, command);
+        }
         self.loading_overlay(&ctx);
         self.range_window(&ctx);
         if self.show_help {
@@ -430,11 +338,10 @@ impl VramscopeApp {
     }
 
     /// Under the toolbar while the built-in sample is shown: what it is and how to get your own.
-    fn sample_banner(&mut self, ui: &mut egui::Ui) {
+    fn sample_banner(&mut self, ui: &mut egui::Ui, commands: &mut Vec<Command>) {
         if !self.session.doc.as_ref().is_some_and(Document::is_sample) {
             return;
         }
-        let mut open = false;
         egui::Panel::top("sample").show(ui, |ui| {
             ui.horizontal_wrapped(|ui| {
                 ui.strong("This is a built-in sample:");
@@ -442,13 +349,12 @@ impl VramscopeApp {
                     "three training steps of a GPT recorded with `vramscope record` on an H200, with every \
                      tensor tagged. Record your own with `vramscope record -- python train.py`, or",
                 );
-                open = ui.button("Open a trace…").on_hover_text("Ctrl+O, or drop a file on the window").clicked();
+                let tip = format!("{}, or drop a file on the window", shortcuts::menu_label(Command::OpenDialog));
+                if ui.button("Open a trace…").on_hover_text(tip).clicked() {
+                    commands.push(Command::OpenDialog);
+                }
             });
         });
-        if open {
-            let ctx = ui.ctx().clone();
-            self.open_dialog(&ctx);
-        }
     }
 
     fn errors_panel(&mut self, ui: &mut egui::Ui) {
@@ -509,32 +415,9 @@ impl VramscopeApp {
         let mut open = true;
         egui::Window::new("Keyboard shortcuts").open(&mut open).collapsible(false).resizable(false).show(ctx, |ui| {
             egui::Grid::new("shortcuts").num_columns(2).striped(true).show(ui, |ui| {
-                for (keys, what) in [
-                    ("Ctrl+O", "open a trace (or drop a file on the window)"),
-                    ("Ctrl+W", "close the trace"),
-                    ("Ctrl+Shift+O", "open a second run to compare with"),
-                    ("Ctrl+Shift+D", "open a run's folder: its per-rank files as one run (or drop several files)"),
-                    ("P", "jump to the peak"),
-                    ("click", "select an instant: it drives the other views"),
-                    ("← / →", "previous / next event (Shift: 100 events)"),
-                    ("Ctrl+wheel", "zoom around the cursor"),
-                    ("+ / -", "zoom in / out around the selection"),
-                    ("drag", "pan"),
-                    ("Shift+drag, right-drag", "zoom to a box"),
-                    ("R, double-click", "show the whole trace"),
-                    ("End", "a run followed live: show all of it and keep to its newest instant"),
-                    ("N", "hide / show interpreter frames in stacks"),
-                    ("T", "dark / light theme"),
-                    ("Esc", "cancel loading, close this help"),
-                    ("F1, ?", "this help"),
-                ] {
+                for (keys, what) in shortcuts::help_rows() {
                     ui.monospace(keys);
                     ui.label(what);
-                    ui.end_row();
-                }
-                for info in &super::views::VIEWS {
-                    ui.monospace(info.key_label);
-                    ui.label(format!("{}: {}", info.label.to_lowercase(), info.about));
                     ui.end_row();
                 }
             });
@@ -587,8 +470,8 @@ impl VramscopeApp {
         });
     }
 
-    fn document_ui(&mut self, ui: &mut egui::Ui) {
-        let session = &mut self.session;
+    fn document_ui(&mut self, ui: &mut egui::Ui, commands: &mut Vec<Command>) {
+        let session = &self.session;
         let Some(doc) = &session.doc else { return };
         let Some(device) = doc.devices.get(session.device_index) else {
             ui.label("This trace holds no memory events.");
@@ -600,10 +483,10 @@ impl VramscopeApp {
             if asked == Some(self.settings.view) {
                 let info = self.settings.view.info();
                 let why = match info.needs {
-                    super::views::Needs::SecondRun => "a second run to compare with (vramscope compare A B)",
-                    super::views::Needs::Run => "a run of several ranks",
-                    super::views::Needs::Oom => "a trace with an out-of-memory error",
-                    super::views::Needs::Nothing => "nothing more",
+                    Needs::SecondRun => "a second run to compare with (vramscope compare A B)",
+                    Needs::Run => "a run of several ranks",
+                    Needs::Oom => "a trace with an out-of-memory error",
+                    Needs::Nothing => "nothing more",
                 };
                 eprintln!("vramscope: --view {} needs {why}: showing the timeline", info.cli_name);
             }
@@ -613,44 +496,32 @@ impl VramscopeApp {
         let instant = session.instant.clone().filter(|v| {
             Some(v.request.point) == session.selected_point && v.request.device_index == session.device_index
         });
-        let mut body = Body {
+        let view_ctx = ViewCtx {
             doc,
             device_index: session.device_index,
             device,
             selected_point: session.selected_point,
             instant: instant.as_deref(),
-            compare: session.compare.as_mut(),
-            states: &mut self.views,
-            settings: &mut self.settings,
-            select: None,
+            compare: session.compare.as_ref(),
             run: session.run.as_ref(),
-            open_rank: None,
+            settings: &self.settings,
         };
         if let Some(share) = info.timeline_share {
             let height = (ui.available_height() * share).max(if share > 0.5 { 220.0 } else { 180.0 });
             let size = egui::vec2(ui.available_width(), height);
-            let action =
-                timeline_view::timeline_ui(ui, doc, device, &mut body.states.timeline, body.selected_point, size);
-            if let Some(TimelineAction::Select(point)) = action {
-                body.select = Some(point);
+            let state = &mut self.views.timeline;
+            if let Some(point) = timeline::timeline_ui(ui, doc, device, state, view_ctx.selected_point, size) {
+                commands.push(Command::Select(point));
             }
             ui.separator();
         }
-        if info.needs_instant && body.instant.is_none() {
+        if info.needs_instant && view_ctx.instant.is_none() {
             ui.horizontal(|ui| {
                 ui.spinner();
                 ui.label("Working out what is alive at the selected instant…");
             });
         } else {
-            (info.draw)(ui, &mut body);
-        }
-        let open_rank = body.open_rank;
-        if let Some(point) = body.select {
-            self.select(point);
-        }
-        if let Some(rank) = open_rank {
-            let ctx = ui.ctx().clone();
-            self.session.open_rank(&ctx, rank);
+            (info.draw)(ui, &view_ctx, &mut self.views, commands);
         }
     }
 }

@@ -2,16 +2,20 @@
 //! allocation history, a profiler trace blind to memory from before it began), so that no number
 //! in the views is read as more than it is.
 
+use super::context::Command;
 use super::document::Document;
+use super::settings::View;
 
 /// Draws the document's caveats, one line each, in the warning colour; nothing when it has none.
-/// Above them, memory that grows every iteration and the first out-of-memory error; whether the
-/// user asked to see that error explained.
-pub fn caveats_ui(ui: &mut egui::Ui, doc: &Document) -> bool {
+/// Above them, memory that grows every iteration and the first out-of-memory error, with a link
+/// that asks for that error explained.
+pub fn caveats_ui(ui: &mut egui::Ui, doc: &Document, out: &mut Vec<Command>) {
     growth_ui(ui, doc);
-    let explain = oom_ui(ui, doc);
+    if oom_ui(ui, doc) {
+        out.push(Command::Show(View::Oom));
+    }
     if doc.caveats.is_empty() {
-        return explain;
+        return;
     }
     egui::Panel::top("caveats").show(ui, |ui| {
         for caveat in &doc.caveats {
@@ -21,10 +25,9 @@ pub fn caveats_ui(ui: &mut egui::Ui, doc: &Document) -> bool {
             });
         }
     });
-    explain
 }
 
-/// The first out-of-memory error, in a line with a link to its explanation.
+/// The first out-of-memory error, in a line with a link to its explanation; whether it was clicked.
 fn oom_ui(ui: &mut egui::Ui, doc: &Document) -> bool {
     let Some(first) = doc.trace.ooms.iter().min_by_key(|o| o.time_ns) else { return false };
     let start = doc.trace.events.first().map_or(first.time_ns, |e| e.time_ns);

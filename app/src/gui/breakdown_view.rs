@@ -3,13 +3,14 @@
 
 use egui::{RichText, Sense};
 use egui_extras::{Column, TableBuilder};
-use vramscope_trace_format::{Category, Trace};
+use vramscope_trace_format::Trace;
 
+use super::context::{Command, ViewCtx};
 use super::palette;
-use super::timeline_view::swatch;
-use super::views::Body;
+use super::widgets::block::{allocation_site, block_details_ui, categories_ui};
+use super::widgets::swatch;
 use super::worker::InstantView;
-use crate::analysis::instant::{self, AttributedBlock, StackNode};
+use crate::analysis::instant::StackNode;
 use crate::units;
 
 /// The breakdown's own state.
@@ -19,37 +20,6 @@ pub struct BreakdownState {
     pub search: String,
     /// The allocation picked in the table (index into the instant's blocks).
     pub picked: Option<usize>,
-}
-
-/// Bytes by category as bars, largest first.
-pub fn categories_ui(ui: &mut egui::Ui, view: &InstantView) {
-    let total: u64 = view.instant.by_category.values().sum();
-    let mut rows: Vec<(Category, u64)> = view.instant.by_category.iter().map(|(c, v)| (*c, *v)).collect();
-    rows.sort_by_key(|b| std::cmp::Reverse(b.1));
-    let width = ui.available_width();
-    egui::Grid::new("by-category").num_columns(3).spacing([8.0, 4.0]).show(ui, |ui| {
-        for (category, bytes) in rows {
-            ui.horizontal(|ui| {
-                swatch(ui, palette::category_color(category));
-                ui.label(palette::category_label(category));
-            });
-            ui.monospace(units::bytes(bytes)).on_hover_text(format!("{} bytes", units::count(bytes as usize)));
-            let fraction = if total > 0 { bytes as f32 / total as f32 } else { 0.0 };
-            let (rect, _) = ui.allocate_exact_size(egui::vec2((width - 230.0).max(40.0), 12.0), Sense::hover());
-            ui.painter().rect_filled(rect, 2.0, ui.visuals().faint_bg_color);
-            let mut filled = rect;
-            filled.set_width(rect.width() * fraction);
-            ui.painter().rect_filled(filled, 2.0, palette::category_color(category));
-            ui.painter().text(
-                rect.right_center() - egui::vec2(4.0, 0.0),
-                egui::Align2::RIGHT_CENTER,
-                format!("{:.1}%", fraction * 100.0),
-                egui::FontId::proportional(10.0),
-                ui.visuals().text_color(),
-            );
-            ui.end_row();
-        }
-    });
 }
 
 /// Bytes by tag name (parameters by qualified name, modules), the 30 largest; for traces
@@ -182,11 +152,6 @@ fn tree_node_ui(ui: &mut egui::Ui, node: &StackNode, total: u64, query: &str, he
     });
 }
 
-/// Where a block was allocated, as `function  file:line`.
-pub fn allocation_site(trace: &Trace, block: &AttributedBlock, hide_noise: bool) -> String {
-    instant::allocation_site(trace, block.block.stack, hide_noise)
-}
-
 fn allocations_table_ui(
     ui: &mut egui::Ui,
     trace: &Trace,
@@ -255,73 +220,15 @@ fn allocations_table_ui(
         });
 }
 
-/// A block's numbers, the evidence for its category and its stack.
-pub fn block_details_ui(ui: &mut egui::Ui, trace: &Trace, b: &AttributedBlock, now_ns: i64, hide_noise: bool) {
-    ui.horizontal(|ui| {
-        swatch(ui, palette::category_color(b.attribution.category));
-        ui.strong(format!(
-            "{} at {:#x} ({} requested), {}",
-            units::bytes(b.block.size_bytes),
-            b.block.address,
-            units::bytes(b.block.requested_bytes),
-            palette::category_label(b.attribution.category)
-        ));
-    });
-    ui.label(format!("why: {}", crate::words::evidence(trace, b.attribution.evidence)));
-    match b.alloc_ns {
-        Some(t) => ui.label(format!("allocated {} before this instant", units::duration_ns(now_ns - t))),
-        None => ui.label("allocated before the trace began"),
-    };
-    for line in crate::words::context_lines(trace, &b.block) {
-        ui.label(line);
-    }
-    egui::CollapsingHeader::new("stack").id_salt("picked-stack").default_open(true).show(ui, |ui| {
-        stack_ui(ui, trace, b.block.stack, hide_noise, 40);
-    });
-}
-
-/// The frames of a stack, innermost first, `path:line` shown.
-pub fn stack_ui(
-    ui: &mut egui::Ui,
-    trace: &Trace,
-    stack: vramscope_trace_format::StackId,
-    hide_noise: bool,
-    limit: usize,
-) {
-    let interner = &trace.interner;
-    let frames: Vec<_> = interner
-        .frames_of(stack)
-        .iter()
-        .filter_map(|&f| interner.frame_of(f))
-        .filter(|f| !hide_noise || !instant::is_noise_frame(interner.resolve(f.file), interner.resolve(f.function)))
-        .collect();
-    if frames.is_empty() {
-        ui.weak("(no stack recorded)");
-    }
-    for f in frames.iter().take(limit) {
-        let file = interner.resolve(f.file);
-        let function = interner.resolve(f.function);
-        if file.is_empty() || file == "??" {
-            ui.monospace(function);
-        } else {
-            ui.monospace(format!("{function}  {file}:{}", f.line));
-        }
-    }
-    if frames.len() > limit {
-        ui.weak(format!("… {} more frames", frames.len() - limit));
-    }
-}
-
 /// The peak breakdown view: what was alive at the selected instant.
-pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
-    let Some(v) = body.instant else { return };
-    let settings = &mut *body.settings;
-    breakdown_ui(
-        ui,
-        &body.doc.trace,
-        v,
-        &mut body.states.breakdown,
-        &mut settings.hide_noise,
-        &mut settings.python_only,
-    );
+pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, state: &mut BreakdownState, out: &mut Vec<Command>) {
+    let Some(v) = ctx.instant else { return };
+    let (mut hide_noise, mut python_only) = (ctx.settings.hide_noise, ctx.settings.python_only);
+    breakdown_ui(ui, &ctx.doc.trace, v, state, &mut hide_noise, &mut python_only);
+    if hide_noise != ctx.settings.hide_noise {
+        out.push(Command::HideNoise(hide_noise));
+    }
+    if python_only != ctx.settings.python_only {
+        out.push(Command::PythonOnly(python_only));
+    }
 }

@@ -2,16 +2,15 @@
 //! aligned where the user chooses, the high point of each phase of both (a click lines the runs
 //! up at that phase and shows it), the deltas at each run's peak, and one sentence on top.
 
-use std::sync::Arc;
-
 use egui::RichText;
 use vramscope_trace_format::{AnnotationKind, Category};
 
+use super::compare::Compare;
+use super::context::{Command, ViewCtx};
 use super::document::{DeviceData, Document};
-use super::jobs::Job;
 use super::palette;
-use super::timeline_view::{self, TimelineAction, TimelineState};
-use super::views::Body;
+use super::widgets::swatch;
+use super::widgets::timeline::{self, TimelineState};
 use crate::analysis::diff::{self, Diff, PhaseDelta, SiteDelta};
 use crate::units;
 
@@ -29,80 +28,6 @@ pub enum Align {
     Annotation(String),
     /// The start of a phase of both runs (a row of the comparison's phases, by its index).
     Phase(usize),
-}
-
-/// The second run and what comparing it takes.
-pub struct Compare {
-    /// Run B.
-    pub doc: Document,
-    /// Its device compared.
-    pub device_index: usize,
-    /// The alignment chosen.
-    pub align: Align,
-    /// The comparison at the peaks, once worked out.
-    pub diff: Option<Arc<Diff>>,
-    pending: Option<Job<Result<Diff, String>>>,
-    /// Why the comparison could not be worked out.
-    failed: Option<String>,
-    /// B's timeline (its view follows A's, shifted by the alignment).
-    b_state: TimelineState,
-    /// Annotation names both runs have (for the alignment menu), found once.
-    common_annotations: Vec<String>,
-    /// The sites panel groups by tag or module name instead of by site.
-    pub by_name: bool,
-}
-
-impl Compare {
-    /// Starts comparing `b` with `a` (the open document) on a background thread.
-    pub fn new(a: &Document, a_device: usize, b: Document, repaint: impl Fn() + Send + Sync + 'static) -> Self {
-        let device_index = best_device(&b);
-        let (trace_a, trace_b) = (Arc::clone(&a.trace), Arc::clone(&b.trace));
-        let (name_a, name_b) = (a.file_name(), b.file_name());
-        let (device_a, device_b) =
-            (a.devices.get(a_device).map(|d| d.device), b.devices.get(device_index).map(|d| d.device));
-        let job = Job::spawn(
-            "compare",
-            repaint,
-            move |_| {
-                let run_a = diff::compared_run(&trace_a, &name_a, device_a);
-                let run_b = diff::compared_run(&trace_b, &name_b, device_b);
-                Ok(diff::diff(run_a, run_b))
-            },
-            Err,
-        );
-        let common_annotations = common_annotations(a, &b);
-        Self {
-            common_annotations,
-            doc: b,
-            device_index,
-            align: Align::Start,
-            diff: None,
-            pending: Some(job),
-            failed: None,
-            b_state: TimelineState::default(),
-            by_name: false,
-        }
-    }
-
-    /// Picks up the comparison when it is ready, or why there is none.
-    pub fn poll(&mut self) {
-        if let Some(result) = self.pending.as_ref().and_then(Job::poll) {
-            match result.and_then(|r| r) {
-                Ok(d) => self.diff = Some(Arc::new(d)),
-                Err(why) => self.failed = Some(why),
-            }
-            self.pending = None;
-        }
-    }
-
-    /// Whether the comparison is still being worked out.
-    pub fn is_busy(&self) -> bool {
-        self.pending.is_some()
-    }
-}
-
-fn best_device(doc: &Document) -> usize {
-    doc.devices.iter().enumerate().max_by_key(|(_, d)| d.timeline.values(d.peak_point).0).map_or(0, |(i, _)| i)
 }
 
 /// The time in `device` that `align` lines up.
@@ -133,34 +58,28 @@ fn phase_row<'a>(align: &Align, d: Option<&'a Diff>) -> Option<(&'a diff::PhaseS
     Some((row.a.as_ref()?, row.b.as_ref()?))
 }
 
-/// Names of annotations both runs have, for the alignment menu.
-fn common_annotations(a: &Document, b: &Document) -> Vec<String> {
-    let names = |doc: &Document| -> std::collections::BTreeSet<String> {
-        doc.trace
-            .annotations
-            .iter()
-            .map(|x| doc.trace.interner.resolve(x.name).to_owned())
-            .filter(|n| !n.is_empty())
-            .collect()
-    };
-    names(a).intersection(&names(b)).take(200).cloned().collect()
+/// The compare view's own state: how the runs are lined up and viewed, and how sites are grouped.
+#[derive(Clone, Debug, Default)]
+pub struct CompareState {
+    /// The alignment chosen.
+    pub align: Align,
+    /// A's timeline (B's view follows it, shifted by the alignment).
+    pub timeline: TimelineState,
+    /// B's timeline.
+    b_timeline: TimelineState,
+    /// The sites panel groups by tag or module name instead of by site.
+    pub by_name: bool,
 }
 
-/// What the compare view asks the app to do.
-pub enum CompareAction {
-    /// Select this point of run A.
-    SelectA(usize),
-}
-
-/// The compare view.
+/// The compare view; the point of run A clicked, if one was.
 pub fn compare_ui(
     ui: &mut egui::Ui,
     a: &Document,
     a_device: usize,
-    compare: &mut Compare,
-    state: &mut TimelineState,
+    compare: &Compare,
+    view: &mut CompareState,
     selected_a: Option<usize>,
-) -> Option<CompareAction> {
+) -> Option<usize> {
     let (Some(da), Some(db)) = (a.devices.get(a_device), compare.doc.devices.get(compare.device_index)) else {
         ui.label("One of the runs holds no memory events.");
         return None;
@@ -179,7 +98,8 @@ pub fn compare_ui(
             .response
         }
     };
-    let mut align = compare.align.clone();
+    let state = &mut view.timeline;
+    let mut align = view.align.clone();
     ui.horizontal(|ui| {
         ui.label("align at:");
         ui.selectable_value(&mut align, Align::Start, "start");
@@ -207,22 +127,22 @@ pub fn compare_ui(
             let _ = ui.selectable_label(true, format!("phase: {}", crate::words::phase_row_label(row)));
         }
     });
-    if align != compare.align {
-        compare.align = align;
+    if align != view.align {
+        view.align = align;
         state.view_ns = None;
     }
     // B's times are A's shifted so that the two anchors meet; one byte scale for both.
-    let shift = match phase_row(&compare.align, compare.diff.as_deref()) {
+    let shift = match phase_row(&view.align, compare.diff.as_deref()) {
         Some((sa, sb)) => sb.start_ns as f64 - sa.start_ns as f64,
-        None => anchor_ns(&compare.doc, db, &compare.align) - anchor_ns(a, da, &compare.align),
+        None => anchor_ns(&compare.doc, db, &view.align) - anchor_ns(a, da, &view.align),
     };
-    let y_top = timeline_view::y_extent_bytes(da).max(timeline_view::y_extent_bytes(db)) * 1.08;
+    let y_top = timeline::y_extent_bytes(da).max(timeline::y_extent_bytes(db)) * 1.08;
     if state.view_ns.is_none() {
-        let (a0, a1) = timeline_view::full_span(da);
-        let (b0, b1) = timeline_view::full_span(db);
+        let (a0, a1) = timeline::full_span(da);
+        let (b0, b1) = timeline::full_span(db);
         state.view_ns = Some((a0.min(b0 - shift), a1.max(b1 - shift)));
         // Lined up at a phase: both runs' phase in view, a little either side.
-        if let Some((sa, sb)) = phase_row(&compare.align, compare.diff.as_deref()) {
+        if let Some((sa, sb)) = phase_row(&view.align, compare.diff.as_deref()) {
             let (start, end) = (sa.start_ns as f64, (sa.end_ns as f64).max(sb.end_ns as f64 - shift));
             let pad = ((end - start) * 0.08).max(1.0);
             state.view_ns = Some((start - pad, end + pad));
@@ -232,17 +152,17 @@ pub fn compare_ui(
     let height = (ui.available_height() * 0.27).max(140.0);
     let width = ui.available_width();
     ui.strong(format!("A: {}", a.file_name()));
-    let action = ui
-        .push_id("timeline-a", |ui| timeline_view::timeline_ui(ui, a, da, state, selected_a, egui::vec2(width, height)))
+    let clicked = ui
+        .push_id("timeline-a", |ui| timeline::timeline_ui(ui, a, da, state, selected_a, egui::vec2(width, height)))
         .inner;
     ui.strong(format!("B: {}", compare.doc.file_name()));
     let (v0, v1) = state.view_ns.unwrap_or_default();
-    let b_state = &mut compare.b_state;
+    let b_state = &mut view.b_timeline;
     b_state.view_ns = Some((v0 + shift, v1 + shift));
     b_state.y_top_bytes = Some(y_top);
     let before = b_state.view_ns;
     ui.push_id("timeline-b", |ui| {
-        timeline_view::timeline_ui(ui, &compare.doc, db, b_state, None, egui::vec2(width, height))
+        timeline::timeline_ui(ui, &compare.doc, db, b_state, None, egui::vec2(width, height))
     });
     // Zooming or panning B moves both.
     if b_state.view_ns != before {
@@ -252,19 +172,19 @@ pub fn compare_ui(
     if let Some(d) = compare.diff.clone() {
         // The phases and the tables below the timelines scroll together.
         egui::ScrollArea::vertical().id_salt("compare-below").auto_shrink([false, false]).show(ui, |ui| {
-            if let Some(chosen) = phases_ui(ui, &d, &compare.align) {
-                compare.align = chosen;
+            if let Some(chosen) = phases_ui(ui, &d, &view.align) {
+                view.align = chosen;
                 state.view_ns = None;
             }
             ui.separator();
             ui.columns(2, |columns| {
                 let [left, right] = columns else { return };
                 delta_table_ui(left, &d);
-                sites_ui(right, &d, &mut compare.by_name);
+                sites_ui(right, &d, &mut view.by_name);
             });
         });
     }
-    action.map(|TimelineAction::Select(point)| CompareAction::SelectA(point))
+    clicked
 }
 
 fn pct(p: Option<f64>) -> String {
@@ -289,7 +209,7 @@ fn delta_table_ui(ui: &mut egui::Ui, d: &Diff) {
         let row = |ui: &mut egui::Ui, label: &str, category: Option<Category>, a: u64, b: u64| {
             ui.horizontal(|ui| {
                 if let Some(c) = category {
-                    timeline_view::swatch(ui, palette::category_color(c));
+                    swatch(ui, palette::category_color(c));
                 }
                 ui.label(label);
             });
@@ -422,7 +342,7 @@ fn phase_row_ui(ui: &mut egui::Ui, k: usize, r: &PhaseDelta, align: &Align) -> b
             let category = Category::ALL.iter().copied().find(|x| x.name() == c.category);
             ui.horizontal(|ui| {
                 if let Some(category) = category {
-                    timeline_view::swatch(ui, palette::category_color(category));
+                    swatch(ui, palette::category_color(category));
                 }
                 let name = category.map_or(c.category, palette::category_label);
                 ui.label(format!("{name} {}", units::signed_bytes(c.delta)));
@@ -527,11 +447,9 @@ fn site_paths_ui(ui: &mut egui::Ui, s: &SiteDelta) {
 }
 
 /// The compare view, when a second run is open.
-pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
-    let Some(compare) = body.compare.as_deref_mut() else { return };
-    let action =
-        compare_ui(ui, body.doc, body.device_index, compare, &mut body.states.compare_timeline, body.selected_point);
-    if let Some(CompareAction::SelectA(point)) = action {
-        body.select = Some(point);
+pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, state: &mut CompareState, out: &mut Vec<Command>) {
+    let Some(compare) = ctx.compare else { return };
+    if let Some(point) = compare_ui(ui, ctx.doc, ctx.device_index, compare, state, ctx.selected_point) {
+        out.push(Command::Select(point));
     }
 }

@@ -2,28 +2,16 @@
 //! segment, blocks at their offsets coloured by category, free ranges left empty.
 
 use egui::{CornerRadius, Rect, Sense, Stroke, StrokeKind, pos2, vec2};
-use serde::{Deserialize, Serialize};
 use vramscope_trace_format::{SegmentPool, Trace};
 
-use super::breakdown_view::{allocation_site, stack_ui};
+use super::context::{Command, ViewCtx};
 use super::palette;
-use super::views::Body;
+use super::settings::SegmentOrder;
+use super::widgets::block::{allocation_site, stack_ui};
 use super::worker::InstantView;
 use crate::analysis::instant::SegmentAt;
 use crate::analysis::segments::Fragmentation;
 use crate::units;
-
-/// How the segment rows are ordered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SegmentOrder {
-    /// Largest segment first.
-    #[default]
-    Size,
-    /// Most free bytes first.
-    Free,
-    /// By address.
-    Address,
-}
 
 const LABEL_PX: f32 = 232.0;
 const STATS_PX: f32 = 250.0;
@@ -226,16 +214,20 @@ fn segment_row_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, segment:
 }
 
 /// The fragmentation view: a scrubber over the events, and the segments at the selected instant.
-pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
-    let Some(v) = body.instant else { return };
-    scrubber_ui(ui, body);
-    fragmentation_ui(ui, &body.doc.trace, v, &mut body.settings.segment_order, body.settings.hide_noise);
+pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, out: &mut Vec<Command>) {
+    let Some(v) = ctx.instant else { return };
+    scrubber_ui(ui, ctx, out);
+    let mut order = ctx.settings.segment_order;
+    fragmentation_ui(ui, &ctx.doc.trace, v, &mut order, ctx.settings.hide_noise);
+    if order != ctx.settings.segment_order {
+        out.push(Command::SegmentOrder(order));
+    }
 }
 
 /// A slider over the trace's events that moves the selected instant.
-fn scrubber_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
-    let last = body.device.timeline.len().saturating_sub(1);
-    let mut point = body.selected_point.unwrap_or(0);
+fn scrubber_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, out: &mut Vec<Command>) {
+    let last = ctx.device.timeline.len().saturating_sub(1);
+    let mut point = ctx.selected_point.unwrap_or(0);
     let before = point;
     ui.horizontal(|ui| {
         if ui.button("‹ prev").on_hover_text("Previous event (←)").clicked() {
@@ -249,6 +241,6 @@ fn scrubber_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
             .on_hover_text("Replay the allocator's state through the trace");
     });
     if point != before {
-        body.select = Some(point);
+        out.push(Command::Select(point));
     }
 }

@@ -7,7 +7,9 @@ pub mod advisor_view;
 pub mod app;
 pub mod banner;
 pub mod breakdown_view;
+pub mod compare;
 pub mod compare_view;
+pub mod context;
 pub mod document;
 pub mod follow;
 pub mod fragmentation_view;
@@ -15,13 +17,16 @@ pub mod jobs;
 pub mod loader;
 pub mod oom_view;
 pub mod palette;
+pub mod picker;
 pub mod ranks;
 pub mod ranks_view;
 pub mod screenshot;
 pub mod session;
+pub mod settings;
+pub mod shortcuts;
 pub mod timeline_view;
-pub mod unrecorded;
 pub mod views;
+pub mod widgets;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -29,7 +34,9 @@ use std::sync::{Arc, OnceLock};
 
 use anyhow::{Result, anyhow};
 
-pub use app::{FilePicker, NativePicker, Settings, View, VramscopeApp};
+pub use app::VramscopeApp;
+pub use picker::{FilePicker, NativePicker};
+pub use settings::{Settings, View};
 
 /// How to start the window.
 #[derive(Clone, Debug, Default)]

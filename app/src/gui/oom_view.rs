@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use vramscope_trace_format::Trace;
 
+use super::context::{Command, ViewCtx};
 use super::jobs::Job;
 use super::palette;
-use super::views::Body;
 use crate::analysis::postmortem::{self, PostMortem};
 use crate::{units, words};
 
@@ -54,9 +54,9 @@ fn device_ooms(trace: &Trace, device: vramscope_trace_format::DeviceId) -> Vec<u
 }
 
 /// Draws the view.
-pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
-    let trace = &body.doc.trace;
-    let ooms = device_ooms(trace, body.device.device);
+pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, state: &mut OomState, out: &mut Vec<Command>) {
+    let trace = &ctx.doc.trace;
+    let ooms = device_ooms(trace, ctx.device.device);
     let Some(&first) = ooms.first() else {
         let elsewhere: Vec<String> = trace.ooms.iter().map(|o| trace.metadata.device_label(o.device)).collect();
         ui.label(format!(
@@ -66,7 +66,6 @@ pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
         ));
         return;
     };
-    let state = &mut body.states.oom;
     let index = state.chosen.filter(|c| ooms.contains(c)).unwrap_or(first);
     if ooms.len() > 1 {
         ui.horizontal(|ui| {
@@ -85,8 +84,8 @@ pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
             });
         });
     }
-    let ctx = ui.ctx().clone();
-    state.refresh(&ctx, trace, index);
+    let egui_ctx = ui.ctx().clone();
+    state.refresh(&egui_ctx, trace, index);
     let Some(shown) = &state.shown else {
         ui.horizontal(|ui| {
             ui.spinner();
@@ -106,7 +105,7 @@ pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
                 .on_hover_text("The other views show the memory as it was when the allocation failed")
                 .clicked()
             {
-                body.select = Some(body.device.timeline.point_at(pm.time_ns));
+                out.push(Command::Select(ctx.device.timeline.point_at(pm.time_ns)));
             }
         });
         ui.add_space(6.0);

@@ -10,9 +10,9 @@ use egui::{Color32, Pos2, Rect, Sense, Stroke, pos2, vec2};
 use egui_extras::{Column, TableBuilder};
 use vramscope_trace_format::Category;
 
+use super::context::{Command, ViewCtx};
 use super::palette;
 use super::ranks::{RankRow, RunState};
-use super::views::Body;
 use crate::{units, words};
 
 /// Height of one rank's timeline.
@@ -23,14 +23,14 @@ const ALLOCATED: Color32 = Color32::from_rgb(0x5b, 0x84, 0xb1);
 const LABEL_WIDTH: f32 = 70.0;
 
 /// The view, from the window's dispatch.
-pub fn view_ui(ui: &mut egui::Ui, body: &mut Body<'_>) {
-    if let Some(run) = body.run {
-        body.open_rank = run_ui(ui, run);
+pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, out: &mut Vec<Command>) {
+    if let Some(run) = ctx.run {
+        run_ui(ui, run, out);
     }
 }
 
-/// Draws the run; the rank clicked, if any.
-pub fn run_ui(ui: &mut egui::Ui, run: &RunState) -> Option<u32> {
+/// Draws the run; a click on a rank asks to open it.
+pub fn run_ui(ui: &mut egui::Ui, run: &RunState, out: &mut Vec<Command>) {
     let rows = run.rows();
     let mut clicked = None;
     ui.horizontal(|ui| {
@@ -80,7 +80,7 @@ pub fn run_ui(ui: &mut egui::Ui, run: &RunState) -> Option<u32> {
     if let Some(rank) = timelines(ui, &rows, run.shown, zero) {
         clicked = Some(rank);
     }
-    clicked
+    out.extend(clicked.map(Command::OpenRank));
 }
 
 /// The categories largest at a rank's peak, in words: `activation 3.1 MiB, parameter 1.2 MiB`.
@@ -272,7 +272,7 @@ fn time_axis(ui: &mut egui::Ui, (lo, hi): (f64, f64), has_clock: bool, zero: &st
     let plot = Rect::from_min_max(pos2(rect.left() + LABEL_WIDTH, rect.top()), rect.right_bottom());
     let painter = ui.painter_at(rect);
     let color = ui.visuals().weak_text_color();
-    let step = super::timeline_view::nice_step((hi - lo) / 8.0);
+    let step = super::widgets::axis::nice_step((hi - lo) / 8.0);
     let mut t = (lo / step).ceil() * step;
     while t <= hi {
         let x = plot.left() + ((t - lo) / (hi - lo)) as f32 * plot.width();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use vramscope_trace_format::{ProcessId, Trace};
 
-use super::compare_view::Compare;
+use super::compare::Compare;
 use super::document::{DeviceData, Document};
 use super::follow::{Follower, Source, Status, Update};
 use super::jobs::Job;
@@ -431,8 +431,8 @@ impl Session {
     }
 
     /// What is open, for the views that need more than a trace.
-    pub fn open_kinds(&self) -> super::views::Open {
-        super::views::Open {
+    pub fn open_kinds(&self) -> super::context::Open {
+        super::context::Open {
             second_run: self.compare.is_some(),
             run: self.run.is_some(),
             oom: self.doc.as_ref().is_some_and(|d| !d.trace.ooms.is_empty()),

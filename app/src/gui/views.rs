@@ -4,39 +4,16 @@
 //! the selected instant's analysis, and the function that draws it (the window's dispatch).
 //! A new view is a variant, a row here, and the file that draws it.
 
-use serde::{Deserialize, Serialize};
-
 use super::advisor_view::{self, AdvisorState};
-use super::app::Settings;
 use super::breakdown_view::{self, BreakdownState};
-use super::compare_view::{self, Compare};
-use super::document::{DeviceData, Document};
+use super::compare_view::{self, CompareState};
+pub use super::context::Open;
+use super::context::{Command, ViewCtx};
 use super::fragmentation_view;
 use super::oom_view::{self, OomState};
-use super::ranks::RunState;
-use super::ranks_view;
-use super::timeline_view::{self, TimelineState};
-use super::worker::InstantView;
-
-/// The views of an open trace.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum View {
-    /// The timeline, large, with the selected instant's summary beside it.
-    #[default]
-    Timeline,
-    /// What was alive at the selected instant (the peak by default).
-    Peak,
-    /// The allocator's segments at the selected instant.
-    Fragmentation,
-    /// Two runs side by side (once a second trace is open).
-    Compare,
-    /// What each remedy would do to the peak.
-    Advisor,
-    /// The ranks of a run side by side (once a run of several is open).
-    Ranks,
-    /// An out-of-memory error explained (when the trace has one).
-    Oom,
-}
+pub use super::settings::View;
+use super::widgets::timeline::TimelineState;
+use super::{ranks_view, timeline_view};
 
 /// What a view needs open besides the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,17 +26,6 @@ pub enum Needs {
     Run,
     /// A trace with an out-of-memory error.
     Oom,
-}
-
-/// What is open, for the views that need more than a trace.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Open {
-    /// A second run, compared with the first.
-    pub second_run: bool,
-    /// A run of several ranks.
-    pub run: bool,
-    /// A trace with an out-of-memory error.
-    pub oom: bool,
 }
 
 /// A view's entry in the table.
@@ -84,8 +50,9 @@ pub struct ViewInfo {
     pub needs: Needs,
     /// Whether it shows the selected instant's analysis (a spinner stands in until it is ready).
     pub needs_instant: bool,
-    /// Draws it below the timeline.
-    pub draw: fn(&mut egui::Ui, &mut Body<'_>),
+    /// Draws it below the timeline, from what is open and its own state, asking for what the
+    /// user does.
+    pub draw: fn(&mut egui::Ui, &ViewCtx<'_>, &mut ViewStates, &mut Vec<Command>),
 }
 
 /// Each view's own state (zoom, scroll, picks), kept while another view is shown.
@@ -97,36 +64,10 @@ pub struct ViewStates {
     pub breakdown: BreakdownState,
     /// The advice shown and the one being worked out.
     pub advisor: AdvisorState,
-    /// The compare view's zoom and pan.
-    pub compare_timeline: TimelineState,
+    /// The compare view's zoom, pan, alignment and grouping.
+    pub compare: CompareState,
     /// The OOM explained, and the one being worked out.
     pub oom: OomState,
-}
-
-/// What a view draws from, and what it may change.
-pub struct Body<'a> {
-    /// The open trace.
-    pub doc: &'a Document,
-    /// Index of the device shown.
-    pub device_index: usize,
-    /// The device shown.
-    pub device: &'a DeviceData,
-    /// The selected timeline point.
-    pub selected_point: Option<usize>,
-    /// The selected instant's analysis, when ready.
-    pub instant: Option<&'a InstantView>,
-    /// The second run, when comparing.
-    pub compare: Option<&'a mut Compare>,
-    /// The views' states.
-    pub states: &'a mut ViewStates,
-    /// The persisted options (some views have toggles).
-    pub settings: &'a mut Settings,
-    /// A timeline point the view asks to select.
-    pub select: Option<usize>,
-    /// The run of several ranks open, if one is.
-    pub run: Option<&'a RunState>,
-    /// A rank of the run the view asks to open.
-    pub open_rank: Option<u32>,
 }
 
 /// Every view, in the order of their tabs (the ranks first and compare last: their tabs show once
@@ -143,7 +84,7 @@ pub const VIEWS: [ViewInfo; 7] = [
         timeline_share: None,
         needs: Needs::Run,
         needs_instant: false,
-        draw: ranks_view::view_ui,
+        draw: |ui, ctx, _, out| ranks_view::view_ui(ui, ctx, out),
     },
     ViewInfo {
         view: View::Timeline,
@@ -155,7 +96,7 @@ pub const VIEWS: [ViewInfo; 7] = [
         timeline_share: Some(0.62),
         needs: Needs::Nothing,
         needs_instant: true,
-        draw: timeline_view::summary_ui,
+        draw: |ui, ctx, _, _| timeline_view::summary_ui(ui, ctx),
     },
     ViewInfo {
         view: View::Peak,
@@ -167,7 +108,7 @@ pub const VIEWS: [ViewInfo; 7] = [
         timeline_share: Some(0.34),
         needs: Needs::Nothing,
         needs_instant: true,
-        draw: breakdown_view::view_ui,
+        draw: |ui, ctx, states, out| breakdown_view::view_ui(ui, ctx, &mut states.breakdown, out),
     },
     ViewInfo {
         view: View::Fragmentation,
@@ -179,7 +120,7 @@ pub const VIEWS: [ViewInfo; 7] = [
         timeline_share: Some(0.34),
         needs: Needs::Nothing,
         needs_instant: true,
-        draw: fragmentation_view::view_ui,
+        draw: |ui, ctx, _, out| fragmentation_view::view_ui(ui, ctx, out),
     },
     ViewInfo {
         view: View::Advisor,
@@ -191,7 +132,7 @@ pub const VIEWS: [ViewInfo; 7] = [
         timeline_share: Some(0.34),
         needs: Needs::Nothing,
         needs_instant: false,
-        draw: advisor_view::view_ui,
+        draw: |ui, ctx, states, _| advisor_view::view_ui(ui, ctx, &mut states.advisor),
     },
     ViewInfo {
         view: View::Oom,
@@ -204,7 +145,7 @@ pub const VIEWS: [ViewInfo; 7] = [
         timeline_share: Some(0.34),
         needs: Needs::Oom,
         needs_instant: false,
-        draw: oom_view::view_ui,
+        draw: |ui, ctx, states, out| oom_view::view_ui(ui, ctx, &mut states.oom, out),
     },
     ViewInfo {
         view: View::Compare,
@@ -216,7 +157,7 @@ pub const VIEWS: [ViewInfo; 7] = [
         timeline_share: None,
         needs: Needs::SecondRun,
         needs_instant: false,
-        draw: compare_view::view_ui,
+        draw: |ui, ctx, states, out| compare_view::view_ui(ui, ctx, &mut states.compare, out),
     },
 ];
 

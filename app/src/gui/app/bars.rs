@@ -4,17 +4,20 @@
 use std::path::Path;
 
 use super::{View, VramscopeApp};
+use crate::gui::context::Command;
+use crate::gui::shortcuts::menu_label;
 use crate::units;
 
 impl VramscopeApp {
-    pub(super) fn menu_bar(&mut self, ui: &mut egui::Ui) {
+    pub(super) fn menu_bar(&mut self, ui: &mut egui::Ui, commands: &mut Vec<Command>) {
         egui::Panel::top("menu").show(ui, |ui| {
             egui::MenuBar::new().ui(ui, |ui| {
                 ui.menu_button("File", |ui| {
-                    if ui.add(egui::Button::new("Open…").shortcut_text("Ctrl+O")).clicked() {
+                    let item =
+                        |command: Command, label: &str| egui::Button::new(label).shortcut_text(menu_label(command));
+                    if ui.add(item(Command::OpenDialog, "Open…")).clicked() {
                         ui.close();
-                        let ctx = ui.ctx().clone();
-                        self.open_dialog(&ctx);
+                        commands.push(Command::OpenDialog);
                     }
                     if ui
                         .button("Open part of a trace…")
@@ -25,16 +28,15 @@ impl VramscopeApp {
                         .clicked()
                     {
                         ui.close();
-                        self.open_range_dialog();
+                        commands.push(Command::OpenRangeDialog);
                     }
                     if ui
-                        .add(egui::Button::new("Open a run's folder…").shortcut_text("Ctrl+Shift+D"))
+                        .add(item(Command::OpenFolderDialog, "Open a run's folder…"))
                         .on_hover_text("A directory of a distributed run's per-rank files, opened as one run")
                         .clicked()
                     {
                         ui.close();
-                        let ctx = ui.ctx().clone();
-                        self.open_folder_dialog(&ctx);
+                        commands.push(Command::OpenFolderDialog);
                     }
                     ui.menu_button("Open recent", |ui| {
                         if self.settings.recent.is_empty() {
@@ -60,17 +62,16 @@ impl VramscopeApp {
                     if ui
                         .add_enabled(
                             self.session.doc.is_some() || self.session.run.is_some(),
-                            egui::Button::new("Close").shortcut_text("Ctrl+W"),
+                            item(Command::Close, "Close"),
                         )
                         .clicked()
                     {
                         ui.close();
-                        let ctx = ui.ctx().clone();
-                        self.close(&ctx);
+                        commands.push(Command::Close);
                     }
                     ui.separator();
-                    if ui.add(egui::Button::new("Quit").shortcut_text("Ctrl+Q")).clicked() {
-                        ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
+                    if ui.add(item(Command::Quit, "Quit")).clicked() {
+                        commands.push(Command::Quit);
                     }
                 });
                 ui.menu_button("View", |ui| {
@@ -80,21 +81,32 @@ impl VramscopeApp {
                             .add(egui::Button::selectable(selected, info.label).shortcut_text(info.key_label))
                             .clicked()
                         {
-                            self.settings.view = info.view;
+                            commands.push(Command::Show(info.view));
                             ui.close();
                         }
                     }
                     ui.separator();
-                    ui.checkbox(&mut self.settings.hide_noise, "Hide interpreter frames (N)");
-                    ui.checkbox(&mut self.settings.dark_mode, "Dark theme (T)");
-                    if ui.add(egui::Button::new("Reset zoom").shortcut_text("R")).clicked() {
-                        self.views.timeline.reset();
+                    let mut hide_noise = self.settings.hide_noise;
+                    let label = format!("Hide interpreter frames ({})", menu_label(Command::ToggleNoise));
+                    if ui.checkbox(&mut hide_noise, label).changed() {
+                        commands.push(Command::HideNoise(hide_noise));
+                    }
+                    let mut dark_mode = self.settings.dark_mode;
+                    if ui
+                        .checkbox(&mut dark_mode, format!("Dark theme ({})", menu_label(Command::ToggleTheme)))
+                        .changed()
+                    {
+                        commands.push(Command::DarkMode(dark_mode));
+                    }
+                    if ui.add(egui::Button::new("Reset zoom").shortcut_text(menu_label(Command::ResetZoom))).clicked() {
+                        commands.push(Command::ResetZoom);
                         ui.close();
                     }
                 });
                 ui.menu_button("Help", |ui| {
-                    if ui.add(egui::Button::new("Keyboard shortcuts").shortcut_text("F1")).clicked() {
-                        self.show_help = true;
+                    let shortcut = menu_label(Command::ToggleHelp);
+                    if ui.add(egui::Button::new("Keyboard shortcuts").shortcut_text(shortcut)).clicked() {
+                        commands.push(Command::ShowHelp);
                         ui.close();
                     }
                     ui.label(format!("vramscope {}", env!("CARGO_PKG_VERSION")));
@@ -103,7 +115,7 @@ impl VramscopeApp {
         });
     }
 
-    pub(super) fn toolbar(&mut self, ui: &mut egui::Ui) {
+    pub(super) fn toolbar(&mut self, ui: &mut egui::Ui, commands: &mut Vec<Command>) {
         let Some(doc) = &self.session.doc else { return };
         let mut device_index = self.session.device_index;
         let mut jump = false;
@@ -165,17 +177,14 @@ impl VramscopeApp {
                 }
             });
         });
-        self.settings.view = view;
-        if let Some(process) = process {
-            let ctx = ui.ctx().clone();
-            self.session.choose_process(&ctx, process);
+        if view != self.settings.view {
+            commands.push(Command::Show(view));
         }
+        commands.extend(process.map(Command::Process));
         if device_index != self.session.device_index {
-            self.session.choose_device(device_index);
-            self.views.timeline.reset();
-            self.views.breakdown.picked = None;
+            commands.push(Command::Device(device_index));
         } else if jump {
-            self.jump_to_peak();
+            commands.push(Command::JumpToPeak);
         }
     }
 

@@ -4,7 +4,7 @@
 use egui::{CornerRadius, Rect, Stroke, pos2};
 use vramscope_trace_format::{Trace, Unrecorded};
 
-use super::document::DeviceData;
+use crate::gui::document::DeviceData;
 
 /// The stretch of `device` not recorded at `t`, if there is one.
 pub fn at<'t>(trace: &'t Trace, device: &DeviceData, t: i64) -> Option<&'t Unrecorded> {
@@ -23,7 +23,7 @@ pub fn overlay(
 ) {
     let color = visuals.warn_fg_color;
     for gap in trace.metadata.unrecorded.iter().filter(|g| g.device == device.device) {
-        let Some((x0, x1)) = super::timeline_view::x_span(plot, (v0, v1), gap.begin_ns, gap.end_ns) else { continue };
+        let Some((x0, x1)) = super::axis::x_span(plot, (v0, v1), gap.begin_ns, gap.end_ns) else { continue };
         let r = Rect::from_x_y_ranges(x0..=x1, plot.y_range());
         painter.rect_filled(r, CornerRadius::ZERO, color.gamma_multiply(0.10));
         let hatch = painter.with_clip_rect(r.intersect(plot));
