@@ -19,6 +19,7 @@
 //! - [`allocator`]: the caching allocator's settings a run used.
 //! - [`allocsim`]: a model of the caching allocator to replay a trace through.
 //! - [`run`]: a distributed run as its ranks, each analysed alone, and the run summed up.
+//! - [`query`]: one function per question a face asks, over all of the above.
 
 pub mod advisor;
 pub mod allocator;
@@ -32,6 +33,7 @@ pub mod invariants;
 pub mod peak;
 pub mod phases;
 pub mod postmortem;
+pub mod query;
 pub mod replay;
 pub mod run;
 pub mod segments;

@@ -12,6 +12,7 @@ use serde::Serialize;
 use vramscope_trace_format::{AnnotationKind, Category, DeviceId, Trace};
 
 use crate::instant::{self, SiteBytes};
+use crate::phases::PhaseKind;
 
 /// What the allocator held free when the request failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -68,7 +69,7 @@ pub struct PostMortem {
     /// Live bytes by allocation site, largest first (the first ten).
     pub by_site: Vec<SiteBytes>,
     /// The phase it happened in (`forward`, `backward`, `optimizer_step`), where recorded.
-    pub phase: Option<&'static str>,
+    pub phase: Option<PhaseKind>,
     /// The iteration it happened in (from 1), where iterations were recorded.
     pub iteration: Option<usize>,
     /// The memory the run could have: the device's, else what it held plus what was free.
@@ -106,10 +107,18 @@ pub fn postmortem(trace: &Trace, index: usize) -> Option<PostMortem> {
     let phase = trace
         .annotations
         .iter()
-        .filter(|a| a.applies_to(device) && a.kind.is_phase() && a.kind != AnnotationKind::Iteration)
-        .filter(|a| a.start_ns <= oom.time_ns && oom.time_ns <= a.end_ns)
-        .max_by_key(|a| a.start_ns)
-        .map(|a| a.kind.name());
+        .filter(|a| a.applies_to(device) && a.start_ns <= oom.time_ns && oom.time_ns <= a.end_ns)
+        .filter_map(|a| {
+            let kind = match a.kind {
+                AnnotationKind::Forward => PhaseKind::Forward,
+                AnnotationKind::Backward => PhaseKind::Backward,
+                AnnotationKind::OptimizerStep => PhaseKind::OptimizerStep,
+                _ => return None,
+            };
+            Some((a.start_ns, kind))
+        })
+        .max_by_key(|&(start_ns, _)| start_ns)
+        .map(|(_, kind)| kind);
     let mut iterations: Vec<i64> = trace
         .annotations
         .iter()
@@ -199,7 +208,7 @@ mod tests {
         // Free in the segment: 60..80 MiB and 90..100 MiB.
         assert_eq!(pm.held_free, HeldFree { bytes: 30 * MIB, largest_range_bytes: Some(20 * MIB) });
         assert!(!pm.fragmentation, "no free range held could take 50 MiB");
-        assert_eq!(pm.phase, Some("backward"));
+        assert_eq!(pm.phase, Some(PhaseKind::Backward));
         assert_eq!(pm.iteration, None);
         // No device size: what it held and what was free.
         assert_eq!(pm.capacity_bytes, Some(120 * MIB));

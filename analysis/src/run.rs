@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramscope_trace_format::{AnnotationKind, Clock, DeviceId, ProcessId, Trace};
+use vramscope_trace_format::{AnnotationKind, Category, Clock, DeviceId, ProcessId, Trace};
 
 use crate::diff::{self, RunPeak};
 
@@ -306,7 +306,7 @@ pub struct RankSummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct Spread {
     /// The category.
-    pub category: &'static str,
+    pub category: Category,
     /// The rank holding the most of it at its peak, and how much.
     pub max_rank: u32,
     /// Bytes.
@@ -438,14 +438,13 @@ pub fn sum_up(ranks: Vec<RankSummary>) -> Option<RunSummary> {
     sorted.sort_unstable();
     // The lower middle: with two ranks, the other one.
     let median = sorted[(sorted.len() - 1) / 2].max(1);
-    let mut categories: Vec<&'static str> =
-        ranks.iter().flat_map(|r| r.peak.categories_at_peak.keys().copied()).collect();
-    categories.sort_unstable();
+    let mut categories: Vec<Category> = ranks.iter().flat_map(|r| r.peak.categories_at_peak.keys().copied()).collect();
+    categories.sort_unstable_by_key(|c| c.name());
     categories.dedup();
     let mut spread: Vec<Spread> = categories
         .into_iter()
         .filter_map(|category| {
-            let of = |r: &RankSummary| r.peak.categories_at_peak.get(category).copied().unwrap_or(0);
+            let of = |r: &RankSummary| r.peak.categories_at_peak.get(&category).copied().unwrap_or(0);
             let max = ranks.iter().max_by_key(|r| (of(r), std::cmp::Reverse(r.rank)))?;
             let min = ranks.iter().min_by_key(|r| (of(r), r.rank))?;
             Some(Spread { category, max_rank: max.rank, max_bytes: of(max), min_rank: min.rank, min_bytes: of(min) })

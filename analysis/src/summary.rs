@@ -49,7 +49,7 @@ pub struct DeviceSummary {
     /// profiler's CPU trace and a memory timeline do not, and their reserved peak is 0.
     pub reserved_recorded: bool,
     /// Bytes by category at the allocated peak (non-zero ones; they add up to the peak).
-    pub categories_at_peak: BTreeMap<&'static str, u64>,
+    pub categories_at_peak: BTreeMap<Category, u64>,
     /// Blocks alive at the allocated peak.
     pub live_blocks_at_peak: usize,
     /// Of the unknown bytes at the peak, those allocated before the recording began and alive
@@ -197,7 +197,7 @@ fn device_summary_with(
         peak_reserved_bytes: peaks.reserved.bytes,
         peak_reserved_time_us: time_us(trace, &peaks.reserved),
         reserved_recorded: peak::reserved_recorded(trace, device, &peaks),
-        categories_at_peak: categories.into_iter().map(|(c, v)| (c.name(), v)).collect(),
+        categories_at_peak: categories.into_iter().collect(),
         live_blocks_at_peak: live.len(),
         unknown_from_before_recording_bytes,
         oom_events: trace.ooms.iter().filter(|o| o.device == device).count(),

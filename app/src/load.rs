@@ -32,20 +32,6 @@ pub struct LoadedTrace {
     pub wrappers: Vec<Wrapper>,
 }
 
-/// The part of each trace a command reads (its `--range`): [`load`] cuts every file to it.
-static CLI_RANGE: std::sync::OnceLock<TraceRange> = std::sync::OnceLock::new();
-
-/// Sets the part of each trace [`load`] reads, once, from the command line (the app passes its
-/// range to each load instead).
-pub fn set_cli_range(range: TraceRange) {
-    let _ = CLI_RANGE.set(range);
-}
-
-/// The part of each trace the command line asked for, if only a part.
-pub fn cli_range() -> Option<TraceRange> {
-    CLI_RANGE.get().copied()
-}
-
 /// The path that names standard input.
 pub const STDIN: &str = "-";
 /// The most read from standard input (its size is not known in advance).
@@ -245,14 +231,9 @@ fn self_check(path: &Path, trace: &Trace) -> Result<()> {
     Ok(())
 }
 
-/// Reads a file of any supported format, showing a progress bar on a terminal; cut to the
-/// command line's range ([`set_cli_range`]) when it gave one.
-pub fn load(path: &Path) -> Result<LoadedTrace> {
-    load_range(path, cli_range())
-}
-
-/// [`load`] of `range` of the file (`None`: the whole).
-pub fn load_range(path: &Path, range: Option<TraceRange>) -> Result<LoadedTrace> {
+/// Reads `range` of a file of any supported format (`None`: the whole), showing a progress bar
+/// on a terminal.
+pub fn load(path: &Path, range: Option<TraceRange>) -> Result<LoadedTrace> {
     let size = if path == Path::new(STDIN) || crate::sample::is_sample(path) {
         0
     } else {

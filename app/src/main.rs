@@ -62,15 +62,6 @@ struct RangeArg {
     range: Option<vramscope_trace_format::TraceRange>,
 }
 
-impl RangeArg {
-    /// Applies the range to every file the command reads.
-    fn set(&self) {
-        if let Some(range) = self.range {
-            vramscope::load::set_cli_range(range);
-        }
-    }
-}
-
 #[derive(Args, Debug)]
 struct WindowArgs {
     /// Render the window once the trace is shown (without FILE: the welcome screen), save it to
@@ -433,13 +424,11 @@ fn main() -> ExitCode {
             open(OpenArgs { files: vec![a], follow: None, range, window }, Some(b), started)
         }
         Some(Command::Info { files, json, oom: true, range, .. }) => {
-            range.set();
-            vramscope::cli::info::run_oom(&files, json, &mut stdout)
+            vramscope::cli::info::run_oom(&files, json, range.range, &mut stdout)
         }
         Some(Command::Info { files, json, at, blocks, all_phases, range, .. }) => {
-            range.set();
             let at = at.as_ref().map(|(t, w)| (t.as_str(), w));
-            let options = vramscope::cli::info::Options { json, at, blocks, all_phases };
+            let options = vramscope::cli::info::Options { json, at, blocks, all_phases, range: range.range };
             vramscope::cli::info::run_paths(&files, &options, &mut stdout)
         }
         Some(Command::Diff {
@@ -453,7 +442,6 @@ fn main() -> ExitCode {
             all_phases,
             range,
         }) => {
-            RangeArg { range }.set();
             use vramscope::cli::diff::Gate;
             let gates: Vec<Gate> = fail_if_peak_grows
                 .map(Gate::PeakGrows)
@@ -461,7 +449,8 @@ fn main() -> ExitCode {
                 .chain(fail_if_category_grows.into_iter().map(|(c, p)| Gate::CategoryGrows(c, p)))
                 .chain(fail_if_phase_grows.into_iter().map(Gate::PhaseGrows))
                 .collect();
-            match vramscope::cli::diff::run(&a, &b, json, &gates, device, all_phases, &mut stdout) {
+            let options = vramscope::cli::diff::Options { json, gates: &gates, device, all_phases, range };
+            match vramscope::cli::diff::run(&a, &b, &options, &mut stdout) {
                 Ok(true) => Ok(()),
                 Ok(false) => {
                     return match stdout.flush() {
@@ -473,9 +462,8 @@ fn main() -> ExitCode {
             }
         }
         Some(Command::Report { file, file2, output, force, range }) => {
-            range.set();
             let files: Vec<PathBuf> = std::iter::once(file).chain(file2).collect();
-            vramscope::cli::report::run(&files, &output, force, &mut stdout)
+            vramscope::cli::report::run(&files, &output, force, range.range, &mut stdout)
         }
         Some(Command::Record { output, live, force, torch, command }) => {
             let torch = match torch {
@@ -502,22 +490,28 @@ fn main() -> ExitCode {
             },
         },
         Some(Command::Advise { file, json, gpus, target_bytes, device, with, batch, seq_len, range }) => {
-            range.set();
             use vramscope::analysis::advisor::scaling::Dimension;
             let scaling = (!with.is_empty()).then(|| {
                 let (dimension, sizes) =
                     if batch.is_empty() { (Dimension::Sequence, seq_len) } else { (Dimension::Batch, batch) };
                 vramscope::cli::advise::Scaling { dimension, sizes, others: with }
             });
-            vramscope::cli::advise::run(&file, json, gpus, target_bytes, device, scaling.as_ref(), &mut stdout)
+            let scaling = scaling.as_ref();
+            let options = vramscope::cli::advise::Options {
+                json,
+                gpus,
+                target: target_bytes,
+                device,
+                scaling,
+                range: range.range,
+            };
+            vramscope::cli::advise::run(&file, &options, &mut stdout)
         }
         Some(Command::Export { files, output, format, force, range }) => {
-            range.set();
-            vramscope::cli::export::run(&files, &output, format, force, &mut stdout)
+            vramscope::cli::export::run(&files, &output, format, force, range.range, &mut stdout)
         }
         Some(Command::Convert { file, output, force, range }) => {
-            range.set();
-            vramscope::cli::convert::run(&file, &output, force, &mut stdout)
+            vramscope::cli::convert::run(&file, &output, force, range.range, &mut stdout)
         }
     };
     match result.and_then(|()| stdout.flush().map_err(anyhow::Error::from)) {

@@ -198,7 +198,7 @@ fn y_extent(run: &ReportRun) -> u64 {
 fn categories_sorted(run: &RunPeak) -> Vec<(Category, u64)> {
     let mut rows: Vec<(Category, u64)> = Category::ALL
         .iter()
-        .filter_map(|c| run.categories_at_peak.get(c.name()).map(|v| (*c, *v)))
+        .filter_map(|c| run.categories_at_peak.get(c).map(|v| (*c, *v)))
         .filter(|(_, v)| *v > 0)
         .collect();
     rows.sort_by_key(|r| std::cmp::Reverse(r.1));
@@ -307,10 +307,7 @@ fn draw_compare<DB: DrawingBackend>(
         ("peak reserved".to_owned(), d.a.peak_reserved_bytes, d.b.peak_reserved_bytes, None),
     ]
     .into_iter()
-    .chain(d.categories.iter().map(|c| {
-        let category = Category::ALL.iter().copied().find(|x| x.name() == c.category);
-        (category.map_or(c.category, colors::category_label).to_owned(), c.a, c.b, category)
-    }));
+    .chain(d.categories.iter().map(|c| (colors::category_label(c.category).to_owned(), c.a, c.b, Some(c.category))));
     for (i, (name, va, vb, category)) in rows.enumerate() {
         let y = header_y + 26 + i as i32 * 24;
         if let Some(category) = category {
@@ -401,12 +398,9 @@ fn draw_phases<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, d: &Diff) -> R
             text(area, &pct, 680, y, 15, &color)?;
         }
         if let Some(c) = r.categories.iter().find(|c| c.delta != 0) {
-            let category = Category::ALL.iter().copied().find(|x| x.name() == c.category);
-            if let Some(category) = category {
-                area.draw(&Rectangle::new([(790, y + 2), (802, y + 14)], rgb(colors::category_rgb(category)).filled()))
-                    .map_err(err)?;
-            }
-            let name = category.map_or(c.category, colors::category_label);
+            let swatch = Rectangle::new([(790, y + 2), (802, y + 14)], rgb(colors::category_rgb(c.category)).filled());
+            area.draw(&swatch).map_err(err)?;
+            let name = colors::category_label(c.category);
             text(area, &format!("{name} {}", units::signed_bytes(c.delta)), 808, y, 15, &BLACK)?;
         }
     }

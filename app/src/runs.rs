@@ -98,20 +98,12 @@ fn in_parallel<T: Send>(files: &[(PathBuf, bool)], read: impl Fn(&Path) -> Resul
 /// other JSON). `read` runs on the reader that read the file, as soon as it is read.
 pub fn read_all<T: Send>(
     paths: &[PathBuf],
-    read: impl Fn(LoadedTrace) -> T + Sync,
-) -> Result<(Vec<T>, Vec<String>, Vec<String>)> {
-    read_all_in(paths, load::cli_range(), read)
-}
-
-/// [`read_all`] of `range` of each file (`None`: the whole).
-pub fn read_all_in<T: Send>(
-    paths: &[PathBuf],
     range: Option<vramscope_trace_format::TraceRange>,
     read: impl Fn(LoadedTrace) -> T + Sync,
 ) -> Result<(Vec<T>, Vec<String>, Vec<String>)> {
     let files = expand(paths)?;
     let results = in_parallel(&files, |path| {
-        let loaded = load::load_range(path, range)?;
+        let loaded = load::load(path, range)?;
         let warnings: Vec<String> = loaded.warnings.iter().map(|w| format!("{}: {w}", path.display())).collect();
         Ok((read(loaded), warnings))
     });
@@ -152,6 +144,8 @@ pub struct Origin {
     pub path: PathBuf,
     /// Its process in the file, when the file is a recording of several ranks.
     pub process: Option<u32>,
+    /// The part of the file read (`None`: the whole).
+    pub range: Option<vramscope_trace_format::TraceRange>,
 }
 
 /// Each rank's item by rank, with where the rank is; the notes on the numbering; the files left
@@ -164,16 +158,17 @@ pub type EachRank<T> =
 /// files of its directories left out. The files' warnings are said on stderr.
 pub fn each_rank<T: Send>(
     paths: &[PathBuf],
+    range: Option<vramscope_trace_format::TraceRange>,
     pick: impl Fn(&Path, &vramscope_trace_format::Trace, &str) -> T + Sync,
 ) -> Result<EachRank<T>> {
     use crate::analysis::run;
-    let (parts, warnings, skipped) = read_all(paths, |l| {
+    let (parts, warnings, skipped) = read_all(paths, range, |l| {
         let name = l.path.display().to_string();
         let path = l.path.clone();
         run::parts(&name, l.trace)
             .into_iter()
             .map(|p| {
-                let origin = Origin { path: path.clone(), process: p.process() };
+                let origin = Origin { path: path.clone(), process: p.process(), range };
                 p.map(|t, source| (origin, pick(&path, &t, source)))
             })
             .collect::<Vec<_>>()
@@ -186,9 +181,9 @@ pub fn each_rank<T: Send>(
 }
 
 /// The figures of the run the paths hold, read in parallel and summed up as they come.
-pub fn summaries(paths: &[PathBuf]) -> Result<Summed> {
+pub fn summaries(paths: &[PathBuf], range: Option<vramscope_trace_format::TraceRange>) -> Result<Summed> {
     use crate::analysis::run::{self, RankSummary};
-    let (numbered, notes, skipped) = each_rank(paths, |_, trace, source| run::figures(trace, source))?;
+    let (numbered, notes, skipped) = each_rank(paths, range, |_, trace, source| run::figures(trace, source))?;
     let mut origins = Vec::with_capacity(numbered.len());
     let mut ranks = Vec::with_capacity(numbered.len());
     for (rank, from, _, (origin, figures)) in numbered {
@@ -201,7 +196,7 @@ pub fn summaries(paths: &[PathBuf]) -> Result<Summed> {
 /// One rank of a run, read again from where [`summaries`] found it (its file's warnings were
 /// said when it was first read).
 pub fn read_rank(origin: &Origin) -> Result<vramscope_trace_format::Trace> {
-    let trace = load::load(&origin.path)?.trace;
+    let trace = load::load(&origin.path, origin.range)?.trace;
     Ok(match origin.process {
         Some(p) => trace.of_process(vramscope_trace_format::ProcessId(p)),
         None => trace,
@@ -230,9 +225,9 @@ impl Opened {
     }
 }
 
-/// The run the paths hold (one trace is a run of one rank).
-pub fn open(paths: &[PathBuf]) -> Result<Opened> {
-    let (traces, warnings, skipped) = read_all(paths, |l| (l.path.display().to_string(), l.trace))?;
+/// The run `range` of the files the paths hold make (one trace is a run of one rank).
+pub fn open(paths: &[PathBuf], range: Option<vramscope_trace_format::TraceRange>) -> Result<Opened> {
+    let (traces, warnings, skipped) = read_all(paths, range, |l| (l.path.display().to_string(), l.trace))?;
     Ok(Opened { run: Run::of(traces), warnings, skipped })
 }
 
@@ -243,13 +238,14 @@ pub fn open(paths: &[PathBuf]) -> Result<Opened> {
 /// many ranks there were.
 pub fn for_each_rank(
     paths: &[PathBuf],
+    range: Option<vramscope_trace_format::TraceRange>,
     mut each: impl FnMut(&crate::analysis::run::Rank, usize) -> Result<()>,
 ) -> Result<usize> {
     use crate::analysis::run::Rank;
     if let [one] = paths
         && !one.is_dir()
     {
-        let opened = open(paths)?;
+        let opened = open(paths, range)?;
         opened.warn();
         let count = opened.run.ranks.len();
         for rank in &opened.run.ranks {
@@ -257,7 +253,7 @@ pub fn for_each_rank(
         }
         return Ok(count);
     }
-    let (numbered, notes, skipped) = each_rank(paths, |_, _, _| ())?;
+    let (numbered, notes, skipped) = each_rank(paths, range, |_, _, _| ())?;
     for note in crate::words::run_notes(&notes, &skipped) {
         eprintln!("warning: {note}");
     }
@@ -270,7 +266,7 @@ pub fn for_each_rank(
                 whole.of_process(vramscope_trace_format::ProcessId(p))
             }
             (Some(p), _) => {
-                let whole = read_rank(&Origin { path: origin.path.clone(), process: None })?;
+                let whole = read_rank(&Origin { process: None, ..origin.clone() })?;
                 let trace = whole.of_process(vramscope_trace_format::ProcessId(p));
                 last = Some((origin.path.clone(), whole));
                 trace

@@ -13,7 +13,7 @@ use egui_kittest::kittest::Queryable;
 use vramscope::analysis::{peak, replay, segments, summary};
 use vramscope::gui::VramscopeApp;
 use vramscope::units;
-use vramscope_trace_format::{DeviceId, NoProgress, SourceFormat};
+use vramscope_trace_format::{Category, DeviceId, NoProgress, SourceFormat};
 
 use self::support::*;
 
@@ -30,15 +30,15 @@ fn opening_a_snapshot_shows_its_peak_and_categories() {
     // The breakdown at the peak is what `info --json` reports, category by category.
     let app = harness.state();
     let view = app.session.instant.as_ref().expect("analysed");
-    let shown: std::collections::BTreeMap<&str, u64> =
-        view.instant.by_category.iter().map(|(c, v)| (c.name(), *v)).collect();
+    let shown: std::collections::BTreeMap<Category, u64> =
+        view.instant.by_category.iter().map(|(c, v)| (*c, *v)).collect();
     assert_eq!(shown, expected.categories_at_peak);
     assert_eq!(view.instant.blocks.len(), expected.live_blocks_at_peak);
     // Every live byte is under some source line; the lines of the model's optimizer hold
     // exactly its optimizer state.
     assert_eq!(view.by_site.iter().map(|s| s.bytes).sum::<u64>(), expected.peak_allocated_bytes);
     let in_optimizer: u64 = view.by_site.iter().filter(|s| s.site.contains("optimizers.py")).map(|s| s.bytes).sum();
-    assert_eq!(Some(&in_optimizer), expected.categories_at_peak.get("optimizer_state"));
+    assert_eq!(Some(&in_optimizer), expected.categories_at_peak.get(&Category::OptimizerState));
     for bytes in expected.categories_at_peak.values() {
         assert!(!harness.query_all_by_label(&units::bytes(*bytes)).collect::<Vec<_>>().is_empty(), "{bytes} not shown");
     }
@@ -136,8 +136,8 @@ fn the_memory_timeline_keeps_its_categories_in_the_breakdown() {
     assert_eq!(loaded.format, SourceFormat::MemoryTimeline);
     let expected = summary::device_summary(&loaded.trace, DeviceId(0));
     let view = harness.state().session.instant.clone().expect("analysed");
-    let shown: std::collections::BTreeMap<&str, u64> =
-        view.instant.by_category.iter().map(|(c, v)| (c.name(), *v)).collect();
+    let shown: std::collections::BTreeMap<Category, u64> =
+        view.instant.by_category.iter().map(|(c, v)| (*c, *v)).collect();
     assert_eq!(shown, expected.categories_at_peak);
 }
 
@@ -224,7 +224,7 @@ fn the_built_in_sample_opens_from_the_file_menu_with_its_tags() {
     // The GPU is the device shown, at its peak, with the recorder's categories.
     let peak = units::bytes(expected.peak_allocated_bytes);
     harness.get_by_label(&format!("Jump to peak ({peak})"));
-    assert!(expected.categories_at_peak.contains_key("optimizer_state"));
+    assert!(expected.categories_at_peak.contains_key(&Category::OptimizerState));
     harness.get_by_label_contains("This is a built-in sample");
     // The peak breakdown names the tensors by the recorder's tags.
     harness.get_by_label("Peak breakdown").click();

@@ -19,7 +19,7 @@ pub mod simulate;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramscope_trace_format::{AnnotationKind, DeviceId, Trace};
+use vramscope_trace_format::{AnnotationKind, Category, DeviceId, Trace};
 
 pub use self::parts::EvidenceBytes;
 use self::parts::{Parts, Sides, parts_at, phase_at};
@@ -65,7 +65,7 @@ pub struct Baseline {
     /// not, the projections take the reserved peak to be the allocated one.
     pub reserved_recorded: bool,
     /// Bytes by category at the peak, as `info` gives them.
-    pub categories_at_peak: BTreeMap<&'static str, u64>,
+    pub categories_at_peak: BTreeMap<Category, u64>,
     /// Where in the step the peak is.
     pub peak_phase: Phase,
     /// Repeated blocks found in the model (by the module spans).
@@ -439,11 +439,8 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     };
     // The categories as `info` finds them (its counters, for a memory timeline).
     let live = peak::live_at(trace, device, b.peaks.allocated.event);
-    let categories_at_peak: BTreeMap<&'static str, u64> =
-        peak::categories_at(trace, device, b.peaks.allocated.time_ns, &live)
-            .into_iter()
-            .map(|(c, v)| (c.name(), v))
-            .collect();
+    let categories_at_peak: BTreeMap<Category, u64> =
+        peak::categories_at(trace, device, b.peaks.allocated.time_ns, &live);
     Some(Advice {
         baseline: Baseline {
             device,

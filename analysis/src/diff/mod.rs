@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramscope_trace_format::{DeviceId, Trace};
+use vramscope_trace_format::{Category, DeviceId, Trace};
 
 use super::attribution::{Attributor, Evidence};
 use super::instant;
@@ -55,7 +55,7 @@ pub struct RunPeak {
     /// Peak of reserved bytes.
     pub peak_reserved_bytes: u64,
     /// Bytes by category at the allocated peak.
-    pub categories_at_peak: BTreeMap<&'static str, u64>,
+    pub categories_at_peak: BTreeMap<Category, u64>,
     /// Live bytes and blocks by allocation site at the peak, largest first.
     #[serde(skip)]
     pub sites: Vec<instant::SiteBytes>,
@@ -109,7 +109,7 @@ pub fn run_peak(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak 
         peak_allocated_time_ns: peaks.allocated.time_ns,
         peak_allocated_event: peaks.allocated.event,
         peak_reserved_bytes: peaks.reserved.bytes,
-        categories_at_peak: at_peak.by_category.iter().map(|(c, v)| (c.name(), *v)).collect(),
+        categories_at_peak: at_peak.by_category.iter().map(|(c, v)| (*c, *v)).collect(),
         sites: instant::by_site(trace, &at_peak.blocks),
         at_peak: Alive::default(),
         growth: crate::growth::growth(trace, device),
@@ -174,7 +174,7 @@ pub fn compared_run(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunP
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct CategoryDelta {
     /// The category's name.
-    pub category: &'static str,
+    pub category: Category,
     /// Bytes in A.
     pub a: u64,
     /// Bytes in B.
@@ -256,7 +256,7 @@ pub struct Headline {
     /// The change as a percentage of A's peak (none when A's is 0).
     pub percent: Option<f64>,
     /// The category that moved most the same way as the peak, and by how much.
-    pub mostly: Option<(&'static str, i64)>,
+    pub mostly: Option<(Category, i64)>,
     /// Then the allocation site that moved most the same way.
     pub site: Option<String>,
     /// A phase whose high point changed much more than the peak: said first.
@@ -273,17 +273,20 @@ pub fn percent(a: u64, b: u64) -> Option<f64> {
 }
 
 /// Categories in either of two breakdowns, largest change first.
-pub fn category_deltas(a: &BTreeMap<&'static str, u64>, b: &BTreeMap<&'static str, u64>) -> Vec<CategoryDelta> {
-    let names: std::collections::BTreeSet<&'static str> = a.keys().chain(b.keys()).copied().collect();
+pub fn category_deltas(a: &BTreeMap<Category, u64>, b: &BTreeMap<Category, u64>) -> Vec<CategoryDelta> {
+    let names: std::collections::BTreeSet<Category> = a.keys().chain(b.keys()).copied().collect();
     let mut categories: Vec<CategoryDelta> = names
         .into_iter()
         .map(|category| {
-            let va = a.get(category).copied().unwrap_or(0);
-            let vb = b.get(category).copied().unwrap_or(0);
+            let va = a.get(&category).copied().unwrap_or(0);
+            let vb = b.get(&category).copied().unwrap_or(0);
             CategoryDelta { category, a: va, b: vb, delta: signed(va, vb), percent: percent(va, vb) }
         })
         .collect();
-    categories.sort_by(|x, y| y.delta.unsigned_abs().cmp(&x.delta.unsigned_abs()).then(x.category.cmp(y.category)));
+    // Equal changes by name, as they have always been listed.
+    categories.sort_by(|x, y| {
+        y.delta.unsigned_abs().cmp(&x.delta.unsigned_abs()).then(x.category.name().cmp(y.category.name()))
+    });
     categories
 }
 
@@ -391,7 +394,7 @@ fn headline(a: &RunPeak, b: &RunPeak, categories: &[CategoryDelta], sites: [&Vec
 mod tests {
     use super::*;
 
-    fn run(peak: u64, categories: &[(&'static str, u64)], sites: &[(&str, u64)]) -> RunPeak {
+    fn run(peak: u64, categories: &[(Category, u64)], sites: &[(&str, u64)]) -> RunPeak {
         RunPeak {
             file: String::new(),
             device: DeviceId(0),
@@ -414,16 +417,16 @@ mod tests {
         let gib = 1u64 << 30;
         let a = run(
             20 * gib,
-            &[("activation", 12 * gib), ("parameter", 8 * gib)],
+            &[(Category::Activation, 12 * gib), (Category::Parameter, 8 * gib)],
             &[("forward  m.py:1", 10 * gib), ("attn  m.py:9", 2 * gib), ("init  m.py:3", 8 * gib)],
         );
         let b = run(
             16 * gib,
-            &[("activation", 8 * gib), ("parameter", 8 * gib)],
+            &[(Category::Activation, 8 * gib), (Category::Parameter, 8 * gib)],
             &[("forward  m.py:1", 6 * gib), ("init  m.py:3", 8 * gib), ("cast  m.py:5", 2 * gib)],
         );
         let d = diff(a, b);
-        assert_eq!(d.categories[0].category, "activation");
+        assert_eq!(d.categories[0].category, Category::Activation);
         assert_eq!(d.categories[0].delta, -4 * gib as i64);
         assert_eq!(d.categories[0].percent, Some(-100.0 / 3.0));
         assert_eq!(d.categories[1].delta, 0);
@@ -433,7 +436,7 @@ mod tests {
         assert!(d.grown.is_empty());
         assert_eq!(d.headline.delta_bytes, -4 * gib as i64);
         assert_eq!(d.headline.percent, Some(-20.0));
-        assert_eq!(d.headline.mostly, Some(("activation", -4 * gib as i64)));
+        assert_eq!(d.headline.mostly, Some((Category::Activation, -4 * gib as i64)));
         assert_eq!(d.headline.site.as_deref(), Some("forward  m.py:1"));
     }
 

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use vramscope_trace_format::Category;
 
 use super::sites::{self, SiteDelta};
 use super::{CategoryDelta, RunPeak, category_deltas, percent, signed};
@@ -85,7 +86,7 @@ pub struct PhaseChange {
     /// As a percentage of A's.
     pub percent: Option<f64>,
     /// The category that moved most the same way, and by how much.
-    pub mostly: Option<(&'static str, i64)>,
+    pub mostly: Option<(Category, i64)>,
     /// Whether that category is nearly all of the change (90% or more).
     pub nearly_all: bool,
     /// The allocation site that moved most the same way.

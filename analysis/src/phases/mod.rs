@@ -28,7 +28,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramscope_trace_format::{AnnotationKind, DeviceId, Trace};
+use vramscope_trace_format::{AnnotationKind, Category, DeviceId, Trace};
 
 use crate::attribution::Attributor;
 use crate::replay;
@@ -119,7 +119,7 @@ pub struct PhaseHigh {
     pub high_event: Option<usize>,
     /// Bytes by category at the high point (none when not worked out: past the first
     /// [`MAX_WITH_CATEGORIES`] phases, only each kind's highest has them).
-    pub categories: Option<BTreeMap<&'static str, u64>>,
+    pub categories: Option<BTreeMap<Category, u64>>,
 }
 
 fn as_us<S: serde::Serializer>(ns: &i64, s: S) -> Result<S::Ok, S::Error> {
@@ -404,11 +404,11 @@ fn with_categories(
     let at: Vec<Option<usize>> = targets.iter().map(|t| t.1).collect();
     crate::peak::live_at_each_from(trace, events, initial, &at, |n, blocks| {
         let Some(&(k, _, time_ns)) = targets.get(n) else { return };
-        let mut totals: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let mut totals: BTreeMap<Category, u64> = BTreeMap::new();
         for b in &blocks {
             let alloc_ns = b.alloc_event.and_then(|i| trace.events.get(i)).map_or(i64::MIN, |e| e.time_ns);
             let category = attributor.block(b.address, alloc_ns, time_ns, b.stack).category;
-            *totals.entry(category.name()).or_insert(0) += b.size_bytes;
+            *totals.entry(category).or_insert(0) += b.size_bytes;
         }
         totals.retain(|_, v| *v > 0);
         if let Some(h) = highs.get_mut(k) {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 
 use serde::Serialize;
-use vramscope_trace_format::DeviceId;
+use vramscope_trace_format::{DeviceId, TraceRange};
 
 use crate::analysis::advisor::scaling::{self, Dimension, ScalingFit};
 use crate::analysis::advisor::{self, Advice, Baseline, Projection};
@@ -46,6 +46,7 @@ struct Json<'a> {
 
 /// Recordings of the same run at other batch sizes or sequence lengths: what is varied, the
 /// size of the file advised on and of each other file, and the other files.
+#[derive(Debug)]
 pub struct Scaling {
     /// Batch or sequence.
     pub dimension: Dimension,
@@ -188,9 +189,12 @@ pub(super) struct RankChosen {
 /// or a recording of several), the rank that peaks highest, each rank analysed alone. A
 /// directory's files are read for their figures, each dropped once they are taken, and the
 /// rank chosen is read again: a run of many ranks holds one trace per reader at a time.
-pub(super) fn one_rank(path: &Path) -> Result<(vramscope_trace_format::Trace, Option<RankChosen>)> {
+pub(super) fn one_rank(
+    path: &Path,
+    range: Option<TraceRange>,
+) -> Result<(vramscope_trace_format::Trace, Option<RankChosen>)> {
     let (summary, origin) = if path.is_dir() {
-        let summed = crate::runs::summaries(&[path.to_path_buf()])?;
+        let summed = crate::runs::summaries(&[path.to_path_buf()], range)?;
         for note in words::run_notes(&summed.notes, &summed.skipped) {
             eprintln!("warning: {note}");
         }
@@ -200,7 +204,7 @@ pub(super) fn one_rank(path: &Path) -> Result<(vramscope_trace_format::Trace, Op
         let origin = summed.origins.iter().find(|o| o.0 == summary.worst_rank).map(|o| o.1.clone());
         (summary, origin)
     } else {
-        let loaded = load::load(path)?;
+        let loaded = load::load(path, range)?;
         for warning in &loaded.warnings {
             eprintln!("warning: {}: {warning}", path.display());
         }
@@ -228,8 +232,8 @@ pub(super) fn one_rank(path: &Path) -> Result<(vramscope_trace_format::Trace, Op
 }
 
 /// The reserved peak of `device` in the recording at `path` (the device advised on).
-fn reserved_peak(path: &Path, device: DeviceId) -> Result<u64> {
-    let loaded = load::load(path)?;
+fn reserved_peak(path: &Path, device: DeviceId, range: Option<TraceRange>) -> Result<u64> {
+    let loaded = load::load(path, range)?;
     if !loaded.trace.devices().contains(&device) {
         bail!(
             "{}: no {} in this recording; the recordings to fit over must be of the same run on the same device",
@@ -242,7 +246,7 @@ fn reserved_peak(path: &Path, device: DeviceId) -> Result<u64> {
 }
 
 /// Fits the reserved peaks of the file advised on and the other recordings.
-fn fit(path: &Path, advice: &Advice, s: &Scaling) -> Result<ScalingFit> {
+fn fit(path: &Path, advice: &Advice, s: &Scaling, range: Option<TraceRange>) -> Result<ScalingFit> {
     let Some(target) = advice.target_bytes else {
         bail!("{}: the trace does not say its device's memory: give --target-bytes to fit under", path.display());
     };
@@ -258,27 +262,37 @@ fn fit(path: &Path, advice: &Advice, s: &Scaling) -> Result<ScalingFit> {
     // As for the other recordings: reserved at least what is allocated.
     let mut points = vec![(s.sizes[0], advice.baseline.peak_reserved_bytes.max(advice.baseline.peak_allocated_bytes))];
     for (other, &size) in s.others.iter().zip(&s.sizes[1..]) {
-        points.push((size, reserved_peak(other, device)?));
+        points.push((size, reserved_peak(other, device, range)?));
     }
     scaling::fit(s.dimension, &points, target).map_err(|e| anyhow::anyhow!("{}: cannot fit: {e}", path.display()))
 }
 
+/// What `advise` is asked.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options<'a> {
+    /// JSON instead of text.
+    pub json: bool,
+    /// Advise for this many GPUs (data parallel).
+    pub gpus: Option<u32>,
+    /// The memory to fit under (else the device's).
+    pub target: Option<u64>,
+    /// The device advised on (else the one that peaks highest).
+    pub device: Option<DeviceId>,
+    /// Also fit the peak over recordings at other sizes.
+    pub scaling: Option<&'a Scaling>,
+    /// The part of each trace read (`None`: the whole).
+    pub range: Option<TraceRange>,
+}
+
 /// Runs `advise` on `path`; with `scaling`, also fits the peak over recordings at other sizes.
-pub fn run(
-    path: &Path,
-    json: bool,
-    gpus: Option<u32>,
-    target: Option<u64>,
-    device: Option<DeviceId>,
-    scaling: Option<&Scaling>,
-    out: &mut dyn Write,
-) -> Result<()> {
-    let (trace, chosen) = one_rank(path)?;
+pub fn run(path: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
+    let Options { json, gpus, target, device, scaling, range } = *options;
+    let (trace, chosen) = one_rank(path, range)?;
     super::check_device(path, &trace, device)?;
     let Some(advice) = advisor::advise(&trace, device, gpus, target) else {
         bail!("{}: the trace holds no memory events to advise on", path.display());
     };
-    let fitted = scaling.map(|s| fit(path, &advice, s)).transpose()?;
+    let fitted = scaling.map(|s| fit(path, &advice, s, range)).transpose()?;
     // Memory that grows every iteration comes first: no remedy holds while it does.
     let growth = crate::analysis::growth::growth(&trace, advice.baseline.device).filter(|g| g.alarms());
     if json {
@@ -294,7 +308,7 @@ pub fn run(
         if let (Some(chosen), Some(object)) = (&chosen, value.as_object_mut()) {
             object.insert("rank".to_owned(), serde_json::to_value(chosen)?);
         }
-        if let (Some(range), Some(object)) = (load::cli_range(), value.as_object_mut()) {
+        if let (Some(range), Some(object)) = (range, value.as_object_mut()) {
             object.insert("range".to_owned(), serde_json::Value::String(range.to_string()));
         }
         serde_json::to_writer_pretty(&mut *out, &value)?;
@@ -313,7 +327,7 @@ pub fn run(
     }
     let b = &advice.baseline;
     writeln!(out, "{}", path.display())?;
-    if let Some(range) = load::cli_range() {
+    if let Some(range) = range {
         writeln!(out, "  {}", words::range_note(range))?;
     }
     let device = if b.device.0 < 0 { "host (CPU)".to_owned() } else { trace.metadata.device_label(b.device) };
@@ -324,7 +338,8 @@ pub fn run(
     };
     let reserved = words::baseline_reserved(b);
     writeln!(out, "  baseline: peak {} allocated{reserved} on {device}{phase}{blocks}", bytes(b.peak_allocated_bytes))?;
-    let categories: Vec<String> = b.categories_at_peak.iter().map(|(k, v)| format!("{k} {}", bytes(*v))).collect();
+    let categories: Vec<String> =
+        words::by_name(&b.categories_at_peak).into_iter().map(|(c, v)| format!("{} {}", c.name(), bytes(v))).collect();
     writeln!(out, "  at the peak: {}", categories.join(", "))?;
     if let Some(target) = advice.target_bytes {
         writeln!(out, "  target: {} (reserved must fit)", bytes(target))?;

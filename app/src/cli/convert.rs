@@ -10,7 +10,13 @@ use crate::units::{bytes, count};
 
 /// Converts `input` (a file, or a recording's directory) to a `.vtrace` at `output`. An existing `output` is replaced only with
 /// `force`, and never half-written: the trace goes to a temporary file beside it first.
-pub fn run(input: &Path, output: &Path, force: bool, out: &mut dyn Write) -> Result<()> {
+pub fn run(
+    input: &Path,
+    output: &Path,
+    force: bool,
+    range: Option<vramscope_trace_format::TraceRange>,
+    out: &mut dyn Write,
+) -> Result<()> {
     if output.exists() && force && same_file(input, output) {
         bail!("{} is the input file; choose another output", output.display());
     }
@@ -23,7 +29,7 @@ pub fn run(input: &Path, output: &Path, force: bool, out: &mut dyn Write) -> Res
     }
     // The temporary file is made first: a Ctrl+C while a large input is read removes it too.
     let file = crate::atomic::AtomicFile::create(output)?;
-    let loaded = load::load(input)?;
+    let loaded = load::load(input, range)?;
     for warning in &loaded.warnings {
         eprintln!("warning: {}: {warning}", input.display());
     }

@@ -6,136 +6,17 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 use serde::Serialize;
-use vramscope_trace_format::{Category, DeviceId};
+use vramscope_trace_format::{Category, DeviceId, TraceRange};
 
 use crate::analysis::diff::{self, Diff, PhaseDelta, SiteDelta, percent};
 use crate::analysis::phases::PhaseKind;
 use crate::units::{bytes, signed_bytes};
 
-/// A limit on growth from A to B.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Gate {
-    /// The allocated peak may grow by at most this many percent.
-    PeakGrows(f64),
-    /// A category's bytes at the peak may grow by at most this many percent.
-    CategoryGrows(Category, f64),
-    /// A phase's high point (or a category at it) may grow by at most this many percent.
-    PhaseGrows(PhaseGate),
-}
+pub use crate::analysis::query::gates::{Gate, GateResult, PhaseGate, parse_category_gate, parse_phase_gate};
 
-/// `--fail-if-phase-grows PHASE[:CAT]=PCT`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PhaseGate {
-    /// The phase, compared at its highest over the iterations.
-    pub phase: PhaseKind,
-    /// One category at the phase's high point, or all of it.
-    pub category: Option<Category>,
-    /// The growth allowed, in percent.
-    pub limit: f64,
-}
-
-fn category_named(name: &str) -> Result<Category, String> {
-    Category::ALL.iter().copied().find(|c| c.name() == name.trim()).ok_or_else(|| {
-        let names: Vec<&str> = Category::ALL.iter().map(|c| c.name()).collect();
-        format!("unknown category {name:?}; one of {}", names.join(", "))
-    })
-}
-
-/// Parses `PHASE=PCT` or `PHASE:CATEGORY=PCT` (e.g. `forward=5`, `backward:activation=10`).
-pub fn parse_phase_gate(text: &str) -> Result<PhaseGate, String> {
-    let (what, pct) = text.split_once('=').ok_or("expected PHASE=PERCENT or PHASE:CATEGORY=PERCENT, e.g. forward=5")?;
-    let (phase, category) = match what.split_once(':') {
-        Some((phase, category)) => (phase, Some(category_named(category)?)),
-        None => (what, None),
-    };
-    let phase = PhaseKind::from_name(phase)
-        .ok_or_else(|| format!("unknown phase {:?}; one of forward, backward, optimizer_step", phase.trim()))?;
-    let limit = pct.trim().parse::<f64>().map_err(|_| format!("{pct:?} is not a number of percent"))?;
-    Ok(PhaseGate { phase, category, limit })
-}
-
-/// Parses `CATEGORY=PCT` (e.g. `activation=5`).
-pub fn parse_category_gate(text: &str) -> Result<(Category, f64), String> {
-    let (name, pct) = text.split_once('=').ok_or("expected CATEGORY=PERCENT, e.g. activation=5")?;
-    let category = category_named(name)?;
-    let pct = pct.trim().parse::<f64>().map_err(|_| format!("{pct:?} is not a number of percent"))?;
-    Ok((category, pct))
-}
-
-/// How a gate came out.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct GateResult {
-    /// What was checked, e.g. `peak_allocated_bytes` or `category:activation`.
-    pub gate: String,
-    /// The growth allowed, in percent.
-    pub limit_percent: f64,
-    /// The growth measured, in percent (null when A had none and B has some: unbounded).
-    pub actual_percent: Option<f64>,
-    /// Whether the growth is within the limit.
-    pub passed: bool,
-}
-
-/// How a gate comes out on `d`; an error when it cannot be checked (a run without the phase).
+/// How a gate comes out on `d`; an error that says why when it cannot be checked.
 fn check(gate: &Gate, d: &Diff) -> Result<GateResult> {
-    let (name, a, b, limit) = match gate {
-        Gate::PeakGrows(limit) => {
-            ("peak_allocated_bytes".to_owned(), d.a.peak_allocated_bytes, d.b.peak_allocated_bytes, *limit)
-        }
-        Gate::CategoryGrows(category, limit) => (
-            format!("category:{}", category.name()),
-            d.a.categories_at_peak.get(category.name()).copied().unwrap_or(0),
-            d.b.categories_at_peak.get(category.name()).copied().unwrap_or(0),
-            *limit,
-        ),
-        Gate::PhaseGrows(g) => {
-            let row = d.phases.iter().find(|r| r.phase == Some(g.phase) && r.iteration.is_none());
-            let sides = row.and_then(|r| r.a.as_ref().zip(r.b.as_ref()));
-            let Some((sa, sb)) = sides else {
-                let missing: Vec<&str> = [("A", &d.a), ("B", &d.b)]
-                    .into_iter()
-                    .filter(|(_, run)| run.phases.highest(g.phase).is_none())
-                    .map(|(side, _)| side)
-                    .collect();
-                bail!(
-                    "the gate on {} cannot be checked: {} {} no {} phase ({})",
-                    g.phase.name(),
-                    missing.join(" and "),
-                    if missing.len() == 1 { "shows" } else { "show" },
-                    crate::words::phase_label(g.phase),
-                    if missing.len() == 1 {
-                        let run = if missing == ["A"] { &d.a } else { &d.b };
-                        crate::words::phases_from(run.phases.from)
-                    } else {
-                        "neither run tells its phases"
-                    }
-                );
-            };
-            match g.category {
-                None => (format!("phase:{}", g.phase.name()), sa.high_bytes, sb.high_bytes, g.limit),
-                Some(category) => {
-                    let of = |pick: fn(&diff::CategoryDelta) -> u64| {
-                        row.and_then(|r| r.categories.iter().find(|c| c.category == category.name())).map_or(0, pick)
-                    };
-                    if row.is_some_and(|r| r.categories.is_empty()) {
-                        bail!(
-                            "the gate on {}:{} cannot be checked: the categories at the phase's high points \
-                             were not worked out",
-                            g.phase.name(),
-                            category.name()
-                        );
-                    }
-                    (format!("phase:{}:{}", g.phase.name(), category.name()), of(|c| c.a), of(|c| c.b), g.limit)
-                }
-            }
-        }
-    };
-    let actual = percent(a, b);
-    let passed = match actual {
-        Some(p) => p <= limit,
-        // From nothing to something is unbounded growth; nothing to nothing is none.
-        None => b == 0,
-    };
-    Ok(GateResult { gate: name, limit_percent: limit, actual_percent: actual.or((b == 0).then_some(0.0)), passed })
+    crate::analysis::query::gates::check(gate, d).map_err(|why| anyhow::anyhow!(crate::words::gate_unchecked(&why, d)))
 }
 
 #[derive(Serialize)]
@@ -145,7 +26,7 @@ struct Side<'a> {
     peak_allocated_bytes: u64,
     peak_allocated_time_us: Option<i64>,
     peak_reserved_bytes: u64,
-    categories_at_peak: &'a std::collections::BTreeMap<&'static str, u64>,
+    categories_at_peak: &'a std::collections::BTreeMap<Category, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     growth: Option<&'a crate::analysis::growth::Growth>,
 }
@@ -155,7 +36,7 @@ struct Delta {
     peak_allocated_bytes: i64,
     peak_reserved_bytes: i64,
     peak_allocated_percent: Option<f64>,
-    categories_at_peak: std::collections::BTreeMap<&'static str, i64>,
+    categories_at_peak: std::collections::BTreeMap<Category, i64>,
 }
 
 #[derive(Serialize)]
@@ -220,23 +101,31 @@ fn top(list: &[SiteDelta]) -> &[SiteDelta] {
     list.get(..TOP.min(list.len())).unwrap_or_default()
 }
 
+/// What `diff` is asked.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options<'a> {
+    /// JSON instead of text.
+    pub json: bool,
+    /// The gates that must hold.
+    pub gates: &'a [Gate],
+    /// The device compared (else each run's that peaks highest).
+    pub device: Option<DeviceId>,
+    /// Every iteration's phases, not only the first few.
+    pub all_phases: bool,
+    /// The part of each trace read (`None`: the whole).
+    pub range: Option<TraceRange>,
+}
+
 /// Compares the traces at `a` and `b`. Returns whether every gate held.
-pub fn run(
-    a: &Path,
-    b: &Path,
-    json: bool,
-    gates: &[Gate],
-    device: Option<DeviceId>,
-    all_phases: bool,
-    out: &mut dyn Write,
-) -> Result<bool> {
+pub fn run(a: &Path, b: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<bool> {
+    let Options { json, gates, device, all_phases, range } = *options;
     if a == b {
         bail!("{} is compared with itself: give two different traces", a.display());
     }
-    let (side_a, side_b) = (open_side(a, device)?, open_side(b, device)?);
+    let (side_a, side_b) = (open_side(a, device, range)?, open_side(b, device, range)?);
     if side_a.len() > 1 || side_b.len() > 1 {
         let peaks = |side: ByRank| side.into_iter().map(|(rank, (_, peak))| (rank, peak)).collect::<Vec<_>>();
-        return ranks(a, b, &peaks(side_a), &peaks(side_b), json, gates, out);
+        return ranks(a, b, &peaks(side_a), &peaks(side_b), options, out);
     }
     let peak_of = |path: &Path, side: ByRank| -> Result<diff::RunPeak> {
         let Some((_, (fits, peak))) = side.into_iter().next() else { bail!("{}: no trace", path.display()) };
@@ -278,12 +167,12 @@ pub fn run(
                 ranges: &d.ranges,
             },
             gates: &results,
-            range: crate::load::cli_range().map(|r| r.to_string()),
+            range: range.map(|r| r.to_string()),
         };
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
     } else {
-        write_text(&d, &results, all_phases, out)?;
+        write_text(&d, &results, all_phases, range, out)?;
     }
     Ok(results.iter().all(|r| r.passed))
 }
@@ -294,8 +183,8 @@ type ByRank = Vec<(u32, (Result<()>, diff::RunPeak))>;
 /// One side of a comparison: a trace, or a run of several ranks (a directory of rank files, or a
 /// recording of several ranks). Each rank's peak is taken as its file is read and the trace is
 /// dropped, so a run of many ranks holds one trace per reader at a time.
-fn open_side(path: &Path, device: Option<DeviceId>) -> Result<ByRank> {
-    let (numbered, notes, skipped) = crate::runs::each_rank(&[path.to_path_buf()], |file, trace, source| {
+fn open_side(path: &Path, device: Option<DeviceId>, range: Option<TraceRange>) -> Result<ByRank> {
+    let (numbered, notes, skipped) = crate::runs::each_rank(&[path.to_path_buf()], range, |file, trace, source| {
         let fits = super::check_device(file, trace, device);
         // A file's name as given, a rank of a recording as `file (rank N)`.
         (fits, diff::compared_run(trace, source, device))
@@ -324,47 +213,29 @@ fn ranks(
     b: &Path,
     side_a: &[(u32, diff::RunPeak)],
     side_b: &[(u32, diff::RunPeak)],
-    json: bool,
-    gates: &[Gate],
+    options: &Options<'_>,
     out: &mut dyn Write,
 ) -> Result<bool> {
-    let mut pairs: Vec<(u32, Diff)> = Vec::new();
-    for (rank, peak_a) in side_a {
-        let Some((_, peak_b)) = side_b.iter().find(|(r, _)| r == rank) else { continue };
-        pairs.push((*rank, diff::diff(peak_a.clone(), peak_b.clone())));
-    }
-    let only = |x: &[(u32, diff::RunPeak)], y: &[(u32, diff::RunPeak)]| -> Vec<u32> {
-        x.iter().map(|r| r.0).filter(|rank| y.iter().all(|o| o.0 != *rank)).collect()
-    };
-    let (only_a, only_b) = (only(side_a, side_b), only(side_b, side_a));
-    if pairs.is_empty() {
-        bail!(
-            "{} and {} have no rank in common (ranks {:?} and {:?})",
-            a.display(),
-            b.display(),
-            side_a.iter().map(|r| r.0).collect::<Vec<_>>(),
-            side_b.iter().map(|r| r.0).collect::<Vec<_>>()
-        );
-    }
-    // Each gate on every rank: its worst rank decides.
-    let mut results: Vec<(GateResult, u32)> = Vec::new();
-    for g in gates {
-        let mut checked = Vec::new();
-        for (rank, d) in &pairs {
-            let result = check(g, d).map_err(|e| anyhow::anyhow!("rank {rank}: {e}"))?;
-            checked.push((result, *rank));
+    let Options { json, gates, range, .. } = *options;
+    use crate::analysis::query::compare::{RanksNotCompared, compare_ranks, peak_growth};
+    let compared = compare_ranks(side_a, side_b, gates).map_err(|why| match why {
+        RanksNotCompared::NoRankInCommon(ranks_a, ranks_b) => {
+            anyhow::anyhow!(
+                "{} and {} have no rank in common (ranks {ranks_a:?} and {ranks_b:?})",
+                a.display(),
+                b.display()
+            )
         }
-        let worst = checked.into_iter().min_by(|x, y| {
-            let key = |r: &GateResult| (r.passed, r.actual_percent.map_or(f64::NEG_INFINITY, |p| -p));
-            key(&x.0).partial_cmp(&key(&y.0)).unwrap_or(std::cmp::Ordering::Equal)
-        });
-        results.extend(worst);
-    }
-    let grew = |d: &Diff| d.b.peak_allocated_bytes as i64 - d.a.peak_allocated_bytes as i64;
-    let Some((worst_rank, worst)) = pairs.iter().max_by_key(|(rank, d)| (grew(d), std::cmp::Reverse(*rank))) else {
-        bail!("no ranks to compare");
-    };
-    let rows: Vec<RankRow> = pairs
+        RanksNotCompared::Gate(rank, why) => {
+            let d = compared_rank(side_a, side_b, rank);
+            anyhow::anyhow!("rank {rank}: {}", d.map_or_else(String::new, |d| crate::words::gate_unchecked(&why, &d)))
+        }
+    })?;
+    let (worst_rank, worst) = compared.most_grown();
+    let (only_a, only_b, results) = (&compared.only_in_a, &compared.only_in_b, &compared.gates);
+    let grew = peak_growth;
+    let rows: Vec<RankRow> = compared
+        .pairs
         .iter()
         .map(|(rank, d)| RankRow {
             rank: *rank,
@@ -374,8 +245,7 @@ fn ranks(
             percent: percent(d.a.peak_allocated_bytes, d.b.peak_allocated_bytes),
         })
         .collect();
-    let max_peak = |d: fn(&Diff) -> u64| pairs.iter().map(|(_, x)| d(x)).max().unwrap_or(0);
-    let (a_max, b_max) = (max_peak(|d| d.a.peak_allocated_bytes), max_peak(|d| d.b.peak_allocated_bytes));
+    let (a_max, b_max) = compared.highest_peak;
     if json {
         let gates: Vec<serde_json::Value> = results
             .iter()
@@ -397,14 +267,14 @@ fn ranks(
             "most_grown_rank": worst_rank,
             "most_grown": { "summary": crate::words::diff_summary(worst) },
             "gates": gates,
-            "range": crate::load::cli_range().map(|r| r.to_string()),
+            "range": range.map(|r| r.to_string()),
         });
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
     } else {
         writeln!(out, "A  {} ({} ranks)", a.display(), side_a.len())?;
         writeln!(out, "B  {} ({} ranks)", b.display(), side_b.len())?;
-        if let Some(range) = crate::load::cli_range() {
+        if let Some(range) = range {
             writeln!(out, "   {}", crate::words::range_note(range))?;
         }
         let which = if grew(worst) > 0 {
@@ -431,14 +301,14 @@ fn ranks(
                 pct_text(r.percent)
             )?;
         }
-        for (what, list) in [("only in A", &only_a), ("only in B", &only_b)] {
+        for (what, list) in [("only in A", only_a), ("only in B", only_b)] {
             if !list.is_empty() {
                 writeln!(out, "  ranks {what}: {list:?}")?;
             }
         }
         writeln!(out, "\nrank {worst_rank}:")?;
-        write_text(worst, &[], false, out)?;
-        for (g, rank) in &results {
+        write_text(worst, &[], false, range, out)?;
+        for (g, rank) in results {
             let verdict = if g.passed { "ok" } else { "FAILED" };
             let actual = crate::words::gate_change(g.actual_percent);
             writeln!(
@@ -449,6 +319,12 @@ fn ranks(
         }
     }
     Ok(results.iter().all(|(r, _)| r.passed))
+}
+
+/// Rank `rank` of both runs compared (to say why a gate cannot be checked on it).
+fn compared_rank(a: &[(u32, diff::RunPeak)], b: &[(u32, diff::RunPeak)], rank: u32) -> Option<Diff> {
+    let of = |side: &[(u32, diff::RunPeak)]| side.iter().find(|(r, _)| *r == rank).map(|(_, p)| p.clone());
+    Some(diff::diff(of(a)?, of(b)?))
 }
 
 /// A site's line, and its paths under it when several reach it or its code moved.
@@ -520,7 +396,7 @@ fn write_phases(d: &Diff, all_phases: bool, out: &mut dyn Write) -> Result<()> {
             .categories
             .iter()
             .find(|c| c.delta != 0)
-            .map_or_else(String::new, |c| format!("  {} {}", c.category, signed_bytes(c.delta)));
+            .map_or_else(String::new, |c| format!("  {} {}", c.category.name(), signed_bytes(c.delta)));
         writeln!(out, "{label:<32}{:>12}{:>12}{delta:>13}{pct:>10}{most}", side(r.a.as_ref()), side(r.b.as_ref()))?;
     }
     if !all_phases && last > ITERATIONS_SHOWN {
@@ -549,10 +425,16 @@ fn pct_text(p: Option<f64>) -> String {
     crate::units::percent(p)
 }
 
-fn write_text(d: &Diff, gates: &[GateResult], all_phases: bool, out: &mut dyn Write) -> Result<()> {
+fn write_text(
+    d: &Diff,
+    gates: &[GateResult],
+    all_phases: bool,
+    range: Option<TraceRange>,
+    out: &mut dyn Write,
+) -> Result<()> {
     writeln!(out, "A  {}", d.a.file)?;
     writeln!(out, "B  {}", d.b.file)?;
-    if let Some(range) = crate::load::cli_range() {
+    if let Some(range) = range {
         writeln!(out, "   {}", crate::words::range_note(range))?;
     }
     writeln!(out)?;
@@ -596,7 +478,7 @@ fn write_text(d: &Diff, gates: &[GateResult], all_phases: bool, out: &mut dyn Wr
         writeln!(
             out,
             "  {:<26}{:>12}{:>12}{:>13}{:>10}",
-            c.category,
+            c.category.name(),
             bytes(c.a),
             bytes(c.b),
             signed_bytes(c.delta),

@@ -122,7 +122,15 @@ fn write_perfetto_rank(rank: &Rank, ranks: usize, out: &mut dyn Write, first: &m
 
 /// Exports what `paths` hold (a trace, several, a directory, a recording of several ranks) to
 /// `output`.
-pub fn run(paths: &[PathBuf], output: &Path, format: Format, force: bool, out: &mut dyn Write) -> Result<()> {
+/// `range`: the part of each file read (`None`: the whole).
+pub fn run(
+    paths: &[PathBuf],
+    output: &Path,
+    format: Format,
+    force: bool,
+    range: Option<vramscope_trace_format::TraceRange>,
+    out: &mut dyn Write,
+) -> Result<()> {
     if format == Format::Perfetto {
         atomic::check_writable(output, force)?;
     }
@@ -138,7 +146,7 @@ pub fn run(paths: &[PathBuf], output: &Path, format: Format, force: bool, out: &
         // Ranks with category totals over time but no allocations (a memory timeline).
         let mut totals_only = 0;
         let written = super::parquet_out::write(output, force, |each| {
-            count = crate::runs::for_each_rank(paths, |rank, _| {
+            count = crate::runs::for_each_rank(paths, range, |rank, _| {
                 if rank.trace.events.is_empty() && !rank.trace.counters.is_empty() {
                     totals_only += 1;
                 }
@@ -171,8 +179,9 @@ pub fn run(paths: &[PathBuf], output: &Path, format: Format, force: bool, out: &
         let mut writer = BufWriter::new(file.file());
         writer.write_all(b"{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n")?;
         let mut first = true;
-        let count =
-            crate::runs::for_each_rank(paths, |rank, ranks| write_perfetto_rank(rank, ranks, &mut writer, &mut first))?;
+        let count = crate::runs::for_each_rank(paths, range, |rank, ranks| {
+            write_perfetto_rank(rank, ranks, &mut writer, &mut first)
+        })?;
         writer.write_all(b"\n]}\n")?;
         writer.flush().with_context(|| format!("cannot write {}", output.display()))?;
         count

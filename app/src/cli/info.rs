@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Result, bail};
-use vramscope_trace_format::{Clock, DeviceId, SourceFormat, Trace};
+use vramscope_trace_format::{Clock, DeviceId, SourceFormat, Trace, TraceRange};
 
 use crate::analysis::summary::{self, DeviceSummary, Summary};
 use crate::load::{self, LoadedTrace};
@@ -18,10 +18,10 @@ use self::at::{at_instant, largest_blocks};
 /// `info` on what the paths hold: one trace, or a run of several ranks (several files, a
 /// directory of them, or one recording of several ranks): per-rank rows and the run's summary.
 pub fn run_paths(paths: &[std::path::PathBuf], options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
-    let Options { json, at, blocks, all_phases } = *options;
+    let Options { json, at, blocks, all_phases, range } = *options;
     let summed = match paths {
         [one] if !one.is_dir() => {
-            let loaded = load::load(one)?;
+            let loaded = load::load(one, range)?;
             if !crate::analysis::run::holds_ranks(&loaded.trace) {
                 return run_loaded(&loaded, options, out);
             }
@@ -35,7 +35,7 @@ pub fn run_paths(paths: &[std::path::PathBuf], options: &Options<'_>, out: &mut 
             }
         }
         // Each file's figures taken as it is read, and the file dropped.
-        _ => crate::runs::summaries(paths)?,
+        _ => crate::runs::summaries(paths, range)?,
     };
     if at.is_some() || blocks > 0 || all_phases {
         bail!(
@@ -43,13 +43,14 @@ pub fn run_paths(paths: &[std::path::PathBuf], options: &Options<'_>, out: &mut 
              RUN.rankN.vtrace beside it)"
         );
     }
-    run_of_ranks(paths, &summed, json, out)
+    run_of_ranks(paths, &summed, json, range, out)
 }
 
 fn run_of_ranks(
     paths: &[std::path::PathBuf],
     summed: &crate::runs::Summed,
     json: bool,
+    range: Option<TraceRange>,
     out: &mut dyn Write,
 ) -> Result<()> {
     let Some(summary) = &summed.summary else {
@@ -59,7 +60,7 @@ fn run_of_ranks(
         );
     };
     let mut notes = crate::words::run_notes(&summed.notes, &summed.skipped);
-    if let Some(range) = load::cli_range() {
+    if let Some(range) = range {
         notes.insert(0, crate::words::range_note(range));
     }
     if json {
@@ -118,39 +119,16 @@ fn run_of_ranks(
 }
 
 /// `info --oom`: the first out-of-memory error on each device of one trace, explained.
-pub fn run_oom(paths: &[std::path::PathBuf], json: bool, out: &mut dyn Write) -> Result<()> {
+pub fn run_oom(paths: &[std::path::PathBuf], json: bool, range: Option<TraceRange>, out: &mut dyn Write) -> Result<()> {
     let [path] = paths else { bail!("--oom explains one trace: give one file (one rank's, for a run)") };
-    let loaded = load::load(path)?;
+    let loaded = load::load(path, range)?;
     let trace = &loaded.trace;
     // The first OOM of each device (of each process: no view mixes two processes' blocks).
-    let mut firsts: Vec<usize> = Vec::new();
-    let mut order: Vec<usize> = (0..trace.ooms.len()).collect();
-    order.sort_by_key(|&i| trace.ooms[i].time_ns);
-    for i in order {
-        let o = &trace.ooms[i];
-        if !firsts.iter().any(|&f| trace.ooms[f].device == o.device && trace.ooms[f].process == o.process) {
-            firsts.push(i);
-        }
-    }
-    let several = trace.metadata.processes.len() > 1;
-    let explained: Vec<(usize, crate::analysis::postmortem::PostMortem, Option<Trace>)> = firsts
-        .iter()
-        .filter_map(|&i| {
-            if several {
-                let process = trace.ooms[i].process;
-                let part = trace.of_process(process);
-                let index = part.ooms.iter().position(|o| *o == trace.ooms[i])?;
-                let pm = crate::analysis::postmortem::postmortem(&part, index)?;
-                Some((i, pm, Some(part)))
-            } else {
-                Some((i, crate::analysis::postmortem::postmortem(trace, i)?, None))
-            }
-        })
-        .collect();
+    let explained = crate::analysis::query::oom::explain_firsts(trace);
     if json {
         let ooms: Vec<serde_json::Value> = explained
             .iter()
-            .map(|(_, pm, part)| {
+            .map(|crate::analysis::query::oom::Explained { postmortem: pm, part, .. }| {
                 let t = part.as_ref().unwrap_or(trace);
                 let mut value = serde_json::to_value(pm).unwrap_or_default();
                 if let Some(object) = value.as_object_mut() {
@@ -174,7 +152,7 @@ pub fn run_oom(paths: &[std::path::PathBuf], json: bool, out: &mut dyn Write) ->
         writeln!(out, "  no out-of-memory error in this trace")?;
         return Ok(());
     }
-    for (i, pm, part) in &explained {
+    for crate::analysis::query::oom::Explained { postmortem: pm, part, later, .. } in &explained {
         let t = part.as_ref().unwrap_or(trace);
         writeln!(out, "\n{}", crate::words::postmortem_heading(t, pm))?;
         for line in crate::words::postmortem_lines(pm) {
@@ -182,13 +160,7 @@ pub fn run_oom(paths: &[std::path::PathBuf], json: bool, out: &mut dyn Write) ->
                 writeln!(out, "  {}{part}", if j == 0 { "" } else { "  " })?;
             }
         }
-        let later = trace
-            .ooms
-            .iter()
-            .filter(|o| o.device == trace.ooms[*i].device && o.process == trace.ooms[*i].process)
-            .count()
-            - 1;
-        if later > 0 {
+        if *later > 0 {
             writeln!(out, "  and {later} more on this device after it")?;
         }
     }
@@ -212,11 +184,13 @@ pub struct Options<'a> {
     pub blocks: usize,
     /// Also every iteration's phases and their high points, not only the outline.
     pub all_phases: bool,
+    /// The part of each trace read (`None`: the whole).
+    pub range: Option<TraceRange>,
 }
 
 /// `info` on one loaded trace.
 fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
-    let Options { json, at, blocks, all_phases } = *options;
+    let Options { json, at, blocks, all_phases, .. } = *options;
     let summary = summary::summary(&loaded.trace, loaded.format, &loaded.wrappers);
     let largest = (blocks > 0)
         .then(|| largest_blocks(&loaded.trace, at.map(|a| a.1), at.map_or("peak", |a| a.0), blocks))
@@ -254,11 +228,14 @@ fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) 
         write_text(loaded, &summary, out)?;
         if let Some(at) = &at {
             let start = loaded.trace.events.first().map_or(0, |e| e.time_ns);
-            writeln!(out, "\nat {} (+{})", at.when, duration_ns((at.time_us * 1000 - start).max(0)))?;
+            // Said to the µs, as the JSON gives it.
+            let time_ns = at.time_ns.div_euclid(1000) * 1000;
+            writeln!(out, "\nat {} (+{})", at.when, duration_ns((time_ns - start).max(0)))?;
             for d in &at.devices {
-                let mut categories: Vec<_> = d.categories.iter().collect();
-                categories.sort_by(|a, b| b.1.cmp(a.1));
-                let parts: Vec<String> = categories.iter().map(|(name, v)| format!("{name} {}", bytes(**v))).collect();
+                let mut categories = crate::words::by_name(&d.categories);
+                categories.sort_by_key(|c| std::cmp::Reverse(c.1));
+                let parts: Vec<String> =
+                    categories.iter().map(|(c, v)| format!("{} {}", c.name(), bytes(*v))).collect();
                 writeln!(
                     out,
                     "  {}: {} allocated in {}: {}",
@@ -423,12 +400,13 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
     }
     if !d.categories_at_peak.is_empty() {
         let total: u64 = d.categories_at_peak.values().sum();
-        let mut categories: Vec<_> = d.categories_at_peak.iter().collect();
-        categories.sort_by(|a, b| b.1.cmp(a.1));
+        let mut categories = crate::words::by_name(&d.categories_at_peak);
+        categories.sort_by_key(|c| std::cmp::Reverse(c.1));
         let parts: Vec<String> = categories
             .iter()
-            .map(|&(name, &value)| {
-                format!("{name} {} ({:.0}%)", bytes(value), 100.0 * value as f64 / total.max(1) as f64)
+            .map(|&(category, value)| {
+                let share = 100.0 * value as f64 / total.max(1) as f64;
+                format!("{} {} ({share:.0}%)", category.name(), bytes(value))
             })
             .collect();
         let blocks = if d.live_blocks_at_peak == 0 {

@@ -223,8 +223,7 @@ fn delta_table_ui(ui: &mut egui::Ui, d: &Diff) {
         row(ui, "peak allocated", None, d.a.peak_allocated_bytes, d.b.peak_allocated_bytes);
         row(ui, "peak reserved", None, d.a.peak_reserved_bytes, d.b.peak_reserved_bytes);
         for c in &d.categories {
-            let category = Category::ALL.iter().copied().find(|x| x.name() == c.category);
-            row(ui, category.map_or(c.category, palette::category_label), category, c.a, c.b);
+            row(ui, palette::category_label(c.category), Some(c.category), c.a, c.b);
         }
     });
 }
@@ -339,13 +338,9 @@ fn phase_row_ui(ui: &mut egui::Ui, k: usize, r: &PhaseDelta, align: &Align) -> b
     }
     match r.categories.iter().find(|c| c.delta != 0) {
         Some(c) => {
-            let category = Category::ALL.iter().copied().find(|x| x.name() == c.category);
             ui.horizontal(|ui| {
-                if let Some(category) = category {
-                    swatch(ui, palette::category_color(category));
-                }
-                let name = category.map_or(c.category, palette::category_label);
-                ui.label(format!("{name} {}", units::signed_bytes(c.delta)));
+                swatch(ui, palette::category_color(c.category));
+                ui.label(format!("{} {}", palette::category_label(c.category), units::signed_bytes(c.delta)));
             });
         }
         None => {

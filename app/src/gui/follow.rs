@@ -375,7 +375,7 @@ fn finished(output: Option<&Path>, older: Option<Signature>, manifest: Option<&M
         }
         if let Some(path) = output.filter(|p| signature(p).is_some_and(|now| Some(now) != older)) {
             let started = Instant::now();
-            match crate::load::load(path) {
+            match crate::load::load(path, None) {
                 Ok(loaded) => {
                     let (trace, origin) = Origin::of(loaded, started.elapsed());
                     out.update(trace, origin, Status::Ended(Some(path.to_owned())));
@@ -433,7 +433,7 @@ fn follow_file(path: &Path, out: &Out) {
         // Read once it has changed and stayed the same for one poll (not while it is written).
         if now.is_some() && now != loaded_as && now == previous {
             loaded_as = now;
-            let sent = match crate::load::load(path) {
+            let sent = match crate::load::load(path, None) {
                 Ok(loaded) => send_file(last.insert(loaded), out),
                 Err(error) => out.note(format!("{error:#} (the last version that read stays shown)")),
             };

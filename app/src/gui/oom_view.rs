@@ -47,16 +47,10 @@ impl OomState {
 }
 
 /// The OOMs of the device shown, in time order (index into the trace's OOMs).
-fn device_ooms(trace: &Trace, device: vramscope_trace_format::DeviceId) -> Vec<usize> {
-    let mut ooms: Vec<usize> = (0..trace.ooms.len()).filter(|&i| trace.ooms[i].device == device).collect();
-    ooms.sort_by_key(|&i| trace.ooms[i].time_ns);
-    ooms
-}
-
 /// Draws the view.
 pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, state: &mut OomState, out: &mut Vec<Command>) {
     let trace = &ctx.doc.trace;
-    let ooms = device_ooms(trace, ctx.device.device);
+    let ooms = crate::analysis::query::oom::on_device(trace, ctx.device.device);
     let Some(&first) = ooms.first() else {
         let elsewhere: Vec<String> = trace.ooms.iter().map(|o| trace.metadata.device_label(o.device)).collect();
         ui.label(format!(

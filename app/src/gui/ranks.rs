@@ -217,7 +217,7 @@ impl RunState {
             "run",
             move || repaint(),
             move |progress| {
-                let (parts, warnings, skipped) = crate::runs::read_all_in(&thread_paths, range, |loaded| {
+                let (parts, warnings, skipped) = crate::runs::read_all(&thread_paths, range, |loaded| {
                     if progress.is_cancelled() {
                         return Vec::new();
                     }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use egui::{Color32, Pos2, Rect, Sense, Stroke, pos2, vec2};
 use egui_extras::{Column, TableBuilder};
-use vramscope_trace_format::Category;
 
 use super::context::{Command, ViewCtx};
 use super::palette;
@@ -85,15 +84,10 @@ pub fn run_ui(ui: &mut egui::Ui, run: &RunState, out: &mut Vec<Command>) {
 
 /// The categories largest at a rank's peak, in words: `activation 3.1 MiB, parameter 1.2 MiB`.
 fn top_categories(row: &RankRow) -> String {
-    let mut by_size: Vec<(&str, u64)> = row.figures.peak.categories_at_peak.iter().map(|(c, b)| (*c, *b)).collect();
-    by_size.sort_by_key(|&(c, b)| (std::cmp::Reverse(b), c));
-    let label = |name: &str| {
-        Category::ALL
-            .iter()
-            .find(|c| c.name() == name)
-            .map_or_else(|| name.to_owned(), |c| palette::category_label(*c).to_owned())
-    };
-    by_size.iter().take(3).map(|(c, b)| format!("{} {}", label(c), units::bytes(*b))).collect::<Vec<_>>().join(", ")
+    let mut by_size = words::by_name(&row.figures.peak.categories_at_peak);
+    by_size.sort_by_key(|&(_, b)| std::cmp::Reverse(b));
+    let top = by_size.iter().take(3);
+    top.map(|(c, b)| format!("{} {}", palette::category_label(*c), units::bytes(*b))).collect::<Vec<_>>().join(", ")
 }
 
 /// When, from the rank's first iteration (else its first event).

@@ -256,8 +256,10 @@ pub fn without_effect(advice: &Advice) -> Option<String> {
         return None;
     }
     let ids: Vec<&str> = advice.without_effect.iter().map(|p| p.id.as_str()).collect();
-    let alive: Vec<String> =
-        advice.baseline.categories_at_peak.iter().map(|(name, v)| format!("{name} {}", bytes(*v))).collect();
+    let alive: Vec<String> = super::by_name(&advice.baseline.categories_at_peak)
+        .into_iter()
+        .map(|(c, v)| format!("{} {}", c.name(), bytes(v)))
+        .collect();
     Some(format!(
         "considered and left out, the peak would not change: {} (what {} is not what is alive at the peak: {})",
         ids.join(", "),

@@ -42,14 +42,20 @@ fn headline(h: &Headline) -> String {
     let pct = h.percent.map_or_else(String::new, |p| format!(" ({p:+.0}%)"));
     let mut text = format!("B's peak is {} {direction}{pct}", bytes(h.delta_bytes.unsigned_abs()));
     if let Some((category, delta)) = h.mostly {
-        let name = Category::ALL.iter().find(|x| x.name() == category).map_or(category, |x| plural(*x));
-        text.push_str(&format!(", mostly {name} ({})", signed_bytes(delta)));
+        text.push_str(&format!(", mostly {} ({})", plural(category), signed_bytes(delta)));
         if let Some(site) = &h.site {
             text.push_str(&format!(" at {site}"));
         }
     }
     text.push('.');
     text
+}
+
+/// Bytes by category in the order the CLI has always listed them: by name.
+pub fn by_name(categories: &std::collections::BTreeMap<Category, u64>) -> Vec<(Category, u64)> {
+    let mut rows: Vec<(Category, u64)> = categories.iter().map(|(c, v)| (*c, *v)).collect();
+    rows.sort_by_key(|(c, _)| c.name());
+    rows
 }
 
 /// A category as the sentence names it: `activations`, `optimizer state`.
@@ -312,7 +318,7 @@ mod tests {
     use crate::analysis::diff::{self, RunPeak};
     use crate::analysis::instant::SiteBytes;
 
-    fn run(peak: u64, categories: &[(&'static str, u64)], sites: &[(&str, u64)]) -> RunPeak {
+    fn run(peak: u64, categories: &[(Category, u64)], sites: &[(&str, u64)]) -> RunPeak {
         RunPeak {
             file: String::new(),
             device: DeviceId(0),
@@ -332,12 +338,12 @@ mod tests {
         let gib = 1u64 << 30;
         let a = run(
             20 * gib,
-            &[("activation", 12 * gib), ("parameter", 8 * gib)],
+            &[(Category::Activation, 12 * gib), (Category::Parameter, 8 * gib)],
             &[("forward  m.py:1", 10 * gib), ("attn  m.py:9", 2 * gib), ("init  m.py:3", 8 * gib)],
         );
         let b = run(
             16 * gib,
-            &[("activation", 8 * gib), ("parameter", 8 * gib)],
+            &[(Category::Activation, 8 * gib), (Category::Parameter, 8 * gib)],
             &[("forward  m.py:1", 6 * gib), ("init  m.py:3", 8 * gib), ("cast  m.py:5", 2 * gib)],
         );
         let d = diff::diff(a.clone(), b);

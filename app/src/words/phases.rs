@@ -1,8 +1,6 @@
 //! Phases in words: their names, where they came from, and the sentence on top of a comparison
 //! when a phase changed much more than the peak.
 
-use vramscope_trace_format::Category;
-
 use crate::analysis::diff::{Headline, PhaseChange, PhaseDelta};
 use crate::analysis::phases::{PhaseKind, Phases, PhasesFrom};
 use crate::units::{bytes, count, signed_bytes};
@@ -88,7 +86,7 @@ pub fn phase_headline(p: &PhaseChange, h: &Headline) -> String {
     let mut text =
         format!("B's high point in {} is {} {direction}{pct}", phase_phrase(p.kind), bytes(p.delta.unsigned_abs()));
     if let Some((category, delta)) = p.mostly {
-        let name = Category::ALL.iter().find(|x| x.name() == category).map_or(category, |x| super::plural(*x));
+        let name = super::plural(category);
         let how = if p.nearly_all { "nearly all" } else { "mostly" };
         text.push_str(&format!(", {how} {name} ({})", signed_bytes(delta)));
         if let Some(site) = &p.site {
@@ -127,4 +125,32 @@ pub fn phases_line(phases: &Phases) -> Option<String> {
         PhasesFrom::Stacks => "from the allocations' stacks and the operators around them",
     };
     Some(format!("high points {}{over}; {source}", highs.join(", ")))
+}
+
+/// Why a gate could not be checked on `d`.
+pub fn gate_unchecked(why: &crate::analysis::query::gates::Unchecked, d: &crate::analysis::diff::Diff) -> String {
+    use crate::analysis::query::gates::Unchecked;
+    match *why {
+        Unchecked::NoPhase { phase, missing } => {
+            let sides: Vec<(&str, &crate::analysis::diff::RunPeak)> =
+                [("A", &d.a), ("B", &d.b)].into_iter().zip(missing).filter(|(_, m)| *m).map(|(s, _)| s).collect();
+            let names: Vec<&str> = sides.iter().map(|(name, _)| *name).collect();
+            format!(
+                "the gate on {} cannot be checked: {} {} no {} phase ({})",
+                phase.name(),
+                names.join(" and "),
+                if sides.len() == 1 { "shows" } else { "show" },
+                phase_label(phase),
+                match sides.as_slice() {
+                    [(_, run)] => phases_from(run.phases.from),
+                    _ => "neither run tells its phases",
+                }
+            )
+        }
+        Unchecked::NoCategories { phase, category } => format!(
+            "the gate on {}:{} cannot be checked: the categories at the phase's high points were not worked out",
+            phase.name(),
+            category.name()
+        ),
+    }
 }

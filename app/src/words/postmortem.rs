@@ -2,13 +2,14 @@
 
 use vramscope_trace_format::Trace;
 
+use crate::analysis::phases::PhaseKind;
 use crate::analysis::postmortem::PostMortem;
 use crate::units::{bytes, duration_ns};
 
 /// The heading: where and when it failed.
 pub fn postmortem_heading(trace: &Trace, pm: &PostMortem) -> String {
     let start = trace.events.first().map_or(pm.time_ns, |e| e.time_ns);
-    let when = match (pm.phase, pm.iteration) {
+    let when = match (pm.phase.map(PhaseKind::name), pm.iteration) {
         (Some(phase), Some(i)) => format!(" (in {phase}, iteration {i})"),
         (Some(phase), None) => format!(" (in {phase})"),
         (None, Some(i)) => format!(" (in iteration {i})"),

@@ -25,7 +25,7 @@ pub fn run_headline(s: &RunSummary) -> String {
     if let Some(spread) = s.spread.first() {
         text.push_str(&format!(
             "; they differ most in {} (rank {} {}, rank {} {})",
-            spread.category,
+            spread.category.name(),
             spread.max_rank,
             bytes(spread.max_bytes),
             spread.min_rank,

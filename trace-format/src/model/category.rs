@@ -51,6 +51,11 @@ impl Category {
         Self::ALL.get(byte as usize).copied()
     }
 
+    /// The category of that snake_case name, if one has it.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
     /// The snake_case name used in JSON output.
     pub fn name(self) -> &'static str {
         match self {
