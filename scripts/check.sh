@@ -25,8 +25,10 @@ export VRAMSCOPE_TORCH_PYTHON
 step "rustfmt"
 cargo fmt --all -- --check
 
-step "the app's modules import each other without cycles"
-python3 scripts/module_cycles.py app/src/gui
+step "the app's and the analysis' modules import each other without cycles"
+for dir in app/src app/src/gui app/src/cli app/src/words analysis/src analysis/src/query; do
+    python3 scripts/module_cycles.py "$dir"
+done
 
 step "clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings

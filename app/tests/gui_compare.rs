@@ -29,10 +29,18 @@ fn comparing_two_runs_shows_the_reference_numbers_side_by_side() {
         assert!(harness.query_all_by_label(&units::signed_bytes(vb as i64 - va as i64)).count() > 0, "B - A {key}");
     }
     for (name, value) in ra["categories_at_peak"].as_object().expect("categories") {
-        assert_eq!(diff.a.categories_at_peak.get(&Category::from_name(name).expect("a category")).copied(), value.as_u64(), "A {name}");
+        assert_eq!(
+            diff.a.categories_at_peak.get(&Category::from_name(name).expect("a category")).copied(),
+            value.as_u64(),
+            "A {name}"
+        );
     }
     for (name, value) in rb["categories_at_peak"].as_object().expect("categories") {
-        assert_eq!(diff.b.categories_at_peak.get(&Category::from_name(name).expect("a category")).copied(), value.as_u64(), "B {name}");
+        assert_eq!(
+            diff.b.categories_at_peak.get(&Category::from_name(name).expect("a category")).copied(),
+            value.as_u64(),
+            "B {name}"
+        );
     }
     // Both timelines are drawn, and aligning at the peaks moves them.
     assert_eq!(harness.query_all_by_label("Memory timeline").count(), 2);

@@ -91,7 +91,7 @@ pub fn write_recording(recording: &session::Recording, torch: &str, output: &Pat
         eprintln!("vramscope: {note}");
     }
     let trace = &recording.trace;
-    super::convert::write_vtrace(trace, output, force)?;
+    super::vtrace_out::write_vtrace(trace, output, force)?;
     // A distributed run: also one trace per rank, beside the merged one.
     let ranked: Vec<(usize, u32)> =
         trace.metadata.processes.iter().enumerate().filter_map(|(i, p)| p.rank.map(|r| (i, r))).collect();
@@ -100,7 +100,7 @@ pub fn write_recording(recording: &session::Recording, torch: &str, output: &Pat
         for (index, rank) in ranked {
             let path = output.with_file_name(format!("{stem}.rank{rank}.vtrace"));
             let part = trace.of_process(vramscope_trace_format::ProcessId(index as u32));
-            match super::convert::write_vtrace(&part, &path, force) {
+            match super::vtrace_out::write_vtrace(&part, &path, force) {
                 Ok(_) => eprintln!("vramscope: rank {rank}: {}", path.display()),
                 Err(error) => eprintln!("vramscope: rank {rank} not written separately: {error:#}"),
             }

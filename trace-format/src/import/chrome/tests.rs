@@ -1,5 +1,7 @@
 //! The Chrome-trace importer on small hand-made traces.
 
+use super::assemble::running_sum;
+use super::fields::Num;
 use super::*;
 
 #[test]

@@ -3,6 +3,10 @@
 //! stream without the machine's stack and either applies completely or changes nothing, leaving
 //! the general machine to run (and to report errors with their position).
 
+use super::opcodes::{
+    APPENDS, BINFLOAT, BINGET, BININT, BININT1, BININT2, BINPUT, BINUNICODE, EMPTY_DICT, EMPTY_LIST, LONG_BINGET,
+    LONG_BINPUT, LONG1, MARK, MEMOIZE, NEWFALSE, NEWTRUE, NONE, SETITEMS, SHORT_BINUNICODE,
+};
 use super::scalars::long_from_le;
 use super::{ContainerKind, Machine, PICKLER_BATCH, PieceSink, Value};
 use crate::error::Result;
@@ -19,7 +23,7 @@ impl<S: PieceSink> Machine<'_, S> {
             _ => return Ok(false),
         }
         let memo_len = self.store.memo.len();
-        let Some((stack, end)) = self.scan_frames(self.pos) else {
+        let Some((stack, end)) = self.scan_frames(self.cur.pos) else {
             // Frame dicts scanned before the scan gave up may have memoized values.
             self.store.memo.truncate(memo_len);
             return Ok(false);
@@ -28,7 +32,7 @@ impl<S: PieceSink> Machine<'_, S> {
         if let Some(top) = self.stack.last_mut() {
             *top = Value::Stack(stack);
         }
-        self.pos = end;
+        self.cur.pos = end;
         Ok(true)
     }
 
@@ -40,10 +44,10 @@ impl<S: PieceSink> Machine<'_, S> {
     /// for the general machine, which reports errors precisely. Returns whether it applied.
     pub(super) fn dict_fast_path(&mut self) -> Result<bool> {
         let memo_len = self.store.memo.len();
-        match self.scan_dict_at(self.pos, true) {
+        match self.scan_dict_at(self.cur.pos, true) {
             Some((value, end)) => {
                 self.push(value);
-                self.pos = end;
+                self.cur.pos = end;
                 Ok(true)
             }
             None => {
@@ -57,15 +61,15 @@ impl<S: PieceSink> Machine<'_, S> {
     #[inline]
     fn memo_op_at(&mut self, p: usize) -> Option<usize> {
         let next = self.store.memo.len();
-        match self.data.get(p)? {
-            0x94 => Some(p + 1),
-            b'q' => {
+        match *self.cur.data.get(p)? {
+            MEMOIZE => Some(p + 1),
+            BINPUT => {
                 self.explicit_memo_index = true;
-                (usize::from(*self.data.get(p + 1)?) == next).then_some(p + 2)
+                (usize::from(*self.cur.data.get(p + 1)?) == next).then_some(p + 2)
             }
-            b'r' => {
+            LONG_BINPUT => {
                 self.explicit_memo_index = true;
-                let b = self.data.get(p + 1..p + 5)?;
+                let b = self.cur.data.get(p + 1..p + 5)?;
                 (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize == next).then_some(p + 5)
             }
             _ => None,
@@ -86,11 +90,11 @@ impl<S: PieceSink> Machine<'_, S> {
     /// [`Self::scan_dict_at`] with the dict's items collected in `dict_items[base..]`.
     fn scan_dict_items(&mut self, p: usize, top: bool, base: usize) -> Option<(Value, usize)> {
         const MAX_ITEMS: usize = 64;
-        let data = self.data;
+        let data = self.cur.data;
         let mut p = self.memo_op_at(p)?;
         let slot = self.store.memo.len();
         self.store.memo.push(Value::Missing);
-        if data.get(p) != Some(&b'(') {
+        if data.get(p) != Some(&MARK) {
             return None;
         }
         p += 1;
@@ -98,9 +102,9 @@ impl<S: PieceSink> Machine<'_, S> {
             let op = *data.get(p)?;
             p += 1;
             let value = match op {
-                b'u' => break,
-                b'h' | b'j' => {
-                    let index = if op == b'h' {
+                SETITEMS => break,
+                BINGET | LONG_BINGET => {
+                    let index = if op == BINGET {
                         let i = usize::from(*data.get(p)?);
                         p += 1;
                         i
@@ -118,8 +122,8 @@ impl<S: PieceSink> Machine<'_, S> {
                         v => v,
                     }
                 }
-                0x8c | b'X' => {
-                    let len = if op == 0x8c {
+                SHORT_BINUNICODE | BINUNICODE => {
+                    let len = if op == SHORT_BINUNICODE {
                         let n = usize::from(*data.get(p)?);
                         p += 1;
                         n
@@ -141,42 +145,42 @@ impl<S: PieceSink> Machine<'_, S> {
                     p += len;
                     Value::Str(id)
                 }
-                b'K' => {
+                BININT1 => {
                     let v = *data.get(p)?;
                     p += 1;
                     Value::Int(i64::from(v))
                 }
-                b'M' => {
+                BININT2 => {
                     let b = data.get(p..p + 2)?;
                     p += 2;
                     Value::Int(i64::from(u16::from_le_bytes([b[0], b[1]])))
                 }
-                b'J' => {
+                BININT => {
                     let b = data.get(p..p + 4)?;
                     p += 4;
                     Value::Int(i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
                 }
-                0x8a => {
+                LONG1 => {
                     let n = usize::from(*data.get(p)?);
                     let bytes = data.get(p + 1..p + 1 + n)?;
                     p += 1 + n;
                     long_from_le(bytes)
                 }
-                b'G' => {
+                BINFLOAT => {
                     let b = data.get(p..p + 8)?;
                     p += 8;
                     let mut a = [0u8; 8];
                     a.copy_from_slice(b);
                     Value::Float(f64::from_be_bytes(a))
                 }
-                b'N' => Value::None,
-                0x88 => Value::Bool(true),
-                0x89 => Value::Bool(false),
-                b']' if top => {
+                NONE => Value::None,
+                NEWTRUE => Value::Bool(true),
+                NEWFALSE => Value::Bool(false),
+                EMPTY_LIST if top => {
                     // A fresh list of frames: EMPTY_LIST <memo> MARK (GET | frame dict)* APPENDS.
                     p = self.memo_op_at(p)?;
                     let slot = self.store.memo.len();
-                    if data.get(p) != Some(&b'(') {
+                    if data.get(p) != Some(&MARK) {
                         // An empty list: the empty stack (no frames recorded), and an empty list
                         // wherever a generic value is read. The memo holds it like any record.
                         let value = Value::Stack(StackId(0));
@@ -247,7 +251,7 @@ impl<S: PieceSink> Machine<'_, S> {
         // it was then and memoizes the same values, as long as no memo slot was ever overwritten.
         // (Walking the opcodes to find the run's end is a chain of dependent loads; comparing
         // bytes is not.)
-        let data = self.data;
+        let data = self.cur.data;
         let prefix = data.get(p..(p + RUN_PREFIX).min(data.len()))?;
         let key = run_hash(prefix);
         if !self.memo_overwritten
@@ -255,7 +259,8 @@ impl<S: PieceSink> Machine<'_, S> {
         {
             for run in candidates {
                 let (start, len) = (run.start as usize, run.len as usize);
-                if data.get(p + len) == Some(&b'e') && data.get(p..p + len) == self.run_bytes.get(start..start + len) {
+                if data.get(p + len) == Some(&APPENDS) && data.get(p..p + len) == self.run_bytes.get(start..start + len)
+                {
                     let memoized = self.run_memo.get(run.memoized.0 as usize..run.memoized.1 as usize)?;
                     self.store.memo.extend_from_slice(memoized);
                     self.run_hits += 1;
@@ -289,29 +294,29 @@ impl<S: PieceSink> Machine<'_, S> {
 
     /// [`Self::scan_frames`] the long way: reads every frame reference (or frame dict).
     fn decode_frames(&mut self, mut p: usize) -> Option<(StackId, usize)> {
-        let data = self.data;
+        let data = self.cur.data;
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
         let result = loop {
             let frame = match *data.get(p)? {
-                b'h' => {
+                BINGET => {
                     let index = usize::from(*data.get(p + 1)?);
                     p += 2;
                     self.memo_value(index)
                 }
-                b'j' => {
+                LONG_BINGET => {
                     let b = data.get(p + 1..p + 5)?;
                     p += 5;
                     self.memo_value(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
                 }
-                b'}' => match self.scan_dict_at(p + 1, false) {
+                EMPTY_DICT => match self.scan_dict_at(p + 1, false) {
                     Some((value, end)) => {
                         p = end;
                         Some(value)
                     }
                     None => None,
                 },
-                b'e' => break Some(()),
+                APPENDS => break Some(()),
                 _ => break None,
             };
             match frame {

@@ -13,8 +13,11 @@
 //! Containers that stay reachable through the memo are either resolved or keep the batch from
 //! being dropped. The shapes that make up nearly all of a snapshot take fast paths (`fast.rs`).
 
+mod containers;
+mod cursor;
 mod fast;
 mod memo;
+mod opcodes;
 mod parallel;
 mod scalars;
 mod store;
@@ -22,8 +25,17 @@ mod walk;
 
 use rustc_hash::FxHashMap;
 
+use self::cursor::Cursor;
 use self::fast::FrameRun;
 pub(crate) use self::memo::Remap;
+use self::opcodes::{
+    ADDITEMS, APPEND, APPENDS, BINBYTES, BINBYTES8, BINFLOAT, BINGET, BININT, BININT1, BININT2, BINPERSID, BINPUT,
+    BINSTRING, BINUNICODE, BINUNICODE8, BUILD, BYTEARRAY8, DICT, DUP, EMPTY_DICT, EMPTY_LIST, EMPTY_SET, EMPTY_TUPLE,
+    EXT1, EXT2, EXT4, FLOAT, FRAME, FROZENSET, GET, GLOBAL, INST, INT, LIST, LONG, LONG_BINGET, LONG_BINPUT, LONG1,
+    LONG4, MARK, MEMOIZE, NEWFALSE, NEWOBJ, NEWOBJ_EX, NEWTRUE, NEXT_BUFFER, NONE, OBJ, PERSID, POP, POP_MARK, PROTO,
+    PUT, READONLY_BUFFER, REDUCE, SETITEM, SETITEMS, SHORT_BINBYTES, SHORT_BINSTRING, SHORT_BINUNICODE, STACK_GLOBAL,
+    STOP, STRING, TUPLE, TUPLE1, TUPLE3, UNICODE, refused_name,
+};
 pub(crate) use self::parallel::PieceSink;
 use self::store::NO_SLOT;
 pub(crate) use self::store::{ContainerKind, Handle, RecordKind, Sink, Store, Value};
@@ -97,9 +109,8 @@ pub(crate) struct Loaded {
 }
 
 struct Machine<'a, S: PieceSink> {
-    data: &'a [u8],
-    pos: usize,
-    op_pos: usize,
+    /// The bytes and where the machine is in them.
+    cur: Cursor<'a>,
     stack: Vec<Value>,
     marks: Vec<Mark>,
     store: Store,
@@ -156,33 +167,10 @@ pub(crate) fn load<S: PieceSink>(
     Ok(Loaded { root, store: machine.store, pieces_taken: 0 })
 }
 
-fn opcode_name(op: u8) -> &'static str {
-    match op {
-        b'c' => "GLOBAL",
-        0x93 => "STACK_GLOBAL",
-        b'R' => "REDUCE",
-        b'b' => "BUILD",
-        b'i' => "INST",
-        b'o' => "OBJ",
-        0x81 => "NEWOBJ",
-        0x92 => "NEWOBJ_EX",
-        0x82 => "EXT1",
-        0x83 => "EXT2",
-        0x84 => "EXT4",
-        b'P' => "PERSID",
-        b'Q' => "BINPERSID",
-        0x97 => "NEXT_BUFFER",
-        0x98 => "READONLY_BUFFER",
-        _ => "unknown",
-    }
-}
-
 impl<'a, S: PieceSink> Machine<'a, S> {
     fn new(data: &'a [u8], store: Store, sink: &'a mut S, role: parallel::Role<'a, S>) -> Self {
         Self {
-            data,
-            pos: 0,
-            op_pos: 0,
+            cur: Cursor::new(data),
             stack: Vec::with_capacity(1024),
             marks: Vec::new(),
             store,
@@ -204,61 +192,7 @@ impl<'a, S: PieceSink> Machine<'a, S> {
     }
 
     fn err(&self, message: impl Into<String>) -> Error {
-        Error::Pickle { offset: self.op_pos as u64, message: message.into() }
-    }
-
-    #[inline]
-    fn take(&mut self, n: usize) -> Result<&[u8]> {
-        let end = self.pos.checked_add(n).filter(|&end| end <= self.data.len());
-        let Some(end) = end else {
-            return Err(
-                self.err(format!("the file ends in the middle of an opcode that needs {n} more bytes (truncated?)"))
-            );
-        };
-        let bytes = &self.data[self.pos..end];
-        self.pos = end;
-        Ok(bytes)
-    }
-
-    #[inline]
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u16(&mut self) -> Result<u16> {
-        let b = self.take(2)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-
-    fn len_arg(&mut self, len: u64) -> Result<usize> {
-        let remaining = (self.data.len() - self.pos) as u64;
-        if len > remaining {
-            return Err(self.err(format!(
-                "a length of {len} bytes runs past the end of the file ({remaining} bytes left; truncated or corrupt)"
-            )));
-        }
-        Ok(len as usize)
-    }
-
-    fn line(&mut self) -> Result<&[u8]> {
-        let rest = &self.data[self.pos..];
-        let Some(newline) = rest.iter().position(|&b| b == b'\n') else {
-            return Err(self.err("the file ends inside a text argument (truncated?)"));
-        };
-        self.pos += newline + 1;
-        Ok(&rest[..newline])
+        self.cur.err(message)
     }
 
     #[inline]
@@ -294,10 +228,10 @@ impl<'a, S: PieceSink> Machine<'a, S> {
         // Every value a pickle memoizes costs at least one byte of it, so its memo can never
         // hold more entries than the file has bytes: an index beyond that stores nothing real,
         // and honouring it would cost memory out of all proportion to the file.
-        if index >= self.store.memo.len() && index > self.data.len() {
+        if index >= self.store.memo.len() && index > self.cur.data.len() {
             return Err(self.err(format!(
                 "memo index {index} is beyond anything a pickle of {} bytes can have stored",
-                self.data.len()
+                self.cur.data.len()
             )));
         }
         if index < self.store.memo.base() && !self.store.memo.holds_below_base() {
@@ -436,44 +370,44 @@ impl<'a, S: PieceSink> Machine<'a, S> {
     }
 
     fn run(&mut self, progress: &dyn Progress) -> Result<Value> {
-        let total = self.data.len() as u64;
+        let total = self.cur.data.len() as u64;
         let mut next_report = PROGRESS_STEP;
         loop {
-            if self.pos >= next_report {
-                next_report = self.pos + PROGRESS_STEP;
-                if !progress.update(self.pos as u64, total) {
+            if self.cur.pos >= next_report {
+                next_report = self.cur.pos + PROGRESS_STEP;
+                if !progress.update(self.cur.pos as u64, total) {
                     return Err(Error::Cancelled);
                 }
             }
-            if self.pos >= self.next_stop {
+            if self.cur.pos >= self.next_stop {
                 if let Some(value) = self.stop_here()? {
                     return Ok(value);
                 }
                 continue;
             }
-            self.op_pos = self.pos;
-            let Some(&op) = self.data.get(self.pos) else {
+            self.cur.op_pos = self.cur.pos;
+            let Some(&op) = self.cur.data.get(self.cur.pos) else {
                 return Err(self.err("the file ends before the pickle's STOP opcode (truncated?)"));
             };
-            self.pos += 1;
+            self.cur.pos += 1;
             match op {
-                0x80 => {
-                    let protocol = self.u8()?;
+                PROTO => {
+                    let protocol = self.cur.u8()?;
                     if protocol > 5 {
                         return Err(self.err(format!("unsupported pickle protocol {protocol}")));
                     }
                 }
-                0x95 => {
+                FRAME => {
                     // FRAME: a length hint for buffered readers; the whole file is in memory.
-                    let len = self.u64()?;
-                    self.len_arg(len)?;
+                    let len = self.cur.u64()?;
+                    self.cur.len_arg(len)?;
                 }
-                b'.' => {
+                STOP => {
                     let value = self.pop()?;
                     progress.update(total, total);
                     return Ok(value);
                 }
-                b'(' => {
+                MARK => {
                     if self.frames_list_fast_path()? {
                         continue;
                     }
@@ -488,204 +422,44 @@ impl<'a, S: PieceSink> Machine<'a, S> {
                         droppable: true,
                     });
                 }
-                b'0' => {
+                POP => {
                     self.pop()?;
                 }
-                b'1' => {
+                POP_MARK => {
                     let mark = self.pop_mark()?;
                     self.stack.truncate(mark.stack_len);
                 }
-                b'2' => {
+                DUP => {
                     let top = self.top()?;
                     self.push(top);
                 }
-                b'c' | 0x93 | b'R' | b'b' | b'i' | b'o' | 0x81 | 0x92 | 0x82 | 0x83 | 0x84 | b'P' | b'Q' | 0x97
-                | 0x98 => {
-                    return Err(Error::UnsafePickle { offset: self.op_pos as u64, opcode: opcode_name(op) });
+                GLOBAL | STACK_GLOBAL | REDUCE | BUILD | INST | OBJ | NEWOBJ | NEWOBJ_EX | EXT1 | EXT2 | EXT4
+                | PERSID | BINPERSID | NEXT_BUFFER | READONLY_BUFFER => {
+                    return Err(Error::UnsafePickle { offset: self.cur.op_pos as u64, opcode: refused_name(op) });
                 }
-                b'N' | 0x88 | 0x89 | b'J' | b'K' | b'M' | 0x8a | 0x8b | b'I' | b'L' | b'G' | b'F' | 0x8c | b'X'
-                | 0x8d | b'V' | b'S' | b'T' | b'U' | b'B' | b'C' | 0x8e | 0x96 => self.scalar(op)?,
-                b']'
-                | b'}'
-                | b')'
-                | 0x8f
-                | 0x85..=0x87
-                | b't'
-                | b'l'
-                | b'd'
-                | 0x91
-                | b'a'
-                | b'e'
-                | 0x90
-                | b's'
-                | b'u' => self.container_op(op)?,
-                0x94 | b'q' | b'r' | b'p' | b'h' | b'j' | b'g' => self.memo_op(op)?,
+                NONE | NEWTRUE | NEWFALSE | BININT | BININT1 | BININT2 | LONG1 | LONG4 | INT | LONG | BINFLOAT
+                | FLOAT | SHORT_BINUNICODE | BINUNICODE | BINUNICODE8 | UNICODE | STRING | BINSTRING
+                | SHORT_BINSTRING | BINBYTES | SHORT_BINBYTES | BINBYTES8 | BYTEARRAY8 => self.scalar(op)?,
+                EMPTY_LIST
+                | EMPTY_DICT
+                | EMPTY_TUPLE
+                | EMPTY_SET
+                | TUPLE1..=TUPLE3
+                | TUPLE
+                | LIST
+                | DICT
+                | FROZENSET
+                | APPEND
+                | APPENDS
+                | ADDITEMS
+                | SETITEM
+                | SETITEMS => self.container_op(op)?,
+                MEMOIZE | BINPUT | LONG_BINPUT | PUT | BINGET | LONG_BINGET | GET => self.memo_op(op)?,
                 other => {
                     return Err(self.err(format!("unknown opcode 0x{other:02x} (not a pickle, or corrupt)")));
                 }
             }
         }
-    }
-
-    /// The opcodes that build and fill containers.
-    #[inline]
-    fn container_op(&mut self, op: u8) -> Result<()> {
-        match op {
-            b']' => {
-                let h = self.store.new_container(ContainerKind::List);
-                self.push(Value::Container(h));
-            }
-            b'}' => {
-                if self.dict_fast_path()? {
-                    return Ok(());
-                }
-                let h = self.store.new_container(ContainerKind::Dict);
-                self.push(Value::Container(h));
-            }
-            b')' => {
-                let h = self.store.new_container(ContainerKind::Tuple);
-                self.push(Value::Container(h));
-            }
-            0x8f => {
-                let h = self.store.new_container(ContainerKind::Set);
-                self.push(Value::Container(h));
-            }
-            0x85..=0x87 => {
-                let n = (op - 0x84) as usize;
-                let floor = self.marks.last().map_or(0, |m| m.stack_len);
-                if self.stack.len() < floor + n {
-                    return Err(self.err("TUPLE opcode with too few values on the stack"));
-                }
-                let items: Vec<Value> = self.stack.drain(self.stack.len() - n..).collect();
-                let h = self.store.new_container(ContainerKind::Tuple);
-                self.store.append(h, &items).map_err(|m| self.err(m))?;
-                self.push(Value::Container(h));
-            }
-            b't' | b'l' | b'd' | 0x91 => {
-                let mark = self.pop_mark()?;
-                let mut items: Vec<Value> = self.stack.drain(mark.stack_len..).collect();
-                let kind = match op {
-                    b't' => ContainerKind::Tuple,
-                    b'l' => ContainerKind::List,
-                    b'd' => ContainerKind::Dict,
-                    _ => ContainerKind::Set,
-                };
-                if kind == ContainerKind::Dict && !items.len().is_multiple_of(2) {
-                    return Err(self.err("DICT with an odd number of keys and values"));
-                }
-                if kind == ContainerKind::Dict
-                    && let Some(record) = self.sink.convert_dict(&mut self.store, &items).map_err(|m| self.err(m))?
-                {
-                    self.push(record);
-                    return Ok(());
-                }
-                if kind == ContainerKind::List {
-                    if let Some(stack) = as_stack(&mut self.store, &items, &mut self.frames) {
-                        self.push(Value::Stack(stack));
-                        return Ok(());
-                    }
-                    convert_items(self.sink, &mut self.store, &mut items).map_err(|m| self.err(m))?;
-                }
-                let h = self.store.new_container(kind);
-                self.store.append(h, &items).map_err(|m| self.err(m))?;
-                self.push(Value::Container(h));
-            }
-            b'a' => {
-                let item = self.pop()?;
-                let target = self.top()?;
-                let handle = self.container_arg(target, ContainerKind::List, "APPEND")?;
-                let mut items = [item];
-                convert_items(self.sink, &mut self.store, &mut items).map_err(|m| self.err(m))?;
-                self.append_to(handle, &items)?;
-            }
-            b'e' => self.appends()?,
-            0x90 => {
-                let mark = self.pop_mark()?;
-                let Some(&target) = mark.stack_len.checked_sub(1).and_then(|i| self.stack.get(i)) else {
-                    return Err(self.err("ADDITEMS without a set below its MARK"));
-                };
-                let handle = self.container_arg(target, ContainerKind::Set, "ADDITEMS")?;
-                let items: Vec<Value> = self.stack.drain(mark.stack_len..).collect();
-                self.append_to(handle, &items)?;
-            }
-            b's' => {
-                let value = self.pop()?;
-                let key = self.pop()?;
-                let target = self.top()?;
-                let handle = self.container_arg(target, ContainerKind::Dict, "SETITEM")?;
-                self.append_to(handle, &[key, value])?;
-            }
-            b'u' => {
-                let mark = self.pop_mark()?;
-                let Some(&target) = mark.stack_len.checked_sub(1).and_then(|i| self.stack.get(i)) else {
-                    return Err(self.err("SETITEMS without a dict below its MARK"));
-                };
-                let handle = self.container_arg(target, ContainerKind::Dict, "SETITEMS")?;
-                let start = mark.stack_len;
-                let pairs = self.stack.len() - start;
-                if !pairs.is_multiple_of(2) {
-                    return Err(self.err("SETITEMS with an odd number of keys and values"));
-                }
-                // A dict filled by one short batch is complete: convert it right away, so its
-                // items never reach the pool.
-                let fresh = self.store.len(handle).map_err(|m| self.err(m))? == 0;
-                if fresh && pairs / 2 < PICKLER_BATCH {
-                    let converted = self.sink.convert_dict(&mut self.store, &self.stack[start..]);
-                    if let Some(record) = converted.map_err(|m| self.err(m))? {
-                        self.store.resolve(handle, record).map_err(|m| self.err(m))?;
-                        self.stack.truncate(start);
-                        self.stack[start - 1] = record;
-                        return Ok(());
-                    }
-                }
-                self.touched(handle);
-                if let Err(m) = self.store.append(handle, &self.stack[mark.stack_len..]) {
-                    return Err(self.err(m));
-                }
-                self.stack.truncate(mark.stack_len);
-            }
-            _ => return Err(self.err(format!("internal: opcode 0x{op:02x} dispatched to the wrong group"))),
-        }
-        Ok(())
-    }
-
-    /// The opcodes that store to and read from the memo.
-    #[inline]
-    fn memo_op(&mut self, op: u8) -> Result<()> {
-        match op {
-            0x94 => {
-                let index = self.store.memo.len();
-                self.memo_put(index)?;
-            }
-            b'q' => {
-                let index = self.u8()? as usize;
-                self.memo_put(index)?;
-            }
-            b'r' => {
-                let index = self.u32()? as usize;
-                self.memo_put(index)?;
-            }
-            b'p' => {
-                let line = self.line()?.to_vec();
-                let index = parse_index(&line).ok_or_else(|| self.err("PUT index is not a number"))?;
-                self.memo_put(index)?;
-            }
-            b'h' => {
-                let index = self.u8()? as usize;
-                self.memo_get(index)?;
-            }
-            b'j' => {
-                let index = self.u32()? as usize;
-                self.memo_get(index)?;
-            }
-            b'g' => {
-                let line = self.line()?.to_vec();
-                let index = parse_index(&line).ok_or_else(|| self.err("GET index is not a number"))?;
-                self.memo_get(index)?;
-            }
-            _ => return Err(self.err(format!("internal: opcode 0x{op:02x} dispatched to the wrong group"))),
-        }
-        Ok(())
     }
 }
 

@@ -26,6 +26,10 @@ use std::sync::{Arc, Condvar, Mutex, mpsc};
 use rustc_hash::FxHashMap;
 
 use super::memo::{Memo, Remap};
+use super::opcodes::{
+    APPEND, APPENDS, BINGET, BININT, BININT1, BININT2, BINUNICODE, BINUNICODE8, EMPTY_DICT, EMPTY_LIST, FRAME,
+    LONG_BINGET, LONG1, MARK, MEMOIZE, NEWFALSE, NEWTRUE, NONE, PROTO, SETITEMS, SHORT_BINUNICODE,
+};
 use super::store::{ContainerKind, RecordKind, Sink, Store, Value};
 use super::walk::{CHECK_BYTES, Counted, Earlier, batch_boundary, count, frame_after, next_op};
 use super::{Loaded, Machine};
@@ -122,7 +126,7 @@ pub(super) fn plan(data: &[u8], pieces: Option<usize>) -> Option<Plan> {
         },
     };
     let cores = asked?.min(MAX_PIECES);
-    if cores < 2 || data.first() != Some(&0x80) || data.get(1).is_none_or(|&p| p < 4) {
+    if cores < 2 || data.first() != Some(&PROTO) || data.get(1).is_none_or(|&p| p < 4) {
         return None;
     }
     // The first piece is a little longer: the stretch before each other piece is counted while
@@ -292,12 +296,12 @@ fn run_piece<S: PieceSink>(
     let role = Role::Piece(Piece { earlier, read: FxHashMap::default(), reading: 0 });
     let mut machine = Machine::new(data, store, &mut sink, role);
     machine.stack.push(Value::Container(list));
-    machine.pos = start;
+    machine.cur.pos = start;
     machine.next_stop = end;
     let progress = PieceProgress { check: Check { abandon: check.abandon, progress: check.progress }, start };
     let ran = catch_unwind(AssertUnwindSafe(|| machine.run(&progress))).ok()?.is_ok();
     let clean = ran && machine.marks.is_empty() && machine.stack == [Value::Container(list)];
-    let stopped = machine.pos;
+    let stopped = machine.cur.pos;
     let Machine { store, .. } = machine;
     if !clean || !sink.only_entries() {
         return None;
@@ -341,7 +345,7 @@ impl<S: PieceSink> Machine<'_, S> {
         }
         let piece = pending.remove(0);
         self.next_stop = pending.first().map_or(usize::MAX, |p| p.at);
-        if self.pos != piece.at {
+        if self.cur.pos != piece.at {
             // Run past (the cut was not where the whole's opcodes are): the piece is not needed.
             return Ok(None);
         }
@@ -349,7 +353,7 @@ impl<S: PieceSink> Machine<'_, S> {
             self.take_in(done);
         }
         // A piece that ended at its own end leaves the whole at the next cut.
-        while self.next_stop != usize::MAX && self.pos > self.next_stop {
+        while self.next_stop != usize::MAX && self.cur.pos > self.next_stop {
             if let Role::Whole(pending) = &mut self.role {
                 pending.remove(0);
                 self.next_stop = pending.first().map_or(usize::MAX, |p| p.at);
@@ -421,14 +425,17 @@ impl<S: PieceSink> Machine<'_, S> {
             let _ = self.store.append_record_run(list, kind, from, n);
         }
         self.store.memo.take_in(memo, Arc::new(remap));
-        self.pos = end;
+        self.cur.pos = end;
         self.pieces_taken += 1;
     }
 
     /// In a piece: after an `APPENDS` that leaves only the piece's list, whether the list goes on.
     pub(super) fn piece_list_may_end(&mut self) {
-        if matches!(self.role, Role::Piece(_)) && self.stack.len() == 1 && self.data.get(self.pos) != Some(&b'(') {
-            self.next_stop = self.pos;
+        if matches!(self.role, Role::Piece(_))
+            && self.stack.len() == 1
+            && self.cur.data.get(self.cur.pos) != Some(&MARK)
+        {
+            self.next_stop = self.cur.pos;
         }
     }
 
@@ -442,7 +449,7 @@ impl<S: PieceSink> Machine<'_, S> {
         if piece.reading >= MAX_EARLIER_DEPTH {
             return None;
         }
-        let at = piece.earlier.built_at(self.data, index)?;
+        let at = piece.earlier.built_at(self.cur.data, index)?;
         self.reading(1);
         let read = self.read_earlier(at, 0);
         self.reading(-1);
@@ -465,46 +472,46 @@ impl<S: PieceSink> Machine<'_, S> {
         if depth > MAX_EARLIER_DEPTH {
             return None;
         }
-        let data = self.data;
+        let data = self.cur.data;
         let mut p = p;
         // A frame may begin before any value (the pickler starts them between objects).
-        while data.get(p) == Some(&0x95) {
+        while data.get(p) == Some(&FRAME) {
             p = next_op(data, p)?;
         }
         let op = *data.get(p)?;
         let after = next_op(data, p)?;
-        let memoized = |q: usize| if data.get(q) == Some(&0x94) { q + 1 } else { q };
+        let memoized = |q: usize| if data.get(q) == Some(&MEMOIZE) { q + 1 } else { q };
         let value = match op {
-            0x8c | b'X' | 0x8d => {
+            SHORT_BINUNICODE | BINUNICODE | BINUNICODE8 => {
                 let width = match op {
-                    0x8c => 1,
-                    b'X' => 4,
+                    SHORT_BINUNICODE => 1,
+                    BINUNICODE => 4,
                     _ => 8,
                 };
                 let bytes = data.get(p + 1 + width..after)?;
                 let id = self.store.interner.string_from_utf8(bytes)?;
                 return Some((Value::Str(id), memoized(after)));
             }
-            b'K' => Value::Int(i64::from(*data.get(p + 1)?)),
-            b'M' => {
+            BININT1 => Value::Int(i64::from(*data.get(p + 1)?)),
+            BININT2 => {
                 let b = data.get(p + 1..p + 3)?;
                 Value::Int(i64::from(u16::from_le_bytes([b[0], b[1]])))
             }
-            b'J' => {
+            BININT => {
                 let b = data.get(p + 1..p + 5)?;
                 Value::Int(i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
             }
-            0x8a => super::scalars::long_from_le(data.get(p + 2..after)?),
-            b'N' => Value::None,
-            0x88 => Value::Bool(true),
-            0x89 => Value::Bool(false),
-            b'h' => self.memo_value(usize::from(*data.get(p + 1)?))?,
-            b'j' => {
+            LONG1 => super::scalars::long_from_le(data.get(p + 2..after)?),
+            NONE => Value::None,
+            NEWTRUE => Value::Bool(true),
+            NEWFALSE => Value::Bool(false),
+            BINGET => self.memo_value(usize::from(*data.get(p + 1)?))?,
+            LONG_BINGET => {
                 let b = data.get(p + 1..p + 5)?;
                 self.memo_value(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)?
             }
-            b'}' => return self.read_earlier_dict(memoized(after), depth),
-            b']' => return self.read_earlier_frames(memoized(after), depth),
+            EMPTY_DICT => return self.read_earlier_dict(memoized(after), depth),
+            EMPTY_LIST => return self.read_earlier_frames(memoized(after), depth),
             _ => return None,
         };
         Some((value, after))
@@ -512,12 +519,12 @@ impl<S: PieceSink> Machine<'_, S> {
 
     /// The items of a dict from `p` (`MARK (key value)* SETITEMS`), converted by the sink.
     fn read_earlier_dict(&mut self, mut p: usize, depth: u8) -> Option<(Value, usize)> {
-        if self.data.get(p) != Some(&b'(') {
+        if self.cur.data.get(p) != Some(&MARK) {
             return None;
         }
         p += 1;
         let mut pairs = Vec::with_capacity(8);
-        while self.data.get(p) != Some(&b'u') {
+        while self.cur.data.get(p) != Some(&SETITEMS) {
             let (value, next) = self.read_earlier(p, depth + 1)?;
             pairs.push(value);
             p = next;
@@ -535,9 +542,9 @@ impl<S: PieceSink> Machine<'_, S> {
     /// The frames of a list from `p`: `MARK frame* APPENDS`, one frame and `APPEND`, or none.
     fn read_earlier_frames(&mut self, p: usize, depth: u8) -> Option<(Value, usize)> {
         let mut frames: Vec<FrameId> = Vec::new();
-        let end = if self.data.get(p) == Some(&b'(') {
+        let end = if self.cur.data.get(p) == Some(&MARK) {
             let mut q = p + 1;
-            while self.data.get(q) != Some(&b'e') {
+            while self.cur.data.get(q) != Some(&APPENDS) {
                 let (Value::Frame(id), next) = self.read_earlier(q, depth + 1)? else { return None };
                 frames.push(id);
                 q = next;
@@ -548,7 +555,7 @@ impl<S: PieceSink> Machine<'_, S> {
             q + 1
         } else {
             match self.read_earlier(p, depth + 1) {
-                Some((Value::Frame(id), next)) if self.data.get(next) == Some(&b'a') => {
+                Some((Value::Frame(id), next)) if self.cur.data.get(next) == Some(&APPEND) => {
                     frames.push(id);
                     next + 1
                 }

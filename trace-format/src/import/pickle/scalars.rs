@@ -1,14 +1,19 @@
 //! The opcodes that push a scalar (None, booleans, integers, floats, strings, bytes), in the
 //! binary protocols and the text ones (0 and 1), and the decoding of their arguments.
 
+use super::opcodes::{
+    BINBYTES, BINBYTES8, BINFLOAT, BININT, BININT1, BININT2, BINSTRING, BINUNICODE, BINUNICODE8, BYTEARRAY8, FLOAT,
+    INT, LONG, LONG1, LONG4, NEWFALSE, NEWTRUE, NONE, SHORT_BINBYTES, SHORT_BINSTRING, SHORT_BINUNICODE, STRING,
+    UNICODE,
+};
 use super::{Machine, PieceSink, Value};
 use crate::error::Result;
 
 impl<S: PieceSink> Machine<'_, S> {
     fn string(&mut self, bytes_len: usize) -> Result<Value> {
-        let start = self.pos;
-        self.take(bytes_len)?;
-        let bytes = &self.data[start..start + bytes_len];
+        let start = self.cur.pos;
+        self.cur.take(bytes_len)?;
+        let bytes = &self.cur.data[start..start + bytes_len];
         // Python writes lone surrogates with 'surrogatepass', which is not valid UTF-8.
         let id = match self.store.interner.string_from_utf8(bytes) {
             Some(id) => id,
@@ -44,82 +49,82 @@ impl<S: PieceSink> Machine<'_, S> {
     #[inline]
     pub(super) fn scalar(&mut self, op: u8) -> Result<()> {
         match op {
-            b'N' => self.push(Value::None),
-            0x88 => self.push(Value::Bool(true)),
-            0x89 => self.push(Value::Bool(false)),
-            b'J' => {
-                let v = self.u32()? as i32;
+            NONE => self.push(Value::None),
+            NEWTRUE => self.push(Value::Bool(true)),
+            NEWFALSE => self.push(Value::Bool(false)),
+            BININT => {
+                let v = self.cur.u32()? as i32;
                 self.push(Value::Int(i64::from(v)));
             }
-            b'K' => {
-                let v = self.u8()?;
+            BININT1 => {
+                let v = self.cur.u8()?;
                 self.push(Value::Int(i64::from(v)));
             }
-            b'M' => {
-                let v = self.u16()?;
+            BININT2 => {
+                let v = self.cur.u16()?;
                 self.push(Value::Int(i64::from(v)));
             }
-            0x8a => {
-                let n = self.u8()? as usize;
-                let bytes = self.take(n)?;
+            LONG1 => {
+                let n = self.cur.u8()? as usize;
+                let bytes = self.cur.take(n)?;
                 let bytes = bytes.to_vec();
                 let v = long_from_le(&bytes);
                 self.push(v);
             }
-            0x8b => {
-                let n = self.u32()? as u64;
-                let n = self.len_arg(n)?;
-                let start = self.pos;
-                self.take(n)?;
-                let v = long_from_le(&self.data[start..start + n]);
+            LONG4 => {
+                let n = self.cur.u32()? as u64;
+                let n = self.cur.len_arg(n)?;
+                let start = self.cur.pos;
+                self.cur.take(n)?;
+                let v = long_from_le(&self.cur.data[start..start + n]);
                 self.push(v);
             }
-            b'I' | b'L' => {
-                let line = self.line()?.to_vec();
+            INT | LONG => {
+                let line = self.cur.line()?.to_vec();
                 let v = self.parse_text_int(&line)?;
                 self.push(v);
             }
-            b'G' => {
+            BINFLOAT => {
                 let v = f64::from_bits(u64::from_be_bytes({
-                    let b = self.take(8)?;
+                    let b = self.cur.take(8)?;
                     let mut a = [0u8; 8];
                     a.copy_from_slice(b);
                     a
                 }));
                 self.push(Value::Float(v));
             }
-            b'F' => {
-                let line = self.line()?;
+            FLOAT => {
+                let line = self.cur.line()?;
                 let text = String::from_utf8_lossy(line).trim().to_owned();
                 let v = text.parse::<f64>().map_err(|_| self.err(format!("{text:?} is not a float")))?;
                 self.push(Value::Float(v));
             }
-            0x8c => {
-                let n = self.u8()? as usize;
+            SHORT_BINUNICODE => {
+                let n = self.cur.u8()? as usize;
                 let v = self.string(n)?;
                 self.push(v);
             }
-            b'X' => {
-                let n = self.u32()? as u64;
-                let n = self.len_arg(n)?;
+            BINUNICODE => {
+                let n = self.cur.u32()? as u64;
+                let n = self.cur.len_arg(n)?;
                 let v = self.string(n)?;
                 self.push(v);
             }
-            0x8d => {
-                let n = self.u64()?;
-                let n = self.len_arg(n)?;
+            BINUNICODE8 => {
+                let n = self.cur.u64()?;
+                let n = self.cur.len_arg(n)?;
                 let v = self.string(n)?;
                 self.push(v);
             }
-            b'V' => {
+            UNICODE => {
                 // Protocol 0 text: raw-unicode-escape. Kept simple: \uXXXX escapes decoded.
-                let line = self.line()?.to_vec();
+                let line = self.cur.line()?.to_vec();
                 let text = decode_raw_unicode_escape(&line);
                 let id = self.store.interner.string(&text);
                 self.push(Value::Str(id));
             }
-            b'S' => {
-                let line = self.line()?.to_vec();
+            STRING => {
+                let line = self.cur.line()?.to_vec();
                 let text = String::from_utf8_lossy(&line);
                 let text = text.trim();
                 let unquoted = text
@@ -130,25 +135,25 @@ impl<S: PieceSink> Machine<'_, S> {
                 let id = self.store.interner.string(unquoted);
                 self.push(Value::Str(id));
             }
-            b'T' => {
-                let n = self.u32()? as u64;
-                let n = self.len_arg(n)?;
+            BINSTRING => {
+                let n = self.cur.u32()? as u64;
+                let n = self.cur.len_arg(n)?;
                 let v = self.string(n)?;
                 self.push(v);
             }
-            b'U' => {
-                let n = self.u8()? as usize;
+            SHORT_BINSTRING => {
+                let n = self.cur.u8()? as usize;
                 let v = self.string(n)?;
                 self.push(v);
             }
-            b'B' | b'C' | 0x8e | 0x96 => {
+            BINBYTES | SHORT_BINBYTES | BINBYTES8 | BYTEARRAY8 => {
                 let n = match op {
-                    b'B' => u64::from(self.u32()?),
-                    b'C' => u64::from(self.u8()?),
-                    _ => self.u64()?,
+                    BINBYTES => u64::from(self.cur.u32()?),
+                    SHORT_BINBYTES => u64::from(self.cur.u8()?),
+                    _ => self.cur.u64()?,
                 };
-                let n = self.len_arg(n)?;
-                self.take(n)?;
+                let n = self.cur.len_arg(n)?;
+                self.cur.take(n)?;
                 self.push(Value::Bytes(n as u64));
             }
             _ => return Err(self.err(format!("internal: opcode 0x{op:02x} dispatched to the wrong group"))),

@@ -3,6 +3,13 @@
 //! store were built). What `parallel.rs` cuts and counts with; several times faster than the
 //! machine, since nothing is built.
 
+use super::opcodes::{
+    ADDITEMS, APPEND, APPENDS, BINBYTES, BINBYTES8, BINFLOAT, BINGET, BININT, BININT1, BININT2, BINPUT, BINSTRING,
+    BINUNICODE, BINUNICODE8, BYTEARRAY8, DICT, DUP, EMPTY_DICT, EMPTY_LIST, EMPTY_SET, EMPTY_TUPLE, FRAME, FROZENSET,
+    LIST, LONG_BINGET, LONG_BINPUT, LONG1, LONG4, MARK, MEMOIZE, NEWFALSE, NEWTRUE, NONE, POP, POP_MARK, PROTO,
+    SETITEM, SETITEMS, SHORT_BINBYTES, SHORT_BINSTRING, SHORT_BINUNICODE, STOP, TUPLE, TUPLE1, TUPLE2, TUPLE3,
+};
+
 /// How far past a cut's frame a batch boundary is looked for.
 pub(super) const SEARCH_BYTES: usize = 4 << 20;
 /// Every this many stored values, where the value was built is noted.
@@ -34,50 +41,50 @@ const NO: u8 = 0xff;
 const fn argument_bytes() -> [u8; 256] {
     let mut table = [NO; 256];
     let fixed: [(u8, u8); 37] = [
-        (0x80, 1),
-        (0x95, 8),
-        (b'(', 0),
-        (b'.', 0),
-        (b'0', 0),
-        (b'1', 0),
-        (b'2', 0),
-        (b'N', 0),
-        (0x88, 0),
-        (0x89, 0),
-        (b'J', 4),
-        (b'K', 1),
-        (b'M', 2),
-        (b'G', 8),
-        (b']', 0),
-        (b'}', 0),
-        (b')', 0),
-        (0x8f, 0),
-        (0x85, 0),
-        (0x86, 0),
-        (0x87, 0),
-        (b't', 0),
-        (b'l', 0),
-        (b'd', 0),
-        (0x91, 0),
-        (b'a', 0),
-        (b'e', 0),
-        (0x90, 0),
-        (b's', 0),
-        (b'u', 0),
-        (0x94, 0),
-        (b'h', 1),
-        (b'j', 4),
-        (0x8a, VAR),
-        (0x8b, VAR),
-        (0x8c, VAR),
-        (b'X', VAR),
+        (PROTO, 1),
+        (FRAME, 8),
+        (MARK, 0),
+        (STOP, 0),
+        (POP, 0),
+        (POP_MARK, 0),
+        (DUP, 0),
+        (NONE, 0),
+        (NEWTRUE, 0),
+        (NEWFALSE, 0),
+        (BININT, 4),
+        (BININT1, 1),
+        (BININT2, 2),
+        (BINFLOAT, 8),
+        (EMPTY_LIST, 0),
+        (EMPTY_DICT, 0),
+        (EMPTY_TUPLE, 0),
+        (EMPTY_SET, 0),
+        (TUPLE1, 0),
+        (TUPLE2, 0),
+        (TUPLE3, 0),
+        (TUPLE, 0),
+        (LIST, 0),
+        (DICT, 0),
+        (FROZENSET, 0),
+        (APPEND, 0),
+        (APPENDS, 0),
+        (ADDITEMS, 0),
+        (SETITEM, 0),
+        (SETITEMS, 0),
+        (MEMOIZE, 0),
+        (BINGET, 1),
+        (LONG_BINGET, 4),
+        (LONG1, VAR),
+        (LONG4, VAR),
+        (SHORT_BINUNICODE, VAR),
+        (BINUNICODE, VAR),
     ];
     let mut i = 0;
     while i < fixed.len() {
         table[fixed[i].0 as usize] = fixed[i].1;
         i += 1;
     }
-    let more_var = [0x8d, b'T', b'U', b'B', b'C', 0x8e, 0x96];
+    let more_var = [BINUNICODE8, BINSTRING, SHORT_BINSTRING, BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8];
     let mut i = 0;
     while i < more_var.len() {
         table[more_var[i] as usize] = VAR;
@@ -98,8 +105,8 @@ pub(super) fn next_op(data: &[u8], p: usize) -> Option<usize> {
         p + 1 + fixed as usize
     } else if fixed == VAR {
         let (width, len) = match op {
-            0x8a | 0x8c | b'U' | b'C' => (1, u64::from(*data.get(p + 1)?)),
-            0x8b | b'X' | b'T' | b'B' => {
+            LONG1 | SHORT_BINUNICODE | SHORT_BINSTRING | SHORT_BINBYTES => (1, u64::from(*data.get(p + 1)?)),
+            LONG4 | BINUNICODE | BINSTRING | BINBYTES => {
                 let b = data.get(p + 1..p + 5)?;
                 (4, u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
             }
@@ -124,7 +131,7 @@ pub(super) fn next_op(data: &[u8], p: usize) -> Option<usize> {
 /// boundary and must land on the cut exactly.
 pub(super) fn frame_after(data: &[u8], target: usize) -> Option<usize> {
     let header = |q: usize| -> Option<usize> {
-        if data.get(q) != Some(&0x95) {
+        if data.get(q) != Some(&FRAME) {
             return None;
         }
         let b = data.get(q + 1..q + 9)?;
@@ -150,7 +157,7 @@ pub(super) fn frame_after(data: &[u8], target: usize) -> Option<usize> {
 pub(super) fn batch_boundary(data: &[u8], from: usize) -> Option<usize> {
     let mut p = from;
     while p < from + SEARCH_BYTES {
-        if data.get(p) == Some(&b'e') && data.get(p + 1..p + 4) == Some(&[b'(', b'}', 0x94]) {
+        if data.get(p) == Some(&APPENDS) && data.get(p + 1..p + 4) == Some(&[MARK, EMPTY_DICT, MEMOIZE]) {
             return Some(p + 1);
         }
         p = next_op(data, p)?;
@@ -164,15 +171,15 @@ pub(super) fn count(data: &[u8], start: usize, end: usize, go_on: impl Fn(usize)
     let (mut p, mut built) = (start, start);
     let mut next_check = start + CHECK_BYTES;
     while p < end {
-        match data.get(p) {
-            Some(0x94) => {
+        match data.get(p).copied() {
+            Some(MEMOIZE) => {
                 if counted.count.is_multiple_of(SAMPLE) {
                     counted.built_at.push(built);
                 }
                 counted.count += 1;
             }
             // An explicit index may reuse one: the count would not say what is where.
-            Some(b'q' | b'r') => return None,
+            Some(BINPUT | LONG_BINPUT) => return None,
             _ => built = p,
         }
         p = next_op(data, p)?;
@@ -200,7 +207,7 @@ impl Earlier {
         let mut built = p;
         let mut left = local - sample * SAMPLE;
         loop {
-            if data.get(p) == Some(&0x94) {
+            if data.get(p) == Some(&MEMOIZE) {
                 if left == 0 {
                     return Some(built);
                 }

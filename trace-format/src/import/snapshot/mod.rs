@@ -12,6 +12,7 @@
 mod build;
 mod entries;
 mod fx;
+mod keys;
 mod sink;
 
 use self::build::{RangeBuild, build_trace};

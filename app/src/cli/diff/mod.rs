@@ -1,0 +1,202 @@
+//! `vramscope diff A B`: two runs compared at their peaks and phase by phase, as text or JSON,
+//! with gates that turn a memory regression into a failing exit status. One trace with another
+//! here (its text in `text.rs`); runs of several ranks, rank by rank, in `ranks.rs`.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Result, bail};
+use serde::Serialize;
+use vramscope_trace_format::{Category, DeviceId, TraceRange};
+
+use crate::analysis::diff::{self, Diff, PhaseDelta, SiteDelta, percent};
+use crate::analysis::phases::PhaseKind;
+
+mod ranks;
+mod text;
+
+use self::ranks::ranks;
+use self::text::{ITERATIONS_SHOWN, write_text};
+
+pub use crate::analysis::query::gates::{Gate, GateResult, PhaseGate, parse_category_gate, parse_phase_gate};
+
+/// How a gate comes out on `d`; an error that says why when it cannot be checked.
+fn check(gate: &Gate, d: &Diff) -> Result<GateResult> {
+    crate::analysis::query::gates::check(gate, d).map_err(|why| anyhow::anyhow!(crate::words::gate_unchecked(&why, d)))
+}
+
+#[derive(Serialize)]
+struct Side<'a> {
+    file: &'a str,
+    device: DeviceId,
+    peak_allocated_bytes: u64,
+    peak_allocated_time_us: Option<i64>,
+    peak_reserved_bytes: u64,
+    categories_at_peak: &'a std::collections::BTreeMap<Category, u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    growth: Option<&'a crate::analysis::growth::Growth>,
+}
+
+#[derive(Serialize)]
+struct Delta {
+    peak_allocated_bytes: i64,
+    peak_reserved_bytes: i64,
+    peak_allocated_percent: Option<f64>,
+    categories_at_peak: std::collections::BTreeMap<Category, i64>,
+}
+
+#[derive(Serialize)]
+struct Json<'a> {
+    a: Side<'a>,
+    b: Side<'a>,
+    delta: Delta,
+    summary: &'a str,
+    /// The phase the summary leads with, when a phase changed much more than the peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary_phase: Option<&'a diff::PhaseChange>,
+    top_grown: &'a [SiteDelta],
+    top_shrunk: &'a [SiteDelta],
+    only_in_a: &'a [SiteDelta],
+    only_in_b: &'a [SiteDelta],
+    /// Live bytes at each peak by tag or module name, when both runs have names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    names: Option<&'a [diff::NameDelta]>,
+    phases: Phases<'a>,
+    gates: &'a [GateResult],
+    /// The part of both read (`--range`), if only a part.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    range: Option<String>,
+}
+
+/// The phases of both runs, paired.
+#[derive(Serialize)]
+struct Phases<'a> {
+    /// How A's phases were found (`recorded`, `annotations`, `stacks`), null when it shows none.
+    a_from: Option<crate::analysis::phases::PhasesFrom>,
+    /// How B's were.
+    b_from: Option<crate::analysis::phases::PhasesFrom>,
+    /// The phase A's peak is in.
+    a_peak_phase: Option<PhaseKind>,
+    /// The phase B's peak is in.
+    b_peak_phase: Option<PhaseKind>,
+    /// Each kind's highest (`iteration` null), then each iteration (`phase` null) and its phases:
+    /// the first [`ITERATIONS_SHOWN`], or with `--all-phases` all of them.
+    rows: Vec<&'a PhaseDelta>,
+    /// Iterations in the longer run (the last one's number).
+    iterations: u32,
+    /// When either run shows no phases: the named ranges both have, the high point inside the
+    /// first of each.
+    ranges: &'a [diff::RangeDelta],
+}
+
+fn side(run: &diff::RunPeak) -> Side<'_> {
+    Side {
+        file: &run.file,
+        device: run.device,
+        peak_allocated_bytes: run.peak_allocated_bytes,
+        peak_allocated_time_us: run.peak_allocated_time_us,
+        peak_reserved_bytes: run.peak_reserved_bytes,
+        categories_at_peak: &run.categories_at_peak,
+        growth: run.growth.as_ref(),
+    }
+}
+
+pub(super) const TOP: usize = 10;
+
+pub(super) fn top(list: &[SiteDelta]) -> &[SiteDelta] {
+    list.get(..TOP.min(list.len())).unwrap_or_default()
+}
+
+/// What `diff` is asked.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options<'a> {
+    /// JSON instead of text.
+    pub json: bool,
+    /// The gates that must hold.
+    pub gates: &'a [Gate],
+    /// The device compared (else each run's that peaks highest).
+    pub device: Option<DeviceId>,
+    /// Every iteration's phases, not only the first few.
+    pub all_phases: bool,
+    /// The part of each trace read (`None`: the whole).
+    pub range: Option<TraceRange>,
+}
+
+/// Compares the traces at `a` and `b`. Returns whether every gate held.
+pub fn run(a: &Path, b: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<bool> {
+    let Options { json, gates, device, all_phases, range } = *options;
+    if a == b {
+        bail!("{} is compared with itself: give two different traces", a.display());
+    }
+    let (side_a, side_b) = (open_side(a, device, range)?, open_side(b, device, range)?);
+    if side_a.len() > 1 || side_b.len() > 1 {
+        let peaks = |side: ByRank| side.into_iter().map(|(rank, (_, peak))| (rank, peak)).collect::<Vec<_>>();
+        return ranks(a, b, &peaks(side_a), &peaks(side_b), options, out);
+    }
+    let peak_of = |path: &Path, side: ByRank| -> Result<diff::RunPeak> {
+        let Some((_, (fits, peak))) = side.into_iter().next() else { bail!("{}: no trace", path.display()) };
+        fits?;
+        Ok(peak)
+    };
+    let d = diff::diff(peak_of(a, side_a)?, peak_of(b, side_b)?);
+    let results: Vec<GateResult> = gates.iter().map(|g| check(g, &d)).collect::<Result<_>>()?;
+    if json {
+        let delta = Delta {
+            peak_allocated_bytes: d.b.peak_allocated_bytes as i64 - d.a.peak_allocated_bytes as i64,
+            peak_reserved_bytes: d.b.peak_reserved_bytes as i64 - d.a.peak_reserved_bytes as i64,
+            peak_allocated_percent: percent(d.a.peak_allocated_bytes, d.b.peak_allocated_bytes),
+            categories_at_peak: d.categories.iter().map(|c| (c.category, c.delta)).collect(),
+        };
+        let summary = crate::words::diff_summary(&d);
+        let doc = Json {
+            a: side(&d.a),
+            b: side(&d.b),
+            delta,
+            summary: &summary,
+            summary_phase: d.headline.phase.as_ref(),
+            top_grown: top(&d.grown),
+            top_shrunk: top(&d.shrunk),
+            only_in_a: top(&d.only_in_a),
+            only_in_b: top(&d.only_in_b),
+            names: d.names.as_deref().map(|n| n.get(..TOP.min(n.len())).unwrap_or_default()),
+            phases: Phases {
+                a_from: d.a.phases.from,
+                b_from: d.b.phases.from,
+                a_peak_phase: d.a.peak_phase,
+                b_peak_phase: d.b.peak_phase,
+                rows: d
+                    .phases
+                    .iter()
+                    .filter(|r| all_phases || r.iteration.is_none_or(|i| i <= ITERATIONS_SHOWN))
+                    .collect(),
+                iterations: d.phases.iter().filter_map(|r| r.iteration).max().unwrap_or(0),
+                ranges: &d.ranges,
+            },
+            gates: &results,
+            range: range.map(|r| r.to_string()),
+        };
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
+        writeln!(out)?;
+    } else {
+        write_text(&d, &results, all_phases, range, out)?;
+    }
+    Ok(results.iter().all(|r| r.passed))
+}
+
+/// One side of a comparison by rank: whether it holds the device asked for, and its peak.
+type ByRank = Vec<(u32, (Result<()>, diff::RunPeak))>;
+
+/// One side of a comparison: a trace, or a run of several ranks (a directory of rank files, or a
+/// recording of several ranks). Each rank's peak is taken as its file is read and the trace is
+/// dropped, so a run of many ranks holds one trace per reader at a time.
+fn open_side(path: &Path, device: Option<DeviceId>, range: Option<TraceRange>) -> Result<ByRank> {
+    let (numbered, notes, skipped) = crate::runs::each_rank(&[path.to_path_buf()], range, |file, trace, source| {
+        let fits = super::check_device(file, trace, device);
+        // A file's name as given, a rank of a recording as `file (rank N)`.
+        (fits, diff::compared_run(trace, source, device))
+    })?;
+    for note in crate::words::run_notes(&notes, &skipped) {
+        eprintln!("warning: {note}");
+    }
+    Ok(numbered.into_iter().map(|(rank, _, _, (_, taken))| (rank, taken)).collect())
+}

@@ -1,0 +1,145 @@
+//! `diff` of two runs of several ranks: ranks paired by number, each gate on every rank.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::analysis::diff::{self, Diff, percent};
+use crate::units::{bytes, signed_bytes};
+
+use super::Options;
+use super::text::{pct_text, write_text};
+
+/// A rank's comparison.
+#[derive(Serialize)]
+struct RankRow {
+    rank: u32,
+    a_peak_allocated_bytes: u64,
+    b_peak_allocated_bytes: u64,
+    delta_bytes: i64,
+    percent: Option<f64>,
+}
+
+/// `diff` of two runs of several ranks: ranks paired by number; each gate must hold on every
+/// rank, and says the rank where it came out worst; the full comparison of the rank whose peak
+/// grew most.
+pub(super) fn ranks(
+    a: &Path,
+    b: &Path,
+    side_a: &[(u32, diff::RunPeak)],
+    side_b: &[(u32, diff::RunPeak)],
+    options: &Options<'_>,
+    out: &mut dyn Write,
+) -> Result<bool> {
+    let Options { json, gates, range, .. } = *options;
+    use crate::analysis::query::compare::{RanksNotCompared, compare_ranks, peak_growth};
+    let compared = compare_ranks(side_a, side_b, gates).map_err(|why| match why {
+        RanksNotCompared::NoRankInCommon(ranks_a, ranks_b) => {
+            anyhow::anyhow!(
+                "{} and {} have no rank in common (ranks {ranks_a:?} and {ranks_b:?})",
+                a.display(),
+                b.display()
+            )
+        }
+        RanksNotCompared::Gate(rank, why) => {
+            let d = compared_rank(side_a, side_b, rank);
+            anyhow::anyhow!("rank {rank}: {}", d.map_or_else(String::new, |d| crate::words::gate_unchecked(&why, &d)))
+        }
+    })?;
+    let (worst_rank, worst) = compared.most_grown();
+    let (only_a, only_b, results) = (&compared.only_in_a, &compared.only_in_b, &compared.gates);
+    let grew = peak_growth;
+    let rows: Vec<RankRow> = compared
+        .pairs
+        .iter()
+        .map(|(rank, d)| RankRow {
+            rank: *rank,
+            a_peak_allocated_bytes: d.a.peak_allocated_bytes,
+            b_peak_allocated_bytes: d.b.peak_allocated_bytes,
+            delta_bytes: grew(d),
+            percent: percent(d.a.peak_allocated_bytes, d.b.peak_allocated_bytes),
+        })
+        .collect();
+    let (a_max, b_max) = compared.highest_peak;
+    if json {
+        let gates: Vec<serde_json::Value> = results
+            .iter()
+            .map(|(g, rank)| {
+                let mut v = serde_json::to_value(g).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("worst_rank".to_owned(), (*rank).into());
+                }
+                v
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "a": a.display().to_string(),
+            "b": b.display().to_string(),
+            "ranks": rows,
+            "only_in_a": only_a,
+            "only_in_b": only_b,
+            "highest_peak": { "a": a_max, "b": b_max, "percent": percent(a_max, b_max) },
+            "most_grown_rank": worst_rank,
+            "most_grown": { "summary": crate::words::diff_summary(worst) },
+            "gates": gates,
+            "range": range.map(|r| r.to_string()),
+        });
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "A  {} ({} ranks)", a.display(), side_a.len())?;
+        writeln!(out, "B  {} ({} ranks)", b.display(), side_b.len())?;
+        if let Some(range) = range {
+            writeln!(out, "   {}", crate::words::range_note(range))?;
+        }
+        let which = if grew(worst) > 0 {
+            format!("rank {worst_rank} grew most")
+        } else {
+            format!("no rank grew; rank {worst_rank} shrank least")
+        };
+        writeln!(
+            out,
+            "\nthe highest rank peak: {} -> {} ({}); {which}",
+            bytes(a_max),
+            bytes(b_max),
+            pct_text(percent(a_max, b_max))
+        )?;
+        writeln!(out, "\n  {:>5}{:>14}{:>14}{:>13}{:>10}", "rank", "A", "B", "B - A", "")?;
+        for r in &rows {
+            writeln!(
+                out,
+                "  {:>5}{:>14}{:>14}{:>13}{:>10}",
+                r.rank,
+                bytes(r.a_peak_allocated_bytes),
+                bytes(r.b_peak_allocated_bytes),
+                signed_bytes(r.delta_bytes),
+                pct_text(r.percent)
+            )?;
+        }
+        for (what, list) in [("only in A", only_a), ("only in B", only_b)] {
+            if !list.is_empty() {
+                writeln!(out, "  ranks {what}: {list:?}")?;
+            }
+        }
+        writeln!(out, "\nrank {worst_rank}:")?;
+        write_text(worst, &[], false, range, out)?;
+        for (g, rank) in results {
+            let verdict = if g.passed { "ok" } else { "FAILED" };
+            let actual = crate::words::gate_change(g.actual_percent);
+            writeln!(
+                out,
+                "gate {} (on every rank; worst: rank {rank}): {actual}, limit +{}%: {verdict}",
+                g.gate, g.limit_percent
+            )?;
+        }
+    }
+    Ok(results.iter().all(|(r, _)| r.passed))
+}
+
+/// Rank `rank` of both runs compared (to say why a gate cannot be checked on it).
+fn compared_rank(a: &[(u32, diff::RunPeak)], b: &[(u32, diff::RunPeak)], rank: u32) -> Option<Diff> {
+    let of = |side: &[(u32, diff::RunPeak)]| side.iter().find(|(r, _)| *r == rank).map(|(_, p)| p.clone());
+    Some(diff::diff(of(a)?, of(b)?))
+}

@@ -1,0 +1,162 @@
+//! `vramscope info`: what a trace holds, in numbers. One file per mode: the summary of one
+//! trace (here, its text in `text.rs`), an instant (`at.rs`), the OOMs explained (`oom.rs`), and
+//! a run of several ranks (`ranks.rs`).
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Result, bail};
+use vramscope_trace_format::{DeviceId, TraceRange};
+
+use crate::analysis::summary::{self};
+use crate::load::{self, LoadedTrace};
+use crate::units::{bytes, counted, duration_ns};
+
+mod at;
+mod oom;
+mod ranks;
+mod text;
+
+pub use self::at::{When, parse_when, parse_when_arg};
+use self::at::{at_instant, largest_blocks};
+pub use self::oom::run_oom;
+use self::ranks::run_of_ranks;
+use self::text::{device_name, write_text};
+
+/// `info` on what the paths hold: one trace, or a run of several ranks (several files, a
+/// directory of them, or one recording of several ranks): per-rank rows and the run's summary.
+pub fn run_paths(paths: &[std::path::PathBuf], options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
+    let Options { json, at, blocks, all_phases, range } = *options;
+    let summed = match paths {
+        [one] if !one.is_dir() => {
+            let loaded = load::load(one, range)?;
+            if !crate::analysis::run::holds_ranks(&loaded.trace) {
+                return run_loaded(&loaded, options, out);
+            }
+            let name = loaded.path.display().to_string();
+            let run = crate::analysis::run::Run::of(vec![(name, loaded.trace)]);
+            crate::runs::Summed {
+                summary: crate::analysis::run::summarize(&run),
+                notes: run.notes,
+                skipped: Vec::new(),
+                origins: Vec::new(),
+            }
+        }
+        // Each file's figures taken as it is read, and the file dropped.
+        _ => crate::runs::summaries(paths, range)?,
+    };
+    if at.is_some() || blocks > 0 || all_phases {
+        bail!(
+            "--at, --blocks and --all-phases look at one trace: give one rank's file (a recording writes \
+             RUN.rankN.vtrace beside it)"
+        );
+    }
+    run_of_ranks(paths, &summed, json, range, out)
+}
+
+/// `info` on one file: its summary and, with `at`, what was alive at that instant (its text as
+/// given, and parsed).
+pub fn run(path: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
+    run_paths(&[path.to_path_buf()], options, out)
+}
+
+/// What `info` is asked for beyond the summary.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options<'a> {
+    /// One JSON object instead of text.
+    pub json: bool,
+    /// Also what was alive at this instant (its text, and what it means).
+    pub at: Option<(&'a str, &'a When)>,
+    /// Also the N largest blocks alive at the peak (or at `at`).
+    pub blocks: usize,
+    /// Also every iteration's phases and their high points, not only the outline.
+    pub all_phases: bool,
+    /// The part of each trace read (`None`: the whole).
+    pub range: Option<TraceRange>,
+}
+
+/// `info` on one loaded trace.
+fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
+    let Options { json, at, blocks, all_phases, .. } = *options;
+    let summary = summary::summary(&loaded.trace, loaded.format, &loaded.wrappers);
+    let largest = (blocks > 0)
+        .then(|| largest_blocks(&loaded.trace, at.map(|a| a.1), at.map_or("peak", |a| a.0), blocks))
+        .transpose()?;
+    let at = at.map(|(text, when)| at_instant(&loaded.trace, when, text)).transpose()?;
+    if json {
+        let mut value = serde_json::to_value(&summary)?;
+        if let Some(object) = value.as_object_mut() {
+            let notes = crate::words::caveats(&loaded.trace, &summary.caveats);
+            object.insert("notes".to_owned(), serde_json::to_value(notes)?);
+        }
+        if let (Some(at), Some(object)) = (&at, value.as_object_mut()) {
+            object.insert("at".to_owned(), serde_json::to_value(at)?);
+        }
+        if let (Some(largest), Some(object)) = (&largest, value.as_object_mut()) {
+            let devices: Vec<serde_json::Value> = largest
+                .devices
+                .iter()
+                .map(|(device, blocks)| serde_json::json!({ "device": device, "blocks": blocks }))
+                .collect();
+            object.insert("largest_blocks".to_owned(), serde_json::json!({ "when": largest.when, "devices": devices }));
+        }
+        if all_phases {
+            let devices = value.get_mut("devices").and_then(serde_json::Value::as_array_mut);
+            for (json, d) in devices.into_iter().flatten().zip(&summary.devices) {
+                if let Some(phases) = json.get_mut("phases").and_then(serde_json::Value::as_object_mut) {
+                    phases.insert("phases".to_owned(), serde_json::to_value(&d.phases.phases)?);
+                    phases.insert("iterations".to_owned(), serde_json::to_value(&d.phases.iterations)?);
+                }
+            }
+        }
+        serde_json::to_writer_pretty(&mut *out, &value)?;
+        writeln!(out)?;
+    } else {
+        write_text(loaded, &summary, out)?;
+        if let Some(at) = &at {
+            let start = loaded.trace.events.first().map_or(0, |e| e.time_ns);
+            // Said to the µs, as the JSON gives it.
+            let time_ns = at.time_ns.div_euclid(1000) * 1000;
+            writeln!(out, "\nat {} (+{})", at.when, duration_ns((time_ns - start).max(0)))?;
+            for d in &at.devices {
+                let mut categories = crate::words::by_name(&d.categories);
+                categories.sort_by_key(|c| std::cmp::Reverse(c.1));
+                let parts: Vec<String> =
+                    categories.iter().map(|(c, v)| format!("{} {}", c.name(), bytes(*v))).collect();
+                writeln!(
+                    out,
+                    "  {}: {} allocated in {}: {}",
+                    device_name(&loaded.trace, d.device),
+                    bytes(d.allocated_bytes),
+                    counted(d.live_blocks, "live block", "live blocks"),
+                    parts.join(", ")
+                )?;
+            }
+        }
+        if all_phases {
+            for d in summary.devices.iter().filter(|d| !d.phases.is_empty()) {
+                let name = if d.device < DeviceId(0) { "host (CPU)" } else { d.label.as_str() };
+                writeln!(out, "\nphases of {name}, the high point of each")?;
+                for line in crate::words::phase_table(&d.phases) {
+                    writeln!(out, "  {line}")?;
+                }
+            }
+        }
+        if let Some(largest) = &largest {
+            writeln!(out, "\nlargest blocks at {}", largest.when)?;
+            for (device, blocks) in &largest.devices {
+                writeln!(out, "  {}:", device_name(&loaded.trace, *device))?;
+                for b in blocks {
+                    writeln!(out, "    {:>10}  {:<15} {}  [{}]", bytes(b.size_bytes), b.category, b.site, b.why)?;
+                    for line in &b.context {
+                        writeln!(out, "    {:>10}  {line}", "")?;
+                    }
+                }
+            }
+        }
+    }
+    for warning in &loaded.warnings {
+        eprintln!("warning: {}: {warning}", loaded.path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,59 @@
+//! `info --oom`: the first out-of-memory error on each device, explained.
+
+use std::io::Write;
+
+use anyhow::{Result, bail};
+use vramscope_trace_format::TraceRange;
+
+use crate::load::{self};
+
+use super::text::wrap;
+
+/// `info --oom`: the first out-of-memory error on each device of one trace, explained.
+pub fn run_oom(paths: &[std::path::PathBuf], json: bool, range: Option<TraceRange>, out: &mut dyn Write) -> Result<()> {
+    let [path] = paths else { bail!("--oom explains one trace: give one file (one rank's, for a run)") };
+    let loaded = load::load(path, range)?;
+    let trace = &loaded.trace;
+    // The first OOM of each device (of each process: no view mixes two processes' blocks).
+    let explained = crate::analysis::query::oom::explain_firsts(trace);
+    if json {
+        let ooms: Vec<serde_json::Value> = explained
+            .iter()
+            .map(|crate::analysis::query::oom::Explained { postmortem: pm, part, .. }| {
+                let t = part.as_ref().unwrap_or(trace);
+                let mut value = serde_json::to_value(pm).unwrap_or_default();
+                if let Some(object) = value.as_object_mut() {
+                    object.insert("heading".to_owned(), crate::words::postmortem_heading(t, pm).into());
+                    object.insert(
+                        "words".to_owned(),
+                        serde_json::to_value(crate::words::postmortem_lines(pm)).unwrap_or_default(),
+                    );
+                }
+                value
+            })
+            .collect();
+        let value =
+            serde_json::json!({ "file": path.display().to_string(), "oom_count": trace.ooms.len(), "ooms": ooms });
+        serde_json::to_writer_pretty(&mut *out, &value)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "{}", path.display())?;
+    if trace.ooms.is_empty() {
+        writeln!(out, "  no out-of-memory error in this trace")?;
+        return Ok(());
+    }
+    for crate::analysis::query::oom::Explained { postmortem: pm, part, later, .. } in &explained {
+        let t = part.as_ref().unwrap_or(trace);
+        writeln!(out, "\n{}", crate::words::postmortem_heading(t, pm))?;
+        for line in crate::words::postmortem_lines(pm) {
+            for (j, part) in wrap(&line, 96).iter().enumerate() {
+                writeln!(out, "  {}{part}", if j == 0 { "" } else { "  " })?;
+            }
+        }
+        if *later > 0 {
+            writeln!(out, "  and {later} more on this device after it")?;
+        }
+    }
+    Ok(())
+}
