@@ -73,6 +73,24 @@ pub struct Column {
     pub categories: ByCategory,
 }
 
+/// A point of a timeline: the memory after one of its device's events, in order (the first point
+/// holds before any, from the state the trace starts in). Not an index into `Trace::events`:
+/// [`Timeline::event`] gives the event a point follows, [`Timeline::point_at`] the point of a time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Point(pub usize);
+
+impl Point {
+    /// `n` points later.
+    pub fn later(self, n: usize) -> Point {
+        Point(self.0.saturating_add(n))
+    }
+
+    /// `n` points earlier (at least the first).
+    pub fn earlier(self, n: usize) -> Point {
+        Point(self.0.saturating_sub(n))
+    }
+}
+
 /// A device's memory over time.
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
@@ -391,16 +409,21 @@ impl Timeline {
 
     /// Time of the first and last point.
     pub fn time_span_ns(&self) -> (i64, i64) {
-        (self.time_ns(0), self.time_ns(self.len().saturating_sub(1)))
+        (self.time_ns(Point(0)), self.time_ns(self.last_point()))
     }
 
-    /// Time of point `i`.
-    pub fn time_ns(&self, i: usize) -> i64 {
+    /// The last point (the first, of a timeline without any).
+    pub fn last_point(&self) -> Point {
+        Point(self.len().saturating_sub(1))
+    }
+
+    /// Time of point `p`.
+    pub fn time_ns(&self, Point(i): Point) -> i64 {
         self.times.get(i, &self.block_start_ns).unwrap_or(0)
     }
 
-    /// Allocated, requested and reserved bytes at point `i`.
-    pub fn values(&self, i: usize) -> (u64, u64, u64) {
+    /// Allocated, requested and reserved bytes at point `p`.
+    pub fn values(&self, Point(i): Point) -> (u64, u64, u64) {
         (
             self.allocated.get(i).copied().unwrap_or(0),
             self.requested.get(i, &self.allocated).unwrap_or(0),
@@ -408,8 +431,8 @@ impl Timeline {
         )
     }
 
-    /// The trace event after which point `i` holds, if any.
-    pub fn event(&self, i: usize) -> Option<usize> {
+    /// The trace event (an index into `Trace::events`) after which point `p` holds, if any.
+    pub fn event(&self, Point(i): Point) -> Option<usize> {
         if i >= self.len() {
             return None;
         }
@@ -420,20 +443,20 @@ impl Timeline {
     }
 
     /// The point in force at `time_ns`: the last at or before it (the first point before the start).
-    pub fn point_at(&self, time_ns: i64) -> usize {
+    pub fn point_at(&self, time_ns: i64) -> Point {
         // Times are in order: the answer is in the last block that starts at or before it.
         let block = self.block_start_ns.partition_point(|&t| t <= time_ns);
-        let Some(block) = block.checked_sub(1) else { return 0 };
+        let Some(block) = block.checked_sub(1) else { return Point(0) };
         let start = block * BLOCK;
         let end = ((block + 1) * BLOCK).min(self.len());
-        self.first_in(start, end, |t| t > time_ns).saturating_sub(1)
+        Point(self.first_in(start, end, |t| t > time_ns).saturating_sub(1))
     }
 
     /// The point of the highest allocated bytes (the first, on ties).
-    pub fn peak_allocated_point(&self) -> usize {
+    pub fn peak_allocated_point(&self) -> Point {
         let mut r = Range::EMPTY;
         self.supers.iter().for_each(|s| r.merge(s));
-        if r.allocated_max_point == usize::MAX { 0 } else { r.allocated_max_point }
+        Point(if r.allocated_max_point == usize::MAX { 0 } else { r.allocated_max_point })
     }
 
     /// Curves over points `start..end`.
@@ -461,8 +484,8 @@ impl Timeline {
         r
     }
 
-    /// Allocated bytes by category at point `i`.
-    pub fn categories(&self, i: usize) -> ByCategory {
+    /// Allocated bytes by category at point `p`.
+    pub fn categories(&self, Point(i): Point) -> ByCategory {
         let every = self.checkpoint_every.max(1);
         let base = i / every;
         let mut totals = self.checkpoints.get(base).copied().unwrap_or([0; CATEGORIES]);
@@ -484,7 +507,7 @@ impl Timeline {
         let (mut lo, mut hi) = (start, end.min(self.len()).max(start));
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if after(self.time_ns(mid)) {
+            if after(self.time_ns(Point(mid))) {
                 hi = mid;
             } else {
                 lo = mid + 1;
@@ -521,7 +544,7 @@ impl Timeline {
             let hi = self.first_not_before(col_end).max(lo);
             let start = lo.saturating_sub(1).min(hi.saturating_sub(1));
             let range = self.range(start, hi.max(start + 1));
-            let categories = self.categories(range.allocated_max_point.min(self.len().saturating_sub(1)));
+            let categories = self.categories(Point(range.allocated_max_point).min(self.last_point()));
             out.push(Some(Column { range, categories }));
             lo = hi;
         }
@@ -581,16 +604,16 @@ mod tests {
             assert!((start..end).contains(&r.allocated_max_point));
         }
         for (i, p) in points.iter().enumerate() {
-            assert_eq!(t.values(i), (p.allocated_bytes, p.requested_bytes, p.reserved_bytes));
+            assert_eq!(t.values(Point(i)), (p.allocated_bytes, p.requested_bytes, p.reserved_bytes));
         }
-        assert_eq!(t.event(0), None);
-        assert_eq!(t.event(5), Some(4));
+        assert_eq!(t.event(Point(0)), None);
+        assert_eq!(t.event(Point(5)), Some(4));
         // Categories add up to allocated everywhere, and activation is what `forward` holds.
         for i in [0, 1, 63, 64, 65, 777, t.len() - 1] {
-            let c = t.categories(i);
+            let c = t.categories(Point(i));
             assert_eq!(c.iter().sum::<u64>(), points[i].allocated_bytes, "point {i}");
         }
-        let peak = t.peak_allocated_point();
+        let Point(peak) = t.peak_allocated_point();
         assert_eq!(points[peak].allocated_bytes, points.iter().map(|p| p.allocated_bytes).max().unwrap());
         // Searches by time agree with a plain search over every point.
         let times: Vec<i64> = points.iter().map(|p| p.time_ns).collect();
@@ -619,10 +642,10 @@ mod tests {
         assert!(matches!(t.times, Times::Whole(_)) && matches!(t.requested, Requested::Whole(_)));
         let points = replay::timeline(&trace, DeviceId(0));
         for (i, p) in points.iter().enumerate() {
-            assert_eq!(t.time_ns(i), p.time_ns, "time of point {i}");
-            assert_eq!(t.values(i), (p.allocated_bytes, p.requested_bytes, p.reserved_bytes), "point {i}");
+            assert_eq!(t.time_ns(Point(i)), p.time_ns, "time of point {i}");
+            assert_eq!(t.values(Point(i)), (p.allocated_bytes, p.requested_bytes, p.reserved_bytes), "point {i}");
             let last_at = points.iter().rposition(|q| q.time_ns <= p.time_ns).unwrap_or(0);
-            assert_eq!(t.point_at(p.time_ns), last_at, "the point in force at {}", p.time_ns);
+            assert_eq!(t.point_at(p.time_ns), Point(last_at), "the point in force at {}", p.time_ns);
         }
     }
 }

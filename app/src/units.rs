@@ -34,6 +34,47 @@ pub fn duration_ns(value: i64) -> String {
     if seconds.abs() >= 1.0 { format!("{seconds:.3} s") } else { format!("{:.3} ms", seconds * 1e3) }
 }
 
+/// A long time, roughly: "40 s", "3.2 min", "2.7 h", "5.1 days".
+pub fn rough_duration(ns: i64) -> String {
+    let s = ns as f64 / 1e9;
+    if s < 90.0 {
+        format!("{s:.0} s")
+    } else if s < 5400.0 {
+        format!("{:.1} min", s / 60.0)
+    } else if s < 172_800.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{:.1} days", s / 86400.0)
+    }
+}
+
+/// A duration for an axis tick, as short as it can be said: `0`, `250 µs`, `2 ms`, `1.5 s`.
+pub fn tick_duration(ns: f64) -> String {
+    let a = ns.abs();
+    if a == 0.0 {
+        "0".to_owned()
+    } else if a >= 1e9 {
+        format!("{} s", trim(ns / 1e9))
+    } else if a >= 1e6 {
+        format!("{} ms", trim(ns / 1e6))
+    } else if a >= 1e3 {
+        format!("{} µs", trim(ns / 1e3))
+    } else {
+        format!("{} ns", trim(ns))
+    }
+}
+
+/// `v` with three decimals at most, trailing zeros dropped.
+fn trim(v: f64) -> String {
+    let s = format!("{v:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// Seconds with three decimals, without the unit: `12.345`.
+pub fn seconds(ns: i64) -> String {
+    format!("{:.3}", ns as f64 / 1e9)
+}
+
 /// An integer with thousands separators: `19,770`.
 pub fn count(value: usize) -> String {
     let digits = value.to_string();

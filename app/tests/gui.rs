@@ -59,7 +59,7 @@ fn clicking_the_timeline_selects_an_instant_that_drives_the_views() {
     settle(&mut harness);
     let point = harness.state().session.selected_point.expect("selected");
     assert_ne!(point, peak_point);
-    let allocated = points[point].allocated_bytes;
+    let allocated = points[point.0].allocated_bytes;
     harness.get_by_label_contains(&format!("selected: {} allocated", units::bytes(allocated)));
     // The breakdown is of that instant: its blocks add up to the replay's allocated bytes.
     let view = harness.state().session.instant.clone().expect("analysed");
@@ -82,7 +82,7 @@ fn the_fragmentation_map_at_the_end_equals_the_snapshot_segments() {
     harness.get_by_label("Fragmentation").click();
     harness.run_steps(2);
     // Scrub to the last event.
-    let last = harness.state().session.doc.as_ref().map(|d| d.devices[0].timeline.len() - 1).expect("doc");
+    let last = harness.state().session.doc.as_ref().map(|d| d.devices[0].timeline.last_point()).expect("doc");
     harness.state_mut().select(last);
     settle(&mut harness);
     let trace = reference(name);

@@ -69,11 +69,11 @@ fn step_until(harness: &mut Harness<'_, VramscopeApp>, what: &str, done: impl Fn
 
 /// Allocated bytes at the newest point of the device shown.
 fn newest_allocated(app: &VramscopeApp) -> u64 {
-    app.session.device().map_or(0, |d| d.timeline.values(d.timeline.len().saturating_sub(1)).0)
+    app.session.device().map_or(0, |d| d.timeline.values(d.timeline.last_point()).0)
 }
 
 fn is_newest_selected(app: &VramscopeApp) -> bool {
-    app.session.device().is_some_and(|d| app.session.selected_point == Some(d.timeline.len() - 1))
+    app.session.device().is_some_and(|d| app.session.selected_point == Some(d.timeline.last_point()))
 }
 
 fn ended(app: &VramscopeApp) -> Option<Status> {

@@ -153,7 +153,7 @@ impl VramscopeApp {
     }
 
     /// Selects a timeline point and asks for its analysis (a run followed stays there).
-    pub fn select(&mut self, point: usize) {
+    pub fn select(&mut self, point: crate::analysis::timeline::Point) {
         self.views.breakdown.picked = None;
         self.session.follow_newest = false;
         self.session.select(point);
@@ -196,7 +196,7 @@ impl VramscopeApp {
             Command::Step(by) => {
                 if let Some(point) = self.session.selected_point {
                     let magnitude = usize::try_from(by.unsigned_abs()).unwrap_or(usize::MAX);
-                    self.select(if by < 0 { point.saturating_sub(magnitude) } else { point.saturating_add(magnitude) });
+                    self.select(if by < 0 { point.earlier(magnitude) } else { point.later(magnitude) });
                 }
             }
             Command::JumpToPeak if self.session.doc.is_some() => self.jump_to_peak(),

@@ -78,8 +78,8 @@ pub fn compare_ui(
     a_device: usize,
     compare: &Compare,
     view: &mut CompareState,
-    selected_a: Option<usize>,
-) -> Option<usize> {
+    selected_a: Option<crate::analysis::timeline::Point>,
+) -> Option<crate::analysis::timeline::Point> {
     let (Some(da), Some(db)) = (a.devices.get(a_device), compare.doc.devices.get(compare.device_index)) else {
         ui.label("One of the runs holds no memory events.");
         return None;

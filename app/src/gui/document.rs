@@ -18,7 +18,7 @@ pub struct DeviceData {
     /// Memory over time with its level-of-detail index.
     pub timeline: Timeline,
     /// The point of the allocated peak.
-    pub peak_point: usize,
+    pub peak_point: crate::analysis::timeline::Point,
     /// Whether the trace records reserved memory on it (a profiler's CPU trace and a memory
     /// timeline do not).
     pub reserved_recorded: bool,

@@ -11,6 +11,7 @@ use super::widgets::block::{allocation_site, stack_ui};
 use super::worker::InstantView;
 use crate::analysis::instant::SegmentAt;
 use crate::analysis::segments::Fragmentation;
+use crate::analysis::timeline::Point;
 use crate::units;
 
 const LABEL_PX: f32 = 232.0;
@@ -226,8 +227,9 @@ pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, out: &mut Vec<Command>) {
 
 /// A slider over the trace's events that moves the selected instant.
 fn scrubber_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, out: &mut Vec<Command>) {
-    let last = ctx.device.timeline.len().saturating_sub(1);
-    let mut point = ctx.selected_point.unwrap_or(0);
+    let last = ctx.device.timeline.last_point().0;
+    // The slider moves over the points' numbers.
+    let mut point = ctx.selected_point.unwrap_or_default().0;
     let before = point;
     ui.horizontal(|ui| {
         if ui.button("‹ prev").on_hover_text("Previous event (←)").clicked() {
@@ -241,6 +243,6 @@ fn scrubber_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, out: &mut Vec<Command>) {
             .on_hover_text("Replay the allocator's state through the trace");
     });
     if point != before {
-        out.push(Command::Select(point));
+        out.push(Command::Select(Point(point)));
     }
 }

@@ -74,7 +74,7 @@ pub struct Session {
     /// Index into the document's devices.
     pub device_index: usize,
     /// The selected timeline point (`None`: none yet).
-    pub selected_point: Option<usize>,
+    pub selected_point: Option<crate::analysis::timeline::Point>,
     worker: Option<Worker>,
     /// The analysis of the selected instant, once ready.
     pub instant: Option<Arc<InstantView>>,
@@ -153,7 +153,7 @@ impl Session {
     /// Selects the newest state of the run followed, and keeps doing so as it grows.
     pub fn follow_newest_now(&mut self) {
         self.follow_newest = true;
-        if let Some(last) = self.device().map(|d| d.timeline.len().saturating_sub(1)) {
+        if let Some(last) = self.device().map(|d| d.timeline.last_point()) {
             self.select(last);
         }
     }
@@ -494,9 +494,9 @@ impl Session {
     }
 
     /// Selects a timeline point and asks for its analysis.
-    pub fn select(&mut self, point: usize) {
+    pub fn select(&mut self, point: crate::analysis::timeline::Point) {
         let Some(device) = self.device() else { return };
-        let point = point.min(device.timeline.len().saturating_sub(1));
+        let point = point.min(device.timeline.last_point());
         let request = Request {
             device_index: self.device_index,
             device: device.device,

@@ -18,7 +18,7 @@ pub struct Request {
     /// The device.
     pub device: DeviceId,
     /// The timeline point.
-    pub point: usize,
+    pub point: crate::analysis::timeline::Point,
     /// The event the point follows.
     pub event: Option<usize>,
     /// The point's time.

@@ -2,21 +2,7 @@
 //! app say the same way.
 
 use crate::analysis::growth::{Growth, Iterations, Nature};
-use crate::units::{bytes, count};
-
-/// A long time, roughly: "40 s", "3.2 min", "2.7 h", "5.1 days".
-pub fn rough_duration(ns: i64) -> String {
-    let s = ns as f64 / 1e9;
-    if s < 90.0 {
-        format!("{s:.0} s")
-    } else if s < 5400.0 {
-        format!("{:.1} min", s / 60.0)
-    } else if s < 172_800.0 {
-        format!("{:.1} h", s / 3600.0)
-    } else {
-        format!("{:.1} days", s / 86400.0)
-    }
-}
+use crate::units::{bytes, count, rough_duration};
 
 /// Where the iterations came from, as a parenthesis.
 fn source(g: &Growth) -> String {

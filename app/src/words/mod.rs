@@ -8,7 +8,7 @@ use crate::analysis::attribution::Evidence;
 use crate::analysis::caveats::Caveat;
 use crate::analysis::diff::{Diff, Headline};
 use crate::analysis::peak::LiveBlock;
-use crate::units::{bytes, count, counted, duration_ns, signed_bytes};
+use crate::units::{bytes, count, counted, duration_ns, seconds, signed_bytes};
 
 mod advice;
 mod growth;
@@ -236,10 +236,6 @@ pub fn unrecorded_here(gap: &Unrecorded) -> String {
         other => other.to_owned(),
     };
     format!("not recorded here ({}): {why}", duration_ns(gap.end_ns - gap.begin_ns))
-}
-
-fn seconds(ns: i64) -> String {
-    format!("{:.3}", ns as f64 / 1e9)
 }
 
 /// What a command read when it read only a part of each file (`--range`).

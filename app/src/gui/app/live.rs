@@ -15,10 +15,10 @@ impl VramscopeApp {
         }
         let following = self.session.follow_newest;
         let mut follow = false;
-        let current = self.session.device().map(|d| {
-            let last = d.timeline.len().saturating_sub(1);
-            (d.timeline.values(last), d.timeline.values(d.peak_point).0)
-        });
+        let current = self
+            .session
+            .device()
+            .map(|d| (d.timeline.values(d.timeline.last_point()), d.timeline.values(d.peak_point).0));
         egui::Panel::top("live").show(ui, |ui| {
             ui.horizontal_wrapped(|ui| {
                 match &live.status {

@@ -3,6 +3,8 @@
 
 use egui::{Rect, Stroke, pos2};
 
+use crate::units;
+
 /// 1, 2 or 5 times a power of ten, at least `raw`.
 pub fn nice_step(raw: f64) -> f64 {
     if raw <= 0.0 || !raw.is_finite() {
@@ -60,7 +62,7 @@ pub fn x_axis(
     while origin + t <= v1 {
         let x = plot.left() + ((origin + t - v0) / (v1 - v0) * f64::from(plot.width())) as f32;
         painter.vline(x, plot.y_range(), Stroke::new(1.0, visuals.faint_bg_color));
-        let label = if event_numbers { format!("#{}", (origin + t) as i64) } else { short_duration(t) };
+        let label = if event_numbers { format!("#{}", (origin + t) as i64) } else { units::tick_duration(t) };
         painter.text(
             pos2(x, label_y),
             egui::Align2::CENTER_TOP,
@@ -70,26 +72,6 @@ pub fn x_axis(
         );
         t += step;
     }
-}
-
-fn short_duration(ns: f64) -> String {
-    let a = ns.abs();
-    if a == 0.0 {
-        "0".to_owned()
-    } else if a >= 1e9 {
-        format!("{} s", trim(ns / 1e9))
-    } else if a >= 1e6 {
-        format!("{} ms", trim(ns / 1e6))
-    } else if a >= 1e3 {
-        format!("{} µs", trim(ns / 1e3))
-    } else {
-        format!("{} ns", trim(ns))
-    }
-}
-
-fn trim(v: f64) -> String {
-    let s = format!("{v:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// Where `start..end` lies across `rect` showing `v0..v1`, at least a pixel wide; `None` when it
@@ -116,8 +98,8 @@ mod tests {
         assert_eq!(nice_step(3.0), 5.0);
         assert_eq!(nice_step(7.0), 10.0);
         assert_eq!(nice_step(130.0), 200.0);
-        assert_eq!(short_duration(1.5e9), "1.5 s");
-        assert_eq!(short_duration(2e6), "2 ms");
-        assert_eq!(short_duration(250e3), "250 µs");
+        assert_eq!(units::tick_duration(1.5e9), "1.5 s");
+        assert_eq!(units::tick_duration(2e6), "2 ms");
+        assert_eq!(units::tick_duration(250e3), "250 µs");
     }
 }

@@ -10,7 +10,7 @@ use vramscope_trace_format::{AnnotationKind, Category, Trace};
 
 use super::axis::{self, x_span};
 use super::{line_swatch, swatch, unrecorded};
-use crate::analysis::timeline::{CATEGORIES, Column};
+use crate::analysis::timeline::{CATEGORIES, Column, Point};
 use crate::gui::document::{DeviceData, Document};
 use crate::gui::palette;
 use crate::units;
@@ -75,9 +75,9 @@ pub fn timeline_ui(
     doc: &Document,
     device: &DeviceData,
     state: &mut TimelineState,
-    selected_point: Option<usize>,
+    selected_point: Option<Point>,
     size: Vec2,
-) -> Option<usize> {
+) -> Option<Point> {
     let (rect, _) = ui.allocate_exact_size(size, Sense::hover());
     let band_px = BAND_ROW_PX * BAND_ROWS as f32;
     let plot = Rect::from_min_max(
@@ -263,7 +263,7 @@ fn marks(
     plot: Rect,
     (v0, v1): (f64, f64),
     y_top_bytes: f64,
-    selected_point: Option<usize>,
+    selected_point: Option<Point>,
 ) {
     let ns_per_px = (v1 - v0) / f64::from(plot.width());
     let x_of = |t: f64| plot.left() + ((t - v0) / ns_per_px) as f32;
@@ -345,7 +345,7 @@ fn input(
     plot: Rect,
     device: &DeviceData,
     state: &mut TimelineState,
-) -> Option<usize> {
+) -> Option<Point> {
     let mut clicked = None;
     let (v0, v1) = visible_span(state, device);
     let ns_per_px = (v1 - v0) / f64::from(plot.width());
@@ -391,7 +391,7 @@ fn time_at_x(x: f32, plot: Rect, (v0, v1): (f64, f64)) -> f64 {
 }
 
 /// The time, the curves and the categories at one point.
-fn readout_ui(ui: &mut egui::Ui, doc: &Document, device: &DeviceData, point: usize) {
+fn readout_ui(ui: &mut egui::Ui, doc: &Document, device: &DeviceData, point: Point) {
     let t = &device.timeline;
     let (allocated, requested, reserved) = t.values(point);
     let first = t.time_span_ns().0;
