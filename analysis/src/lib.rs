@@ -30,6 +30,7 @@ pub mod diff;
 pub mod growth;
 pub mod instant;
 pub mod invariants;
+pub mod micros;
 pub mod peak;
 pub mod phases;
 pub mod postmortem;

@@ -291,8 +291,9 @@ pub struct RankSummary {
     pub peak: RunPeak,
     /// The phase of the peak, when recorded.
     pub peak_phase: Option<PhaseAt>,
-    /// When it first failed an allocation (µs on its trace's clock), if it did.
-    pub first_oom_us: Option<i64>,
+    /// When it first failed an allocation (ns on its trace's clock; µs in the JSON), if it did.
+    #[serde(rename = "first_oom_us", serialize_with = "crate::micros::opt_ns_as_us")]
+    pub first_oom_ns: Option<i64>,
     /// Its first event's time (ns on its clock).
     pub first_event_ns: Option<i64>,
     /// When its first iteration (else its first forward) began, by its recorded phases (ns on
@@ -377,7 +378,7 @@ pub fn figures(trace: &Trace, source: &str) -> RankSummary {
                 crate::phases::PhaseKind::OptimizerStep => PhaseAt::OptimizerStep,
             })
             .or_else(|| phase_at(trace, at)),
-        first_oom_us: first_oom.filter(|_| clock).map(|t| t.div_euclid(1000)),
+        first_oom_ns: first_oom.filter(|_| clock),
         first_event_ns: trace.events.first().map(|e| e.time_ns),
         first_iteration_ns: first_iteration_ns(trace),
         events: trace.events.len(),
@@ -454,7 +455,7 @@ pub fn sum_up(ranks: Vec<RankSummary>) -> Option<RunSummary> {
     spread.sort_by_key(|s| std::cmp::Reverse(s.max_bytes - s.min_bytes));
     // Ranks' clocks are one machine's CLOCK_MONOTONIC when recorded together; files from
     // several machines may not share one, so this is by each rank's own clock.
-    let first_oom_rank = ranks.iter().filter_map(|r| r.first_oom_us.map(|t| (t, r.rank))).min().map(|(_, r)| r);
+    let first_oom_rank = ranks.iter().filter_map(|r| r.first_oom_ns.map(|t| (t, r.rank))).min().map(|(_, r)| r);
     let site_spread = if ranks.len() > 1 { site_spread(&ranks) } else { Vec::new() };
     Some(RunSummary {
         site_spread,

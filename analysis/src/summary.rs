@@ -37,14 +37,17 @@ pub struct DeviceSummary {
     pub private_pool_reserved_bytes: u64,
     /// Peak of allocated bytes.
     pub peak_allocated_bytes: u64,
-    /// When the allocated peak was first reached (µs on the trace's clock; null without a clock).
-    pub peak_allocated_time_us: Option<i64>,
+    /// When the allocated peak was first reached (ns on the trace's clock, µs in the JSON; none
+    /// without a clock).
+    #[serde(rename = "peak_allocated_time_us", serialize_with = "crate::micros::opt_ns_as_us")]
+    pub peak_allocated_time_ns: Option<i64>,
     /// Peak of requested bytes.
     pub peak_requested_bytes: u64,
     /// Peak of reserved bytes.
     pub peak_reserved_bytes: u64,
     /// When the reserved peak was first reached.
-    pub peak_reserved_time_us: Option<i64>,
+    #[serde(rename = "peak_reserved_time_us", serialize_with = "crate::micros::opt_ns_as_us")]
+    pub peak_reserved_time_ns: Option<i64>,
     /// Whether the trace records reserved memory at all (segments, or reserved totals): a
     /// profiler's CPU trace and a memory timeline do not, and their reserved peak is 0.
     pub reserved_recorded: bool,
@@ -115,9 +118,9 @@ pub struct Summary {
     pub devices: Vec<DeviceSummary>,
 }
 
-/// When a peak was reached in µs on the trace's clock, `None` for traces without one.
-pub fn time_us(trace: &Trace, peak: &Peak) -> Option<i64> {
-    (trace.metadata.clock != Clock::EventIndex).then_some(peak.time_ns.div_euclid(1000))
+/// When a peak was reached on the trace's clock, `None` for traces without one.
+pub fn time_on_clock(trace: &Trace, peak: &Peak) -> Option<i64> {
+    (trace.metadata.clock != Clock::EventIndex).then_some(peak.time_ns)
 }
 
 fn is_zero(bytes: &u64) -> bool {
@@ -192,10 +195,10 @@ fn device_summary_with(
         private_pool_segments: final_state.as_ref().map_or(0, |s| s.private_pool_segments),
         private_pool_reserved_bytes: final_state.as_ref().map_or(0, |s| s.private_pool_reserved_bytes),
         peak_allocated_bytes: peaks.allocated.bytes,
-        peak_allocated_time_us: time_us(trace, &peaks.allocated),
+        peak_allocated_time_ns: time_on_clock(trace, &peaks.allocated),
         peak_requested_bytes: peaks.requested.bytes,
         peak_reserved_bytes: peaks.reserved.bytes,
-        peak_reserved_time_us: time_us(trace, &peaks.reserved),
+        peak_reserved_time_ns: time_on_clock(trace, &peaks.reserved),
         reserved_recorded: peak::reserved_recorded(trace, device, &peaks),
         categories_at_peak: categories.into_iter().collect(),
         live_blocks_at_peak: live.len(),

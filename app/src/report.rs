@@ -240,7 +240,7 @@ fn draw_single<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, run: &ReportRu
     let (header, rest) = root.split_vertically(80);
     let p = &run.peak;
     text(&header, &format!("vramscope — {}", run.name), 14, 10, 26, &BLACK)?;
-    let when = match p.peak_allocated_time_us {
+    let when = match p.peak_allocated_clock_ns {
         Some(_) if !run.no_clock => {
             let first = run.timeline.time_span_ns().0;
             let at = run.timeline.time_ns(run.timeline.peak_allocated_point()) - first;

@@ -15,7 +15,7 @@ use super::attribution::{Attributor, Evidence};
 use super::instant;
 use super::peak;
 use super::phases::{PhaseKind, Phases};
-use super::summary::time_us;
+use super::summary::time_on_clock;
 
 pub mod phases;
 pub mod sites;
@@ -44,8 +44,9 @@ pub struct RunPeak {
     pub label: String,
     /// Peak of allocated bytes.
     pub peak_allocated_bytes: u64,
-    /// When it was first reached, µs on the trace's clock (null without a clock).
-    pub peak_allocated_time_us: Option<i64>,
+    /// When it was first reached on the trace's clock (µs in the JSON; none without a clock).
+    #[serde(rename = "peak_allocated_time_us", serialize_with = "crate::micros::opt_ns_as_us")]
+    pub peak_allocated_clock_ns: Option<i64>,
     /// The same on the trace's clock as it is (an event index without a clock).
     #[serde(skip)]
     pub peak_allocated_time_ns: i64,
@@ -105,7 +106,7 @@ pub fn run_peak(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak 
         device,
         label: trace.metadata.device_label(device),
         peak_allocated_bytes: peaks.allocated.bytes,
-        peak_allocated_time_us: time_us(trace, &peaks.allocated),
+        peak_allocated_clock_ns: time_on_clock(trace, &peaks.allocated),
         peak_allocated_time_ns: peaks.allocated.time_ns,
         peak_allocated_event: peaks.allocated.event,
         peak_reserved_bytes: peaks.reserved.bytes,
@@ -400,7 +401,7 @@ mod tests {
             device: DeviceId(0),
             label: "cuda:0".to_owned(),
             peak_allocated_bytes: peak,
-            peak_allocated_time_us: None,
+            peak_allocated_clock_ns: None,
             peak_allocated_time_ns: 0,
             peak_reserved_bytes: peak,
             categories_at_peak: categories.iter().copied().collect(),

@@ -20,17 +20,15 @@ pub struct PhaseSide {
     pub iteration: u32,
     /// Its high point: the most allocated in it.
     pub high_bytes: u64,
-    /// When, µs on the run's clock.
-    pub high_time_us: i64,
+    /// When that was, ns on the run's clock (µs in the JSON).
+    #[serde(rename = "high_time_us", serialize_with = "crate::micros::ns_as_us")]
+    pub high_time_ns: i64,
     /// Its first event's time (ns on the run's clock).
     #[serde(skip)]
     pub start_ns: i64,
     /// Its last event's time.
     #[serde(skip)]
     pub end_ns: i64,
-    /// The high point's time.
-    #[serde(skip)]
-    pub high_time_ns: i64,
 }
 
 impl PhaseSide {
@@ -38,7 +36,6 @@ impl PhaseSide {
         Self {
             iteration: h.iteration,
             high_bytes: h.high_bytes,
-            high_time_us: h.high_time_ns.div_euclid(1000),
             start_ns: h.start_ns,
             end_ns: h.end_ns,
             high_time_ns: h.high_time_ns,

@@ -98,10 +98,10 @@ pub struct PhaseHigh {
     /// The iteration, from 1.
     pub iteration: u32,
     /// Its first event's time on the trace's clock.
-    #[serde(rename = "start_us", serialize_with = "as_us")]
+    #[serde(rename = "start_us", serialize_with = "crate::micros::ns_as_us")]
     pub start_ns: i64,
     /// Its last event's time.
-    #[serde(rename = "end_us", serialize_with = "as_us")]
+    #[serde(rename = "end_us", serialize_with = "crate::micros::ns_as_us")]
     pub end_ns: i64,
     /// The trace index of its first event.
     #[serde(skip)]
@@ -112,7 +112,7 @@ pub struct PhaseHigh {
     /// The most allocated in it.
     pub high_bytes: u64,
     /// When that was first reached.
-    #[serde(rename = "high_time_us", serialize_with = "as_us")]
+    #[serde(rename = "high_time_us", serialize_with = "crate::micros::ns_as_us")]
     pub high_time_ns: i64,
     /// The event after which it was reached (`None`: before the device's first event).
     #[serde(skip)]
@@ -120,10 +120,6 @@ pub struct PhaseHigh {
     /// Bytes by category at the high point (none when not worked out: past the first
     /// [`MAX_WITH_CATEGORIES`] phases, only each kind's highest has them).
     pub categories: Option<BTreeMap<Category, u64>>,
-}
-
-fn as_us<S: serde::Serializer>(ns: &i64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_i64(ns.div_euclid(1000))
 }
 
 /// Phases past this many get their categories only when they are the highest of their kind.

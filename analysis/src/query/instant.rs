@@ -126,10 +126,6 @@ pub fn resolve(trace: &Trace, when: &When) -> Result<i64, NotInTrace> {
     }
 }
 
-fn as_us<S: serde::Serializer>(ns: &i64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_i64(ns.div_euclid(1000))
-}
-
 /// What was alive on one device at an instant.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AtDevice {
@@ -149,7 +145,7 @@ pub struct At {
     /// The instant as it was asked for.
     pub when: String,
     /// When it is on the trace's clock (µs in the JSON).
-    #[serde(rename = "time_us", serialize_with = "as_us")]
+    #[serde(rename = "time_us", serialize_with = "crate::micros::ns_as_us")]
     pub time_ns: i64,
     /// Per device.
     pub devices: Vec<AtDevice>,

@@ -186,7 +186,7 @@ fn table(
                     ui.add(egui::Label::new(top_categories(r)).truncate());
                 });
                 row.col(|ui| {
-                    let oom = f.first_oom_us.map_or_else(String::new, |us| since_start(r, us * 1000));
+                    let oom = f.first_oom_ns.map_or_else(String::new, |ns| since_start(r, ns));
                     ui.colored_label(palette::OOM, oom);
                 });
                 row.col(|ui| {
@@ -330,8 +330,8 @@ fn paint_row(ui: &egui::Ui, rect: Rect, rank: Option<&u32>, r: &RankRow, scale: 
     painter.add(egui::Shape::line(reserved, Stroke::new(1.0, palette::RESERVED)));
     let peak_x = x(r.figures.peak.peak_allocated_time_ns as f64 - align);
     painter.line_segment([pos2(peak_x, plot.top()), pos2(peak_x, plot.bottom())], Stroke::new(1.5, palette::PEAK));
-    if let Some(us) = r.figures.first_oom_us {
-        let oom_x = x((us * 1000) as f64 - align);
+    if let Some(ns) = r.figures.first_oom_ns {
+        let oom_x = x(ns as f64 - align);
         painter.line_segment([pos2(oom_x, plot.top()), pos2(oom_x, plot.bottom())], Stroke::new(2.0, palette::OOM));
     }
     if r.figures.first_iteration_ns.is_some() {

@@ -320,7 +320,7 @@ mod tests {
             device: DeviceId(0),
             label: "cuda:0".to_owned(),
             peak_allocated_bytes: peak,
-            peak_allocated_time_us: None,
+            peak_allocated_clock_ns: None,
             peak_allocated_time_ns: 0,
             peak_reserved_bytes: peak,
             categories_at_peak: categories.iter().copied().collect(),

@@ -30,7 +30,8 @@ struct Side<'a> {
     file: &'a str,
     device: DeviceId,
     peak_allocated_bytes: u64,
-    peak_allocated_time_us: Option<i64>,
+    #[serde(rename = "peak_allocated_time_us", serialize_with = "crate::analysis::micros::opt_ns_as_us")]
+    peak_allocated_time_ns: Option<i64>,
     peak_reserved_bytes: u64,
     categories_at_peak: &'a std::collections::BTreeMap<Category, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -94,7 +95,7 @@ fn side(run: &diff::RunPeak) -> Side<'_> {
         file: &run.file,
         device: run.device,
         peak_allocated_bytes: run.peak_allocated_bytes,
-        peak_allocated_time_us: run.peak_allocated_time_us,
+        peak_allocated_time_ns: run.peak_allocated_clock_ns,
         peak_reserved_bytes: run.peak_reserved_bytes,
         categories_at_peak: &run.categories_at_peak,
         growth: run.growth.as_ref(),

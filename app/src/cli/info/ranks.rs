@@ -47,8 +47,12 @@ pub(super) fn run_of_ranks(
         let start = r.first_event_ns.unwrap_or(0);
         let at = r
             .peak
-            .peak_allocated_time_us
-            .map_or_else(|| "-".to_owned(), |us| format!("+{}", duration_ns((us * 1000 - start).max(0))));
+            .peak_allocated_clock_ns
+            // Said to the µs, as the JSON gives it.
+            .map_or_else(
+                || "-".to_owned(),
+                |ns| format!("+{}", duration_ns((ns.div_euclid(1000) * 1000 - start).max(0))),
+            );
         writeln!(
             out,
             "  {:>5}  {:>14}  {:>14}  {:<14}  {:>12}  {}{}",

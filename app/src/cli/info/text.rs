@@ -96,10 +96,11 @@ pub(super) fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn 
     Ok(())
 }
 
-fn at(clock: Clock, start_ns: i64, time_us: Option<i64>) -> String {
-    match (clock, time_us) {
+fn at(clock: Clock, start_ns: i64, time_ns: Option<i64>) -> String {
+    match (clock, time_ns) {
         (Clock::EventIndex, _) | (_, None) => String::new(),
-        (_, Some(us)) => format!(" at +{}", duration_ns((us * 1000 - start_ns).max(0))),
+        // Said to the µs, as the JSON gives it.
+        (_, Some(ns)) => format!(" at +{}", duration_ns((ns.div_euclid(1000) * 1000 - start_ns).max(0))),
     }
 }
 
@@ -116,7 +117,7 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
         out,
         "  peak allocated  {}{} ({} requested at its own peak)",
         bytes(d.peak_allocated_bytes),
-        at(clock, start_ns, d.peak_allocated_time_us),
+        at(clock, start_ns, d.peak_allocated_time_ns),
         bytes(d.peak_requested_bytes)
     )?;
     if d.reserved_recorded {
@@ -124,7 +125,7 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
             out,
             "  peak reserved   {}{}",
             bytes(d.peak_reserved_bytes),
-            at(clock, start_ns, d.peak_reserved_time_us)
+            at(clock, start_ns, d.peak_reserved_time_ns)
         )?;
     } else {
         writeln!(
