@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use vramscope_trace_format::{Category, Context, DeviceId, EventKind, SegmentPool, StackId, StringId, Trace};
+use vramscope_trace_format::{
+    Category, Context, DeviceId, EventKind, Frame, FrameId, SegmentPool, StackId, StringId, Trace,
+};
 
 use super::attribution::{Attribution, Attributor, Evidence};
 use super::peak::{self, LiveBlock};
@@ -285,31 +287,31 @@ fn sort_tree(node: &mut StackNode) {
     node.children.iter_mut().for_each(sort_tree);
 }
 
-/// Where a stack allocated, as `function  file:line`: its innermost Python frame if it has one
-/// (what the user wrote or called), else its innermost frame worth showing (all frames count
-/// when `hide_noise` is off).
-pub fn allocation_site(trace: &Trace, stack: StackId, hide_noise: bool) -> String {
+/// The frame of a stack that names where it allocated: its innermost Python frame if it has one
+/// (what the user wrote or called; code `torch.compile` generated only when nothing else is
+/// Python), else the first frame past the allocation plumbing (which operator it was), else its
+/// innermost frame worth showing (all frames count when `hide_noise` is off).
+pub fn site_frame(trace: &Trace, stack: StackId, hide_noise: bool) -> Option<FrameId> {
     let interner = &trace.interner;
-    let frames: Vec<_> = interner.frames_of(stack).iter().filter_map(|&f| interner.frame_of(f)).collect();
-    let python_frame = |f: &&&vramscope_trace_format::Frame| {
-        let file = interner.resolve(f.file);
-        file.ends_with(".py") && !is_noise_frame(file, interner.resolve(f.function))
-    };
-    // Code that torch.compile generated says less than the user's line it came from (which
-    // augmented snapshots put right after it).
+    let frames: Vec<(FrameId, &Frame)> =
+        interner.frames_of(stack).iter().filter_map(|&f| Some((f, interner.frame_of(f)?))).collect();
+    let noise = |f: &Frame| is_noise_frame(interner.resolve(f.file), interner.resolve(f.function));
+    let python_frame = |(_, f): &&(FrameId, &Frame)| interner.resolve(f.file).ends_with(".py") && !noise(f);
     let python = frames
         .iter()
         .filter(python_frame)
-        .find(|f| !is_generated_code(interner.resolve(f.file)))
+        .find(|(_, f)| !is_generated_code(interner.resolve(f.file)))
         .or_else(|| frames.iter().find(python_frame));
-    let worth = |f: &&&vramscope_trace_format::Frame| {
-        !hide_noise || !is_noise_frame(interner.resolve(f.file), interner.resolve(f.function))
-    };
-    // Without Python frames (autograd's threads), the first frame past the allocation plumbing
-    // says which operator it was.
-    let operator = || frames.iter().filter(worth).find(|f| !is_plumbing_frame(interner.resolve(f.function)));
-    let shown = python.or_else(operator).or_else(|| frames.iter().find(worth));
-    shown.map_or_else(
+    let worth = |(_, f): &&(FrameId, &Frame)| !hide_noise || !noise(f);
+    let operator = || frames.iter().filter(worth).find(|(_, f)| !is_plumbing_frame(interner.resolve(f.function)));
+    python.or_else(operator).or_else(|| frames.iter().find(worth)).map(|&(id, _)| id)
+}
+
+/// Where a stack allocated ([`site_frame`]), as `function  file:line` ([`frame_label`]): the
+/// name sites are grouped and compared by.
+pub fn allocation_site(trace: &Trace, stack: StackId, hide_noise: bool) -> String {
+    let interner = &trace.interner;
+    site_frame(trace, stack, hide_noise).and_then(|id| interner.frame_of(id)).map_or_else(
         || "(no stack recorded)".to_owned(),
         |f| frame_label(interner.resolve(f.function), interner.resolve(f.file), f.line),
     )
@@ -390,6 +392,12 @@ fn short_name(function: &str) -> &str {
         }
     }
     if name.is_empty() { function } else { name }
+}
+
+/// A frame in full, as a stack lists it: `function  path/to/file.py:12`, the function alone when
+/// the file is not known (see [`frame_label`] for the short form sites are named by).
+pub fn frame_text(function: &str, file: &str, line: u32) -> String {
+    if file.is_empty() || file == "??" { function.to_owned() } else { format!("{function}  {file}:{line}") }
 }
 
 /// `function  file:line`, with the file shortened to its last three components and C++ names

@@ -102,7 +102,7 @@ pub fn postmortem(trace: &Trace, index: usize) -> Option<PostMortem> {
         .frames_of(oom.stack)
         .iter()
         .filter_map(|&f| interner.frame_of(f))
-        .map(|f| format!("{}  {}:{}", interner.resolve(f.function), interner.resolve(f.file), f.line))
+        .map(|f| instant::frame_text(interner.resolve(f.function), interner.resolve(f.file), f.line))
         .collect();
     let phase = trace
         .annotations

@@ -19,22 +19,6 @@ pub fn category_rgb(category: Category) -> (u8, u8, u8) {
     }
 }
 
-/// A human name for a category: `optimizer state`.
-pub fn category_label(category: Category) -> &'static str {
-    match category {
-        Category::Parameter => "parameter",
-        Category::Gradient => "gradient",
-        Category::OptimizerState => "optimizer state",
-        Category::Activation => "activation",
-        Category::Temporary => "temporary",
-        Category::Input => "input",
-        Category::AllocatorCache => "allocator cache",
-        Category::NonFramework => "non-framework",
-        Category::AutogradDetail => "autograd detail",
-        Category::Unknown => "unknown",
-    }
-}
-
 /// The reserved-bytes line.
 pub const RESERVED_RGB: (u8, u8, u8) = (0xe1, 0x57, 0x59);
 /// The requested-bytes line.

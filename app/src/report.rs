@@ -132,7 +132,7 @@ fn timeline_chart<DB: DrawingBackend>(
         chart
             .draw_series(AreaSeries::new(points.iter().copied(), 0.0, color.filled()))
             .map_err(err)?
-            .label(colors::category_label(category))
+            .label(crate::words::category_label(category))
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 12, y + 6)], color.filled()));
     }
     let requested_color = rgb(colors::REQUESTED_RGB);
@@ -214,7 +214,7 @@ fn breakdown<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, run: &RunPeak) -
     for (row, (category, bytes)) in categories_sorted(run).iter().enumerate() {
         let y = 40 + row as i32 * 28;
         let color = rgb(colors::category_rgb(*category));
-        text(area, colors::category_label(*category), 10, y, 16, &BLACK)?;
+        text(area, crate::words::category_label(*category), 10, y, 16, &BLACK)?;
         let len = (*bytes as f64 / total as f64 * f64::from(bar_max)) as i32;
         area.draw(&Rectangle::new([(170, y), (170 + len.max(1), y + 18)], color.filled())).map_err(err)?;
         let label = format!("{}  ({:.1}%)", units::bytes(*bytes), *bytes as f64 * 100.0 / total as f64);
@@ -307,7 +307,9 @@ fn draw_compare<DB: DrawingBackend>(
         ("peak reserved".to_owned(), d.a.peak_reserved_bytes, d.b.peak_reserved_bytes, None),
     ]
     .into_iter()
-    .chain(d.categories.iter().map(|c| (colors::category_label(c.category).to_owned(), c.a, c.b, Some(c.category))));
+    .chain(
+        d.categories.iter().map(|c| (crate::words::category_label(c.category).to_owned(), c.a, c.b, Some(c.category))),
+    );
     for (i, (name, va, vb, category)) in rows.enumerate() {
         let y = header_y + 26 + i as i32 * 24;
         if let Some(category) = category {
@@ -400,7 +402,7 @@ fn draw_phases<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, d: &Diff) -> R
         if let Some(c) = r.categories.iter().find(|c| c.delta != 0) {
             let swatch = Rectangle::new([(790, y + 2), (802, y + 14)], rgb(colors::category_rgb(c.category)).filled());
             area.draw(&swatch).map_err(err)?;
-            let name = colors::category_label(c.category);
+            let name = crate::words::category_label(c.category);
             text(area, &format!("{name} {}", units::signed_bytes(c.delta)), 808, y, 15, &BLACK)?;
         }
     }

@@ -14,7 +14,7 @@ pub fn category_color_index(index: usize) -> Color32 {
     Category::ALL.get(index).map_or(Color32::GRAY, |&c| category_color(c))
 }
 
-pub use crate::colors::category_label;
+pub use crate::words::category_label;
 
 /// The reserved-bytes line.
 pub const RESERVED: Color32 =

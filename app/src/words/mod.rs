@@ -51,6 +51,22 @@ fn headline(h: &Headline) -> String {
     text
 }
 
+/// A human name for a category: `optimizer state`.
+pub fn category_label(category: Category) -> &'static str {
+    match category {
+        Category::Parameter => "parameter",
+        Category::Gradient => "gradient",
+        Category::OptimizerState => "optimizer state",
+        Category::Activation => "activation",
+        Category::Temporary => "temporary",
+        Category::Input => "input",
+        Category::AllocatorCache => "allocator cache",
+        Category::NonFramework => "non-framework",
+        Category::AutogradDetail => "autograd detail",
+        Category::Unknown => "unknown",
+    }
+}
+
 /// Bytes by category in the order the CLI has always listed them: by name.
 pub fn by_name(categories: &std::collections::BTreeMap<Category, u64>) -> Vec<(Category, u64)> {
     let mut rows: Vec<(Category, u64)> = categories.iter().map(|(c, v)| (*c, *v)).collect();

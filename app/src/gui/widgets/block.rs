@@ -84,13 +84,7 @@ pub fn stack_ui(ui: &mut egui::Ui, trace: &Trace, stack: StackId, hide_noise: bo
         ui.weak("(no stack recorded)");
     }
     for f in frames.iter().take(limit) {
-        let file = interner.resolve(f.file);
-        let function = interner.resolve(f.function);
-        if file.is_empty() || file == "??" {
-            ui.monospace(function);
-        } else {
-            ui.monospace(format!("{function}  {file}:{}", f.line));
-        }
+        ui.monospace(instant::frame_text(interner.resolve(f.function), interner.resolve(f.file), f.line));
     }
     if frames.len() > limit {
         ui.weak(format!("… {} more frames", frames.len() - limit));
