@@ -176,61 +176,6 @@ fn line(out: &mut dyn Write, p: &Projection, baseline: u64) -> std::io::Result<(
     )
 }
 
-/// The rank advised on when the file is a run of several: the one that peaks highest.
-#[derive(Serialize)]
-pub(super) struct RankChosen {
-    /// The rank.
-    pub(super) rank: u32,
-    /// Each rank's allocated peak.
-    pub(super) peaks: Vec<(u32, u64)>,
-}
-
-/// The trace to advise on: the file's; of a run of several ranks (a directory of rank files,
-/// or a recording of several), the rank that peaks highest, each rank analysed alone. A
-/// directory's files are read for their figures, each dropped once they are taken, and the
-/// rank chosen is read again: a run of many ranks holds one trace per reader at a time.
-pub(super) fn one_rank(
-    path: &Path,
-    range: Option<TraceRange>,
-) -> Result<(vramscope_trace_format::Trace, Option<RankChosen>)> {
-    let (summary, origin) = if path.is_dir() {
-        let summed = crate::runs::summaries(&[path.to_path_buf()], range)?;
-        for note in words::run_notes(&summed.notes, &summed.skipped) {
-            eprintln!("warning: {note}");
-        }
-        let Some(summary) = summed.summary else {
-            bail!("{}: no rank holds memory events to advise on", path.display());
-        };
-        let origin = summed.origins.iter().find(|o| o.0 == summary.worst_rank).map(|o| o.1.clone());
-        (summary, origin)
-    } else {
-        let loaded = load::load(path, range)?;
-        for warning in &loaded.warnings {
-            eprintln!("warning: {}: {warning}", path.display());
-        }
-        if !crate::analysis::run::holds_ranks(&loaded.trace) {
-            return Ok((loaded.trace, None));
-        }
-        let mut run = crate::analysis::run::Run::of(vec![(path.display().to_string(), loaded.trace)]);
-        let Some(summary) = crate::analysis::run::summarize(&run) else {
-            bail!("{}: no rank holds memory events to advise on", path.display());
-        };
-        let Some(at) = run.ranks.iter().position(|r| r.rank == summary.worst_rank) else {
-            bail!("rank {} is gone", summary.worst_rank)
-        };
-        let rank = run.ranks.swap_remove(at);
-        let peaks = summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect();
-        return Ok((rank.trace, (summary.ranks.len() > 1).then_some(RankChosen { rank: summary.worst_rank, peaks })));
-    };
-    let Some(origin) = origin else { bail!("rank {} is gone", summary.worst_rank) };
-    let trace = crate::runs::read_rank(&origin)?;
-    if summary.ranks.len() == 1 {
-        return Ok((trace, None));
-    }
-    let peaks = summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect();
-    Ok((trace, Some(RankChosen { rank: summary.worst_rank, peaks })))
-}
-
 /// The reserved peak of `device` in the recording at `path` (the device advised on).
 fn reserved_peak(path: &Path, device: DeviceId, range: Option<TraceRange>) -> Result<u64> {
     let loaded = load::load(path, range)?;
@@ -287,7 +232,7 @@ pub struct Options<'a> {
 /// Runs `advise` on `path`; with `scaling`, also fits the peak over recordings at other sizes.
 pub fn run(path: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
     let Options { json, gpus, target, device, scaling, range } = *options;
-    let (trace, chosen) = one_rank(path, range)?;
+    let (trace, chosen) = crate::runs::highest_rank(path, range)?;
     super::check_device(path, &trace, device)?;
     let Some(advice) = advisor::advise(&trace, device, gpus, target) else {
         bail!("{}: the trace holds no memory events to advise on", path.display());

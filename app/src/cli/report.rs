@@ -22,7 +22,7 @@ pub fn run(
     for path in files {
         // A run of several ranks (a directory of rank files, a recording of several): the rank
         // that peaks highest, alone, as advise takes it; never several processes' memory summed.
-        let (trace, chosen) = super::advise::one_rank(path, range)?;
+        let (trace, chosen) = crate::runs::highest_rank(path, range)?;
         let mut name =
             path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
         if let Some(chosen) = &chosen {
