@@ -316,6 +316,15 @@ pub fn smallest_change(advice: &Advice) -> Option<String> {
     Some(line)
 }
 
+/// How a gate came out, a line: `gate peak_allocated_bytes: grew +3.2%, limit +5%: ok`; on a run
+/// of ranks, with the rank where it came out worst.
+pub fn gate_line(g: &crate::analysis::query::gates::GateResult, worst_rank: Option<u32>) -> String {
+    let verdict = if g.passed { "ok" } else { "FAILED" };
+    let actual = gate_change(g.actual_percent);
+    let ranks = worst_rank.map_or_else(String::new, |rank| format!(" (on every rank; worst: rank {rank})"));
+    format!("gate {}{ranks}: {actual}, limit +{}%: {verdict}", g.gate, g.limit_percent)
+}
+
 /// What a gate measured: `grew +3.2%`, `shrank 18.8%`, `unchanged`, `grew from none`.
 pub fn gate_change(percent: Option<f64>) -> String {
     match percent {

@@ -126,13 +126,7 @@ pub(super) fn ranks(
         writeln!(out, "\nrank {worst_rank}:")?;
         write_text(worst, &[], false, range, out)?;
         for (g, rank) in results {
-            let verdict = if g.passed { "ok" } else { "FAILED" };
-            let actual = crate::words::gate_change(g.actual_percent);
-            writeln!(
-                out,
-                "gate {} (on every rank; worst: rank {rank}): {actual}, limit +{}%: {verdict}",
-                g.gate, g.limit_percent
-            )?;
+            writeln!(out, "{}", crate::words::gate_line(g, Some(*rank)))?;
         }
     }
     Ok(results.iter().all(|(r, _)| r.passed))

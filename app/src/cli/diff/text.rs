@@ -193,9 +193,7 @@ pub(super) fn write_text(
         }
     }
     for g in gates {
-        let verdict = if g.passed { "ok" } else { "FAILED" };
-        let actual = crate::words::gate_change(g.actual_percent);
-        writeln!(out, "gate {}: {actual}, limit +{}%: {verdict}", g.gate, g.limit_percent)?;
+        writeln!(out, "{}", crate::words::gate_line(g, None))?;
     }
     Ok(())
 }
