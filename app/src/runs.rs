@@ -193,6 +193,35 @@ pub fn summaries(paths: &[PathBuf], range: Option<vramscope_trace_format::TraceR
     Ok(Summed { summary: run::sum_up(ranks), notes, skipped, origins })
 }
 
+/// What some paths hold, ready to summarise: one trace, or a run of several ranks summed up.
+pub enum Held {
+    /// One trace (of one process).
+    Trace(Box<LoadedTrace>),
+    /// A run of several ranks: several files, a directory of them, or a recording of several.
+    Run(Summed),
+}
+
+/// What `paths` hold (`range` of each file): one trace, whole, or a run of several ranks summed
+/// up with each rank's file dropped once its figures are taken. What `info` and every face that
+/// summarises a file or a run start from.
+pub fn open_for_summary(paths: &[PathBuf], range: Option<vramscope_trace_format::TraceRange>) -> Result<Held> {
+    use crate::analysis::run;
+    if let [one] = paths
+        && !one.is_dir()
+    {
+        let loaded = load::load(one, range)?;
+        if !run::holds_ranks(&loaded.trace) {
+            return Ok(Held::Trace(Box::new(loaded)));
+        }
+        let name = loaded.path.display().to_string();
+        let whole = Run::of(vec![(name, loaded.trace)]);
+        let summary = run::summarize(&whole);
+        return Ok(Held::Run(Summed { summary, notes: whole.notes, skipped: Vec::new(), origins: Vec::new() }));
+    }
+    // Each file's figures taken as it is read, and the file dropped.
+    Ok(Held::Run(summaries(paths, range)?))
+}
+
 /// One rank of a run, read again from where [`summaries`] found it (its file's warnings were
 /// said when it was first read).
 pub fn read_rank(origin: &Origin) -> Result<vramscope_trace_format::Trace> {

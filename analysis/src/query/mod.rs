@@ -14,6 +14,9 @@
 //! | Does memory grow every iteration? | [`growth`] |
 //! | What would each remedy do to the peak? | [`advice`] |
 //!
+//! Files are read by the app (`app/src/runs.rs`: `open_for_summary` gives one trace or a run of
+//! ranks summed up, `highest_rank` the one rank to look at), one trace per reader at a time.
+//!
 //! A new question is one function here and its words in `app/src/words`; a new face is one
 //! module that calls these.
 

@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 use vramscope_trace_format::{DeviceId, TraceRange};
 
 use crate::analysis::summary::{self};
-use crate::load::{self, LoadedTrace};
+use crate::load::LoadedTrace;
 use crate::units::{bytes, counted, duration_ns};
 
 mod at;
@@ -27,23 +27,9 @@ use self::text::{device_name, write_text};
 /// directory of them, or one recording of several ranks): per-rank rows and the run's summary.
 pub fn run_paths(paths: &[std::path::PathBuf], options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
     let Options { json, at, blocks, all_phases, range } = *options;
-    let summed = match paths {
-        [one] if !one.is_dir() => {
-            let loaded = load::load(one, range)?;
-            if !crate::analysis::run::holds_ranks(&loaded.trace) {
-                return run_loaded(&loaded, options, out);
-            }
-            let name = loaded.path.display().to_string();
-            let run = crate::analysis::run::Run::of(vec![(name, loaded.trace)]);
-            crate::runs::Summed {
-                summary: crate::analysis::run::summarize(&run),
-                notes: run.notes,
-                skipped: Vec::new(),
-                origins: Vec::new(),
-            }
-        }
-        // Each file's figures taken as it is read, and the file dropped.
-        _ => crate::runs::summaries(paths, range)?,
+    let summed = match crate::runs::open_for_summary(paths, range)? {
+        crate::runs::Held::Trace(loaded) => return run_loaded(&loaded, options, out),
+        crate::runs::Held::Run(summed) => summed,
     };
     if at.is_some() || blocks > 0 || all_phases {
         bail!(
