@@ -148,8 +148,7 @@ impl<S: PieceSink> Machine<'_, S> {
                 self.memo_put(index)?;
             }
             PUT => {
-                let line = self.cur.line()?.to_vec();
-                let index = parse_index(&line).ok_or_else(|| self.err("PUT index is not a number"))?;
+                let index = parse_index(self.cur.line()?).ok_or_else(|| self.err("PUT index is not a number"))?;
                 self.memo_put(index)?;
             }
             BINGET => {
@@ -161,8 +160,7 @@ impl<S: PieceSink> Machine<'_, S> {
                 self.memo_get(index)?;
             }
             GET => {
-                let line = self.cur.line()?.to_vec();
-                let index = parse_index(&line).ok_or_else(|| self.err("GET index is not a number"))?;
+                let index = parse_index(self.cur.line()?).ok_or_else(|| self.err("GET index is not a number"))?;
                 self.memo_get(index)?;
             }
             _ => return Err(self.err(format!("internal: opcode 0x{op:02x} dispatched to the wrong group"))),

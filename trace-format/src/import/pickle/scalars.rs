@@ -11,9 +11,7 @@ use crate::error::Result;
 
 impl<S: PieceSink> Machine<'_, S> {
     fn string(&mut self, bytes_len: usize) -> Result<Value> {
-        let start = self.cur.pos;
-        self.cur.take(bytes_len)?;
-        let bytes = &self.cur.data[start..start + bytes_len];
+        let bytes = self.cur.take(bytes_len)?;
         // Python writes lone surrogates with 'surrogatepass', which is not valid UTF-8.
         let id = match self.store.interner.string_from_utf8(bytes) {
             Some(id) => id,
@@ -66,22 +64,18 @@ impl<S: PieceSink> Machine<'_, S> {
             }
             LONG1 => {
                 let n = self.cur.u8()? as usize;
-                let bytes = self.cur.take(n)?;
-                let bytes = bytes.to_vec();
-                let v = long_from_le(&bytes);
+                let v = long_from_le(self.cur.take(n)?);
                 self.push(v);
             }
             LONG4 => {
                 let n = self.cur.u32()? as u64;
                 let n = self.cur.len_arg(n)?;
-                let start = self.cur.pos;
-                self.cur.take(n)?;
-                let v = long_from_le(&self.cur.data[start..start + n]);
+                let v = long_from_le(self.cur.take(n)?);
                 self.push(v);
             }
             INT | LONG => {
-                let line = self.cur.line()?.to_vec();
-                let v = self.parse_text_int(&line)?;
+                let line = self.cur.line()?;
+                let v = self.parse_text_int(line)?;
                 self.push(v);
             }
             BINFLOAT => {
@@ -118,14 +112,12 @@ impl<S: PieceSink> Machine<'_, S> {
             }
             UNICODE => {
                 // Protocol 0 text: raw-unicode-escape. Kept simple: \uXXXX escapes decoded.
-                let line = self.cur.line()?.to_vec();
-                let text = decode_raw_unicode_escape(&line);
+                let text = decode_raw_unicode_escape(self.cur.line()?);
                 let id = self.store.interner.string(&text);
                 self.push(Value::Str(id));
             }
             STRING => {
-                let line = self.cur.line()?.to_vec();
-                let text = String::from_utf8_lossy(&line);
+                let text = String::from_utf8_lossy(self.cur.line()?);
                 let text = text.trim();
                 let unquoted = text
                     .strip_prefix('\'')
