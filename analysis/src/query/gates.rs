@@ -5,7 +5,7 @@ use serde::Serialize;
 use vramscope_trace_format::Category;
 
 use crate::diff::{CategoryDelta, Diff, percent};
-use crate::phases::PhaseKind;
+use crate::phases::{PhaseKind, PhasesFrom};
 
 /// A limit on growth from A to B.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,6 +79,8 @@ pub enum Unchecked {
         phase: PhaseKind,
         /// Which runs lack it: A, B.
         missing: [bool; 2],
+        /// Where each run told its phases from (A's, B's).
+        from: [Option<PhasesFrom>; 2],
     },
     /// The categories at the phase's high points were not worked out (past the first phases).
     NoCategories {
@@ -105,7 +107,7 @@ pub fn check(gate: &Gate, d: &Diff) -> Result<GateResult, Unchecked> {
             let row = d.phases.iter().find(|r| r.phase == Some(g.phase) && r.iteration.is_none());
             let Some((sa, sb)) = row.and_then(|r| r.a.as_ref().zip(r.b.as_ref())) else {
                 let missing = [&d.a, &d.b].map(|run| run.phases.highest(g.phase).is_none());
-                return Err(Unchecked::NoPhase { phase: g.phase, missing });
+                return Err(Unchecked::NoPhase { phase: g.phase, missing, from: [d.a.phases.from, d.b.phases.from] });
             };
             match g.category {
                 None => (format!("phase:{}", g.phase.name()), sa.high_bytes, sb.high_bytes, g.limit),

@@ -8,7 +8,7 @@
 //! | What does this trace hold? | [`summary`] |
 //! | What does each rank of a run hold, and which peaks highest? | [`crate::run::figures`], [`crate::run::summarize`] |
 //! | What was alive at an instant (`+40ms`, `backward#2`)? | [`instant::at`], [`instant::largest_blocks`] |
-//! | What was alive at the peak, and why is each block what it is? | [`breakdown`] |
+//! | What was alive at the peak, and why is each block what it is? | [`instant::largest_blocks`] (no instant: the peak) |
 //! | Why did it run out of memory? | [`oom::explain_firsts`], [`oom::on_device`] |
 //! | How do two runs differ, and do the gates hold? | [`compare::compare`], [`compare::compare_ranks`] |
 //! | Does memory grow every iteration? | [`growth`] |
@@ -32,13 +32,6 @@ use vramscope_trace_format::{DeviceId, SourceFormat, Trace};
 /// at the peak, phases and growth.
 pub fn summary(trace: &Trace, format: SourceFormat, wrappers: &[Wrapper]) -> crate::summary::Summary {
     crate::summary::summary(trace, format, wrappers)
-}
-
-/// Everything alive on `device` at its allocated peak, each block with its category and the
-/// evidence for it, by category, name and stack.
-pub fn breakdown(trace: &Trace, device: DeviceId) -> crate::instant::Instant {
-    let peaks = crate::peak::peaks(trace, device);
-    crate::instant::instant(trace, device, peaks.allocated.event, peaks.allocated.time_ns)
 }
 
 /// Whether memory on `device` grows from one iteration to the next, and where.

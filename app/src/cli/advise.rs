@@ -234,12 +234,12 @@ pub fn run(path: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<()
     let Options { json, gpus, target, device, scaling, range } = *options;
     let (trace, chosen) = crate::runs::highest_rank(path, range)?;
     super::check_device(path, &trace, device)?;
-    let Some(advice) = advisor::advise(&trace, device, gpus, target) else {
+    let Some(advice) = crate::analysis::query::advice(&trace, device, gpus, target) else {
         bail!("{}: the trace holds no memory events to advise on", path.display());
     };
     let fitted = scaling.map(|s| fit(path, &advice, s, range)).transpose()?;
     // Memory that grows every iteration comes first: no remedy holds while it does.
-    let growth = crate::analysis::growth::growth(&trace, advice.baseline.device).filter(|g| g.alarms());
+    let growth = crate::analysis::query::growth(&trace, advice.baseline.device).filter(|g| g.alarms());
     if json {
         let mut value = serde_json::to_value(with_words(&advice, fitted.as_ref()))?;
         if let (Some(growth), Some(object)) = (&growth, value.as_object_mut()) {

@@ -8,7 +8,7 @@ use vramscope_trace_format::{DeviceId, Trace};
 
 use super::context::ViewCtx;
 use super::jobs::Job;
-use crate::analysis::advisor::{self, Advice, Projection};
+use crate::analysis::advisor::{Advice, Projection};
 use crate::{units, words};
 
 /// The advice shown, and the one being worked out.
@@ -42,7 +42,7 @@ impl AdvisorState {
             self.pending = Some(Job::spawn(
                 "advise",
                 move || ctx.request_repaint(),
-                move |_| advisor::advise(&trace, Some(device), gpus, target),
+                move |_| crate::analysis::query::advice(&trace, Some(device), gpus, target),
                 |_| None,
             ));
         }

@@ -129,7 +129,7 @@ impl Session {
         let job = Job::spawn(
             "growth",
             repainter(ctx),
-            move |_| devices.iter().map(|&d| crate::analysis::growth::growth(&for_job, d)).collect(),
+            move |_| devices.iter().map(|&d| crate::analysis::query::growth(&for_job, d)).collect(),
             |_| Vec::new(),
         );
         self.growth = Some((trace, job));

@@ -127,13 +127,13 @@ pub fn phases_line(phases: &Phases) -> Option<String> {
     Some(format!("high points {}{over}; {source}", highs.join(", ")))
 }
 
-/// Why a gate could not be checked on `d`.
-pub fn gate_unchecked(why: &crate::analysis::query::gates::Unchecked, d: &crate::analysis::diff::Diff) -> String {
+/// Why a gate could not be checked.
+pub fn gate_unchecked(why: &crate::analysis::query::gates::Unchecked) -> String {
     use crate::analysis::query::gates::Unchecked;
     match *why {
-        Unchecked::NoPhase { phase, missing } => {
-            let sides: Vec<(&str, &crate::analysis::diff::RunPeak)> =
-                [("A", &d.a), ("B", &d.b)].into_iter().zip(missing).filter(|(_, m)| *m).map(|(s, _)| s).collect();
+        Unchecked::NoPhase { phase, missing, from } => {
+            let sides: Vec<(&str, Option<PhasesFrom>)> =
+                [("A", from[0]), ("B", from[1])].into_iter().zip(missing).filter(|(_, m)| *m).map(|(s, _)| s).collect();
             let names: Vec<&str> = sides.iter().map(|(name, _)| *name).collect();
             format!(
                 "the gate on {} cannot be checked: {} {} no {} phase ({})",
@@ -142,7 +142,7 @@ pub fn gate_unchecked(why: &crate::analysis::query::gates::Unchecked, d: &crate:
                 if sides.len() == 1 { "shows" } else { "show" },
                 phase_label(phase),
                 match sides.as_slice() {
-                    [(_, run)] => phases_from(run.phases.from),
+                    [(_, from)] => phases_from(*from),
                     _ => "neither run tells its phases",
                 }
             )

@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 use vramscope_trace_format::{Category, DeviceId, TraceRange};
 
-use crate::analysis::diff::{self, Diff, PhaseDelta, SiteDelta, percent};
+use crate::analysis::diff::{self, PhaseDelta, SiteDelta, percent};
 use crate::analysis::phases::PhaseKind;
 
 mod ranks;
@@ -19,11 +19,6 @@ use self::ranks::ranks;
 use self::text::{ITERATIONS_SHOWN, write_text};
 
 pub use crate::analysis::query::gates::{Gate, GateResult, PhaseGate, parse_category_gate, parse_phase_gate};
-
-/// How a gate comes out on `d`; an error that says why when it cannot be checked.
-fn check(gate: &Gate, d: &Diff) -> Result<GateResult> {
-    crate::analysis::query::gates::check(gate, d).map_err(|why| anyhow::anyhow!(crate::words::gate_unchecked(&why, d)))
-}
 
 #[derive(Serialize)]
 struct Side<'a> {
@@ -139,8 +134,9 @@ pub fn run(a: &Path, b: &Path, options: &Options<'_>, out: &mut dyn Write) -> Re
         fits?;
         Ok(peak)
     };
-    let d = diff::diff(peak_of(a, side_a)?, peak_of(b, side_b)?);
-    let results: Vec<GateResult> = gates.iter().map(|g| check(g, &d)).collect::<Result<_>>()?;
+    let compared = crate::analysis::query::compare::compare(peak_of(a, side_a)?, peak_of(b, side_b)?, gates)
+        .map_err(|why| anyhow::anyhow!(crate::words::gate_unchecked(&why)))?;
+    let (d, results) = (compared.diff, compared.gates);
     if json {
         let delta = Delta {
             peak_allocated_bytes: d.b.peak_allocated_bytes as i64 - d.a.peak_allocated_bytes as i64,

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::analysis::diff::{self, Diff, percent};
+use crate::analysis::diff::{self, percent};
 use crate::units::{bytes, signed_bytes};
 
 use super::Options;
@@ -44,8 +44,7 @@ pub(super) fn ranks(
             )
         }
         RanksNotCompared::Gate(rank, why) => {
-            let d = compared_rank(side_a, side_b, rank);
-            anyhow::anyhow!("rank {rank}: {}", d.map_or_else(String::new, |d| crate::words::gate_unchecked(&why, &d)))
+            anyhow::anyhow!("rank {rank}: {}", crate::words::gate_unchecked(&why))
         }
     })?;
     let (worst_rank, worst) = compared.most_grown();
@@ -130,10 +129,4 @@ pub(super) fn ranks(
         }
     }
     Ok(results.iter().all(|(r, _)| r.passed))
-}
-
-/// Rank `rank` of both runs compared (to say why a gate cannot be checked on it).
-fn compared_rank(a: &[(u32, diff::RunPeak)], b: &[(u32, diff::RunPeak)], rank: u32) -> Option<Diff> {
-    let of = |side: &[(u32, diff::RunPeak)]| side.iter().find(|(r, _)| *r == rank).map(|(_, p)| p.clone());
-    Some(diff::diff(of(a)?, of(b)?))
 }

@@ -8,7 +8,6 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use vramscope_trace_format::{DeviceId, TraceRange};
 
-use crate::analysis::summary::{self};
 use crate::load::LoadedTrace;
 use crate::units::{bytes, counted, duration_ns};
 
@@ -64,7 +63,7 @@ pub struct Options<'a> {
 /// `info` on one loaded trace.
 fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
     let Options { json, at, blocks, all_phases, .. } = *options;
-    let summary = summary::summary(&loaded.trace, loaded.format, &loaded.wrappers);
+    let summary = crate::analysis::query::summary(&loaded.trace, loaded.format, &loaded.wrappers);
     let largest = (blocks > 0)
         .then(|| largest_blocks(&loaded.trace, at.map(|a| a.1), at.map_or("peak", |a| a.0), blocks))
         .transpose()?;
