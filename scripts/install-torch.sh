@@ -53,8 +53,8 @@ python_requirements=(
     numpy
 )
 
-# Not torch's: what the tests read vramscope's output with (DuckDB reads `export --format parquet`),
-# and the trainers the tests record as real clients (Lightning, accelerate, the transformers Trainer:
+# Not torch's: what the tests read vramscope's output with (DuckDB reads `export --format parquet`;
+# the official MCP client talks to `vramscope mcp`), and the trainers the tests record as real clients (Lightning, accelerate, the transformers Trainer:
 # `tests/workloads/trainers.py`).
 # Installed beside torch and checked on its own, so adding one does not redo the torch install.
 extra_requirements=(
@@ -62,6 +62,7 @@ extra_requirements=(
     lightning==2.6.6
     accelerate==1.12.0
     transformers==4.57.1
+    mcp==2.3.0
 )
 
 py="$venv/bin/python"

@@ -41,6 +41,18 @@ vramscope info run.vtrace | tee info.txt
 grep -q "parameter" info.txt
 vramscope record -o bigger.vtrace -- python "$repo/samples/pytorch/train.py" --model mlp --steps 3 --batch-size 64
 vramscope diff run.vtrace bigger.vtrace
+# The MCP server of the installed command, as an agent's client starts it: handshake, one tool.
+printf '%s\n' \
+    '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sh","version":"0"}}}' \
+    '{"jsonrpc":"2.0","method":"notifications/initialized"}' \
+    '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"summary","arguments":{"paths":"run.vtrace"}}}' \
+    | vramscope mcp >mcp.jsonl
+python - <<'EOF_MCP'
+import json
+replies = [json.loads(line) for line in open("mcp.jsonl")]
+assert [r["id"] for r in replies] == [1, 2], replies
+assert replies[1]["result"]["structuredContent"]["devices"][0]["peak_allocated_bytes"] > 0, replies[1]
+EOF_MCP
 xvfb-run -a -s "-screen 0 1280x800x24" vramscope run.vtrace --screenshot shot.png --size 1280x800
 test -s shot.png
 cp shot.png "${VRAMSCOPE_WHEEL_SHOT:-${TMPDIR:-/tmp}/vramscope-wheel-shot.png}"   # for a person to look at

@@ -2,7 +2,8 @@
 //!
 //! The binary is thin; this library holds the command-line commands ([`cli`]), the loading of
 //! files with progress ([`load`]), the analysis ([`analysis`]), which is plain functions over
-//! the trace model of `vramscope-trace-format`, and the desktop app ([`gui`]).
+//! the trace model of `vramscope-trace-format`, the desktop app ([`gui`]) and the server that
+//! answers coding agents ([`mcp`]).
 
 /// The analysis (the `vramscope-analysis` crate), under the name the app has always used.
 pub use vramscope_analysis as analysis;
@@ -12,6 +13,7 @@ pub mod colors;
 pub mod gui;
 pub mod load;
 pub mod mapped;
+pub mod mcp;
 pub mod memory;
 pub mod report;
 pub mod runs;

@@ -376,6 +376,18 @@ enum Command {
         #[command(flatten)]
         range: RangeArg,
     },
+    /// Answer coding agents: a Model Context Protocol server on standard input and output.
+    ///
+    /// An MCP client (Claude Code, Cursor, VS Code, Codex, ...) starts it and asks it what the CLI
+    /// answers, with the same numbers: a run's summary (one trace or a run of ranks), what was alive
+    /// at the peak or at an instant (by category and allocation site), two runs compared (with
+    /// gates), memory growing every iteration, the OOM post-mortem and the advisor's projections.
+    /// Every tool only reads the files it is given; answers are bounded in size (long lists come
+    /// a page at a time). Register it with the client, e.g. `claude mcp add vramscope --
+    /// vramscope mcp`, or in a client's JSON settings:
+    /// `{"mcpServers": {"vramscope": {"command": "vramscope", "args": ["mcp"]}}}`. It runs until
+    /// the client closes its input; paths are relative to the directory it was started in.
+    Mcp,
 }
 
 /// Exit status when a file cannot be read or a command fails.
@@ -513,6 +525,8 @@ fn main() -> ExitCode {
         Some(Command::Convert { file, output, force, range }) => {
             vramscope::cli::convert::run(&file, &output, force, range.range, &mut stdout)
         }
+        // Standard output is the protocol's: nothing else is written to it.
+        Some(Command::Mcp) => vramscope::mcp::serve_stdio(),
     };
     match result.and_then(|()| stdout.flush().map_err(anyhow::Error::from)) {
         Ok(()) => ExitCode::SUCCESS,
