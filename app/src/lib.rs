@@ -10,6 +10,7 @@ pub use vramscope_analysis as analysis;
 pub mod atomic;
 pub mod cli;
 pub mod colors;
+pub mod follow;
 pub mod gui;
 pub mod load;
 pub mod mapped;

@@ -1,6 +1,7 @@
 //! Loading any supported file, with a progress bar on a terminal and errors that name the file.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -30,6 +31,39 @@ pub struct LoadedTrace {
     pub format: SourceFormat,
     /// What the content came wrapped in (gzip, a memory_viz HTML page), outermost first.
     pub wrappers: Vec<Wrapper>,
+}
+
+/// Where a trace came from (the file, its format and size, what was odd about it): what a
+/// face keeps beside the trace, and a process's view of a trace keeps from the whole.
+#[derive(Clone, Debug)]
+pub struct Origin {
+    /// The file.
+    pub path: PathBuf,
+    /// Its format.
+    pub format: SourceFormat,
+    /// What the content came wrapped in, outermost first.
+    pub wrappers: Vec<Wrapper>,
+    /// Its size.
+    pub file_bytes: u64,
+    /// What was odd about it but not fatal.
+    pub warnings: Vec<String>,
+    /// How long reading and analysing took.
+    pub load_time: Duration,
+}
+
+impl Origin {
+    /// A loaded file taken apart: its trace, and where it came from.
+    pub fn of(loaded: LoadedTrace, load_time: Duration) -> (Trace, Self) {
+        let origin = Self {
+            path: loaded.path,
+            format: loaded.format,
+            wrappers: loaded.wrappers,
+            file_bytes: loaded.file_bytes,
+            warnings: loaded.warnings,
+            load_time,
+        };
+        (loaded.trace, origin)
+    }
 }
 
 /// The path that names standard input.

@@ -362,3 +362,14 @@ pub fn highest_rank(
     let peaks = summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect();
     Ok((trace, Some(RankChosen { rank: summary.worst_rank, peaks })))
 }
+
+/// The process of `trace` whose allocated peak is highest (the first, on ties).
+pub fn highest_process(trace: &vramscope_trace_format::Trace) -> usize {
+    (0..trace.metadata.processes.len())
+        .max_by_key(|&p| {
+            let one = trace.of_process(vramscope_trace_format::ProcessId(p as u32));
+            let peak = one.devices().into_iter().map(|d| crate::analysis::peak::peaks(&one, d).allocated.bytes).max();
+            (peak.unwrap_or(0), std::cmp::Reverse(p))
+        })
+        .unwrap_or(0)
+}

@@ -57,37 +57,7 @@ pub struct Document {
     pub load_time: Duration,
 }
 
-/// Where a document's trace came from: what a process's view of it keeps from the whole.
-#[derive(Clone, Debug)]
-pub struct Origin {
-    /// The file.
-    pub path: PathBuf,
-    /// Its format.
-    pub format: SourceFormat,
-    /// What the content came wrapped in, outermost first.
-    pub wrappers: Vec<Wrapper>,
-    /// Its size.
-    pub file_bytes: u64,
-    /// What was odd about it but not fatal.
-    pub warnings: Vec<String>,
-    /// How long reading and analysing took.
-    pub load_time: Duration,
-}
-
-impl Origin {
-    /// A loaded file taken apart: its trace, and where it came from.
-    pub fn of(loaded: LoadedTrace, load_time: Duration) -> (Trace, Self) {
-        let origin = Self {
-            path: loaded.path,
-            format: loaded.format,
-            wrappers: loaded.wrappers,
-            file_bytes: loaded.file_bytes,
-            warnings: loaded.warnings,
-            load_time,
-        };
-        (loaded.trace, origin)
-    }
-}
+pub use crate::load::Origin;
 
 impl Document {
     /// Precomputes every device's data for a loaded trace.

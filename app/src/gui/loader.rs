@@ -9,7 +9,6 @@ use vramscope_trace_format::{ProcessId, Trace, TraceRange};
 use super::document::{Document, Origin};
 use super::jobs::Job;
 use super::ranks::{self, Finished};
-use crate::analysis::peak;
 use crate::load::LoadedTrace;
 
 /// A load in progress.
@@ -61,23 +60,12 @@ fn document(loaded: LoadedTrace, started: Instant) -> Loaded {
             run.rows.iter().find(|r| Some(r.0) == worst).and_then(|r| r.2.process).unwrap_or(0)
         }
         // Processes without ranks (a program's workers, forks): the one that peaks highest.
-        None => highest_process(&loaded.trace),
+        None => crate::runs::highest_process(&loaded.trace),
     };
     let (whole, origin) = Origin::of(loaded, started.elapsed());
     let whole = Arc::new(whole);
     let doc = Document::build_shared(Arc::new(whole.of_process(ProcessId(process as u32))), origin);
     Loaded { doc, recording: Some(Recording { whole, run, process }) }
-}
-
-/// The process of `trace` whose allocated peak is highest (the first, on ties).
-pub fn highest_process(trace: &Trace) -> usize {
-    (0..trace.metadata.processes.len())
-        .max_by_key(|&p| {
-            let one = trace.of_process(ProcessId(p as u32));
-            let peak = one.devices().into_iter().map(|d| peak::peaks(&one, d).allocated.bytes).max();
-            (peak.unwrap_or(0), std::cmp::Reverse(p))
-        })
-        .unwrap_or(0)
 }
 
 impl Loader {

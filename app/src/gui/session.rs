@@ -141,7 +141,7 @@ impl Session {
         self.loader = None;
         self.run = None;
         self.close_document(ctx);
-        match Follower::start(source, repainter(ctx)) {
+        match super::follow::start(source, repainter(ctx)) {
             Ok(follower) => {
                 self.live = Some(follower);
                 self.follow_newest = true;
@@ -260,8 +260,10 @@ impl Session {
     /// Picks up what the background jobs finished; says what changed.
     pub fn poll(&mut self, ctx: &egui::Context) -> Vec<Change> {
         let mut changes = Vec::new();
-        if let Some(update) = self.live.as_mut().and_then(Follower::poll) {
-            if let Status::Ended(Some(path)) = &update.status {
+        if let Some(live) = self.live.as_mut()
+            && let Some(update) = live.poll()
+        {
+            if let Status::Ended(Some(path)) = &live.status {
                 changes.push(Change::Opened(path.clone()));
             }
             let change = self.show_update(ctx, update);
