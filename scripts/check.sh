@@ -15,7 +15,7 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-15}"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "system packages the GUI tests need (Xvfb, Mesa)"
+step "system packages the GUI and terminal tests need (Xvfb, Mesa, tmux)"
 scripts/install-gui-deps.sh
 
 step "PyTorch for CPU in a venv, for the recording tests (reused when already there)"
@@ -26,7 +26,7 @@ step "rustfmt"
 cargo fmt --all -- --check
 
 step "the app's and the analysis' modules import each other without cycles"
-for dir in app/src app/src/gui app/src/cli app/src/words analysis/src analysis/src/query; do
+for dir in app/src app/src/gui app/src/cli app/src/words app/src/tui app/src/mcp analysis/src analysis/src/query; do
     python3 scripts/module_cycles.py "$dir"
 done
 

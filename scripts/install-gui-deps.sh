@@ -5,8 +5,9 @@
 set -euo pipefail
 
 # x11-utils (xwininfo) and x11-apps (xwd): scripts/check_readme.py finds and captures the app's window.
+# tmux: the terminal view's tests (tests/tests/top.rs) drive it in a real terminal.
 packages=(xvfb xauth libgl1 libegl1 libgl1-mesa-dri libxkbcommon-x11-0 libxcursor1 libxrandr2 libxi6 fonts-dejavu-core
-    x11-utils x11-apps)
+    x11-utils x11-apps tmux)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

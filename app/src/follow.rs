@@ -174,7 +174,7 @@ impl<T: Send + 'static> Follower<T> {
     /// ready.
     pub fn start(
         source: Source,
-        build: impl Fn(Trace, Origin, &AtomicU32) -> T + Send + 'static,
+        build: impl FnMut(Trace, Origin, &AtomicU32) -> T + Send + 'static,
         repaint: impl Fn() + Send + Sync + 'static,
     ) -> anyhow::Result<Self> {
         let shared = Arc::new(Shared {
@@ -187,7 +187,12 @@ impl<T: Send + 'static> Follower<T> {
         let thread_source = source.clone();
         std::thread::Builder::new().name("vramscope-follow".to_owned()).spawn(move || {
             lower_priority();
-            let out = Out { sender, build: Box::new(build), repaint: Box::new(repaint), shared: thread_shared };
+            let out = Out {
+                sender,
+                build: std::cell::RefCell::new(Box::new(build)),
+                repaint: Box::new(repaint),
+                shared: thread_shared,
+            };
             match thread_source {
                 Source::Recording(dir) => follow_recording(&dir, &out),
                 Source::File(path) => follow_file(&path, &out),
@@ -235,10 +240,13 @@ impl<T> Drop for Follower<T> {
     }
 }
 
+/// How a face turns a state of the run into what it shows.
+type Build<T> = dyn FnMut(Trace, Origin, &AtomicU32) -> T + Send;
+
 /// The thread's way out.
 struct Out<T> {
     sender: Sender<Message<T>>,
-    build: Box<dyn Fn(Trace, Origin, &AtomicU32) -> T + Send>,
+    build: std::cell::RefCell<Box<Build<T>>>,
     repaint: Box<dyn Fn() + Send + Sync>,
     shared: Arc<Shared>,
 }
@@ -262,7 +270,7 @@ impl<T> Out<T> {
     /// Builds and sends the update of `trace`.
     fn update(&self, trace: Trace, origin: Origin, status: Status) -> bool {
         let events = trace.events.len();
-        let value = (self.build)(trace, origin, &self.shared.chosen_pid);
+        let value = (self.build.borrow_mut())(trace, origin, &self.shared.chosen_pid);
         self.send(Message::Update(Box::new(value), status, events))
     }
 }
@@ -368,7 +376,10 @@ fn finished<T>(output: Option<&Path>, older: Option<Signature>, manifest: Option
             match crate::load::load(path, None) {
                 Ok(loaded) => {
                     let (trace, origin) = Origin::of(loaded, started.elapsed());
-                    out.update(trace, origin, Status::Ended(Some(path.to_owned())));
+                    let status = Status::Ended(Some(path.to_owned()));
+                    if out.update(trace.clone(), origin.clone(), status.clone()) {
+                        show_other_processes(&trace, &origin, &status, out);
+                    }
                 }
                 Err(error) => {
                     out.note(format!("the run ended, but its trace does not read: {error:#}"));
@@ -384,6 +395,21 @@ fn finished<T>(output: Option<&Path>, older: Option<Signature>, manifest: Option
             return;
         }
         out.shared.sleep(Duration::from_millis(200));
+    }
+}
+
+/// The run is over and shown: another process of it, when one is chosen, until the face goes.
+fn show_other_processes<T>(trace: &Trace, origin: &Origin, status: &Status, out: &Out<T>) {
+    let mut shown = out.shared.chosen_pid.load(Ordering::Relaxed);
+    while !out.stopped() {
+        out.shared.sleep(POLL_EVERY);
+        let chosen = out.shared.chosen_pid.load(Ordering::Relaxed);
+        if chosen != shown {
+            if !out.update(trace.clone(), origin.clone(), status.clone()) {
+                return;
+            }
+            shown = out.shared.chosen_pid.load(Ordering::Relaxed);
+        }
     }
 }
 

@@ -19,5 +19,6 @@ pub mod memory;
 pub mod report;
 pub mod runs;
 pub mod sample;
+pub mod tui;
 pub mod units;
 pub mod words;

@@ -256,6 +256,12 @@ enum Command {
         /// ends; the window then shows the finished trace.
         #[arg(long)]
         live: bool,
+        /// Watch the run in this terminal as it goes (`vramscope top`'s view), for a GPU machine
+        /// reached over SSH. The workload's output goes to OUT.log instead of the terminal, and
+        /// its standard input is empty. q leaves the view and the recording goes on; Ctrl+C
+        /// also interrupts the workload.
+        #[arg(long, conflicts_with = "live")]
+        tui: bool,
         /// Replace OUT if it exists.
         #[arg(long)]
         force: bool,
@@ -376,6 +382,19 @@ enum Command {
         #[command(flatten)]
         range: RangeArg,
     },
+    /// Watch a run in the terminal: memory now and at the peak, charts of the last minutes and
+    /// of the whole run, categories and allocation sites alive now, growth, OOMs, the phase.
+    ///
+    /// For a GPU machine reached over SSH. Takes what `open --follow` takes: a recording in
+    /// progress (the directory `record` prints, or its -o file before it exists), a file
+    /// something rewrites as the run goes (a snapshot dumped every few steps), a finished trace;
+    /// alone, the newest recording in progress on this machine. The numbers are `info`'s, worked
+    /// out at most every half second at a lower priority than the workload. Keys are listed at
+    /// the bottom (? for help; q quits). Works in an 80x24 terminal.
+    Top {
+        /// The recording's directory, or a trace file (default: the newest recording in progress).
+        source: Option<PathBuf>,
+    },
     /// Answer coding agents: a Model Context Protocol server on standard input and output.
     ///
     /// An MCP client (Claude Code, Cursor, VS Code, Codex, ...) starts it and asks it what the CLI
@@ -477,14 +496,19 @@ fn main() -> ExitCode {
             let files: Vec<PathBuf> = std::iter::once(file).chain(file2).collect();
             vramscope::cli::report::run(&files, &output, force, range.range, &mut stdout)
         }
-        Some(Command::Record { output, live, force, torch, command }) => {
+        Some(Command::Record { output, live, tui, force, torch, command }) => {
             let torch = match torch {
                 TorchSource::Auto => "auto",
                 TorchSource::Cuda => "cuda",
                 TorchSource::Cpu => "cpu",
                 TorchSource::Off => "off",
             };
-            match vramscope::cli::record::run(output.as_deref(), force, torch, live, &command) {
+            let watch = match (live, tui) {
+                (true, _) => vramscope::cli::record::Watch::Window,
+                (false, true) => vramscope::cli::record::Watch::Terminal,
+                (false, false) => vramscope::cli::record::Watch::None,
+            };
+            match vramscope::cli::record::run(output.as_deref(), force, torch, watch, &command) {
                 Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
                 Err(e) => Err(e),
             }
@@ -524,6 +548,9 @@ fn main() -> ExitCode {
         }
         Some(Command::Convert { file, output, force, range }) => {
             vramscope::cli::convert::run(&file, &output, force, range.range, &mut stdout)
+        }
+        Some(Command::Top { source }) => {
+            vramscope::follow::Source::resolve(source.as_deref()).and_then(|source| vramscope::tui::run(source, None))
         }
         // Standard output is the protocol's: nothing else is written to it.
         Some(Command::Mcp) => vramscope::mcp::serve_stdio(),

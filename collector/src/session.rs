@@ -66,12 +66,14 @@ fn prepend(name: &str, value: &OsStr) -> OsString {
 /// (`auto`, `cuda`, `cpu` or `off`), and returns what was recorded. `output` (where the caller
 /// will write the trace) goes into the recording's manifest, for viewers that follow it live;
 /// `started` is called with the recording's directory once it is ready, just before the
-/// workload starts.
+/// workload starts. With `log`, the workload's standard output and error go to that file (a
+/// terminal view has the terminal) and its standard input is empty.
 pub fn record(
     program: &OsStr,
     args: &[OsString],
     torch: &str,
     output: Option<&Path>,
+    log: Option<&Path>,
     started: impl FnOnce(&Path),
 ) -> Result<Recording, Error> {
     let dir = tempfile::Builder::new()
@@ -93,15 +95,24 @@ pub fn record(
         output: output.map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_owned())),
     };
     manifest.write(dir).map_err(io("cannot write the recording's manifest"))?;
-    started(dir);
-    let signals = signals::install();
-    let spawned = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .env("LD_PRELOAD", prepend("LD_PRELOAD", hook.as_os_str()))
         .env(env::RECORD_DIR, dir)
         .env(env::TORCH, torch)
-        .env("PYTHONPATH", prepend("PYTHONPATH", shim.as_os_str()))
-        .spawn();
+        .env("PYTHONPATH", prepend("PYTHONPATH", shim.as_os_str()));
+    if let Some(log) = log {
+        let file = std::fs::File::create(log).map_err(|source| Error::Io {
+            what: format!("cannot write the workload's output to {}", log.display()),
+            source,
+        })?;
+        let errors = file.try_clone().map_err(io("cannot share the workload's output file"))?;
+        command.stdin(std::process::Stdio::null()).stdout(file).stderr(errors);
+    }
+    started(dir);
+    let signals = signals::install();
+    let spawned = command.spawn();
     let mut child =
         spawned.map_err(|source| Error::Io { what: format!("cannot run {}", Path::new(program).display()), source })?;
     signals.child(child.id());

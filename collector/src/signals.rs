@@ -64,6 +64,16 @@ impl Forwarding {
     }
 }
 
+/// Sends `signal` to the workload, if one runs (what Ctrl+C does from a terminal view that has
+/// the keyboard, which the workload then does not).
+pub fn to_workload(signal: c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill takes plain integers.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
 impl Drop for Forwarding {
     fn drop(&mut self) {
         for &(signal, old) in &self.previous {

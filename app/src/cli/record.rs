@@ -11,10 +11,21 @@ use vramscope_collector::session;
 use crate::analysis::peak;
 use crate::units::{bytes, count};
 
+/// Where a recording is watched as it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watch {
+    /// Nowhere (`vramscope open --follow` or `top` can attach).
+    None,
+    /// In the desktop app (`--live`).
+    Window,
+    /// In this terminal (`--tui`).
+    Terminal,
+}
+
 /// Runs `command` recorded into `output`, the PyTorch shim taking allocations from `torch`
-/// (`auto`, `cuda`, `cpu` or `off`), shown in the desktop app as it goes when `live`; returns the
+/// (`auto`, `cuda`, `cpu` or `off`), watched as it goes where `watch` says; returns the
 /// workload's exit code.
-pub fn run(output: Option<&Path>, force: bool, torch: &str, live: bool, command: &[OsString]) -> Result<i32> {
+pub fn run(output: Option<&Path>, force: bool, torch: &str, watch: Watch, command: &[OsString]) -> Result<i32> {
     let Some((program, args)) = command.split_first() else {
         bail!("nothing to record: give the command after --, e.g. vramscope record -- python train.py");
     };
@@ -29,12 +40,50 @@ pub fn run(output: Option<&Path>, force: bool, torch: &str, live: bool, command:
     // Refuse before running anything, not after the workload has spent an hour: an existing
     // output, a directory, a missing or read-only directory.
     crate::atomic::check_writable(&output, force)?;
-    if live {
-        return run_live(program.clone(), args.to_vec(), torch.to_owned(), output, force);
+    match watch {
+        Watch::Window => run_live(program.clone(), args.to_vec(), torch.to_owned(), output, force),
+        Watch::Terminal => run_in_terminal(program.clone(), args.to_vec(), torch.to_owned(), output, force),
+        Watch::None => record_and_write(program, args, torch, &output, None, force, |_| {
+            eprintln!(
+                "vramscope: recording; watch it live with `vramscope open --follow {0}` or `vramscope top {0}`",
+                output.display()
+            );
+        }),
     }
-    record_and_write(program, args, torch, &output, force, |_| {
-        eprintln!("vramscope: recording; watch it live with `vramscope open --follow {}`", output.display());
-    })
+}
+
+/// `record --tui`: the recording on a thread, the terminal view on this one, following it; the
+/// workload's output goes to OUT.log. Leaving the view leaves the workload running.
+fn run_in_terminal(program: OsString, args: Vec<OsString>, torch: String, output: PathBuf, force: bool) -> Result<i32> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        bail!("--tui draws in a terminal, and this one's input or output is not one: record without it");
+    }
+    let log = output.with_extension("log");
+    crate::atomic::check_writable(&log, force)
+        .map_err(|e| anyhow::anyhow!("the workload's output would go to {}: {e:#}", log.display()))?;
+    let (started, ready) = std::sync::mpsc::channel();
+    let thread_log = log.clone();
+    let recording = std::thread::Builder::new().name("vramscope-record".to_owned()).spawn(move || {
+        record_and_write(&program, &args, &torch, &output, Some(&thread_log), force, move |dir| {
+            let _ = started.send(dir.to_owned());
+        })
+    })?;
+    if let Ok(dir) = ready.recv() {
+        let interrupt: crate::tui::Interrupt = Box::new(|| vramscope_collector::signals::to_workload(libc::SIGINT));
+        if let Err(error) = crate::tui::run(crate::follow::Source::Recording(dir), Some(interrupt)) {
+            eprintln!("vramscope: {error:#}; the recording goes on without the view");
+        }
+        if !recording.is_finished() {
+            eprintln!(
+                "vramscope: the view was closed; the recording goes on until the workload ends (its output: {})",
+                log.display()
+            );
+        }
+    }
+    let code = recording.join().map_err(|_| anyhow::anyhow!("the recording's thread failed"))?;
+    eprintln!("vramscope: the workload's output: {}", log.display());
+    code
 }
 
 /// `record --live`: the recording on a thread, the window on this one, following it. Closing
@@ -49,7 +98,7 @@ fn run_live(program: OsString, args: Vec<OsString>, torch: String, output: PathB
     }
     let (started, ready) = std::sync::mpsc::channel();
     let recording = std::thread::Builder::new().name("vramscope-record".to_owned()).spawn(move || {
-        record_and_write(&program, &args, &torch, &output, force, move |dir| {
+        record_and_write(&program, &args, &torch, &output, None, force, move |dir| {
             let _ = started.send(dir.to_owned());
         })
     })?;
@@ -71,16 +120,17 @@ fn run_live(program: OsString, args: Vec<OsString>, torch: String, output: PathB
 
 /// Records `command`, writes its trace (and one per rank), says what it got; returns the
 /// workload's exit code. `started` is called with the recording's directory before the
-/// workload starts.
+/// workload starts; with `log`, the workload's output goes there.
 fn record_and_write(
     program: &OsString,
     args: &[OsString],
     torch: &str,
     output: &Path,
+    log: Option<&Path>,
     force: bool,
     started: impl FnOnce(&Path),
 ) -> Result<i32> {
-    let recording = session::record(program, args, torch, Some(output), started)?;
+    let recording = session::record(program, args, torch, Some(output), log, started)?;
     write_recording(&recording, torch, output, force)
 }
 
