@@ -158,7 +158,7 @@ fn top_on_a_trace_shows_infos_numbers_and_answers_its_keys() {
     tmux.wait_for("the view again", Duration::from_secs(10), |s| s.contains("by category"));
     tmux.keys("w");
     let screen = tmux.wait_for("a 5-minute window", Duration::from_secs(10), |s| s.contains("window 5 min"));
-    assert!(screen.contains(" last 5 min "), "{screen}");
+    assert!(screen.contains(" last 5 min: "), "{screen}");
     tmux.keys("q");
     let screen = tmux.wait_for("the exit", Duration::from_secs(10), |s| s.contains("EXIT="));
     assert!(screen.contains("EXIT=0"), "{screen}");

@@ -81,9 +81,9 @@ pub fn draw(frame: &mut Frame<'_>, screen: Option<&Screen>, header: &Header<'_>,
     let [recent, whole] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(charts);
     let (first, last) = device.timeline.time_span_ns();
     let window_ns = i64::from(choice.window_s) * 1_000_000_000;
-    let recent_title = format!(" last {} ", minutes(choice.window_s));
+    let recent_title = format!(" last {}: ", minutes(choice.window_s));
     draw_chart(frame, recent, device, (last - window_ns).max(first), last, screen.start_ns, &recent_title);
-    draw_chart(frame, whole, device, first, last, screen.start_ns, " whole run ");
+    draw_chart(frame, whole, device, first, last, screen.start_ns, " whole run: ");
     let [categories, sites] = Layout::horizontal([Constraint::Length(39), Constraint::Min(20)]).areas(tables);
     draw_categories(frame, categories, device);
     draw_sites(frame, sites, device);
@@ -134,7 +134,7 @@ fn draw_stats(frame: &mut Frame<'_>, area: Rect, screen: &Screen, d: &DeviceScre
         Span::raw(" now   peak "),
         Span::styled(format!("{:>9}", bytes(peak)), BOLD),
         Span::raw(when),
-        Span::styled(format!("   {} blocks alive", crate::units::count(d.blocks_now)), DIM),
+        Span::styled(format!("   {} alive", crate::units::counted(d.blocks_now, "block", "blocks")), DIM),
     ]);
     let mut second = if d.reserved_recorded {
         vec![
@@ -159,7 +159,12 @@ fn minutes(seconds: u32) -> String {
 
 #[allow(clippy::too_many_arguments)]
 fn draw_chart(frame: &mut Frame<'_>, area: Rect, d: &DeviceScreen, from: i64, to: i64, start: i64, title: &str) {
-    let block = Block::new().borders(Borders::ALL).title(title.to_owned());
+    // The title says which line is which: the colours are the lines'.
+    let mut title = vec![Span::raw(title.to_owned()), Span::styled("allocated ", Style::new().fg(Color::Green))];
+    if d.reserved_recorded {
+        title.push(Span::styled("reserved ", Style::new().fg(rgb(crate::colors::RESERVED_RGB))));
+    }
+    let block = Block::new().borders(Borders::ALL).title(Line::from(title));
     // Two braille dots per cell across; the axis takes some of it.
     let columns = usize::from(area.width.saturating_sub(2)) * 2;
     let to = to.max(from + 1);
@@ -198,7 +203,7 @@ fn draw_chart(frame: &mut Frame<'_>, area: Rect, d: &DeviceScreen, from: i64, to
                 .style(DIM),
         )
         .y_axis(Axis::default().bounds([0.0, high * 1.05]).labels(["0".to_owned(), bytes(high as u64)]).style(DIM))
-        .hidden_legend_constraints((Constraint::Percentage(60), Constraint::Percentage(60)));
+        .legend_position(None);
     frame.render_widget(chart, area);
 }
 
@@ -240,10 +245,8 @@ fn draw_findings(frame: &mut Frame<'_>, area: Rect, d: &DeviceScreen, screen: &S
     let (ooms, post_mortem) = &d.ooms;
     if *ooms > 0 {
         let red = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
-        lines.push(Line::styled(
-            format!("{ooms} out-of-memory error(s): {}", post_mortem.first().map_or("", String::as_str)),
-            red,
-        ));
+        let errors = crate::units::counted(*ooms, "out-of-memory error", "out-of-memory errors");
+        lines.push(Line::styled(format!("{errors}: {}", post_mortem.first().map_or("", String::as_str)), red));
         lines.extend(post_mortem.iter().skip(1).map(|l| Line::raw(format!("  {l}"))));
     }
     match &d.growth {
