@@ -26,7 +26,7 @@ step "rustfmt"
 cargo fmt --all -- --check
 
 step "the app's and the analysis' modules import each other without cycles"
-for dir in app/src app/src/gui app/src/cli app/src/words app/src/tui app/src/mcp analysis/src analysis/src/query; do
+for dir in app/src app/src/gui app/src/cli app/src/words app/src/tui app/src/mcp app/src/serve analysis/src analysis/src/query; do
     python3 scripts/module_cycles.py "$dir"
 done
 

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(snapshot snapshot_structured chrome_trace memory_timeline vtrace vtrace_structured)
+[ ${#targets[@]} -gt 0 ] || targets=(snapshot snapshot_structured chrome_trace memory_timeline vtrace vtrace_structured serve_frames)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked --version 0.13.2
@@ -22,7 +22,7 @@ corpus_root="$(mktemp -d)"
 trap 'rm -rf "$corpus_root"' EXIT
 
 fixtures=../shared/fixtures
-mkdir -p "$corpus_root"/{snapshot,snapshot_structured,chrome_trace,memory_timeline,vtrace,vtrace_structured}
+mkdir -p "$corpus_root"/{snapshot,snapshot_structured,chrome_trace,memory_timeline,vtrace,vtrace_structured,serve_frames}
 cp "$fixtures"/pytorch-snapshots/mosaic_output.pickle "$corpus_root/snapshot/" 2>/dev/null || true
 cp "$fixtures"/pytorch-snapshots/stanford_cs336_a2_memory_snapshot.pickle "$corpus_root/snapshot/" 2>/dev/null || true
 head -c 65536 "$fixtures"/torch-profiler/mlp_adam_cpu.chrome_trace.json > "$corpus_root/chrome_trace/head.json" 2>/dev/null || true
@@ -35,6 +35,16 @@ printf '<!DOCTYPE html>\n<script>const local_files = [{"name": "snapshot.pickle"
     "$(head -c 3000 "$fixtures"/pytorch-snapshots/mosaic_output.pickle | base64 -w0)" \
     > "$corpus_root/memory_timeline/page.html" 2>/dev/null || true
 cp trace-format/tests/fixtures/v1/small.vtrace "$corpus_root/vtrace/"
+# A hello, a have and a data frame, as a viewer and a server send them.
+python3 - "$corpus_root/serve_frames/frames.bin" <<'EOF_SEED'
+import struct, sys
+def frame(kind, payload):
+    return bytes([kind]) + struct.pack("<I", len(payload)) + payload
+name = b"events.1.bin"
+data = bytes([len(name)]) + name + struct.pack("<Q", 0) + b"abcd"
+seed = frame(1, b"vramscope-serve 1\ntoken abc\n") + frame(9, b"have 4096 events.1.bin\n") + frame(4, data)
+open(sys.argv[1], "wb").write(seed)
+EOF_SEED
 
 cd fuzz
 cargo fuzz build --sanitizer none --release --target-dir "$target_dir"

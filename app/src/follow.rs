@@ -275,9 +275,9 @@ impl<T> Out<T> {
     }
 }
 
-/// The follower's thread yields to the workload: it runs at nice 10 (Linux sets it per thread).
+/// The calling thread yields to the workload: it runs at nice 10 (Linux sets it per thread).
 #[allow(unsafe_code)]
-fn lower_priority() {
+pub fn lower_priority() {
     // SAFETY: setpriority on the calling thread (who = 0) has no memory effects.
     unsafe {
         libc::setpriority(libc::PRIO_PROCESS, 0, 10);

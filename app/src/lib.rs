@@ -19,6 +19,8 @@ pub mod memory;
 pub mod report;
 pub mod runs;
 pub mod sample;
+pub mod serve;
 pub mod tui;
 pub mod units;
+pub mod vtrace_out;
 pub mod words;

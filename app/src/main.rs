@@ -4,410 +4,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::Parser;
 
-/// GPU memory profiler and trace analyzer for deep-learning workloads.
-///
-/// Reads PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`), PyTorch profiler output
-/// (Chrome traces recorded with `profile_memory=True`, and memory timelines in `.json` or
-/// `raw.json.gz` form) and vramscope's own `.vtrace` files. The format is recognised from the
-/// file's content, whatever its name.
-///
-/// `vramscope FILE` opens FILE in the desktop app; `vramscope` alone opens it on a built-in sample
-/// recording.
-#[derive(Parser, Debug)]
-#[command(name = "vramscope", version, about, long_about, args_conflicts_with_subcommands = true)]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<Command>,
-    #[command(flatten)]
-    open: OpenArgs,
-}
+mod commands;
 
-/// The app's colours.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum ThemeArg {
-    /// Light text on dark.
-    Dark,
-    /// Dark text on light.
-    Light,
-}
-
-#[derive(Args, Debug)]
-struct OpenArgs {
-    /// The trace to open; several files (one per rank) or a directory of them open as one run,
-    /// its ranks side by side in the Ranks view.
-    files: Vec<PathBuf>,
-    /// Follow a run as it goes: the timeline grows and the peak, categories and current state
-    /// update every 0.5 s (or as long as an update takes to build, on a large run). Give the recording's directory (`record` prints it), its -o
-    /// file before it exists, or a file something rewrites as it runs (a snapshot dumped every
-    /// few steps); alone, the newest recording in progress on this machine. Zooming, panning or
-    /// picking an instant stops at what is shown; End comes back to the newest.
-    #[arg(long, value_name = "DIR|FILE", num_args = 0..=1, conflicts_with = "files")]
-    follow: Option<Option<PathBuf>>,
-    #[command(flatten)]
-    range: RangeArg,
-    #[command(flatten)]
-    window: WindowArgs,
-}
-
-#[derive(Args, Debug, Default)]
-struct RangeArg {
-    /// Read only this part of each trace: +2s..+3.5s (time after its first event; a snapshot's
-    /// first trace entry in the file) or #1000000..#2000000 (events by index from 0, end
-    /// excluded; a snapshot's trace entries in file order); either end may be left out. What was alive when the range starts is kept,
-    /// so its memory is the whole trace's; a snapshot is cut as it is read, so a trace too large
-    /// for this machine's memory opens in part.
-    #[arg(long, value_name = "START..END")]
-    range: Option<vramscope_trace_format::TraceRange>,
-}
-
-#[derive(Args, Debug)]
-struct WindowArgs {
-    /// Render the window once the trace is shown (without FILE: the welcome screen), save it to
-    /// this PNG and exit. Needs a display (Xvfb will do).
-    #[arg(long, value_name = "OUT.png")]
-    screenshot: Option<PathBuf>,
-    /// The view to show first.
-    #[arg(long, value_enum)]
-    view: Option<vramscope::gui::View>,
-    /// Colour theme (default: the one last chosen in the app, else dark).
-    #[arg(long, value_enum)]
-    theme: Option<ThemeArg>,
-    /// Window size in points, e.g. 1600x1000.
-    #[arg(long, value_name = "WxH", value_parser = parse_size)]
-    size: Option<[f32; 2]>,
-}
-
-fn parse_size(text: &str) -> Result<[f32; 2], String> {
-    let (w, h) = text.split_once(['x', 'X']).ok_or("expected WIDTHxHEIGHT, e.g. 1600x1000")?;
-    let parse = |v: &str| v.trim().parse::<f32>().ok().filter(|v| (200.0..=16384.0).contains(v));
-    match (parse(w), parse(h)) {
-        (Some(w), Some(h)) => Ok([w, h]),
-        _ => Err("width and height must be numbers from 200 to 16384".to_owned()),
-    }
-}
-
-/// Where `record`'s PyTorch shim takes tensor allocations from.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum TorchSource {
-    /// CUDA's caching allocator when CUDA is available, else the CPU profiler.
-    Auto,
-    /// The CUDA caching allocator's history.
-    Cuda,
-    /// The CPU profiler's allocation events.
-    Cpu,
-    /// No shim: driver-level memory only.
-    Off,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Open a trace in the desktop app (the same as `vramscope FILE`).
-    ///
-    /// Timeline of memory by category, the peak breakdown (by category, stack and allocation)
-    /// and the allocator's fragmentation map. Press F1 in the window for keyboard shortcuts.
-    Open(OpenArgs),
-    /// Compare two runs in the desktop app: timelines on one time axis and byte scale, deltas
-    /// by category and allocation site at each peak, and what changed in one sentence.
-    Compare {
-        /// The baseline run.
-        a: PathBuf,
-        /// The run compared with it.
-        b: PathBuf,
-        #[command(flatten)]
-        range: RangeArg,
-        #[command(flatten)]
-        window: WindowArgs,
-    },
-    /// Print what a trace holds: peaks, the final segment state, fragmentation.
-    ///
-    /// For each device: the peak of allocated bytes (blocks handed to tensors, from alloc until
-    /// their free completes) and of reserved bytes (segments held from the driver), what was
-    /// alive at the peak by category, and the allocator's final segment state with its free space
-    /// split into internal waste (rounding inside allocated blocks) and external free blocks.
-    /// Memory allocated before a snapshot's trace window began is counted.
-    Info {
-        /// The trace to read ('-' reads it from standard input, e.g. `zcat x.gz | vramscope info -`);
-        /// several files (one per rank), a directory of them, or a recording of several ranks
-        /// are read as one run: a row per rank and the run's summary.
-        #[arg(required = true, num_args = 1..)]
-        files: Vec<PathBuf>,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Also say what was alive at an instant: +DURATION after the first event (+40ms, +1.5s),
-        /// or the start of a phase as info finds them: forward, backward, optimizer_step or
-        /// iteration, with #N for iteration N, numbered from 1 as info and diff number them
-        /// (optimizer_step#2; without #N, the first).
-        #[arg(long, value_name = "WHEN", value_parser = vramscope::cli::info::parse_when_arg)]
-        at: Option<(String, vramscope::cli::info::When)>,
-        /// Also list the N largest blocks alive at the peak (or at --at), each with its category,
-        /// why it has it, and where it was allocated.
-        #[arg(long, value_name = "N", default_value_t = 0)]
-        blocks: usize,
-        /// Also list every iteration's phases and their high points, one row per iteration (in
-        /// the JSON: `phases.phases` and `phases.iterations`). Without it, the phases are
-        /// outlined at any length of run: how many, each kind's highest, the 5 highest
-        /// iterations.
-        #[arg(long)]
-        all_phases: bool,
-        /// Explain the trace's out-of-memory errors instead (the first on each device): the
-        /// request that failed (size, stream, stack), what the device and the allocator had free
-        /// (and whether a free range could have taken it: fragmentation), what was alive by
-        /// category and site, the phase and iteration, and the smallest change the advisor
-        /// projects would have fitted.
-        #[arg(long, conflicts_with_all = ["at", "blocks", "all_phases"])]
-        oom: bool,
-        #[command(flatten)]
-        range: RangeArg,
-    },
-    /// Compare two runs at their peaks and phase by phase; with gates, fail (exit 1) when memory
-    /// grew too much.
-    ///
-    /// Prints one sentence on what changed most (a phase's high point when it changed much more
-    /// than the peak), both peaks (allocated and reserved), bytes by category at each peak with
-    /// B - A, the high point of forward, backward and the optimizer step and of each iteration
-    /// side by side (phases recorded, found from ranges named like them, or from the allocations'
-    /// stacks), and the allocation sites that grew, shrank, or exist in one run only: allocations
-    /// are matched by their whole call path (function, file and line of each frame), grouped by
-    /// their innermost site, with code that moved paired. Exit status: 0 when every gate holds, 1
-    /// when one fails, 2 when a file cannot be read or a gate cannot be checked. For CI:
-    /// `vramscope diff main.pickle pr.pickle --fail-if-peak-grows 5
-    /// --fail-if-category-grows activation=10 --fail-if-phase-grows forward=5`.
-    Diff {
-        /// The baseline run: a trace, or a run of several ranks (a directory of rank files, or a
-        /// recording of several ranks: the ranks are paired by number, each gate must hold on
-        /// every rank).
-        a: PathBuf,
-        /// The run compared with it.
-        b: PathBuf,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Fail when B's allocated peak is more than PCT percent above A's.
-        #[arg(long, value_name = "PCT")]
-        fail_if_peak_grows: Option<f64>,
-        /// Fail when a category's bytes at B's peak are more than PCT percent above A's
-        /// (repeatable; categories: parameter, gradient, optimizer_state, activation, temporary,
-        /// input, allocator_cache, non_framework, autograd_detail, unknown).
-        #[arg(long, value_name = "CAT=PCT", value_parser = vramscope::cli::diff::parse_category_gate)]
-        fail_if_category_grows: Vec<(vramscope_trace_format::Category, f64)>,
-        /// Fail when the high point of a phase in B is more than PCT percent above A's
-        /// (repeatable): PHASE=PCT for all of the phase's memory, PHASE:CAT=PCT for one category
-        /// at the phase's high point. Phases: forward, backward, optimizer_step (each compared
-        /// at its highest over the iterations). E.g. `--fail-if-phase-grows forward=5
-        /// --fail-if-phase-grows backward:activation=10`. A run that shows no such phase cannot
-        /// be checked: exit status 2.
-        #[arg(long, value_name = "PHASE[:CAT]=PCT", value_parser = vramscope::cli::diff::parse_phase_gate)]
-        fail_if_phase_grows: Vec<vramscope::cli::diff::PhaseGate>,
-        /// Compare this device: its index (0, 1, …), cuda:N or host (default: each file's device
-        /// with the highest peak).
-        #[arg(long, value_name = "DEVICE")]
-        device: Option<vramscope_trace_format::DeviceId>,
-        /// List every iteration side by side (text and JSON); without it, each phase kind's
-        /// highest and the first 4 iterations, with how many there are.
-        #[arg(long)]
-        all_phases: bool,
-        /// Compare this part of both runs (see `info --range`).
-        #[arg(long, value_name = "START..END")]
-        range: Option<vramscope_trace_format::TraceRange>,
-    },
-    /// Draw a report image: the timeline by category and the breakdown at the peak; with two
-    /// files, both timelines on one time axis and byte scale, and what changed.
-    ///
-    /// PNG or SVG, chosen by OUT's extension. An existing OUT is kept unless --force is given.
-    Report {
-        /// The run (or the baseline run of a comparison).
-        file: PathBuf,
-        /// A second run to compare with the first.
-        file2: Option<PathBuf>,
-        /// Where to write the image (`.png` or `.svg`).
-        #[arg(short, long, value_name = "OUT.png|OUT.svg")]
-        output: PathBuf,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
-        #[command(flatten)]
-        range: RangeArg,
-    },
-    /// Run a workload with its GPU memory recorded, and write it as one trace.
-    ///
-    /// Two recorders run inside the workload, with no change to its code:
-    ///
-    /// - a hook library (loaded with LD_PRELOAD) sees every CUDA driver and runtime allocation,
-    ///   however the program reaches the driver: plain, pitched, managed, stream-ordered (with
-    ///   its pools), virtual-memory mappings and pinned host memory, and their frees;
-    ///
-    /// - for Python programs that import PyTorch, a start-up shim (sitecustomize, chained to the
-    ///   program's own) records every tensor's allocation with its Python stack and tags
-    ///   parameters (with qualified names), gradients, optimizer state and inputs, and the
-    ///   forward, backward, optimizer-step and iteration phases. On CUDA it reads the caching
-    ///   allocator's history; without a GPU, the CPU profiler's allocation events.
-    ///
-    /// stdin, stdout and stderr pass through and vramscope exits with the workload's exit
-    /// status. Child processes are recorded with their own pid.
-    Record {
-        /// Where to write the trace (default: PROGRAM-PID.vtrace here).
-        #[arg(short, long, value_name = "OUT.vtrace")]
-        output: Option<PathBuf>,
-        /// Watch the run in the desktop app as it goes (needs a display). Closing the window
-        /// does not stop the workload: the recording goes on and the trace is written when it
-        /// ends; the window then shows the finished trace.
-        #[arg(long)]
-        live: bool,
-        /// Watch the run in this terminal as it goes (`vramscope top`'s view), for a GPU machine
-        /// reached over SSH. The workload's output goes to OUT.log instead of the terminal, and
-        /// its standard input is empty. q leaves the view and the recording goes on; Ctrl+C
-        /// also interrupts the workload.
-        #[arg(long, conflicts_with = "live")]
-        tui: bool,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
-        /// Where the PyTorch shim takes tensor allocations from: CUDA when it is available, else
-        /// the CPU (auto); or off, for driver-level memory only.
-        #[arg(long, value_enum, default_value_t = TorchSource::Auto)]
-        torch: TorchSource,
-        /// The command to run, after `--`.
-        #[arg(last = true, required = true, value_name = "CMD")]
-        command: Vec<std::ffi::OsString>,
-    },
-    /// Run a program with CUDA out-of-memory errors caught: nothing is recorded until one happens.
-    ///
-    /// No relaunch when it fails, no hook library, no cost until then: once the program imports
-    /// torch and initialises CUDA, the caching allocator keeps a ring of its recent events (with
-    /// Python stacks). When an allocation fails, what led to it is written to DIR as a memory
-    /// snapshot (`oom-HOST-PID-N.pickle`, at most 3 per process) and the post-mortem's first
-    /// lines (`vramscope info --oom`) are printed on stderr; then the error goes on as it would.
-    /// `python -m vramscope train.py` is the same; a launcher that only passes the environment
-    /// through (SLURM, torchrun) gets it with VRAMSCOPE_CAPTURE_OOM=DIR where the pip package is
-    /// installed.
-    Run {
-        /// Where snapshots of out-of-memory errors go.
-        #[arg(long, value_name = "DIR", default_value = "vramscope-oom")]
-        oom_dir: PathBuf,
-        /// The command to run, after `--`.
-        #[arg(last = true, required = true, value_name = "CMD")]
-        command: Vec<std::ffi::OsString>,
-    },
-    /// Project what each remedy would do to the peak, from the trace's breakdown.
-    ///
-    /// Mixed precision (bf16/fp16), activation checkpointing (of every block, and of some),
-    /// halving the micro-batch (with gradient accumulation) or the sequence, 8-bit Adam,
-    /// Adafactor, SGD, ZeRO 1/2/3, tensor and pipeline parallelism over --gpus GPUs, and the
-    /// allocator's expandable segments and max_split_size_mb: for each, the projected peak
-    /// (allocated and reserved), the saving, the cost, the reasoning from the trace, an
-    /// uncertainty, and how it was projected (the recorded allocations changed as the remedy
-    /// would change them and replayed, or a rule); the best pairs; the smallest change that fits
-    /// under the target, and the order to try them in. With --with and --batch or --seq-len,
-    /// the largest batch or sequence that fits, fitted over recordings at several sizes. Works
-    /// best on traces recorded with `vramscope record` (tags, phases and module names).
-    Advise {
-        /// The trace ('-' for standard input); of a run of several ranks (a directory of rank
-        /// files, or a recording of several ranks), the rank that peaks highest is advised on.
-        file: PathBuf,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// GPUs to split over, for the ZeRO, tensor and pipeline parallel remedies (default: the ranks or GPUs the trace
-        /// shows; with one, sharding is not projected).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
-        gpus: Option<u32>,
-        /// The memory to fit under (default: the device's, when the trace knows it), e.g. 80GiB.
-        #[arg(long, value_name = "BYTES", value_parser = vramscope::cli::advise::parse_bytes)]
-        target_bytes: Option<u64>,
-        /// The device to advise on: its index (0, 1, …) or cuda:N (default: the one with the
-        /// highest peak).
-        #[arg(long, value_name = "DEVICE")]
-        device: Option<vramscope_trace_format::DeviceId>,
-        /// Another recording of the same run at another batch size (with --batch) or sequence
-        /// length (with --seq-len), to fit how the peak scales and find the largest that fits
-        /// under the target; repeat it for more.
-        #[arg(long = "with", value_name = "FILE", requires = "sizes")]
-        with: Vec<PathBuf>,
-        /// The batch size of FILE and of each --with, in order (e.g. --batch 8,4).
-        #[arg(long, value_name = "N,…", value_delimiter = ',', group = "sizes", requires = "with",
-              value_parser = clap::value_parser!(u64).range(1..))]
-        batch: Vec<u64>,
-        /// The sequence length of FILE and of each --with, in order (e.g. --seq-len 64,32,96):
-        /// three or more fit the square of the length too (attention), two give an upper bound.
-        #[arg(long, value_name = "N,…", value_delimiter = ',', group = "sizes", requires = "with",
-              value_parser = clap::value_parser!(u64).range(1..))]
-        seq_len: Vec<u64>,
-        #[command(flatten)]
-        range: RangeArg,
-    },
-    /// Write a trace or a run for the tools people already use.
-    ///
-    /// `--format parquet`: six tables in the directory OUT (ranks, events, blocks with their
-    /// lifetime, category and why it has it, segments, annotations, tags) for DuckDB, Polars,
-    /// Spark and Dask; the schema is in docs/EXPORT.md. `--format perfetto`: Chrome trace event
-    /// JSON, which Perfetto's UI (ui.perfetto.dev), chrome://tracing and the trace tools that
-    /// read it open: a process per rank, a counter track per device (allocated and reserved
-    /// bytes), the recorded phases as slices and OOMs as instants. Like `info`, it takes a
-    /// trace, several (one per rank), a directory of them, or a recording of several ranks. The
-    /// output is written atomically; an existing one is kept unless --force is given.
-    Export {
-        /// The trace or traces.
-        #[arg(required = true, num_args = 1..)]
-        files: Vec<PathBuf>,
-        /// Where to write.
-        #[arg(short, long, value_name = "OUT")]
-        output: PathBuf,
-        /// The format to write.
-        #[arg(long, value_enum)]
-        format: vramscope::cli::export::Format,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
-        #[command(flatten)]
-        range: RangeArg,
-    },
-    /// Convert any supported file to a compact `.vtrace`.
-    ///
-    /// The output is written to a temporary file beside it and renamed into place when complete,
-    /// so an interrupted conversion never leaves a half-written trace. With --range, only that
-    /// part is written (a small trace of one step of a huge snapshot, say).
-    Convert {
-        /// The file to convert ('-' for standard input), or a recording's directory (what
-        /// `vramscope.record()` in Python leaves when it cannot finish the trace itself).
-        file: PathBuf,
-        /// Where to write the `.vtrace`.
-        #[arg(short, long, value_name = "OUT.vtrace")]
-        output: PathBuf,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
-        #[command(flatten)]
-        range: RangeArg,
-    },
-    /// Watch a run in the terminal: memory now and at the peak, charts of the last minutes and
-    /// of the whole run, categories and allocation sites alive now, growth, OOMs, the phase.
-    ///
-    /// For a GPU machine reached over SSH. Takes what `open --follow` takes: a recording in
-    /// progress (the directory `record` prints, or its -o file before it exists), a file
-    /// something rewrites as the run goes (a snapshot dumped every few steps), a finished trace;
-    /// alone, the newest recording in progress on this machine. The numbers are `info`'s, worked
-    /// out at most every half second at a lower priority than the workload. Keys are listed at
-    /// the bottom (? for help; q quits). Works in an 80x24 terminal.
-    Top {
-        /// The recording's directory, or a trace file (default: the newest recording in progress).
-        source: Option<PathBuf>,
-    },
-    /// Answer coding agents: a Model Context Protocol server on standard input and output.
-    ///
-    /// An MCP client (Claude Code, Cursor, VS Code, Codex, ...) starts it and asks it what the CLI
-    /// answers, with the same numbers: a run's summary (one trace or a run of ranks), what was alive
-    /// at the peak or at an instant (by category and allocation site), two runs compared (with
-    /// gates), memory growing every iteration, the OOM post-mortem and the advisor's projections.
-    /// Every tool only reads the files it is given; answers are bounded in size (long lists come
-    /// a page at a time). Register it with the client, e.g. `claude mcp add vramscope --
-    /// vramscope mcp`, or in a client's JSON settings:
-    /// `{"mcpServers": {"vramscope": {"command": "vramscope", "args": ["mcp"]}}}`. It runs until
-    /// the client closes its input; paths are relative to the directory it was started in.
-    Mcp,
-}
+use commands::{Cli, Command, ConnectArgs, OpenArgs, ThemeArg, TorchSource};
 
 /// Exit status when a file cannot be read or a command fails.
 const EXIT_ERROR: u8 = 2;
@@ -415,9 +16,16 @@ const EXIT_ERROR: u8 = 2;
 const EXIT_GATE_FAILED: u8 = 1;
 
 fn open(args: OpenArgs, compare: Option<PathBuf>, started: std::time::Instant) -> anyhow::Result<()> {
-    let OpenArgs { files, follow, range, window } = args;
-    // What to follow is found before the window opens, so a mistake is said here.
-    let follow = follow.map(|arg| vramscope::gui::follow::Source::resolve(arg.as_deref())).transpose()?;
+    let OpenArgs { files, follow, connect, range, window } = args;
+    if connect.connect.is_some() && (follow.is_some() || !files.is_empty()) {
+        anyhow::bail!("--connect follows a run served from elsewhere: give it without files or --follow");
+    }
+    // What to follow is found (or connected to) before the window opens, so a mistake is said here.
+    let copying = connect.start()?;
+    let follow = match &copying {
+        Some((source, _)) => Some(source.clone()),
+        None => follow.map(|arg| vramscope::gui::follow::Source::resolve(arg.as_deref())).transpose()?,
+    };
     if follow.is_some() && range.range.is_some() {
         anyhow::bail!("--follow shows the whole run as it grows; --range reads part of a finished trace");
     }
@@ -452,7 +60,8 @@ fn main() -> ExitCode {
         None => open(cli.open, None, started),
         Some(Command::Open(args)) => open(args, None, started),
         Some(Command::Compare { a, b, range, window }) => {
-            open(OpenArgs { files: vec![a], follow: None, range, window }, Some(b), started)
+            let connect = ConnectArgs::default();
+            open(OpenArgs { files: vec![a], follow: None, connect, range, window }, Some(b), started)
         }
         Some(Command::Info { files, json, oom: true, range, .. }) => {
             vramscope::cli::info::run_oom(&files, json, range.range, &mut stdout)
@@ -496,7 +105,7 @@ fn main() -> ExitCode {
             let files: Vec<PathBuf> = std::iter::once(file).chain(file2).collect();
             vramscope::cli::report::run(&files, &output, force, range.range, &mut stdout)
         }
-        Some(Command::Record { output, live, tui, force, torch, command }) => {
+        Some(Command::Record { output, live, serve, tui, force, torch, command }) => {
             let torch = match torch {
                 TorchSource::Auto => "auto",
                 TorchSource::Cuda => "cuda",
@@ -508,7 +117,7 @@ fn main() -> ExitCode {
                 (false, true) => vramscope::cli::record::Watch::Terminal,
                 (false, false) => vramscope::cli::record::Watch::None,
             };
-            match vramscope::cli::record::run(output.as_deref(), force, torch, watch, &command) {
+            match vramscope::cli::record::run(output.as_deref(), force, torch, watch, serve.as_deref(), &command) {
                 Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
                 Err(e) => Err(e),
             }
@@ -549,8 +158,14 @@ fn main() -> ExitCode {
         Some(Command::Convert { file, output, force, range }) => {
             vramscope::cli::convert::run(&file, &output, force, range.range, &mut stdout)
         }
-        Some(Command::Top { source }) => {
-            vramscope::follow::Source::resolve(source.as_deref()).and_then(|source| vramscope::tui::run(source, None))
+        Some(Command::Top { source, connect }) => match connect.start() {
+            Ok(Some((source, _copying))) => vramscope::tui::run(source, None),
+            Ok(None) => vramscope::follow::Source::resolve(source.as_deref())
+                .and_then(|source| vramscope::tui::run(source, None)),
+            Err(e) => Err(e),
+        },
+        Some(Command::Serve { source, addr, token, no_token }) => {
+            vramscope::cli::serve::run(source.as_deref(), &addr, token, no_token)
         }
         // Standard output is the protocol's: nothing else is written to it.
         Some(Command::Mcp) => vramscope::mcp::serve_stdio(),

@@ -292,3 +292,68 @@ pub fn measured(args: &[&std::ffi::OsStr]) -> Measured {
         peak_kib: report["peak_kib"].as_u64().unwrap_or(u64::MAX),
     }
 }
+
+/// A real terminal for the terminal view's tests: a tmux server of its own (its socket in a
+/// temporary directory), one 80x24 window.
+pub struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    /// Runs `command` (a shell line) in a new 80x24 terminal; the pane stays after it ends, its
+    /// exit status printed as `EXIT=N`.
+    pub fn start(dir: &Path, command: &str) -> Self {
+        let socket = dir.join("tmux.sock");
+        let line = format!("{command}; echo EXIT=$?; sleep 600");
+        let status = Command::new("tmux")
+            .arg("-S")
+            .arg(&socket)
+            .args(["new-session", "-d", "-x", "80", "-y", "24", "-s", "top"])
+            .arg(line)
+            .env("TERM", "xterm-256color")
+            .status()
+            .unwrap_or_else(|e| panic!("tmux does not run ({e}): scripts/install-gui-deps.sh installs it"));
+        assert!(status.success());
+        Tmux { socket }
+    }
+
+    /// Runs a tmux command against this server.
+    pub fn tmux(&self, args: &[&str]) -> String {
+        let output = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("tmux: {e}"));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// What the terminal shows now.
+    pub fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", "top"])
+    }
+
+    /// Types `keys` (tmux's key names: `q`, `Enter`, `C-c`).
+    pub fn keys(&self, keys: &str) {
+        self.tmux(&["send-keys", "-t", "top", keys]);
+    }
+
+    /// The screen once `ready` holds of it (polled; panics with the last screen after `within`).
+    pub fn wait_for(&self, what: &str, within: std::time::Duration, ready: impl Fn(&str) -> bool) -> String {
+        let started = std::time::Instant::now();
+        loop {
+            let screen = self.screen();
+            if ready(&screen) {
+                return screen;
+            }
+            assert!(started.elapsed() < within, "no {what} within {within:?}; the screen:\n{screen}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        self.tmux(&["kill-server"]);
+    }
+}

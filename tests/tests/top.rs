@@ -2,72 +2,10 @@
 //! 80x24, keys sent with `send-keys`, the screen read with `capture-pane`; the numbers on it
 //! checked against `info --json` of the same trace, formatted here independently.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use vramscope_e2e::{fixtures_dir, repo_root, torch_python, vramscope};
-
-/// A tmux server of its own (its socket in a temporary directory), one 80x24 window.
-struct Tmux {
-    socket: PathBuf,
-}
-
-impl Tmux {
-    /// Runs `command` (a shell line) in a new 80x24 terminal; the pane stays after it ends, its
-    /// exit status printed as `EXIT=N`.
-    fn start(dir: &Path, command: &str) -> Self {
-        let socket = dir.join("tmux.sock");
-        let line = format!("{command}; echo EXIT=$?; sleep 600");
-        let status = Command::new("tmux")
-            .arg("-S")
-            .arg(&socket)
-            .args(["new-session", "-d", "-x", "80", "-y", "24", "-s", "top"])
-            .arg(line)
-            .env("TERM", "xterm-256color")
-            .status()
-            .unwrap_or_else(|e| panic!("tmux does not run ({e}): scripts/install-gui-deps.sh installs it"));
-        assert!(status.success());
-        Tmux { socket }
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        let output = Command::new("tmux")
-            .arg("-S")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("tmux: {e}"));
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
-    fn screen(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-t", "top"])
-    }
-
-    fn keys(&self, keys: &str) {
-        self.tmux(&["send-keys", "-t", "top", keys]);
-    }
-
-    /// The screen once `ready` holds of it (polled; panics with the last screen after `within`).
-    fn wait_for(&self, what: &str, within: Duration, ready: impl Fn(&str) -> bool) -> String {
-        let started = Instant::now();
-        loop {
-            let screen = self.screen();
-            if ready(&screen) {
-                return screen;
-            }
-            assert!(started.elapsed() < within, "no {what} within {within:?}; the screen:\n{screen}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        self.tmux(&["kill-server"]);
-    }
-}
+use vramscope_e2e::{Tmux, fixtures_dir, repo_root, torch_python, vramscope};
 
 /// Bytes as the view says them, written here from the definition (binary units, three
 /// significant digits), not taken from vramscope.

@@ -35,7 +35,7 @@ pub fn run(
     }
     let mut trace = loaded.trace;
     trace.metadata.tool_version = env!("CARGO_PKG_VERSION").to_owned();
-    let written = super::vtrace_out::write_vtrace_to(&trace, file, force)?;
+    let written = crate::vtrace_out::write_vtrace_to(&trace, file, force)?;
     writeln!(
         out,
         "wrote {}: {} records in {} ({} of the {} source)",

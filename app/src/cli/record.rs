@@ -4,6 +4,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Result, bail};
 use vramscope_collector::session;
@@ -25,7 +26,14 @@ pub enum Watch {
 /// Runs `command` recorded into `output`, the PyTorch shim taking allocations from `torch`
 /// (`auto`, `cuda`, `cpu` or `off`), watched as it goes where `watch` says; returns the
 /// workload's exit code.
-pub fn run(output: Option<&Path>, force: bool, torch: &str, watch: Watch, command: &[OsString]) -> Result<i32> {
+pub fn run(
+    output: Option<&Path>,
+    force: bool,
+    torch: &str,
+    watch: Watch,
+    serve: Option<&str>,
+    command: &[OsString],
+) -> Result<i32> {
     let Some((program, args)) = command.split_first() else {
         bail!("nothing to record: give the command after --, e.g. vramscope record -- python train.py");
     };
@@ -40,32 +48,132 @@ pub fn run(output: Option<&Path>, force: bool, torch: &str, watch: Watch, comman
     // Refuse before running anything, not after the workload has spent an hour: an existing
     // output, a directory, a missing or read-only directory.
     crate::atomic::check_writable(&output, force)?;
+    // The port is taken before anything runs, so one in use is said at once.
+    let serving = serve.map(Serving::bind).transpose()?.map(Arc::new);
+    let job = Job { program: program.clone(), args: args.to_vec(), torch: torch.to_owned(), output, force, serving };
     match watch {
-        Watch::Window => run_live(program.clone(), args.to_vec(), torch.to_owned(), output, force),
-        Watch::Terminal => run_in_terminal(program.clone(), args.to_vec(), torch.to_owned(), output, force),
-        Watch::None => record_and_write(program, args, torch, &output, None, force, |_| {
-            eprintln!(
-                "vramscope: recording; watch it live with `vramscope open --follow {0}` or `vramscope top {0}`",
-                output.display()
-            );
+        Watch::Window => run_live(job),
+        Watch::Terminal => run_in_terminal(job),
+        Watch::None => job.record(None, |_| {
+            if job.serving.is_none() {
+                eprintln!(
+                    "vramscope: recording; watch it live with `vramscope open --follow {0}` or `vramscope top {0}`",
+                    job.output.display()
+                );
+            }
         }),
+    }
+}
+
+/// A recording to make: the command, the shim's source, where the trace goes, and whether it
+/// is served to viewers elsewhere as it goes.
+struct Job {
+    program: OsString,
+    args: Vec<OsString>,
+    torch: String,
+    output: PathBuf,
+    force: bool,
+    serving: Option<Arc<Serving>>,
+}
+
+impl Job {
+    /// Records, writes the trace (and one per rank), says what it got; returns the workload's
+    /// exit code. `started` is called with the recording's directory before the workload
+    /// starts; with `log`, the workload's output goes there. Served, the server starts with the
+    /// recording and is told when its trace is written.
+    fn record(&self, log: Option<&Path>, started: impl FnOnce(&Path)) -> Result<i32> {
+        let serving = self.serving.as_deref();
+        let recorded = session::record(&self.program, &self.args, &self.torch, Some(&self.output), log, |dir| {
+            if let Some(serving) = serving {
+                serving.start(dir, &self.output);
+            }
+            started(dir);
+        });
+        let written = recorded
+            .map_err(anyhow::Error::from)
+            .and_then(|r| write_recording(&r, &self.torch, &self.output, self.force));
+        if let Some(serving) = serving {
+            serving.end(written.as_ref().ok().map(|_| self.output.clone()));
+        }
+        written
+    }
+}
+
+/// `record --serve`: the recording served to viewers on other machines (`crate::serve`).
+struct Serving {
+    listener: std::sync::Mutex<Option<std::net::TcpListener>>,
+    token: Option<String>,
+    finish: Arc<crate::serve::Finish>,
+    server: std::sync::Mutex<Option<crate::serve::Server>>,
+}
+
+/// How long `record --serve` waits, once the trace is written, for its viewers to have it.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Serving {
+    fn bind(addr: &str) -> Result<Self> {
+        let addr = crate::serve::parse_addr(addr)?;
+        let listener = crate::serve::Server::bind(addr)?;
+        let token = Some(crate::serve::token_from_env()?);
+        Ok(Self {
+            listener: std::sync::Mutex::new(Some(listener)),
+            token,
+            finish: Arc::default(),
+            server: std::sync::Mutex::new(None),
+        })
+    }
+
+    fn start(&self, dir: &Path, output: &Path) {
+        let Some(listener) = self.listener.lock().ok().and_then(|mut l| l.take()) else { return };
+        let output = std::path::absolute(output).unwrap_or_else(|_| output.to_owned());
+        let served = crate::serve::Served::Recording { dir: dir.to_owned(), output: Some(output) };
+        match crate::serve::Server::start(listener, served, self.token.clone(), Some(Arc::clone(&self.finish))) {
+            Ok(server) => {
+                eprintln!("{}", server.how_to_connect("open"));
+                if let Ok(mut slot) = self.server.lock() {
+                    *slot = Some(server);
+                }
+            }
+            Err(error) => eprintln!("vramscope: not serving the recording: {error:#}"),
+        }
+    }
+
+    /// The run is over: viewers get its trace (`None`: there is none); waits, up to [`LINGER`],
+    /// for those connected to have it.
+    fn end(&self, trace: Option<PathBuf>) {
+        self.finish.set(trace);
+        let Ok(server) = self.server.lock() else { return };
+        let Some(server) = server.as_ref() else { return };
+        let waiting = std::time::Instant::now();
+        let mut said = false;
+        while server.viewers() > 0 && waiting.elapsed() < LINGER {
+            if !said {
+                eprintln!(
+                    "vramscope: sending the trace to {} viewer(s) (at most {} s)",
+                    server.viewers(),
+                    LINGER.as_secs()
+                );
+                said = true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 }
 
 /// `record --tui`: the recording on a thread, the terminal view on this one, following it; the
 /// workload's output goes to OUT.log. Leaving the view leaves the workload running.
-fn run_in_terminal(program: OsString, args: Vec<OsString>, torch: String, output: PathBuf, force: bool) -> Result<i32> {
+fn run_in_terminal(job: Job) -> Result<i32> {
     use std::io::IsTerminal;
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         bail!("--tui draws in a terminal, and this one's input or output is not one: record without it");
     }
-    let log = output.with_extension("log");
-    crate::atomic::check_writable(&log, force)
+    let log = job.output.with_extension("log");
+    crate::atomic::check_writable(&log, job.force)
         .map_err(|e| anyhow::anyhow!("the workload's output would go to {}: {e:#}", log.display()))?;
     let (started, ready) = std::sync::mpsc::channel();
     let thread_log = log.clone();
     let recording = std::thread::Builder::new().name("vramscope-record".to_owned()).spawn(move || {
-        record_and_write(&program, &args, &torch, &output, Some(&thread_log), force, move |dir| {
+        job.record(Some(&thread_log), move |dir| {
             let _ = started.send(dir.to_owned());
         })
     })?;
@@ -88,17 +196,17 @@ fn run_in_terminal(program: OsString, args: Vec<OsString>, torch: String, output
 
 /// `record --live`: the recording on a thread, the window on this one, following it. Closing
 /// the window leaves the workload running; the trace is written when it ends.
-fn run_live(program: OsString, args: Vec<OsString>, torch: String, output: PathBuf, force: bool) -> Result<i32> {
+fn run_live(job: Job) -> Result<i32> {
     if std::env::var_os("DISPLAY").is_none() && std::env::var_os("WAYLAND_DISPLAY").is_none() {
         bail!(
             "--live needs a display (neither DISPLAY nor WAYLAND_DISPLAY is set): record without it, or watch the \
              recording from a session with one: `vramscope open --follow {}`",
-            output.display()
+            job.output.display()
         );
     }
     let (started, ready) = std::sync::mpsc::channel();
     let recording = std::thread::Builder::new().name("vramscope-record".to_owned()).spawn(move || {
-        record_and_write(&program, &args, &torch, &output, None, force, move |dir| {
+        job.record(None, move |dir| {
             let _ = started.send(dir.to_owned());
         })
     })?;
@@ -118,22 +226,6 @@ fn run_live(program: OsString, args: Vec<OsString>, torch: String, output: PathB
     recording.join().map_err(|_| anyhow::anyhow!("the recording's thread failed"))?
 }
 
-/// Records `command`, writes its trace (and one per rank), says what it got; returns the
-/// workload's exit code. `started` is called with the recording's directory before the
-/// workload starts; with `log`, the workload's output goes there.
-fn record_and_write(
-    program: &OsString,
-    args: &[OsString],
-    torch: &str,
-    output: &Path,
-    log: Option<&Path>,
-    force: bool,
-    started: impl FnOnce(&Path),
-) -> Result<i32> {
-    let recording = session::record(program, args, torch, Some(output), log, started)?;
-    write_recording(&recording, torch, output, force)
-}
-
 /// Writes a finished recording to `output` (and each rank's part beside it) and says what it
 /// holds; returns the workload's exit code.
 pub fn write_recording(recording: &session::Recording, torch: &str, output: &Path, force: bool) -> Result<i32> {
@@ -141,7 +233,7 @@ pub fn write_recording(recording: &session::Recording, torch: &str, output: &Pat
         eprintln!("vramscope: {note}");
     }
     let trace = &recording.trace;
-    super::vtrace_out::write_vtrace(trace, output, force)?;
+    crate::vtrace_out::write_vtrace(trace, output, force)?;
     // A distributed run: also one trace per rank, beside the merged one.
     let ranked: Vec<(usize, u32)> =
         trace.metadata.processes.iter().enumerate().filter_map(|(i, p)| p.rank.map(|r| (i, r))).collect();
@@ -150,7 +242,7 @@ pub fn write_recording(recording: &session::Recording, torch: &str, output: &Pat
         for (index, rank) in ranked {
             let path = output.with_file_name(format!("{stem}.rank{rank}.vtrace"));
             let part = trace.of_process(vramscope_trace_format::ProcessId(index as u32));
-            match super::vtrace_out::write_vtrace(&part, &path, force) {
+            match crate::vtrace_out::write_vtrace(&part, &path, force) {
                 Ok(_) => eprintln!("vramscope: rank {rank}: {}", path.display()),
                 Err(error) => eprintln!("vramscope: rank {rank} not written separately: {error:#}"),
             }

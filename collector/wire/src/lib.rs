@@ -2,9 +2,11 @@
 //! place and with no dependencies (the hook links this and `libc`, nothing else):
 //!
 //! - [`record`]: the fixed-size records the hook appends for every driver call;
-//! - [`env`](mod@env): the environment variables that connect the three.
+//! - [`env`](mod@env): the environment variables that connect the three;
+//! - [`serve`]: the protocol that sends a recording to a viewer on another machine.
 
 pub mod env;
 pub mod record;
+pub mod serve;
 
 pub use record::{Api, MAGIC, RECORD_BYTES, Record};

@@ -1,6 +1,6 @@
 //! Writing a trace as a `.vtrace`: through a temporary file renamed into place when complete,
-//! and, under the self-check, read back and written again to the same bytes. `convert` and
-//! `record` write through it.
+//! and, under the self-check, read back and written again to the same bytes. `convert`,
+//! `record` and `serve` (a killed recorder's directory) write through it.
 
 use std::io::BufWriter;
 use std::path::Path;
