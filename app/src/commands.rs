@@ -38,7 +38,7 @@ pub struct OpenArgs {
     /// its ranks side by side in the Ranks view.
     pub files: Vec<PathBuf>,
     /// Follow a run as it goes: the timeline grows and the peak, categories and current state
-    /// update every 0.5 s (or as long as an update takes to build, on a large run). Give the recording's directory (`record` prints it), its -o
+    /// update every 0.5 s (on a large run, less often: following takes at most a fifth of a core). Give the recording's directory (`record` prints it), its -o
     /// file before it exists, or a file something rewrites as it runs (a snapshot dumped every
     /// few steps); alone, the newest recording in progress on this machine. Zooming, panning or
     /// picking an instant stops at what is shown; End comes back to the newest.

@@ -5,7 +5,7 @@
 //! A named thread polls the source; when something new is there it builds the trace and what the
 //! face shows of it (the app's document, the terminal view's screen: the face says how, and it
 //! is built on this thread) and sends it to the face. It polls every half
-//! second, or less often when building takes longer (never more than half a core), and runs at
+//! second, or less often when building takes longer (never more than a fifth of a core), and runs at
 //! a lower priority than the workload, which shares the machine. Each update builds the whole
 //! trace again (docs/BENCHMARKS.md: 0.4 s at 740,000 events on an idle core, 0.5-1.3 s beside
 //! a CPU workload on both cores of a 2-core machine), so the view is at most about two builds
@@ -302,11 +302,16 @@ pub fn process_to_show(trace: &Trace, chosen_pid: &AtomicU32) -> usize {
     process
 }
 
+/// How many times as long as a build the follower waits after it: following takes at most a
+/// fifth of one core, beside a workload that may be using every core (measured on this 2-core
+/// machine: half a core slowed a CPU training run by a quarter; docs/BENCHMARKS.md).
+const PAUSE_PER_BUILD: u32 = 4;
+
 /// How long to wait before the next poll, after a build that took `built`: at least
-/// [`POLL_EVERY`], and as long as the build, so following never takes more than half a core
-/// (at a lower priority than the workload's).
+/// [`POLL_EVERY`], and [`PAUSE_PER_BUILD`] times the build (at a lower priority than the
+/// workload's, too).
 fn pause_after(built: Duration) -> Duration {
-    POLL_EVERY.max(built)
+    POLL_EVERY.max(built * PAUSE_PER_BUILD)
 }
 
 fn follow_recording<T>(dir: &Path, out: &Out<T>) {
@@ -491,9 +496,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn following_never_takes_more_than_half_a_core() {
+    fn following_never_takes_more_than_a_fifth_of_a_core() {
         assert_eq!(pause_after(Duration::from_millis(10)), POLL_EVERY);
-        assert_eq!(pause_after(Duration::from_secs(1)), Duration::from_secs(1));
+        assert_eq!(pause_after(Duration::from_secs(1)), Duration::from_secs(4));
     }
 
     /// A launcher (torchrun) starts first and allocates nothing: the process shown is the rank

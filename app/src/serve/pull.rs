@@ -25,8 +25,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const SILENCE: Duration = Duration::from_secs(10);
 /// The wait before connecting again.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
-/// The name of a served file's copy.
-const FILE: &str = "served";
 
 /// Copying a served run on a thread of its own; it stops when this is dropped.
 pub struct Puller {
@@ -48,7 +46,10 @@ pub fn start(addr: &str, token: &str) -> Result<(Source, Puller)> {
     let (stream, welcome) = connect(addr, token)?;
     let dir = cache_root()?.join("remote").join(&welcome.id);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot make the copy's directory {}", dir.display()))?;
-    let copy = Copy { dir: dir.clone(), kind: welcome.kind };
+    // A served file's copy is named as the file is there.
+    let name = Path::new(&welcome.label).file_name().map(|n| super::sanitized(&n.to_string_lossy()));
+    let file = name.filter(|n| n.as_str() != TRACE && !n.ends_with(".part")).unwrap_or_else(|| "served".to_owned());
+    let copy = Copy { dir: dir.clone(), kind: welcome.kind, file };
     let source = copy.prepare(&welcome)?;
     let stop = Arc::new(AtomicBool::new(false));
     let thread_stop = Arc::clone(&stop);
@@ -97,6 +98,8 @@ fn connect(addr: &str, token: &str) -> Result<(TcpStream, Welcome)> {
 struct Copy {
     dir: PathBuf,
     kind: Kind,
+    /// The name of a served file's copy.
+    file: String,
 }
 
 /// How one connection ended.
@@ -116,7 +119,7 @@ impl Copy {
     /// Makes the copy ready to follow; what to follow.
     fn prepare(&self, welcome: &Welcome) -> Result<Source> {
         match self.kind {
-            Kind::File => Ok(Source::File(self.dir.join(FILE))),
+            Kind::File => Ok(Source::File(self.dir.join(&self.file))),
             // Copied whole before: the trace.
             Kind::Recording if self.dir.join(TRACE).exists() => Ok(Source::File(self.dir.join(TRACE))),
             Kind::Recording => {
@@ -162,7 +165,7 @@ impl Copy {
     /// Where bytes of `name` go while it is sent.
     fn path_of(&self, name: &str) -> Result<PathBuf> {
         Ok(match self.kind {
-            Kind::File => self.dir.join(format!("{FILE}.part")),
+            Kind::File => self.dir.join(format!("{}.part", self.file)),
             Kind::Recording if name == TRACE => self.dir.join(format!("{TRACE}.part")),
             Kind::Recording if followed(name) => self.recording().join(name),
             Kind::Recording => bail!("the server sent a file this viewer does not take: {name:?}"),
