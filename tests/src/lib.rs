@@ -357,3 +357,26 @@ impl Drop for Tmux {
         self.tmux(&["kill-server"]);
     }
 }
+
+/// Bytes as vramscope says them, written here from the definition (binary units, three
+/// significant digits: `512 B`, `1.50 KiB`, `20.0 MiB`), not taken from vramscope.
+pub fn bytes_said(value: u64) -> String {
+    if value < 1024 {
+        return format!("{value} B");
+    }
+    let units = ["KiB", "MiB", "GiB", "TiB"];
+    let mut scaled = value as f64 / 1024.0;
+    let mut unit = 0;
+    while scaled >= 1024.0 && unit + 1 < units.len() {
+        scaled /= 1024.0;
+        unit += 1;
+    }
+    let digits = if scaled >= 100.0 {
+        0
+    } else if scaled >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{scaled:.digits$} {}", units[unit])
+}

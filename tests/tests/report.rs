@@ -4,33 +4,11 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vramscope_e2e::{fixtures_dir, reference, vramscope};
+use vramscope_e2e::{bytes_said, fixtures_dir, reference, vramscope};
 
 fn pair() -> (PathBuf, PathBuf) {
     let dir = fixtures_dir().join("pytorch-snapshots");
     (dir.join("gpt_ctx128_forward_fp32.pickle"), dir.join("gpt_ctx128_forward_mixed.pickle"))
-}
-
-/// Bytes in binary units with three significant digits, as the report writes them.
-fn human(bytes: u64) -> String {
-    let units = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    let digits = if v >= 100.0 {
-        0
-    } else if v >= 10.0 {
-        1
-    } else {
-        2
-    };
-    format!("{v:.digits$} {}", units[u])
 }
 
 /// The text of every `<text>` element, trimmed and unescaped enough for numbers.
@@ -64,16 +42,16 @@ fn comparison_svg_shows_the_reference_numbers() {
     let num = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
     for r in [ra, rb] {
         for key in ["peak_allocated_bytes", "peak_reserved_bytes"] {
-            let shown = human(num(r, key));
+            let shown = bytes_said(num(r, key));
             assert!(has(&shown), "{key} {shown} not in the report");
         }
         for (_, bytes) in r["categories_at_peak"].as_object().expect("categories") {
-            let shown = human(bytes.as_u64().expect("bytes"));
+            let shown = bytes_said(bytes.as_u64().expect("bytes"));
             assert!(has(&shown), "category bytes {shown} not in the report");
         }
     }
     let delta = num(rb, "peak_allocated_bytes") as i64 - num(ra, "peak_allocated_bytes") as i64;
-    let shown = format!("+{}", human(delta.unsigned_abs()));
+    let shown = format!("+{}", bytes_said(delta.unsigned_abs()));
     assert!(has(&shown), "delta {shown} not in the report");
     assert!(svg.iter().any(|t| t.starts_with("B's peak is")), "the summary sentence is missing");
 }

@@ -5,30 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use vramscope_e2e::{Tmux, fixtures_dir, repo_root, torch_python, vramscope};
-
-/// Bytes as the view says them, written here from the definition (binary units, three
-/// significant digits), not taken from vramscope.
-fn said(value: u64) -> String {
-    if value < 1024 {
-        return format!("{value} B");
-    }
-    let units = ["KiB", "MiB", "GiB", "TiB"];
-    let mut scaled = value as f64 / 1024.0;
-    let mut unit = 0;
-    while scaled >= 1024.0 && unit + 1 < units.len() {
-        scaled /= 1024.0;
-        unit += 1;
-    }
-    let digits = if scaled >= 100.0 {
-        0
-    } else if scaled >= 10.0 {
-        1
-    } else {
-        2
-    };
-    format!("{scaled:.digits$} {}", units[unit])
-}
+use vramscope_e2e::{Tmux, bytes_said, fixtures_dir, repo_root, torch_python, vramscope};
 
 fn info(file: &Path) -> serde_json::Value {
     let output = vramscope(&["info".as_ref(), "--json".as_ref(), file.as_os_str()]);
@@ -48,14 +25,20 @@ fn assert_screen_is_info(screen: &str, device: &serde_json::Value) {
     };
     let allocated = line("allocated ");
     assert!(
-        allocated.contains(&format!("{:>9} now", said(number(&device["allocated_bytes"])))),
+        allocated.contains(&format!("{:>9} now", bytes_said(number(&device["allocated_bytes"])))),
         "{allocated}\n{device}"
     );
-    assert!(allocated.contains(&format!("peak {:>9}", said(number(&device["peak_allocated_bytes"])))), "{allocated}");
+    assert!(
+        allocated.contains(&format!("peak {:>9}", bytes_said(number(&device["peak_allocated_bytes"])))),
+        "{allocated}"
+    );
     if device["reserved_recorded"] == true {
         let reserved = line("reserved ");
-        assert!(reserved.contains(&format!("{:>9} now", said(number(&device["reserved_bytes"])))), "{reserved}");
-        assert!(reserved.contains(&format!("peak {:>9}", said(number(&device["peak_reserved_bytes"])))), "{reserved}");
+        assert!(reserved.contains(&format!("{:>9} now", bytes_said(number(&device["reserved_bytes"])))), "{reserved}");
+        assert!(
+            reserved.contains(&format!("peak {:>9}", bytes_said(number(&device["peak_reserved_bytes"])))),
+            "{reserved}"
+        );
     }
     let categories = device["categories_at_peak"].as_object().unwrap_or_else(|| panic!("{device}"));
     assert!(!categories.is_empty());
@@ -65,7 +48,7 @@ fn assert_screen_is_info(screen: &str, device: &serde_json::Value) {
         let Some(row) = screen.lines().find(|l| l.starts_with(&format!("│{label} "))) else { continue };
         // The last column of the category table is the bytes at the peak.
         let table = row.split('│').nth(1).unwrap_or_default();
-        assert!(table.trim_end().ends_with(&said(number(bytes))), "{label}: {row} (info: {bytes})");
+        assert!(table.trim_end().ends_with(&bytes_said(number(bytes))), "{label}: {row} (info: {bytes})");
         shown += 1;
     }
     // Those that did not fit are counted in a last row.
