@@ -188,9 +188,17 @@ fn a_killed_recorder_is_served_again_from_its_directory() {
     let ours = std::fs::read(copy.join("trace.vtrace")).unwrap_or_else(|e| panic!("{e}"));
     let theirs = std::fs::read(&converted).unwrap_or_else(|e| panic!("{e}"));
     assert!(ours == theirs, "the copy's trace ({} bytes) differs from convert's ({} bytes)", ours.len(), theirs.len());
+    view.keys("q");
+    // A viewer started again once the copy is whole shows it, and the server has nothing to add.
+    let again = viewer(&dir.path().join("again"), &cache, port);
+    again.wait_for("the copied trace", Duration::from_secs(30), |s| s.contains("by category"));
+    std::thread::sleep(Duration::from_secs(2));
+    again.keys("q");
+    let after = again.wait_for("the exit", Duration::from_secs(10), |s| s.contains("EXIT="));
+    assert!(after.contains("EXIT=0") && !after.contains("lost"), "{after}");
+    assert!(std::fs::read(copy.join("trace.vtrace")).is_ok_and(|b| b == theirs));
     let _ = server.kill();
     let _ = server.wait();
-    view.keys("q");
     let _ = std::fs::remove_dir_all(&served);
 }
 

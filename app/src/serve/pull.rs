@@ -222,6 +222,10 @@ impl Copy {
             match Frame::read(stream)? {
                 Frame::Data { name, offset, bytes } => {
                     let path = self.path_of(&name)?;
+                    // The recording's files, once its trace is copied whole, are not needed.
+                    if self.kind == Kind::Recording && name != TRACE && self.dir.join(TRACE).exists() {
+                        continue;
+                    }
                     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
                     let size = file.metadata()?.len();
                     if size != offset {
@@ -231,11 +235,17 @@ impl Copy {
                 }
                 Frame::Done { name, size } => {
                     let path = self.path_of(&name)?;
-                    let held = std::fs::metadata(&path).map_or(0, |m| m.len());
+                    let whole = path.to_str().and_then(|p| p.strip_suffix(".part")).map(PathBuf::from);
+                    let size_of = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+                    // Copied whole by an earlier viewer: nothing was sent again.
+                    if !path.exists() && whole.as_deref().is_some_and(|w| w.exists() && size_of(w) == size) {
+                        continue;
+                    }
+                    let held = size_of(&path);
                     if held != size {
                         bail!("{name} complete at {size} bytes, but the copy holds {held}");
                     }
-                    if let Some(whole) = path.to_str().and_then(|p| p.strip_suffix(".part")) {
+                    if let Some(whole) = whole {
                         std::fs::rename(&path, whole)?;
                     }
                 }
