@@ -371,8 +371,9 @@ pub enum Command {
     /// Write a trace or a run for the tools people already use.
     ///
     /// `--format parquet`: six tables in the directory OUT (ranks, events, blocks with their
-    /// lifetime, category and why it has it, segments, annotations, tags) for DuckDB, Polars,
-    /// Spark and Dask; the schema is in docs/EXPORT.md. `--format perfetto`: Chrome trace event
+    /// lifetime, category and why it has it, segments, annotations, tags), each a directory
+    /// partitioned by rank (and node) that DuckDB, Polars, Spark and Dask read as one table; the
+    /// schema and the queries are in docs/EXPORT.md. `--format perfetto`: Chrome trace event
     /// JSON, which Perfetto's UI (ui.perfetto.dev), chrome://tracing and the trace tools that
     /// read it open: a process per rank, a counter track per device (allocated and reserved
     /// bytes), the recorded phases as slices and OOMs as instants. Like `info`, it takes a

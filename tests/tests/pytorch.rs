@@ -349,7 +349,31 @@ fn torchrun_on_two_nodes_opens_as_one_run_of_four_ranks() {
         let from_sql = &sql[rank["rank"].to_string()];
         assert_eq!(from_sql["peak"], rank["peak_allocated_bytes"], "rank {}", rank["rank"]);
         assert_eq!(from_sql["categories"], rank["categories_at_peak"], "rank {}", rank["rank"]);
+        let from_ranks_table = from_sql["ranks_table"].as_object().expect("ranks table").values().map(bytes).max();
+        assert_eq!(from_ranks_table, Some(bytes(&rank["peak_allocated_bytes"])), "rank {}", rank["rank"]);
+        // Each table a dataset partitioned by rank, under its node (torchrun's GROUP_RANK, 0 on
+        // one machine) when every rank has one.
+        let node = rank["node"].as_u64().map(|n| format!("node={n}/")).unwrap_or_default();
+        let partition = tables.join(format!("blocks/{node}rank={}/part-0.parquet", rank["rank"]));
+        assert!(partition.is_file(), "{}", partition.display());
     }
+    assert_eq!(sql.as_object().map(|o| o.len()), Some(4));
+    // Replaced with --force, whole: the queries give the same answers again, and nothing of the
+    // export's own is left beside the tables.
+    let output = export(true);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let again = std::process::Command::new(torch_python())
+        .arg(repo_root().join("tests/scripts/parquet_peaks.py"))
+        .arg(&tables)
+        .output()
+        .expect("python runs");
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&again.stdout).expect("JSON"), sql);
+    let mut left: Vec<String> = std::fs::read_dir(&tables)
+        .expect("tables")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["annotations", "blocks", "events", "ranks", "segments", "tags"]);
 }
 
 /// Under `record`, a real CPU PyTorch run prints exactly what it prints alone: the shim's own

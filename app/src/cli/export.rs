@@ -156,18 +156,19 @@ pub fn run(
         })?;
         writeln!(
             out,
-            "wrote {} tables into {} ({}, {}): {}",
+            "wrote {} tables into {} ({}, {}), each a directory partitioned by {}: {}",
             super::parquet_out::TABLES.len(),
             output.display(),
-            crate::units::bytes(written),
+            crate::units::bytes(written.bytes),
             describe(count),
-            super::parquet_out::TABLES.map(|t| format!("{t}.parquet")).join(", ")
+            if written.by_node { "node and rank" } else { "rank" },
+            super::parquet_out::TABLES.map(|t| format!("{t}/")).join(", ")
         )?;
         if totals_only > 0 {
             writeln!(
                 out,
                 "note: {} no allocations, only category totals over time (a profiler memory timeline): it has \
-                 no rows in events.parquet or blocks.parquet; ranks.parquet has its peak, and `vramscope info` its \
+                 no rows in events/ or blocks/; ranks/ has its peak, and `vramscope info` its \
                  categories",
                 if count == 1 { "the trace holds".to_owned() } else { format!("{totals_only} of the ranks hold") }
             )?;

@@ -1,16 +1,10 @@
-//! `export --format parquet`: a run's model as Parquet tables, one file each, which DuckDB,
-//! Polars, Spark and Dask read: the ranks, the allocator events, the blocks (each allocation with
+//! `export --format parquet`: a run's model as Parquet tables, each a dataset partitioned by rank
+//! (`dataset.rs`) that DuckDB, Polars, Spark and Dask read as one table: the ranks, the allocator events, the blocks (each allocation with
 //! its lifetime, category and evidence), the final segments, the annotations (phases, modules)
 //! and the tags. The schema is `docs/EXPORT.md`'s.
 
-use std::path::Path;
-use std::sync::Arc;
+mod dataset;
 
-use anyhow::{Context, Result, bail};
-use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int32Type, Int64Type};
-use parquet::file::properties::WriterProperties;
-use parquet::file::writer::SerializedFileWriter;
-use parquet::schema::parser::parse_message_type;
 use rustc_hash::FxHashMap as HashMap;
 use vramscope_trace_format::{Clock, DeviceId, EventKind, SegmentPool, StackId, Trace};
 
@@ -18,7 +12,6 @@ use crate::analysis::attribution::{Attribution, Attributor, Evidence};
 use crate::analysis::instant::allocation_site;
 use crate::analysis::run::Rank;
 use crate::analysis::{peak, replay};
-use crate::atomic;
 
 /// A column's values.
 enum Values {
@@ -64,91 +57,6 @@ impl Values {
 struct Table {
     name: &'static str,
     columns: Vec<(&'static str, Values)>,
-}
-
-/// Rows per row group.
-const ROW_GROUP_ROWS: usize = 1 << 20;
-
-fn present<T: Clone>(values: &[Option<T>]) -> (Vec<T>, Vec<i16>) {
-    let levels = values.iter().map(|v| i16::from(v.is_some())).collect();
-    (values.iter().flatten().cloned().collect(), levels)
-}
-
-fn bytes_of(values: &[String]) -> Vec<ByteArray> {
-    values.iter().map(|s| ByteArray::from(s.as_bytes().to_vec())).collect()
-}
-
-/// A table's file being written: a row group per rank.
-struct TableFile {
-    file: atomic::AtomicFile,
-    writer: SerializedFileWriter<std::fs::File>,
-}
-
-impl TableFile {
-    /// Starts `dir/NAME.parquet` (a temporary file until committed) with `table`'s schema.
-    fn create(dir: &Path, table: &Table) -> Result<Self> {
-        let path = dir.join(format!("{}.parquet", table.name));
-        let lines: Vec<String> = table.columns.iter().map(|(name, values)| values.schema(name)).collect();
-        let schema = Arc::new(parse_message_type(&format!("message {} {{ {} }}", table.name, lines.join(" ")))?);
-        let mut file = atomic::AtomicFile::create(&path)?;
-        let cannot = || format!("cannot write {}", path.display());
-        let props = Arc::new(
-            WriterProperties::builder().set_created_by(format!("vramscope {}", env!("CARGO_PKG_VERSION"))).build(),
-        );
-        let handle = file.file().try_clone().with_context(cannot)?;
-        let writer = SerializedFileWriter::new(handle, schema, props).with_context(cannot)?;
-        Ok(Self { file, writer })
-    }
-
-    /// Appends `table`'s rows, in row groups of at most [`ROW_GROUP_ROWS`].
-    fn append(&mut self, table: &Table) -> Result<()> {
-        let path = self.file.output().to_owned();
-        let cannot = || format!("cannot write {}", path.display());
-        let rows = table.columns.first().map_or(0, |c| c.1.len());
-        if table.columns.iter().any(|c| c.1.len() != rows) {
-            bail!("{}: columns of different lengths", table.name);
-        }
-        let mut start = 0;
-        while start < rows {
-            let end = (start + ROW_GROUP_ROWS).min(rows);
-            let mut group = self.writer.next_row_group().with_context(cannot)?;
-            let mut columns = table.columns.iter();
-            while let Some(mut column) = group.next_column().with_context(cannot)? {
-                let Some((_, values)) = columns.next() else { bail!("{}: more columns than values", table.name) };
-                let r = start..end;
-                match values {
-                    Values::I32(v) => column.typed::<Int32Type>().write_batch(&v[r], None, None),
-                    Values::I64(v) => column.typed::<Int64Type>().write_batch(&v[r], None, None),
-                    Values::Bool(v) => column.typed::<BoolType>().write_batch(&v[r], None, None),
-                    Values::Str(v) => column.typed::<ByteArrayType>().write_batch(&bytes_of(&v[r]), None, None),
-                    Values::OptI32(v) => {
-                        let (values, levels) = present(&v[r]);
-                        column.typed::<Int32Type>().write_batch(&values, Some(&levels), None)
-                    }
-                    Values::OptI64(v) => {
-                        let (values, levels) = present(&v[r]);
-                        column.typed::<Int64Type>().write_batch(&values, Some(&levels), None)
-                    }
-                    Values::OptStr(v) => {
-                        let (values, levels) = present(&v[r]);
-                        column.typed::<ByteArrayType>().write_batch(&bytes_of(&values), Some(&levels), None)
-                    }
-                }
-                .with_context(cannot)?;
-                column.close().with_context(cannot)?;
-            }
-            group.close().with_context(cannot)?;
-            start = end;
-        }
-        Ok(())
-    }
-
-    /// Finishes the file and puts it in place; its bytes.
-    fn commit(self, force: bool) -> Result<u64> {
-        let path = self.file.output().to_owned();
-        self.writer.close().with_context(|| format!("cannot write {}", path.display()))?;
-        self.file.commit(force)
-    }
 }
 
 /// An address or a size as Parquet's signed 64 bits: the same bits (addresses above 2^63 read
@@ -489,41 +397,7 @@ fn tables(ranks: &[Rank]) -> Vec<Table> {
     out
 }
 
-/// The table files `write` makes.
-pub const TABLES: [&str; 6] = ["ranks", "events", "blocks", "segments", "annotations", "tags"];
+pub use self::dataset::{Written, write};
 
-/// Writes the run's tables into `dir` (made if missing), a rank at a time as `ranks` hands
-/// them over (each rank's rows built, written and dropped before the next); each file put in
-/// place once complete, an existing one replaced only with `force`. Returns the bytes written.
-pub fn write(
-    dir: &Path,
-    force: bool,
-    ranks: impl FnOnce(&mut dyn FnMut(&Rank) -> Result<()>) -> Result<usize>,
-) -> Result<u64> {
-    if dir.exists() && !dir.is_dir() {
-        bail!("{} is a file; give a directory to write the tables into", dir.display());
-    }
-    for name in TABLES {
-        let path = dir.join(format!("{name}.parquet"));
-        if path.exists() && !force {
-            bail!("{} already exists; pass --force to replace it", path.display());
-        }
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot make the directory {}", dir.display()))?;
-    let mut files: Vec<TableFile> = Vec::new();
-    ranks(&mut |rank| {
-        let tables = tables(std::slice::from_ref(rank));
-        if files.is_empty() {
-            files = tables.iter().map(|t| TableFile::create(dir, t)).collect::<Result<_>>()?;
-        }
-        for (file, table) in files.iter_mut().zip(&tables) {
-            file.append(table)?;
-        }
-        Ok(())
-    })?;
-    let mut written = 0;
-    for file in files {
-        written += file.commit(force)?;
-    }
-    Ok(written)
-}
+/// The tables `write` makes, each a directory.
+pub const TABLES: [&str; 6] = ["ranks", "events", "blocks", "segments", "annotations", "tags"];
