@@ -125,20 +125,13 @@ pub fn run_peak(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak 
 /// One run as two runs are compared: its peak, its phases, and what was alive at the peak and at
 /// each phase kind's highest point, by path and by name.
 pub fn compared_run(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak {
-    let mut run = run_peak(trace, file, device);
+    let (mut run, prepared) = for_gates(trace, file, device);
     let device = run.device;
     let stacks =
         trace.events.iter().filter(|e| e.device == device && e.kind == vramscope_trace_format::EventKind::Alloc);
     run.lines = std::sync::Arc::new(sites::lines_of(trace, stacks.map(|e| e.stack)));
-    // The device's events, initial state and attribution, worked out once for what follows.
-    let events = crate::replay::device_events(trace, device);
-    let initial = crate::replay::initial_state(trace, device, &events);
-    let mut attributor = Attributor::new(trace, device);
-    attributor.prepare_persistent(&events, &initial);
-    let prepared = crate::phases::Device { id: device, events: &events, initial: &initial };
-    (run.phases, run.ranges) = crate::phases::phases_and_ranges(trace, prepared, &mut attributor, true);
+    let (events, initial, mut attributor) = prepared;
     let peak_event = run.peak_allocated_event;
-    run.peak_phase = run.phases.phase_of_event(peak_event).and_then(|p| p.kind);
     // The peak first, then each kind's highest, in the order of the trace.
     let mut targets: Vec<(Option<PhaseKind>, Option<usize>, i64)> =
         vec![(None, peak_event, run.peak_allocated_time_ns)];
@@ -169,6 +162,32 @@ pub fn compared_run(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunP
         }
     });
     run
+}
+
+/// The device's events, initial state and attribution, worked out once.
+type Prepared<'t> = (Vec<u32>, crate::replay::Initial, Attributor<'t>);
+
+/// One run with what a gate checks (its peak, the categories at it, its phases and their high
+/// points, its named ranges), without its allocation sites, its frames or what was alive at each
+/// high point: the figures `diff` keeps of each rank of a run of many, whose full comparison it
+/// works out again for the rank it shows.
+pub fn compared_for_gates(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak {
+    let mut run = for_gates(trace, file, device).0;
+    run.sites = Vec::new();
+    run
+}
+
+fn for_gates<'t>(trace: &'t Trace, file: &str, device: Option<DeviceId>) -> (RunPeak, Prepared<'t>) {
+    let mut run = run_peak(trace, file, device);
+    let device = run.device;
+    let events = crate::replay::device_events(trace, device);
+    let initial = crate::replay::initial_state(trace, device, &events);
+    let mut attributor = Attributor::new(trace, device);
+    attributor.prepare_persistent(&events, &initial);
+    let prepared = crate::phases::Device { id: device, events: &events, initial: &initial };
+    (run.phases, run.ranges) = crate::phases::phases_and_ranges(trace, prepared, &mut attributor, true);
+    run.peak_phase = run.phases.phase_of_event(run.peak_allocated_event).and_then(|p| p.kind);
+    (run, (events, initial, attributor))
 }
 
 /// A category in both runs.

@@ -124,17 +124,15 @@ pub fn run(a: &Path, b: &Path, options: &Options<'_>, out: &mut dyn Write) -> Re
     if a == b {
         bail!("{} is compared with itself: give two different traces", a.display());
     }
-    let (side_a, side_b) = (open_side(a, device, range)?, open_side(b, device, range)?);
-    if side_a.len() > 1 || side_b.len() > 1 {
-        let peaks = |side: ByRank| side.into_iter().map(|(rank, (_, peak))| (rank, peak)).collect::<Vec<_>>();
-        return ranks(a, b, &peaks(side_a), &peaks(side_b), options, out);
+    let (side_a, side_b) = (RunSide::open(a, device, range)?, RunSide::open(b, device, range)?);
+    if side_a.ranks.len() > 1 || side_b.ranks.len() > 1 {
+        return ranks(a, b, &side_a, &side_b, options, out);
     }
-    let peak_of = |path: &Path, side: ByRank| -> Result<diff::RunPeak> {
-        let Some((_, (fits, peak))) = side.into_iter().next() else { bail!("{}: no trace", path.display()) };
-        fits?;
-        Ok(peak)
+    let peak_of = |path: &Path, side: &RunSide| -> Result<diff::RunPeak> {
+        let Some(only) = side.ranks.first() else { bail!("{}: no trace", path.display()) };
+        side.full(only.rank)
     };
-    let compared = crate::analysis::query::compare::compare(peak_of(a, side_a)?, peak_of(b, side_b)?, gates)
+    let compared = crate::analysis::query::compare::compare(peak_of(a, &side_a)?, peak_of(b, &side_b)?, gates)
         .map_err(|why| anyhow::anyhow!(crate::words::gate_unchecked(&why)))?;
     let (d, results) = (compared.diff, compared.gates);
     if json {
@@ -180,20 +178,65 @@ pub fn run(a: &Path, b: &Path, options: &Options<'_>, out: &mut dyn Write) -> Re
     Ok(results.iter().all(|r| r.passed))
 }
 
-/// One side of a comparison by rank: whether it holds the device asked for, and its peak.
-type ByRank = Vec<(u32, (Result<()>, diff::RunPeak))>;
+/// One rank of a side of a comparison: where it is, the name it is compared under, whether it
+/// holds the device asked for, and its figures.
+struct RankSide {
+    rank: u32,
+    origin: crate::runs::Origin,
+    source: String,
+    fits: Result<()>,
+    peak: diff::RunPeak,
+}
 
 /// One side of a comparison: a trace, or a run of several ranks (a directory of rank files, or a
-/// recording of several ranks). Each rank's peak is taken as its file is read and the trace is
-/// dropped, so a run of many ranks holds one trace per reader at a time.
-fn open_side(path: &Path, device: Option<DeviceId>, range: Option<TraceRange>) -> Result<ByRank> {
-    let (numbered, notes, skipped) = crate::runs::each_rank(&[path.to_path_buf()], range, |file, trace, source| {
-        let fits = super::check_device(file, trace, device);
-        // A file's name as given, a rank of a recording as `file (rank N)`.
-        (fits, diff::compared_run(trace, source, device))
-    })?;
-    for note in crate::words::run_notes(&notes, &skipped) {
-        eprintln!("warning: {note}");
+/// recording of several ranks). Each rank's figures are taken as its file is read and the trace
+/// is dropped, so a run of many ranks holds one trace per reader at a time; of a directory's
+/// ranks only what the gates check is kept (`slim`), and the rank shown in full is read again.
+struct RunSide {
+    ranks: Vec<RankSide>,
+    slim: bool,
+    device: Option<DeviceId>,
+}
+
+impl RunSide {
+    fn open(path: &Path, device: Option<DeviceId>, range: Option<TraceRange>) -> Result<Self> {
+        let slim = path.is_dir();
+        let (numbered, notes, skipped) =
+            crate::runs::each_rank(&[path.to_path_buf()], range, |file, trace, source| {
+                let fits = super::check_device(file, trace, device);
+                // A file's name as given, a rank of a recording as `file (rank N)`.
+                let peak = if slim {
+                    diff::compared_for_gates(trace, source, device)
+                } else {
+                    diff::compared_run(trace, source, device)
+                };
+                (source.to_owned(), fits, peak)
+            })?;
+        for note in crate::words::run_notes(&notes, &skipped) {
+            eprintln!("warning: {note}");
+        }
+        let ranks = numbered
+            .into_iter()
+            .map(|(rank, _, _, (origin, (source, fits, peak)))| RankSide { rank, origin, source, fits, peak })
+            .collect();
+        Ok(Self { ranks, slim, device })
     }
-    Ok(numbered.into_iter().map(|(rank, _, _, (_, taken))| (rank, taken)).collect())
+
+    /// Each rank's figures, by rank.
+    fn peaks(&self) -> Vec<(u32, diff::RunPeak)> {
+        self.ranks.iter().map(|r| (r.rank, r.peak.clone())).collect()
+    }
+
+    /// The full comparison figures of `rank`: as taken, or (a slim side) its trace read again.
+    fn full(&self, rank: u32) -> Result<diff::RunPeak> {
+        let Some(r) = self.ranks.iter().find(|r| r.rank == rank) else { bail!("no rank {rank}") };
+        if let Err(e) = &r.fits {
+            bail!("{e:#}");
+        }
+        if !self.slim {
+            return Ok(r.peak.clone());
+        }
+        let trace = crate::runs::read_rank(&r.origin)?;
+        Ok(diff::compared_run(&trace, &r.source, self.device))
+    }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::analysis::diff::{self, percent};
 use crate::units::{bytes, signed_bytes};
 
-use super::Options;
+use super::{Options, RunSide};
 use super::text::{pct_text, write_text};
 
 /// A rank's comparison.
@@ -28,14 +28,14 @@ struct RankRow {
 pub(super) fn ranks(
     a: &Path,
     b: &Path,
-    side_a: &[(u32, diff::RunPeak)],
-    side_b: &[(u32, diff::RunPeak)],
+    side_a: &RunSide,
+    side_b: &RunSide,
     options: &Options<'_>,
     out: &mut dyn Write,
 ) -> Result<bool> {
     let Options { json, gates, range, .. } = *options;
     use crate::analysis::query::compare::{RanksNotCompared, compare_ranks, peak_growth};
-    let compared = compare_ranks(side_a, side_b, gates).map_err(|why| match why {
+    let mut compared = compare_ranks(&side_a.peaks(), &side_b.peaks(), gates).map_err(|why| match why {
         RanksNotCompared::NoRankInCommon(ranks_a, ranks_b) => {
             anyhow::anyhow!(
                 "{} and {} have no rank in common (ranks {ranks_a:?} and {ranks_b:?})",
@@ -47,6 +47,11 @@ pub(super) fn ranks(
             anyhow::anyhow!("rank {rank}: {}", crate::words::gate_unchecked(&why))
         }
     })?;
+    // The rank shown in full: of a directory of ranks only the gates' figures were kept.
+    let shown = compared.most_grown().0;
+    if side_a.slim || side_b.slim {
+        compared.pairs[compared.most_grown].1 = diff::diff(side_a.full(shown)?, side_b.full(shown)?);
+    }
     let (worst_rank, worst) = compared.most_grown();
     let (only_a, only_b, results) = (&compared.only_in_a, &compared.only_in_b, &compared.gates);
     let grew = peak_growth;
@@ -88,8 +93,8 @@ pub(super) fn ranks(
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
     } else {
-        writeln!(out, "A  {} ({} ranks)", a.display(), side_a.len())?;
-        writeln!(out, "B  {} ({} ranks)", b.display(), side_b.len())?;
+        writeln!(out, "A  {} ({} ranks)", a.display(), side_a.ranks.len())?;
+        writeln!(out, "B  {} ({} ranks)", b.display(), side_b.ranks.len())?;
         if let Some(range) = range {
             writeln!(out, "   {}", crate::words::range_note(range))?;
         }
