@@ -9,8 +9,8 @@ use serde::Serialize;
 use crate::analysis::diff::{self, percent};
 use crate::units::{bytes, signed_bytes};
 
-use super::{Options, RunSide};
 use super::text::{pct_text, write_text};
+use super::{Options, RunSide};
 
 /// A rank's comparison.
 #[derive(Serialize)]
