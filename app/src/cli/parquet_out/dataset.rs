@@ -92,7 +92,7 @@ fn write_file(path: &Path, table: &Table, leave_out: &[&str]) -> Result<u64> {
     Ok(handle.metadata().with_context(cannot)?.len())
 }
 
-/// What [`write`] wrote.
+/// What [`write()`] wrote.
 pub struct Written {
     /// Bytes, all files together.
     pub bytes: u64,
