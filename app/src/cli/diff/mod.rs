@@ -125,14 +125,10 @@ pub fn run(a: &Path, b: &Path, options: &Options<'_>, out: &mut dyn Write) -> Re
         bail!("{} is compared with itself: give two different traces", a.display());
     }
     let (side_a, side_b) = (RunSide::open(a, device, range)?, RunSide::open(b, device, range)?);
-    if side_a.ranks.len() > 1 || side_b.ranks.len() > 1 {
+    if side_a.peaks.len() > 1 || side_b.peaks.len() > 1 {
         return ranks(a, b, &side_a, &side_b, options, out);
     }
-    let peak_of = |path: &Path, side: &RunSide| -> Result<diff::RunPeak> {
-        let Some(only) = side.ranks.first() else { bail!("{}: no trace", path.display()) };
-        side.full(only.rank)
-    };
-    let compared = crate::analysis::query::compare::compare(peak_of(a, &side_a)?, peak_of(b, &side_b)?, gates)
+    let compared = crate::analysis::query::compare::compare(side_a.single(a)?, side_b.single(b)?, gates)
         .map_err(|why| anyhow::anyhow!(crate::words::gate_unchecked(&why)))?;
     let (d, results) = (compared.diff, compared.gates);
     if json {
@@ -178,14 +174,12 @@ pub fn run(a: &Path, b: &Path, options: &Options<'_>, out: &mut dyn Write) -> Re
     Ok(results.iter().all(|r| r.passed))
 }
 
-/// One rank of a side of a comparison: where it is, the name it is compared under, whether it
-/// holds the device asked for, and its figures.
-struct RankSide {
-    rank: u32,
+/// Where a rank of a side of a comparison is, the name it is compared under, and whether it
+/// holds the device asked for.
+struct RankPlace {
     origin: crate::runs::Origin,
     source: String,
     fits: Result<()>,
-    peak: diff::RunPeak,
 }
 
 /// One side of a comparison: a trace, or a run of several ranks (a directory of rank files, or a
@@ -193,7 +187,10 @@ struct RankSide {
 /// is dropped, so a run of many ranks holds one trace per reader at a time; of a directory's
 /// ranks only what the gates check is kept (`slim`), and the rank shown in full is read again.
 struct RunSide {
-    ranks: Vec<RankSide>,
+    /// Each rank's figures, by rank.
+    peaks: Vec<(u32, diff::RunPeak)>,
+    /// Where each is, in the same order.
+    places: Vec<RankPlace>,
     slim: bool,
     device: Option<DeviceId>,
 }
@@ -215,28 +212,33 @@ impl RunSide {
         for note in crate::words::run_notes(&notes, &skipped) {
             eprintln!("warning: {note}");
         }
-        let ranks = numbered
+        let (peaks, places) = numbered
             .into_iter()
-            .map(|(rank, _, _, (origin, (source, fits, peak)))| RankSide { rank, origin, source, fits, peak })
-            .collect();
-        Ok(Self { ranks, slim, device })
+            .map(|(rank, _, _, (origin, (source, fits, peak)))| ((rank, peak), RankPlace { origin, source, fits }))
+            .unzip();
+        Ok(Self { peaks, places, slim, device })
     }
 
-    /// Each rank's figures, by rank.
-    fn peaks(&self) -> Vec<(u32, diff::RunPeak)> {
-        self.ranks.iter().map(|r| (r.rank, r.peak.clone())).collect()
+    /// The one trace of a side, its full comparison figures; an error if it lacks the device
+    /// asked for.
+    fn single(mut self, path: &Path) -> Result<diff::RunPeak> {
+        let (Some(place), Some((_, peak))) = (self.places.pop(), self.peaks.pop()) else {
+            bail!("{}: no trace", path.display())
+        };
+        place.fits?;
+        if self.slim { self.again(&place.origin, &place.source) } else { Ok(peak) }
     }
 
     /// The full comparison figures of `rank`: as taken, or (a slim side) its trace read again.
     fn full(&self, rank: u32) -> Result<diff::RunPeak> {
-        let Some(r) = self.ranks.iter().find(|r| r.rank == rank) else { bail!("no rank {rank}") };
-        if let Err(e) = &r.fits {
-            bail!("{e:#}");
-        }
-        if !self.slim {
-            return Ok(r.peak.clone());
-        }
-        let trace = crate::runs::read_rank(&r.origin)?;
-        Ok(diff::compared_run(&trace, &r.source, self.device))
+        let Some(i) = self.peaks.iter().position(|p| p.0 == rank) else { bail!("no rank {rank}") };
+        let (Some((_, peak)), Some(place)) = (self.peaks.get(i), self.places.get(i)) else { bail!("no rank {rank}") };
+        if self.slim { self.again(&place.origin, &place.source) } else { Ok(peak.clone()) }
+    }
+
+    /// A rank's full comparison figures, its trace read again.
+    fn again(&self, origin: &crate::runs::Origin, source: &str) -> Result<diff::RunPeak> {
+        let trace = crate::runs::read_rank(origin)?;
+        Ok(diff::compared_run(&trace, source, self.device))
     }
 }

@@ -35,7 +35,7 @@ pub(super) fn ranks(
 ) -> Result<bool> {
     let Options { json, gates, range, .. } = *options;
     use crate::analysis::query::compare::{RanksNotCompared, compare_ranks, peak_growth};
-    let mut compared = compare_ranks(&side_a.peaks(), &side_b.peaks(), gates).map_err(|why| match why {
+    let mut compared = compare_ranks(&side_a.peaks, &side_b.peaks, gates).map_err(|why| match why {
         RanksNotCompared::NoRankInCommon(ranks_a, ranks_b) => {
             anyhow::anyhow!(
                 "{} and {} have no rank in common (ranks {ranks_a:?} and {ranks_b:?})",
@@ -93,8 +93,8 @@ pub(super) fn ranks(
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
     } else {
-        writeln!(out, "A  {} ({} ranks)", a.display(), side_a.ranks.len())?;
-        writeln!(out, "B  {} ({} ranks)", b.display(), side_b.ranks.len())?;
+        writeln!(out, "A  {} ({} ranks)", a.display(), side_a.peaks.len())?;
+        writeln!(out, "B  {} ({} ranks)", b.display(), side_b.peaks.len())?;
         if let Some(range) = range {
             writeln!(out, "   {}", crate::words::range_note(range))?;
         }
