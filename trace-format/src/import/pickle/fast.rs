@@ -192,9 +192,7 @@ impl<S: PieceSink> Machine<'_, S> {
                     let (stack, end) = self.scan_frames(p + 1)?;
                     p = end;
                     let value = Value::Stack(stack);
-                    if let Some(entry) = self.store.memo.own_mut(slot) {
-                        *entry = value;
-                    }
+                    self.store.memo.set_own(slot, value);
                     value
                 }
                 _ => return None,
@@ -236,9 +234,7 @@ impl<S: PieceSink> Machine<'_, S> {
             // Errors are left for the general machine to report with their position.
             _ => return None,
         };
-        if let Some(entry) = self.store.memo.own_mut(slot) {
-            *entry = value;
-        }
+        self.store.memo.set_own(slot, value);
         Some((value, p))
     }
 
@@ -282,7 +278,7 @@ impl<S: PieceSink> Machine<'_, S> {
                 && let Some(bytes) = data.get(p..p + len)
             {
                 let first = self.run_memo.len() as u32;
-                self.run_memo.extend_from_slice(self.store.memo.own_from(memo_before));
+                self.run_memo.extend(self.store.memo.own_from(memo_before));
                 let memoized = (first, self.run_memo.len() as u32);
                 let start = self.run_bytes.len() as u64;
                 self.run_bytes.extend_from_slice(bytes);

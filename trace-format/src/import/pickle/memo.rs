@@ -45,10 +45,99 @@ impl Remap {
     }
 }
 
+/// Memo values packed 8 bytes each (a [`Value`] takes 16): snapshots memoize more than one
+/// object per trace entry, so the memo of a large snapshot is a large part of what its parse
+/// holds. A slot's top 4 bits say what it holds; values that need all 64 bits (numbers, bytes,
+/// containers, which a pickler seldom memoizes) are kept aside in `wide`, and their slot holds
+/// their index there.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Slots {
+    slots: Vec<u64>,
+    wide: Vec<Value>,
+}
+
+const TAG_SHIFT: u32 = 60;
+const PAYLOAD: u64 = (1 << TAG_SHIFT) - 1;
+const TAG_MISSING: u64 = 0;
+const TAG_NONE: u64 = 1;
+const TAG_BOOL: u64 = 2;
+const TAG_STR: u64 = 3;
+const TAG_FRAME: u64 = 4;
+const TAG_STACK: u64 = 5;
+const TAG_RECORD: u64 = 6;
+const TAG_WIDE: u64 = 7;
+
+impl Slots {
+    fn pack(&mut self, value: Value) -> u64 {
+        let (tag, payload) = match value {
+            Value::Missing => (TAG_MISSING, 0),
+            Value::None => (TAG_NONE, 0),
+            Value::Bool(b) => (TAG_BOOL, u64::from(b)),
+            Value::Str(id) => (TAG_STR, u64::from(id.0)),
+            Value::Frame(id) => (TAG_FRAME, u64::from(id.0)),
+            Value::Stack(id) => (TAG_STACK, u64::from(id.0)),
+            Value::Record(kind, index) => (TAG_RECORD, (kind.code() << 32) | u64::from(index)),
+            wide => {
+                self.wide.push(wide);
+                (TAG_WIDE, (self.wide.len() - 1) as u64)
+            }
+        };
+        (tag << TAG_SHIFT) | payload
+    }
+
+    #[inline]
+    fn unpack(&self, slot: u64) -> Value {
+        let payload = slot & PAYLOAD;
+        let id = payload as u32;
+        match slot >> TAG_SHIFT {
+            TAG_NONE => Value::None,
+            TAG_BOOL => Value::Bool(payload != 0),
+            TAG_STR => Value::Str(StringId(id)),
+            TAG_FRAME => Value::Frame(FrameId(id)),
+            TAG_STACK => Value::Stack(StackId(id)),
+            TAG_RECORD => Value::Record(RecordKind::from_code(payload >> 32), id),
+            TAG_WIDE => self.wide.get(payload as usize).copied().unwrap_or(Value::Missing),
+            _ => Value::Missing,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> Option<Value> {
+        self.slots.get(i).map(|&s| self.unpack(s))
+    }
+
+    #[inline]
+    fn push(&mut self, value: Value) {
+        let slot = self.pack(value);
+        self.slots.push(slot);
+    }
+
+    fn set(&mut self, i: usize, value: Value) {
+        let slot = self.pack(value);
+        if let Some(s) = self.slots.get_mut(i) {
+            *s = slot;
+        }
+    }
+
+    /// Every value held, in index order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = Value> + '_ {
+        self.slots.iter().map(|&s| self.unpack(s))
+    }
+}
+
 /// Values taken in from elsewhere, from index `first`.
 struct Part {
     first: usize,
-    values: Vec<Value>,
+    values: Slots,
     remap: Option<Arc<Remap>>,
 }
 
@@ -59,7 +148,7 @@ pub(crate) struct Memo {
     parts: Vec<Part>,
     /// The first index of `values`.
     base: usize,
-    values: Vec<Value>,
+    values: Slots,
     /// Values stored into `parts` after they were taken in (only an explicit `PUT` does that).
     overrides: FxHashMap<usize, Value>,
 }
@@ -88,7 +177,7 @@ impl Memo {
     }
 
     pub(crate) fn reserve(&mut self, additional: usize) {
-        self.values.reserve(additional);
+        self.values.slots.reserve(additional);
     }
 
     #[inline]
@@ -99,16 +188,19 @@ impl Memo {
     /// Forgets the indices from `len` on (never below the base).
     #[inline]
     pub(crate) fn truncate(&mut self, len: usize) {
-        self.values.truncate(len.saturating_sub(self.base));
+        self.values.slots.truncate(len.saturating_sub(self.base));
     }
 
     pub(crate) fn extend_from_slice(&mut self, values: &[Value]) {
-        self.values.extend_from_slice(values);
+        for &value in values {
+            self.values.push(value);
+        }
     }
 
     /// The values stored from index `from` on, when this memo holds them itself.
-    pub(crate) fn own_from(&self, from: usize) -> &[Value] {
-        from.checked_sub(self.base).and_then(|i| self.values.get(i..)).unwrap_or(&[])
+    pub(crate) fn own_from(&self, from: usize) -> impl Iterator<Item = Value> + '_ {
+        let from = from.checked_sub(self.base).unwrap_or(usize::MAX).min(self.values.len());
+        self.values.slots[from..].iter().map(|&s| self.values.unpack(s))
     }
 
     /// The value at `index`; `None` when nothing is stored there, or when it is another
@@ -116,7 +208,7 @@ impl Memo {
     #[inline]
     pub(crate) fn get(&self, index: usize) -> Option<Value> {
         if let Some(i) = index.checked_sub(self.base) {
-            return self.values.get(i).copied();
+            return self.values.get(i);
         }
         if !self.overrides.is_empty()
             && let Some(&v) = self.overrides.get(&index)
@@ -125,14 +217,20 @@ impl Memo {
         }
         let k = self.parts.partition_point(|p| p.first <= index).checked_sub(1)?;
         let part = self.parts.get(k)?;
-        let value = *part.values.get(index - part.first)?;
+        let value = part.values.get(index - part.first)?;
         Some(part.remap.as_ref().map_or(value, |r| r.value(value)))
     }
 
-    /// The value at an index this memo holds itself, to change it.
-    pub(crate) fn own_mut(&mut self, index: usize) -> Option<&mut Value> {
-        let i = index.checked_sub(self.base)?;
-        self.values.get_mut(i)
+    /// The value at an index this memo holds itself.
+    pub(crate) fn own(&self, index: usize) -> Option<Value> {
+        self.values.get(index.checked_sub(self.base)?)
+    }
+
+    /// Replaces the value at an index this memo holds itself (nothing happens at any other).
+    pub(crate) fn set_own(&mut self, index: usize, value: Value) {
+        if let Some(i) = index.checked_sub(self.base) {
+            self.values.set(i, value);
+        }
     }
 
     /// Stores `value` at `index`, growing the memo as needed; returns whether something was
@@ -141,10 +239,11 @@ impl Memo {
         match index.checked_sub(self.base) {
             Some(i) => {
                 if i >= self.values.len() {
-                    self.values.resize(i + 1, Value::Missing);
+                    self.values.slots.resize(i + 1, TAG_MISSING << TAG_SHIFT);
                 }
-                let old = std::mem::replace(&mut self.values[i], value);
-                old != Value::Missing
+                let old = self.values.get(i);
+                self.values.set(i, value);
+                old.is_some_and(|v| v != Value::Missing)
             }
             None => {
                 let old = self.get(index);
@@ -155,13 +254,13 @@ impl Memo {
     }
 
     /// The values this memo holds itself (a piece's, to be taken in).
-    pub(crate) fn into_own(self) -> Vec<Value> {
+    pub(crate) fn into_own(self) -> Slots {
         self.values
     }
 
     /// Takes in a piece's values, which hold the indices from [`Memo::len`] on; this memo's own
     /// indices then continue after them.
-    pub(crate) fn take_in(&mut self, values: Vec<Value>, remap: Arc<Remap>) {
+    pub(crate) fn take_in(&mut self, values: Slots, remap: Arc<Remap>) {
         let first = self.len();
         let next = first + values.len();
         let own = std::mem::take(&mut self.values);
@@ -185,8 +284,11 @@ mod tests {
         assert_eq!(memo.len(), 2);
         // A piece of three values whose string 0 is the whole's 5 and entries start at 100.
         let remap = Remap { strings: vec![StringId(5)], entries_from: 100, ..Remap::default() };
-        let piece = vec![Value::Str(StringId(0)), Value::Record(RecordKind::Entry, 2), Value::Int(7)];
-        memo.take_in(piece, Arc::new(remap));
+        let mut piece = Memo::default();
+        for value in [Value::Str(StringId(0)), Value::Record(RecordKind::Entry, 2), Value::Int(7)] {
+            piece.push(value);
+        }
+        memo.take_in(piece.into_own(), Arc::new(remap));
         assert_eq!(memo.len(), 5);
         assert_eq!(memo.get(0), Some(Value::Int(10)));
         assert_eq!(memo.get(1), Some(Value::Str(StringId(1))));
@@ -196,7 +298,7 @@ mod tests {
         assert_eq!(memo.get(5), None);
         memo.push(Value::Bool(true));
         assert_eq!(memo.get(5), Some(Value::Bool(true)));
-        assert_eq!(memo.own_from(5), &[Value::Bool(true)]);
+        assert_eq!(memo.own_from(5).collect::<Vec<_>>(), [Value::Bool(true)]);
         // An explicit store into a part taken in overrides it; one beyond the end grows the memo.
         assert!(memo.set(3, Value::None));
         assert_eq!(memo.get(3), Some(Value::None));
@@ -207,12 +309,54 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_of_value_reads_back_from_its_slot() {
+        let handle = {
+            let mut store = super::super::store::Store::new(crate::model::interner::Interner::new());
+            store.new_container(super::super::ContainerKind::List)
+        };
+        let values = [
+            Value::Missing,
+            Value::None,
+            Value::Bool(true),
+            Value::Bool(false),
+            Value::Int(-5),
+            Value::Int(i64::MAX),
+            Value::UInt(u64::MAX),
+            Value::BigInt,
+            Value::Float(-0.25),
+            Value::Str(StringId(u32::MAX)),
+            Value::Bytes(1 << 40),
+            Value::Container(handle),
+            Value::Frame(FrameId(7)),
+            Value::Stack(StackId(u32::MAX)),
+            Value::Record(RecordKind::Entry, u32::MAX),
+            Value::Record(RecordKind::Block, 1),
+            Value::Record(RecordKind::Segment, 2),
+            Value::Record(RecordKind::External, 3),
+        ];
+        let mut memo = Memo::default();
+        for value in values {
+            memo.push(value);
+        }
+        for (i, value) in values.iter().enumerate() {
+            assert_eq!(memo.get(i), Some(*value), "slot {i}");
+        }
+        // Replacing a slot, and growing the memo by an explicit store.
+        assert!(memo.set(4, Value::Str(StringId(3))));
+        assert_eq!(memo.get(4), Some(Value::Str(StringId(3))));
+        assert!(!memo.set(20, Value::UInt(1 << 63)));
+        assert_eq!((memo.get(19), memo.get(20)), (Some(Value::Missing), Some(Value::UInt(1 << 63))));
+        assert_eq!(memo.own_from(18).collect::<Vec<_>>(), [Value::Missing, Value::Missing, Value::UInt(1 << 63)]);
+        assert_eq!(memo.own_from(99).count(), 0);
+    }
+
+    #[test]
     fn a_piece_holds_only_its_own_indices() {
         let mut memo = Memo::from_base(1000);
         assert!(!memo.holds_below_base());
         memo.push(Value::Int(1));
         assert_eq!((memo.len(), memo.get(1000), memo.get(999)), (1001, Some(Value::Int(1)), None));
-        assert!(memo.own_mut(999).is_none());
-        assert_eq!(memo.into_own(), vec![Value::Int(1)]);
+        assert!(memo.own(999).is_none());
+        assert_eq!(memo.into_own().values().collect::<Vec<_>>(), [Value::Int(1)]);
     }
 }

@@ -25,7 +25,7 @@ use std::sync::{Arc, Condvar, Mutex, mpsc};
 
 use rustc_hash::FxHashMap;
 
-use super::memo::{Memo, Remap};
+use super::memo::{Memo, Remap, Slots};
 use super::opcodes::{
     APPEND, APPENDS, BINGET, BININT, BININT1, BININT2, BINUNICODE, BINUNICODE8, EMPTY_DICT, EMPTY_LIST, FRAME,
     LONG_BINGET, LONG1, MARK, MEMOIZE, NEWFALSE, NEWTRUE, NONE, PROTO, SETITEMS, SHORT_BINUNICODE,
@@ -100,7 +100,7 @@ pub(super) struct Done<S> {
     base: usize,
     /// Where it stopped.
     end: usize,
-    memo: Vec<Value>,
+    memo: Slots,
     interner: Interner,
     sink: S,
 }
@@ -321,7 +321,9 @@ fn run_piece<S: PieceSink>(
     let Store { memo, interner, .. } = store;
     let memo = memo.into_own();
     // What the whole cannot read through a remap: containers of the piece's own pool.
-    if memo.iter().any(|v| matches!(v, Value::Container(_) | Value::Record(RecordKind::Block | RecordKind::Segment, _)))
+    if memo
+        .values()
+        .any(|v| matches!(v, Value::Container(_) | Value::Record(RecordKind::Block | RecordKind::Segment, _)))
     {
         return None;
     }

@@ -18,6 +18,28 @@ pub(crate) enum RecordKind {
     External,
 }
 
+impl RecordKind {
+    /// The kind as a small number (packed memo slots hold it).
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            Self::Entry => 0,
+            Self::Block => 1,
+            Self::Segment => 2,
+            Self::External => 3,
+        }
+    }
+
+    /// The kind of [`RecordKind::code`].
+    pub(crate) fn from_code(code: u64) -> Self {
+        match code {
+            1 => Self::Block,
+            2 => Self::Segment,
+            3 => Self::External,
+            _ => Self::Entry,
+        }
+    }
+}
+
 /// A handle to a container: an index into the pool's container table and the slot's generation,
 /// so that a stale handle to a dropped container is detected instead of reading another one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -204,10 +226,8 @@ impl Store {
         let container = self.container_mut(handle)?;
         container.resolved = value;
         let slot = container.memo_slot;
-        if let Some(entry) = self.memo.own_mut(slot as usize)
-            && *entry == Value::Container(handle)
-        {
-            *entry = value;
+        if self.memo.own(slot as usize) == Some(Value::Container(handle)) {
+            self.memo.set_own(slot as usize, value);
         }
         Ok(())
     }

@@ -193,7 +193,7 @@ impl RangeStart {
 
 /// Works out what was alive at a range's start, per device, and leaves the final state out when
 /// the range ends before the trace (it describes a later time).
-fn range_start(range: RangeBuild, segments: &mut Vec<Segment>) -> RangeStart {
+fn range_start(range: RangeBuild, segments: &mut Vec<Segment>, entries: &Entries) -> RangeStart {
     let RangeBuild { folded: RangeFolded { range, classifier, folded }, spans } = range;
     let cut = folded.after > 0;
     let mut per_device: FxHashMap<i16, Vec<Entry>> = FxHashMap::default();
@@ -204,7 +204,7 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>) -> RangeStart {
         else {
             continue;
         };
-        let mut entry = Entries::expand(alive);
+        let mut entry = entries.expand(alive);
         entry.action = match entry.action {
             Action::Event(
                 EventKind::SegmentAlloc | EventKind::SegmentFree | EventKind::SegmentMap | EventKind::SegmentUnmap,
@@ -385,7 +385,7 @@ pub(super) fn build_trace(
     warnings: &mut Vec<String>,
 ) -> Result<Trace> {
     let mut segments = segments;
-    let mut range = range.map(|r| range_start(r, &mut segments));
+    let mut range = range.map(|r| range_start(r, &mut segments, &all_entries));
     let has_time = listed_have_times(&all_entries, &per_device) || range.as_ref().is_some_and(|r| r.timed);
     // Allocations open at each address matter only to `annotate` entries.
     let annotated = all_entries.annotations() > 0;

@@ -37,32 +37,66 @@ const NO_TIME: i64 = i64::MIN;
 /// `rare` of an entry without rare fields.
 const NO_RARE: u32 = u32::MAX;
 
-/// An entry as stored: 48 bytes, where [`Entry`] takes 80.
+/// `Compact::code_stream`'s stream index when the stream is kept with the entry's rare fields
+/// (a snapshot of more distinct streams than 24 bits count).
+const STREAM_IN_RARE: u32 = (1 << 24) - 1;
+
+/// An entry as stored: 40 bytes, where [`Entry`] takes 80.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Compact {
     addr: u64,
     size: u64,
-    stream: u64,
     time_us: i64,
     stack: StackId,
     context: ContextId,
     /// Index into [`Entries::rare`], or [`NO_RARE`].
     rare: u32,
-    /// The action: an [`EventKind`] (0..=6), or 7 snapshot, 8 OOM, 9 annotate, 10 unknown.
-    code: u8,
+    /// The action in the top 8 bits: an [`EventKind`] (0..=6), or 7 snapshot, 8 OOM, 9
+    /// annotate, 10 unknown. The rest: the stream's index in [`Entries::streams`], or
+    /// [`STREAM_IN_RARE`].
+    code_stream: u32,
 }
 
-/// Fields only OOMs, annotations and unknown actions have.
-#[derive(Clone, Copy, Debug)]
+const _: () = assert!(size_of::<Compact>() == 40);
+
+impl Compact {
+    fn new(code: u8, stream: u32) -> Self {
+        Self {
+            addr: 0,
+            size: 0,
+            time_us: NO_TIME,
+            stack: StackId(0),
+            context: ContextId(0),
+            rare: NO_RARE,
+            code_stream: (u32::from(code) << 24) | (stream & STREAM_IN_RARE),
+        }
+    }
+
+    fn code(&self) -> u8 {
+        (self.code_stream >> 24) as u8
+    }
+
+    fn stream_index(&self) -> u32 {
+        self.code_stream & STREAM_IN_RARE
+    }
+
+    fn with_stream_index(self, stream: u32) -> Self {
+        Self { code_stream: (self.code_stream & !STREAM_IN_RARE) | (stream & STREAM_IN_RARE), ..self }
+    }
+}
+
+/// Fields only OOMs, annotations and unknown actions have (and streams past the table's room).
+#[derive(Clone, Copy, Debug, Default)]
 struct Rare {
     device_free: Option<u64>,
     name: StringId,
     unknown_action: StringId,
+    stream: u64,
 }
 
 impl Foldable for Compact {
     fn event_kind(&self) -> Option<EventKind> {
-        EventKind::from_u8(self.code)
+        EventKind::from_u8(self.code())
     }
     // Trace entries do not say their device (the list holding them does); CUDA's addresses are
     // unique across the devices of a process.
@@ -92,6 +126,11 @@ struct Windowed {
 pub(super) struct Entries {
     chunks: Vec<Vec<Compact>>,
     rare: Vec<Rare>,
+    /// The streams entries name, each once (a snapshot has a handful).
+    streams: Vec<u64>,
+    stream_slots: rustc_hash::FxHashMap<u64, u32>,
+    /// The stream of the entry pushed last and its index.
+    last_stream: Option<(u64, u32)>,
     len: usize,
     /// Entries that stand for nothing: the padding before a piece's chunks.
     unused: usize,
@@ -157,12 +196,16 @@ impl Entries {
     }
 
     /// The entry an alive block of a range came from.
-    pub(super) fn expand(alive: &Alive<Compact>) -> Entry {
-        Self::entry_of(&alive.item, None)
+    pub(super) fn expand(&self, alive: &Alive<Compact>) -> Entry {
+        self.entry_of(&alive.item, None)
     }
 
-    fn entry_of(c: &Compact, rare: Option<&Rare>) -> Entry {
-        let action = match c.code {
+    fn entry_of(&self, c: &Compact, rare: Option<&Rare>) -> Entry {
+        let stream = match c.stream_index() {
+            STREAM_IN_RARE => rare.map_or(0, |r| r.stream),
+            i => self.streams.get(i as usize).copied().unwrap_or(0),
+        };
+        let action = match c.code() {
             7 => Action::Snapshot,
             8 => Action::Oom,
             9 => Action::Annotate,
@@ -173,13 +216,35 @@ impl Entries {
             action,
             addr: c.addr,
             size: c.size,
-            stream: c.stream,
+            stream,
             time_us: (c.time_us != NO_TIME).then_some(c.time_us),
             stack: c.stack,
             context: c.context,
             device_free: rare.and_then(|r| r.device_free),
             name: rare.map_or(StringId(0), |r| r.name),
         }
+    }
+
+    /// The index of `stream` in [`Entries::streams`] (added if new), or [`STREAM_IN_RARE`]
+    /// when the table is full.
+    fn stream_slot(&mut self, stream: u64) -> u32 {
+        if let Some((last, slot)) = self.last_stream
+            && last == stream
+        {
+            return slot;
+        }
+        let slot = match self.stream_slots.get(&stream) {
+            Some(&slot) => slot,
+            None if self.streams.len() < STREAM_IN_RARE as usize => {
+                let slot = self.streams.len() as u32;
+                self.streams.push(stream);
+                self.stream_slots.insert(stream, slot);
+                slot
+            }
+            None => return STREAM_IN_RARE,
+        };
+        self.last_stream = Some((stream, slot));
+        slot
     }
 
     /// Appends an entry; returns its index.
@@ -191,15 +256,14 @@ impl Entries {
             Action::Annotate => (9, StringId(0)),
             Action::Unknown(name) => (10, name),
         };
+        let stream = self.stream_slot(entry.stream);
         let mut compact = Compact {
             addr: entry.addr,
             size: entry.size,
-            stream: entry.stream,
             time_us: entry.time_us.unwrap_or(NO_TIME),
             stack: entry.stack,
             context: entry.context,
-            rare: NO_RARE,
-            code,
+            ..Compact::new(code, stream)
         };
         let index = self.len as u32;
         if let Some(window) = &mut self.window {
@@ -212,8 +276,13 @@ impl Entries {
             }
             window.kept.push(index);
         }
-        if entry.device_free.is_some() || entry.name != StringId(0) || code == 10 {
-            self.rare.push(Rare { device_free: entry.device_free, name: entry.name, unknown_action });
+        if entry.device_free.is_some() || entry.name != StringId(0) || code == 10 || stream == STREAM_IN_RARE {
+            self.rare.push(Rare {
+                device_free: entry.device_free,
+                name: entry.name,
+                unknown_action,
+                stream: entry.stream,
+            });
             compact.rare = (self.rare.len() - 1) as u32;
         }
         self.timed += usize::from(entry.time_us.is_some());
@@ -244,10 +313,10 @@ impl Entries {
     pub(super) fn get(&self, index: u32) -> Option<Entry> {
         let slot = self.slot(index)?;
         let c = self.chunks.get(slot / CHUNK)?.get(slot % CHUNK)?;
-        if c.code > 10 {
+        if c.code() > 10 {
             return None;
         }
-        Some(Self::entry_of(c, self.rare.get(c.rare as usize)))
+        Some(self.entry_of(c, self.rare.get(c.rare as usize)))
     }
 
     /// Appends the entries of `other` (a piece of the same snapshot read on its own) with their
@@ -264,17 +333,7 @@ impl Entries {
         if let Some(last) = self.chunks.last_mut()
             && pad > 0
         {
-            let unused = Compact {
-                addr: 0,
-                size: 0,
-                stream: 0,
-                time_us: NO_TIME,
-                stack: StackId(0),
-                context: ContextId(0),
-                rare: NO_RARE,
-                code: 7,
-            };
-            last.resize(CHUNK, unused);
+            last.resize(CHUNK, Compact::new(7, 0));
             self.len += pad;
             self.unused += pad;
         }
@@ -284,13 +343,31 @@ impl Entries {
             device_free: r.device_free,
             name: string(r.name),
             unknown_action: string(r.unknown_action),
+            stream: r.stream,
         }));
+        let streams: Vec<u32> = other.streams.iter().map(|&s| self.stream_slot(s)).collect();
         for mut chunk in other.chunks {
             for c in &mut chunk {
                 c.stack = stack(c.stack);
                 c.context = context(c.context);
                 if c.rare != NO_RARE {
                     c.rare += rare_base;
+                }
+                let index = c.stream_index();
+                if index != STREAM_IN_RARE {
+                    let slot = streams.get(index as usize).copied().unwrap_or(0);
+                    if slot == STREAM_IN_RARE {
+                        // The whole's table is full: the stream goes with the rare fields.
+                        let stream = other.streams.get(index as usize).copied().unwrap_or(0);
+                        match self.rare.get_mut(c.rare as usize) {
+                            Some(rare) => rare.stream = stream,
+                            None => {
+                                self.rare.push(Rare { stream, ..Rare::default() });
+                                c.rare = (self.rare.len() - 1) as u32;
+                            }
+                        }
+                    }
+                    *c = c.with_stream_index(slot);
                 }
             }
             self.chunks.push(chunk);
@@ -356,5 +433,37 @@ mod tests {
         assert!(entries.get(5).is_none());
         assert!(entries.get((CHUNK + 3) as u32).is_some());
         assert_eq!(entries.len(), 3 * CHUNK);
+    }
+
+    #[test]
+    fn streams_keep_their_handles_when_a_piece_is_appended() {
+        let entry = |stream: u64, addr: u64| Entry {
+            action: Action::Event(EventKind::Alloc),
+            addr,
+            size: 512,
+            stream,
+            time_us: Some(1),
+            stack: StackId(1),
+            context: ContextId(0),
+            device_free: None,
+            name: StringId(0),
+        };
+        let mut whole = Entries::default();
+        let mut piece = Entries::default();
+        for (i, stream) in [0, 7, 0, u64::MAX, 7].into_iter().enumerate() {
+            whole.push(entry(stream, i as u64));
+        }
+        // The piece meets its streams in another order, and one the whole never saw.
+        for (i, stream) in [u64::MAX, 42, 0].into_iter().enumerate() {
+            piece.push(entry(stream, 100 + i as u64));
+        }
+        let first = whole.append_moved(piece, |s| s, |c| c, |s| s);
+        let stream_of = |i: u32| whole.get(i).map(|e| (e.addr, e.stream));
+        assert_eq!(stream_of(1), Some((1, 7)));
+        assert_eq!(stream_of(3), Some((3, u64::MAX)));
+        assert_eq!(stream_of(first), Some((100, u64::MAX)));
+        assert_eq!(stream_of(first + 1), Some((101, 42)));
+        assert_eq!(stream_of(first + 2), Some((102, 0)));
+        assert_eq!(whole.streams.len(), 4);
     }
 }
