@@ -472,7 +472,7 @@ pub fn simulate(trace: &Trace, device: DeviceId, settings: Settings) -> Simulati
                 allocated_in_window.insert(e.address);
             }
             EventKind::SegmentFree if !allocated_in_window.contains(&e.address) => {
-                before.entry(e.address).or_insert((e.size_bytes, e.stream, e.size_bytes <= SMALL_BUFFER_BYTES));
+                before.entry(e.address).or_insert((e.size_bytes, e.stream.raw(), e.size_bytes <= SMALL_BUFFER_BYTES));
             }
             _ => {}
         }
@@ -525,8 +525,8 @@ pub fn simulate(trace: &Trace, device: DeviceId, settings: Settings) -> Simulati
         let Some(e) = trace.events.get(i) else { continue };
         match e.kind {
             EventKind::Alloc => {
-                let requested = if e.requested_bytes > 0 { e.requested_bytes } else { e.size_bytes };
-                let (address, _) = sim.malloc(requested, e.stream);
+                let requested = if e.requested_bytes() > 0 { e.requested_bytes() } else { e.size_bytes };
+                let (address, _) = sim.malloc(requested, e.stream.raw());
                 placed.insert(e.address, address);
                 releasing = false;
             }
@@ -561,7 +561,7 @@ mod tests {
 
     fn alloc(trace: &mut Trace, t: i64, address: u64, requested: u64) {
         let mut e = Event::new(EventKind::Alloc, t, 0, address, requested.div_ceil(512) * 512);
-        e.requested_bytes = requested;
+        e.set_requested_bytes(requested);
         trace.events.push(e);
     }
 

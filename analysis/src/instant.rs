@@ -148,7 +148,7 @@ struct Shape {
 impl Shape {
     /// A segment as an event tells it (no pool known).
     fn of_event(e: &vramscope_trace_format::Event) -> Self {
-        Self { size_bytes: e.size_bytes, pool: None, stream: e.stream, pool_id: (0, 0) }
+        Self { size_bytes: e.size_bytes, pool: None, stream: e.stream.raw(), pool_id: (0, 0) }
     }
 }
 

@@ -152,7 +152,7 @@ pub fn live_at_each_from(
                         LiveBlock {
                             address: e.address,
                             size_bytes: e.size_bytes,
-                            requested_bytes: e.requested_bytes,
+                            requested_bytes: e.requested_bytes(),
                             alloc_event: Some(i),
                             stack: e.stack,
                         },

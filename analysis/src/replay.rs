@@ -109,7 +109,7 @@ pub fn initial_state(trace: &Trace, device: DeviceId, events: &[u32]) -> Initial
                     initial.blocks.push(PreexistingBlock {
                         address: e.address,
                         size_bytes: e.size_bytes,
-                        requested_bytes: e.requested_bytes,
+                        requested_bytes: e.requested_bytes(),
                         freed_by: None,
                         final_block: None,
                     });
@@ -125,7 +125,7 @@ pub fn initial_state(trace: &Trace, device: DeviceId, events: &[u32]) -> Initial
                 None => initial.blocks.push(PreexistingBlock {
                     address: e.address,
                     size_bytes: e.size_bytes,
-                    requested_bytes: e.requested_bytes,
+                    requested_bytes: e.requested_bytes(),
                     freed_by: Some(i),
                     final_block: None,
                 }),
@@ -287,11 +287,11 @@ fn apply(point: &mut Point, e: &Event) {
     match e.kind {
         EventKind::Alloc => {
             point.allocated_bytes = point.allocated_bytes.saturating_add(e.size_bytes);
-            point.requested_bytes = point.requested_bytes.saturating_add(e.requested_bytes);
+            point.requested_bytes = point.requested_bytes.saturating_add(e.requested_bytes());
         }
         EventKind::FreeCompleted => {
             point.allocated_bytes = point.allocated_bytes.saturating_sub(e.size_bytes);
-            point.requested_bytes = point.requested_bytes.saturating_sub(e.requested_bytes);
+            point.requested_bytes = point.requested_bytes.saturating_sub(e.requested_bytes());
         }
         EventKind::FreeRequested => {}
         k if adds_reserved(k) => point.reserved_bytes = point.reserved_bytes.saturating_add(e.size_bytes),
@@ -370,9 +370,9 @@ mod tests {
             ],
         ));
         let mut free = Event::new(EventKind::FreeCompleted, 20, 0, base + 1024, 1024);
-        free.requested_bytes = 512;
+        free.set_requested_bytes(512);
         let mut alloc = Event::new(EventKind::Alloc, 10, 0, base + 2048, 2048);
-        alloc.requested_bytes = 1024;
+        alloc.set_requested_bytes(1024);
         trace.events = vec![alloc, free];
         let points = timeline(&trace, DeviceId(0));
         let allocated: Vec<u64> = points.iter().map(|p| p.allocated_bytes).collect();

@@ -628,14 +628,15 @@ mod tests {
         assert!(cols.iter().all(Option::is_some));
     }
 
-    /// Times 10 s apart inside one block, and a block asking for more than it was given: both
+    /// Times 10 s apart inside one block, and blocks given 4 GiB more than they asked for: both
     /// columns fall back to whole values, which read the same as the replay.
     #[test]
     fn wide_times_and_odd_sizes_are_kept_whole() {
         let mut trace = Trace::default();
         for i in 0..200u64 {
-            let mut e = Event::new(EventKind::Alloc, (i * i) as i64 * 10_000_000_000, 0, 0x1000 + i * 0x1000, 512);
-            e.requested_bytes = if i == 150 { 1 << 20 } else { 100 };
+            let size = if (150..152).contains(&i) { 1 << 33 } else { 512 };
+            let mut e = Event::new(EventKind::Alloc, (i * i) as i64 * 10_000_000_000, 0, 0x1000 + i * 0x1000, size);
+            e.set_requested_bytes(if (150..152).contains(&i) { 1 } else { 100 });
             trace.events.push(e);
         }
         let t = Timeline::build(&trace, DeviceId(0));

@@ -34,8 +34,8 @@ fn curve(trace: &Trace, device: DeviceId) -> (Point, Vec<(Event, Point)>) {
 }
 
 fn same_event(a: &Event, b: &Event) -> bool {
-    (a.time_ns, a.address, a.kind, a.requested_bytes, a.stack)
-        == (b.time_ns, b.address, b.kind, b.requested_bytes, b.stack)
+    (a.time_ns, a.address, a.kind, a.requested_bytes(), a.stack)
+        == (b.time_ns, b.address, b.kind, b.requested_bytes(), b.stack)
 }
 
 /// Checks the range's curve against the whole trace's: the state when the range starts (after

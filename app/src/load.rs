@@ -208,9 +208,7 @@ pub fn load_range_with(path: &Path, range: Option<TraceRange>, progress: &dyn Pr
     range_holds_events(path, &imported.trace)?;
     self_check(path, &imported.trace)?;
     if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let memory: Vec<&str> = status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")).collect();
-        eprintln!("vramscope: imported {}: {}", path.display(), memory.join(", "));
+        eprintln!("vramscope: imported {}: {}", path.display(), crate::memory::resident_so_far());
     }
     Ok(LoadedTrace {
         trace: imported.trace,

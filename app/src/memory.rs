@@ -20,3 +20,15 @@ pub fn configure() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, OWN_MAPPING_BYTES);
     }
 }
+
+/// The process's peak and current resident memory as `/proc/self/status` gives them
+/// (`VmHWM: ... kB, VmRSS: ... kB`), for `VRAMSCOPE_TIMINGS`; empty where there is no `/proc`.
+pub fn resident_so_far() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let lines: Vec<String> = status
+        .lines()
+        .filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    lines.join(", ")
+}

@@ -112,7 +112,7 @@ pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[
         let event = |kind: EventKind| {
             let mut e = Event::new(kind, time_ns, device, r.address, r.size_bytes);
             e.process = process;
-            e.stream = r.stream;
+            e.stream = r.stream.into();
             e
         };
         match (r.api, r.result) {
@@ -197,7 +197,7 @@ pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[
                 for kind in std::iter::once(EventKind::FreeCompleted).chain(release) {
                     let mut e = event(kind);
                     e.size_bytes = size;
-                    e.requested_bytes = size;
+                    e.set_requested_bytes(size);
                     trace.events.push(e);
                 }
             }

@@ -340,7 +340,7 @@ fn add_log(
         };
         let mut event = Event::new(kind, time_ns, block.dev, block.addr, block.size);
         event.process = process;
-        event.stream = block.stream;
+        event.stream = block.stream.into();
         event.stack = stack;
         if cpu && block.dev.is_host() {
             // CPU memory: each block is what the process holds from the system, too.
@@ -350,8 +350,7 @@ fn add_log(
                     // communication library's, say): a new block at a live address means the
                     // old one was freed.
                     if let Some(size) = live_cpu.insert(block.addr, block.size) {
-                        let free =
-                            Event { kind: EventKind::FreeCompleted, size_bytes: size, requested_bytes: size, ..event };
+                        let free = Event { kind: EventKind::FreeCompleted, size_bytes: size, slack_bytes: 0, ..event };
                         m.added.push(free);
                         m.added.push(Event { kind: EventKind::SegmentFree, ..free });
                     }
@@ -360,7 +359,7 @@ fn add_log(
                 }
                 EventKind::FreeCompleted => {
                     let size = live_cpu.remove(&block.addr).unwrap_or(block.size);
-                    let free = Event { size_bytes: size, requested_bytes: size, ..event };
+                    let free = Event { size_bytes: size, slack_bytes: 0, ..event };
                     m.added.push(free);
                     m.added.push(Event { kind: EventKind::SegmentFree, ..free });
                 }

@@ -273,8 +273,12 @@ fn stream_ordered_pitched_managed_and_pinned_host_memory_are_recorded() {
         assert_eq!(got, expected, "{mode}: host memory");
         assert_eq!(expected.len(), 4, "{mode}");
         // Stream-ordered calls keep their stream.
-        let streams: Vec<u64> =
-            trace.events.iter().filter(|e| e.device == DeviceId(0) && e.stream != 0).map(|e| e.stream).collect();
+        let streams: Vec<u64> = trace
+            .events
+            .iter()
+            .filter(|e| e.device == DeviceId(0) && !e.stream.is_default())
+            .map(|e| e.stream.raw())
+            .collect();
         assert!(streams.iter().all(|&s| s == 0x51) && streams.len() >= 2 * 2, "{mode}: {streams:?}");
     }
 }

@@ -40,6 +40,7 @@ pub use model::metadata::{
 };
 pub use model::oom::Oom;
 pub use model::segment::{Block, BlockState, Segment, SegmentPool};
+pub use model::stream::StreamId;
 pub use model::tag::Tag;
 pub use model::trace::Trace;
 pub use progress::{NoProgress, Progress};

@@ -111,7 +111,7 @@ fn a_minimal_snapshot_reads_with_unsigned_64_bit_addresses() {
     let e = trace.events[0];
     assert_eq!(e.kind, EventKind::Alloc);
     assert_eq!(e.address, 0xffff_ffff_ffff_f000);
-    assert_eq!(e.requested_bytes, 100);
+    assert_eq!(e.requested_bytes(), 100);
     assert_eq!(e.size_bytes, 512, "rounded to the allocator's 512-byte blocks");
     assert_eq!(e.time_ns, 5_000);
 }

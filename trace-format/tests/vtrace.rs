@@ -59,7 +59,7 @@ fn version_1_fixture_reads_forever() {
     assert_eq!(trace.events.len(), 9);
     assert_eq!(trace.events[1].kind, EventKind::Alloc);
     assert_eq!(trace.events[1].address, 0x7f3a_0000_0000);
-    assert_eq!(trace.events[1].requested_bytes, (4 << 20) - 100);
+    assert_eq!(trace.events[1].requested_bytes(), (4 << 20) - 100);
     assert_eq!(trace.events[5].address, u64::MAX - 4095);
     assert_eq!(trace.events[5].device, DeviceId::HOST);
     assert_eq!(trace.segments[0].blocks.len(), 3);

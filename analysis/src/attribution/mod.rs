@@ -286,7 +286,7 @@ impl<'a> Attributor<'a> {
             for e in events.iter().filter_map(|&i| trace.events.get(i as usize)) {
                 match e.kind {
                     EventKind::Alloc if self.before_range.contains(&(e.address, e.time_ns)) => {
-                        alive.insert(e.address, (e.requested_bytes, e.stack));
+                        alive.insert(e.address, (e.requested_bytes(), e.stack));
                     }
                     EventKind::FreeCompleted => {
                         alive.remove(&e.address);
@@ -359,8 +359,8 @@ impl<'a> Attributor<'a> {
                     let category = self.known(e.address, e.time_ns, i64::MAX, e.stack).category;
                     if let Some(w) = WATCHED.iter().position(|&c| c == category) {
                         watched = w as u8;
-                        live.insert(e.address, (w, e.requested_bytes));
-                        bytes[w] += e.requested_bytes;
+                        live.insert(e.address, (w, e.requested_bytes()));
+                        bytes[w] += e.requested_bytes();
                         if bytes[w] > most[w] {
                             (most[w], most_at[w]) = (bytes[w], Some(n));
                         }
@@ -383,7 +383,7 @@ impl<'a> Attributor<'a> {
                 let Some(e) = trace.events.get(i) else { continue };
                 match e.kind {
                     EventKind::Alloc if which[n] == w as u8 => {
-                        live.insert(e.address, e.requested_bytes);
+                        live.insert(e.address, e.requested_bytes());
                     }
                     EventKind::FreeCompleted => {
                         live.remove(&e.address);

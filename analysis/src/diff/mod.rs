@@ -476,7 +476,7 @@ mod tests {
         });
         for (t, kind) in [(150, EventKind::Alloc), (250, EventKind::FreeCompleted)] {
             let mut e = Event::new(kind, t, DeviceId(0), 0x1000, bytes);
-            e.requested_bytes = bytes;
+            e.set_requested_bytes(bytes);
             trace.events.push(e);
         }
         trace

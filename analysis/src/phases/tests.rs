@@ -13,7 +13,7 @@ fn event(trace: &mut Trace, t: i64, address: u64, size: u64, stack: StackId) {
         size
     };
     let mut e = Event::new(kind, t, DeviceId(0), address, size);
-    e.requested_bytes = size;
+    e.set_requested_bytes(size);
     e.stack = stack;
     trace.events.push(e);
 }

@@ -272,8 +272,9 @@ impl VramscopeApp {
                 self.document_ui(ui, &mut commands);
                 if let Some(since) = self.report_first_frame_since.take() {
                     eprintln!(
-                        "vramscope: first frame with the trace after {:.0} ms",
-                        since.elapsed().as_secs_f64() * 1e3
+                        "vramscope: first frame with the trace after {:.0} ms ({})",
+                        since.elapsed().as_secs_f64() * 1e3,
+                        crate::memory::resident_so_far()
                     );
                 }
             } else if let Some(run) = &self.session.run {

@@ -58,13 +58,15 @@ impl ScreenshotApp {
 
 /// Saves a screenshot as PNG, through a temporary file so a failed write leaves nothing behind.
 pub fn save_png(image: &egui::ColorImage, path: &std::path::Path) -> Result<()> {
+    use image::ImageEncoder;
     let [width, height] = image.size;
-    let bytes: Vec<u8> = image.pixels.iter().flat_map(|c| c.to_array()).collect();
-    let buffer = image::RgbaImage::from_raw(width as u32, height as u32, bytes)
-        .ok_or_else(|| anyhow!("the screenshot has an inconsistent size"))?;
+    let (Ok(width), Ok(height)) = (u32::try_from(width), u32::try_from(height)) else {
+        anyhow::bail!("the screenshot has an inconsistent size");
+    };
     let mut png = Vec::new();
-    buffer
-        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+    // Encoded from the pixels as they are (RGBA, 8 bits each), not from a copy of them.
+    image::codecs::png::PngEncoder::new(&mut png)
+        .write_image(image.as_raw(), width, height, image::ExtendedColorType::Rgba8)
         .with_context(|| format!("cannot encode {}", path.display()))?;
     // The one atomic writer: a screenshot replaces an older one of the same name.
     crate::atomic::write(path, &png, true)?;

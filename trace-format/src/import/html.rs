@@ -197,7 +197,7 @@ fn plot_trace(json: &[u8]) -> Result<Imported> {
         let address = element.saturating_add(1).saturating_mul(PLOT_ADDRESS_STEP);
         let size_bytes = e.size.max(1).div_ceil(MIN_BLOCK_BYTES).saturating_mul(MIN_BLOCK_BYTES);
         let mut event = Event::new(kind, i as i64, 0, address, size_bytes);
-        event.requested_bytes = e.size;
+        event.set_requested_bytes(e.size);
         event.stack = stack;
         event.flags |= event_flags::SIZE_ESTIMATED;
         events.push(event);

@@ -1,6 +1,7 @@
 //! Allocator and driver events: the rows of a trace's timeline.
 
 use super::ids::{ContextId, DeviceId, ProcessId, StackId};
+use super::stream::StreamId;
 
 /// What happened to memory at one instant.
 ///
@@ -72,8 +73,12 @@ pub mod event_flags {
 /// One allocator or driver event.
 ///
 /// For `Alloc` and the frees, `size_bytes` is the block's size as the allocator handed it out and
-/// `requested_bytes` what the program asked for; for segment events both are the segment's (or
-/// mapping's) size.
+/// [`Event::requested_bytes`] what the program asked for; for segment events both are the
+/// segment's (or mapping's) size.
+///
+/// 48 bytes: a trace holds tens of millions of them. What the program asked for is kept as what
+/// the allocator added to it (`slack_bytes`, below 4 GiB for any allocator's rounding) and the
+/// stream as a [`StreamId`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
     /// Time of the event on the trace's clock, in nanoseconds.
@@ -82,10 +87,12 @@ pub struct Event {
     pub address: u64,
     /// Size of the block or segment.
     pub size_bytes: u64,
-    /// Size the program requested (equal to `size_bytes` for segment events).
-    pub requested_bytes: u64,
-    /// CUDA stream (as the raw handle value; 0 is the default stream).
-    pub stream: u64,
+    /// What the allocator added to the program's request: `size_bytes` less the requested size
+    /// (0 for segment events). Read and set through [`Event::requested_bytes`] and
+    /// [`Event::set_requested_bytes`].
+    pub slack_bytes: u32,
+    /// CUDA stream ([`StreamId::raw`] is its handle; 0 is the default stream).
+    pub stream: StreamId,
     /// Where it was allocated.
     pub stack: StackId,
     /// Compile context and user metadata.
@@ -107,8 +114,8 @@ impl Event {
             time_ns,
             address,
             size_bytes,
-            requested_bytes: size_bytes,
-            stream: 0,
+            slack_bytes: 0,
+            stream: StreamId::DEFAULT,
             stack: StackId(0),
             context: ContextId(0),
             process: ProcessId(0),
@@ -116,5 +123,48 @@ impl Event {
             kind,
             flags: 0,
         }
+    }
+
+    /// The size the program requested: `size_bytes` less what the allocator added.
+    pub fn requested_bytes(&self) -> u64 {
+        self.size_bytes.saturating_sub(u64::from(self.slack_bytes))
+    }
+
+    /// Records that the program requested `requested` bytes of this block of `size_bytes`. A
+    /// request above the block's size (no allocator hands out less than asked) reads back as
+    /// the block's size, and one 4 GiB or more below it as 4 GiB below.
+    pub fn set_requested_bytes(&mut self, requested: u64) {
+        self.slack_bytes = u32::try_from(self.size_bytes.saturating_sub(requested)).unwrap_or(u32::MAX);
+    }
+
+    /// This event with `requested` as its requested size (see [`Event::set_requested_bytes`]).
+    pub fn with_requested_bytes(mut self, requested: u64) -> Self {
+        self.set_requested_bytes(requested);
+        self
+    }
+}
+
+const _: () = assert!(size_of::<Event>() == 48, "an Event takes 48 bytes: tens of millions of them are held");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requested_bytes_are_kept_as_what_the_allocator_added() {
+        let mut e = Event::new(EventKind::Alloc, 0, 0, 0x1000, 1536);
+        assert_eq!(e.requested_bytes(), 1536, "a new event requested its size");
+        e.set_requested_bytes(1000);
+        assert_eq!((e.requested_bytes(), e.slack_bytes), (1000, 536));
+        // Above the block's size: the block's size.
+        e.set_requested_bytes(4096);
+        assert_eq!(e.requested_bytes(), 1536);
+        // 4 GiB or more below it: 4 GiB below (no allocator rounds that far).
+        let mut huge = Event::new(EventKind::Alloc, 0, 0, 0x1000, 10 << 30);
+        huge.set_requested_bytes(1);
+        assert_eq!(huge.requested_bytes(), (10 << 30) - u64::from(u32::MAX));
+        huge.set_requested_bytes(7 << 30);
+        assert_eq!(huge.requested_bytes(), 7 << 30);
+        assert_eq!(Event { size_bytes: 0, ..e }.requested_bytes(), 0);
     }
 }

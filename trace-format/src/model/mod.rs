@@ -9,5 +9,6 @@ pub mod interner;
 pub mod metadata;
 pub mod oom;
 pub mod segment;
+pub mod stream;
 pub mod tag;
 pub mod trace;

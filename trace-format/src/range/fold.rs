@@ -37,7 +37,7 @@ impl Foldable for Event {
         self.size_bytes
     }
     fn with_size(self, size: u64) -> Self {
-        Self { size_bytes: size, requested_bytes: size, ..self }
+        Self { size_bytes: size, slack_bytes: 0, ..self }
     }
 }
 
@@ -333,9 +333,9 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
                 if !folded.blocks_at_end.contains(&(segment.process.0, segment.device.0, block.address)) {
                     let mut event =
                         Event::new(EventKind::Alloc, before_start, segment.device, block.address, block.size_bytes);
-                    event.requested_bytes = block.requested_bytes;
+                    event.set_requested_bytes(block.requested_bytes);
                     event.stack = block.stack;
-                    event.stream = segment.stream;
+                    event.stream = segment.stream.into();
                     event.process = segment.process;
                     event.flags = event_flags::BEFORE_RANGE;
                     synthetic.push(event);

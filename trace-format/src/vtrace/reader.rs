@@ -388,12 +388,14 @@ fn decode_events(c: &mut Cursor<'_>, ids: &Ids, out: &mut Vec<Event>, room: &mut
             e.size_bytes = c.uv().map_err(|_| None)?;
         }
         for e in events.iter_mut() {
-            e.requested_bytes = e.size_bytes.wrapping_sub(c.sv().map_err(|_| None)? as u64);
+            // What the allocator added; a request above the block's size (older files could hold
+            // one) reads as the block's size.
+            e.slack_bytes = u32::try_from(c.sv().map_err(|_| None)?.max(0)).unwrap_or(u32::MAX);
         }
         let mut previous = 0u64;
         for e in events.iter_mut() {
             previous = previous.wrapping_add(c.sv().map_err(|_| None)? as u64);
-            e.stream = previous;
+            e.stream = previous.into();
         }
         for e in events.iter_mut() {
             e.stack = ids.stack(c.uv().map_err(|_| None)?).map_err(Some)?;

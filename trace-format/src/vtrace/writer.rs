@@ -314,12 +314,13 @@ fn encode_events(out: &mut Vec<u8>, events: &[Event]) {
         put_uv(out, e.size_bytes);
     }
     for e in events {
-        put_sv(out, e.size_bytes.wrapping_sub(e.requested_bytes) as i64);
+        put_sv(out, i64::from(e.slack_bytes));
     }
     let mut previous = 0u64;
     for e in events {
-        put_sv(out, e.stream.wrapping_sub(previous) as i64);
-        previous = e.stream;
+        let stream = e.stream.raw();
+        put_sv(out, stream.wrapping_sub(previous) as i64);
+        previous = stream;
     }
     for e in events {
         put_uv(out, u64::from(e.stack.0));

@@ -34,12 +34,12 @@ pub fn small_trace() -> Trace {
     let mut seg_alloc = Event::new(EventKind::SegmentAlloc, t0, 0, base, 20 << 20);
     seg_alloc.stack = stack_b;
     let mut a1 = Event::new(EventKind::Alloc, t0 + 1_000, 0, base, 4 << 20);
-    a1.requested_bytes = (4 << 20) - 100;
+    a1.set_requested_bytes((4 << 20) - 100);
     a1.stack = stack_a;
     a1.context = context;
-    a1.stream = 0x5555_0000_1234;
+    a1.stream = 0x5555_0000_1234.into();
     let mut a2 = Event::new(EventKind::Alloc, t0 + 2_500, 0, base + (4 << 20), 512);
-    a2.requested_bytes = 4;
+    a2.set_requested_bytes(4);
     a2.flags = event_flags::SIZE_ESTIMATED;
     let fr = Event::new(EventKind::FreeRequested, t0 + 3_000, 0, base, 4 << 20);
     let fc = Event::new(EventKind::FreeCompleted, t0 + 3_001, 0, base, 4 << 20);

@@ -238,8 +238,8 @@ fn device_rows(trace: &Trace, rank: i32, device: DeviceId, events_out: &mut Even
         events_out.kind.push(e.kind.pytorch_name().to_owned());
         events_out.address.push(signed(e.address));
         events_out.size.push(signed(e.size_bytes));
-        events_out.requested.push(signed(e.requested_bytes));
-        events_out.stream.push(signed(e.stream));
+        events_out.requested.push(signed(e.requested_bytes()));
+        events_out.stream.push(signed(e.stream.raw()));
         events_out.site.push(site(trace, e.stack, &mut sites));
         match e.kind {
             EventKind::Alloc => {
@@ -247,7 +247,7 @@ fn device_rows(trace: &Trace, rank: i32, device: DeviceId, events_out: &mut Even
                 let b = NewBlock {
                     address: e.address,
                     size: e.size_bytes,
-                    requested: e.requested_bytes,
+                    requested: e.requested_bytes(),
                     alloc,
                     stack: e.stack,
                 };

@@ -34,9 +34,10 @@ struct Pairing {
     live: FxHashMap<u64, u32>,
 }
 
-/// While events are built, a free's `size_bytes` holds the index of its allocation (this when
-/// it has none); [`settle_sizes`] then gives it the allocation's size.
-const UNPAIRED: u64 = u64::MAX;
+/// While events are built, `size_bytes` holds the size the entry recorded (what the program
+/// requested) and a free's `slack_bytes` the index of its allocation (this when it has none);
+/// [`settle_sizes`] then gives each event its block's size and what the allocator added.
+const UNPAIRED: u32 = u32::MAX;
 /// A flag bit [`settle_sizes`] uses for a moment: the allocation's size is the final state's.
 const EXACT: u8 = 0x80;
 
@@ -48,10 +49,10 @@ impl Pairing {
                 self.live.insert(event.address, index as u32);
             }
             EventKind::FreeRequested => {
-                event.size_bytes = self.live.get(&event.address).map_or(UNPAIRED, |&a| u64::from(a));
+                event.slack_bytes = self.live.get(&event.address).copied().unwrap_or(UNPAIRED);
             }
             EventKind::FreeCompleted => {
-                event.size_bytes = self.live.remove(&event.address).map_or(UNPAIRED, u64::from);
+                event.slack_bytes = self.live.remove(&event.address).unwrap_or(UNPAIRED);
             }
             _ => {}
         }
@@ -64,32 +65,43 @@ impl Pairing {
 fn settle_sizes(events: &mut [Event], pairing: Pairing, final_blocks: &FxHashMap<u64, Block>) {
     for (address, &i) in &pairing.live {
         if let (Some(block), Some(event)) = (final_blocks.get(address), events.get_mut(i as usize)) {
+            let requested = event.size_bytes;
             event.size_bytes = block.size_bytes;
+            event.set_requested_bytes(requested);
             event.flags |= EXACT;
         }
     }
     for i in 0..events.len() {
         let event = events[i];
         let is_free = matches!(event.kind, EventKind::FreeRequested | EventKind::FreeCompleted);
+        // Not settled yet: the size the entry recorded.
+        let requested = event.size_bytes;
         if event.kind == EventKind::Alloc {
             if event.flags & EXACT == 0 {
-                events[i].size_bytes = estimated_block_size(event.requested_bytes);
+                events[i].size_bytes = estimated_block_size(requested);
+                events[i].set_requested_bytes(requested);
                 events[i].flags |= event_flags::SIZE_ESTIMATED;
             }
             events[i].flags &= !EXACT;
         } else if is_free {
             // The allocation comes earlier, so it is settled already.
-            let alloc = usize::try_from(event.size_bytes).ok().filter(|&a| a < i).and_then(|a| events.get(a)).copied();
+            let alloc = Some(event.slack_bytes)
+                .filter(|&a| a != UNPAIRED)
+                .map(|a| a as usize)
+                .filter(|&a| a < i)
+                .and_then(|a| events.get(a))
+                .copied();
             match alloc {
-                Some(alloc) if event.size_bytes != UNPAIRED => {
+                Some(alloc) => {
                     events[i].size_bytes = alloc.size_bytes;
                     events[i].flags |= alloc.flags & event_flags::SIZE_ESTIMATED;
                 }
-                _ => {
-                    events[i].size_bytes = estimated_block_size(event.requested_bytes);
+                None => {
+                    events[i].size_bytes = estimated_block_size(requested);
                     events[i].flags |= event_flags::SIZE_ESTIMATED;
                 }
             }
+            events[i].set_requested_bytes(requested);
         }
     }
 }
@@ -459,8 +471,8 @@ pub(super) fn build_trace(
                         time_ns,
                         address: entry.addr,
                         size_bytes: entry.size,
-                        requested_bytes: entry.size,
-                        stream: entry.stream,
+                        slack_bytes: 0,
+                        stream: entry.stream.into(),
                         stack: entry.stack,
                         context: entry.context,
                         process: ProcessId(0),
