@@ -282,7 +282,7 @@ pub fn replay_from(
     point
 }
 
-fn apply(point: &mut Point, e: &Event) {
+pub(crate) fn apply(point: &mut Point, e: &Event) {
     point.time_ns = e.time_ns;
     match e.kind {
         EventKind::Alloc => {

@@ -10,6 +10,14 @@
 //! point stores only which one (one byte); full per-category totals are kept every 64 points and
 //! the rest replayed from there. Sources whose categories come as counters (the profiler's memory
 //! timeline) keep full totals at every point.
+//!
+//! The curves themselves: a timeline built over a shared trace ([`Timeline::build_shared`], the
+//! app's) keeps the state at the first point of each block and replays at most 63 events from
+//! there when a point is asked for, so a point costs one byte (its category) where it cost 17;
+//! one that outlives its trace ([`Timeline::build`]: the terminal view's, a report's) or that
+//! comes from counters keeps every point's time and bytes.
+
+use std::sync::Arc;
 
 use vramscope_trace_format::{Category, DeviceId, EventKind, Trace};
 
@@ -92,14 +100,12 @@ impl Point {
 }
 
 /// A device's memory over time.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Timeline {
     /// The device.
     pub device: DeviceId,
-    /// Times of the points, from their block's first (`block_start_ns`).
-    times: Times,
-    allocated: Vec<u64>,
-    requested: Requested,
+    /// The points' times, allocated and requested bytes.
+    points: Points,
     /// Reserved bytes where they change: (point, value), the first at point 0. Reserved moves
     /// only on segment events, a few per thousand.
     reserved_changes: Vec<(u32, u64)>,
@@ -116,6 +122,38 @@ pub struct Timeline {
     /// Time of the first point of each block: a search by time looks here first, in 1/64 of
     /// the memory, before looking inside one block.
     block_start_ns: Vec<i64>,
+}
+
+impl std::fmt::Debug for Timeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timeline")
+            .field("device", &self.device)
+            .field("points", &self.len())
+            .field("replayed", &matches!(self.points, Points::Replayed { .. }))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the points' times, allocated and requested bytes come from.
+#[derive(Clone)]
+enum Points {
+    /// Kept for every point.
+    Stored { times: Times, allocated: Vec<u64>, requested: Requested },
+    /// Replayed from the trace's events when asked for. Point 0 holds at the first event's time;
+    /// every later point follows one event, whose time it has.
+    Replayed {
+        trace: Arc<Trace>,
+        first_time_ns: i64,
+        /// (allocated, requested) at the first point of each block.
+        block_state: Vec<(u64, u64)>,
+        len: usize,
+    },
+}
+
+impl Default for Points {
+    fn default() -> Self {
+        Self::Stored { times: Times::default(), allocated: Vec::new(), requested: Requested::default() }
+    }
 }
 
 /// Times of the points, as offsets in nanoseconds from the first point of their block (a block
@@ -225,19 +263,43 @@ impl Requested {
 }
 
 impl Timeline {
-    /// Builds the timeline of `device`.
+    /// Builds the timeline of `device`, keeping every point: it outlives the trace.
     pub fn build(trace: &Trace, device: DeviceId) -> Self {
+        Self::build_with(trace, device, None)
+    }
+
+    /// Builds the timeline of `device` over a trace it keeps: points are replayed from the
+    /// trace's events when asked for, not kept (a timeline of counters keeps them).
+    pub fn build_shared(trace: &Arc<Trace>, device: DeviceId) -> Self {
+        Self::build_with(trace, device, Some(trace))
+    }
+
+    fn build_with(trace: &Trace, device: DeviceId, shared: Option<&Arc<Trace>>) -> Self {
         let mut t = Self { device, checkpoint_every: BLOCK, ..Self::default() };
         let device_events = replay::device_events(trace, device);
         // One point per event and one before: sized once, not grown by doubling (each doubling
         // of a curve of tens of millions of points is hundreds of MB of fresh pages, copied).
         let points = device_events.len() + 1;
-        t.times.reserve_exact(points);
-        t.allocated.reserve_exact(points);
-        t.requested.reserve_exact(points);
+        let counters = replay::replays_counters(trace, device, &device_events);
+        match (shared, &mut t.points) {
+            (Some(shared), _) if !counters => {
+                t.points = Points::Replayed {
+                    trace: Arc::clone(shared),
+                    first_time_ns: 0,
+                    block_state: Vec::with_capacity(points.div_ceil(BLOCK)),
+                    len: 0,
+                };
+            }
+            (_, Points::Stored { times, allocated, requested }) => {
+                times.reserve_exact(points);
+                allocated.reserve_exact(points);
+                requested.reserve_exact(points);
+            }
+            _ => {}
+        }
         t.block_start_ns.reserve_exact(points.div_ceil(BLOCK));
         t.category.reserve_exact(points);
-        if replay::replays_counters(trace, device, &device_events) {
+        if counters {
             t.build_from_counters(trace, device);
         } else {
             t.build_from_events(trace, device, &device_events);
@@ -247,14 +309,27 @@ impl Timeline {
     }
 
     fn push(&mut self, event: Option<usize>, point: replay::Point) {
-        let index = self.allocated.len();
+        let index = self.len();
         if index.is_multiple_of(BLOCK) {
             self.block_start_ns.push(point.time_ns);
         }
         let block_start = self.block_start_ns.last().copied().unwrap_or(point.time_ns);
-        self.times.push(point.time_ns, block_start, &self.block_start_ns);
-        self.requested.push(point.requested_bytes, point.allocated_bytes, &self.allocated);
-        self.allocated.push(point.allocated_bytes);
+        match &mut self.points {
+            Points::Stored { times, allocated, requested } => {
+                times.push(point.time_ns, block_start, &self.block_start_ns);
+                requested.push(point.requested_bytes, point.allocated_bytes, allocated);
+                allocated.push(point.allocated_bytes);
+            }
+            Points::Replayed { first_time_ns, block_state, len, .. } => {
+                if index == 0 {
+                    *first_time_ns = point.time_ns;
+                }
+                if index.is_multiple_of(BLOCK) {
+                    block_state.push((point.allocated_bytes, point.requested_bytes));
+                }
+                *len += 1;
+            }
+        }
         if self.reserved_changes.last().map(|c| c.1) != Some(point.reserved_bytes) {
             self.reserved_changes.push((index as u32, point.reserved_bytes));
         }
@@ -266,6 +341,38 @@ impl Timeline {
             self.event = (0..index).map(|j| if j == 0 { u32::MAX } else { (j - 1) as u32 }).collect();
         }
         self.event.push(event.and_then(|e| u32::try_from(e).ok()).unwrap_or(u32::MAX));
+    }
+
+    /// Calls `visit` with each point of `start..end` and its allocated and requested bytes, in
+    /// order.
+    fn walk(&self, start: usize, end: usize, mut visit: impl FnMut(usize, u64, u64)) {
+        let end = end.min(self.len());
+        match &self.points {
+            Points::Stored { allocated, requested, .. } => {
+                for i in start..end {
+                    let (Some(&a), Some(q)) = (allocated.get(i), requested.get(i, allocated)) else { break };
+                    visit(i, a, q);
+                }
+            }
+            Points::Replayed { trace, block_state, .. } => {
+                if start >= end {
+                    return;
+                }
+                let first = start / BLOCK * BLOCK;
+                let Some(&(allocated_bytes, requested_bytes)) = block_state.get(start / BLOCK) else { return };
+                let mut point = replay::Point { allocated_bytes, requested_bytes, ..replay::Point::default() };
+                for i in first..end {
+                    if i > first
+                        && let Some(e) = self.event(Point(i)).and_then(|e| trace.events.get(e))
+                    {
+                        replay::apply(&mut point, e);
+                    }
+                    if i >= start {
+                        visit(i, point.allocated_bytes, point.requested_bytes);
+                    }
+                }
+            }
+        }
     }
 
     fn reserved_at(&self, i: usize) -> u64 {
@@ -377,14 +484,11 @@ impl Timeline {
     fn scan(&self, start: usize, end: usize) -> Range {
         let mut r = Range::EMPTY;
         let mut k = self.reserved_changes.partition_point(|c| c.0 as usize <= start).saturating_sub(1);
-        for i in start..end {
+        self.walk(start, end, |i, a, q| {
             while self.reserved_changes.get(k + 1).is_some_and(|c| c.0 as usize <= i) {
                 k += 1;
             }
             let s = self.reserved_changes.get(k).map_or(0, |c| c.1);
-            let (Some(&a), Some(q)) = (self.allocated.get(i), self.requested.get(i, &self.allocated)) else {
-                break;
-            };
             r.merge(&Range {
                 allocated_min: a,
                 allocated_max: a,
@@ -393,18 +497,21 @@ impl Timeline {
                 reserved_min: s,
                 reserved_max: s,
             });
-        }
+        });
         r
     }
 
     /// Number of points.
     pub fn len(&self) -> usize {
-        self.allocated.len()
+        match &self.points {
+            Points::Stored { allocated, .. } => allocated.len(),
+            Points::Replayed { len, .. } => *len,
+        }
     }
 
     /// Whether there are no points.
     pub fn is_empty(&self) -> bool {
-        self.allocated.is_empty()
+        self.len() == 0
     }
 
     /// Time of the first and last point.
@@ -419,16 +526,21 @@ impl Timeline {
 
     /// Time of point `p`.
     pub fn time_ns(&self, Point(i): Point) -> i64 {
-        self.times.get(i, &self.block_start_ns).unwrap_or(0)
+        match &self.points {
+            Points::Stored { times, .. } => times.get(i, &self.block_start_ns).unwrap_or(0),
+            Points::Replayed { len, .. } if i >= *len => 0,
+            Points::Replayed { first_time_ns, .. } if i == 0 => *first_time_ns,
+            Points::Replayed { trace, .. } => {
+                self.event(Point(i)).and_then(|e| trace.events.get(e)).map_or(0, |e| e.time_ns)
+            }
+        }
     }
 
     /// Allocated, requested and reserved bytes at point `p`.
     pub fn values(&self, Point(i): Point) -> (u64, u64, u64) {
-        (
-            self.allocated.get(i).copied().unwrap_or(0),
-            self.requested.get(i, &self.allocated).unwrap_or(0),
-            self.reserved_at(i),
-        )
+        let mut bytes = (0, 0);
+        self.walk(i, i + 1, |_, a, q| bytes = (a, q));
+        (bytes.0, bytes.1, self.reserved_at(i))
     }
 
     /// The trace event (an index into `Trace::events`) after which point `p` holds, if any.
@@ -489,15 +601,18 @@ impl Timeline {
         let every = self.checkpoint_every.max(1);
         let base = i / every;
         let mut totals = self.checkpoints.get(base).copied().unwrap_or([0; CATEGORIES]);
-        for j in base * every + 1..=i {
-            let (Some(&now), Some(&before), Some(&c)) =
-                (self.allocated.get(j), self.allocated.get(j.wrapping_sub(1)), self.category.get(j))
-            else {
-                break;
-            };
-            let slot = &mut totals[(c as usize).min(CATEGORIES - 1)];
-            *slot = if now >= before { slot.saturating_add(now - before) } else { slot.saturating_sub(before - now) };
-        }
+        let first = base * every;
+        let mut before = 0;
+        self.walk(first, i + 1, |j, now, _| {
+            if j > first
+                && let Some(&c) = self.category.get(j)
+            {
+                let slot = &mut totals[(c as usize).min(CATEGORIES - 1)];
+                *slot =
+                    if now >= before { slot.saturating_add(now - before) } else { slot.saturating_sub(before - now) };
+            }
+            before = now;
+        });
         totals
     }
 
@@ -640,13 +755,76 @@ mod tests {
             trace.events.push(e);
         }
         let t = Timeline::build(&trace, DeviceId(0));
-        assert!(matches!(t.times, Times::Whole(_)) && matches!(t.requested, Requested::Whole(_)));
+        assert!(matches!(&t.points, Points::Stored { times: Times::Whole(_), requested: Requested::Whole(_), .. }));
         let points = replay::timeline(&trace, DeviceId(0));
         for (i, p) in points.iter().enumerate() {
             assert_eq!(t.time_ns(Point(i)), p.time_ns, "time of point {i}");
             assert_eq!(t.values(Point(i)), (p.allocated_bytes, p.requested_bytes, p.reserved_bytes), "point {i}");
             let last_at = points.iter().rposition(|q| q.time_ns <= p.time_ns).unwrap_or(0);
             assert_eq!(t.point_at(p.time_ns), Point(last_at), "the point in force at {}", p.time_ns);
+        }
+    }
+
+    /// A timeline replayed from its shared trace answers every question as one that keeps every
+    /// point: one device, and two devices interleaved (points that follow other devices' events),
+    /// with requests below the blocks' sizes.
+    #[test]
+    fn replayed_points_read_the_same_as_kept_ones() {
+        let mut events = Vec::new();
+        for i in 0..3000u64 {
+            let f = if i % 5 == 0 { "forward" } else { "main" };
+            events.push((EventKind::Alloc, (3 * i) as i64, 0x1000 + i * 0x100, 512 + (i % 11) * 512, f));
+            if i % 500 == 0 {
+                events.push((EventKind::SegmentAlloc, (3 * i) as i64, 0x9000_0000 + i, 20 << 20, "main"));
+            }
+            if i >= 20 {
+                let j = i - 20;
+                events.push((
+                    EventKind::FreeCompleted,
+                    (3 * i + 1) as i64,
+                    0x1000 + j * 0x100,
+                    512 + (j % 11) * 512,
+                    f,
+                ));
+            }
+        }
+        for two_devices in [false, true] {
+            let mut trace = trace_with(&events);
+            for (k, e) in trace.events.iter_mut().enumerate() {
+                if e.kind == EventKind::Alloc {
+                    e.set_requested_bytes(e.size_bytes - 100);
+                }
+                if two_devices && k % 3 == 1 {
+                    e.device = DeviceId(1);
+                }
+            }
+            let trace = Arc::new(trace);
+            for device in if two_devices { vec![DeviceId(0), DeviceId(1)] } else { vec![DeviceId(0)] } {
+                let kept = Timeline::build(&trace, device);
+                let replayed = Timeline::build_shared(&trace, device);
+                assert!(matches!(replayed.points, Points::Replayed { .. }));
+                assert_eq!(kept.len(), replayed.len());
+                let n = kept.len();
+                assert!(n > 1000, "{n} points");
+                for i in 0..n {
+                    let p = Point(i);
+                    let at = kept.time_ns(p);
+                    assert_eq!(replayed.time_ns(p), at, "time of point {i}");
+                    assert_eq!(replayed.values(p), kept.values(p), "point {i}");
+                    assert_eq!(replayed.event(p), kept.event(p), "event of point {i}");
+                    assert_eq!(replayed.categories(p), kept.categories(p), "categories at point {i}");
+                    assert_eq!(replayed.point_at(at), kept.point_at(at), "the point in force at {at}");
+                }
+                for (a, b) in [(0, 1), (0, n), (1, 63), (63, 130), (500, 999), (n - 3, n)] {
+                    assert_eq!(replayed.range(a, b), kept.range(a, b), "points {a}..{b}");
+                }
+                assert_eq!(replayed.peak_allocated_point(), kept.peak_allocated_point());
+                let (a, b) = kept.time_span_ns();
+                assert_eq!(replayed.time_span_ns(), (a, b));
+                let (a, b) = (a as f64, b as f64 + 1.0);
+                assert_eq!(replayed.columns(a, b, 173), kept.columns(a, b, 173));
+                assert_eq!(replayed.columns(a + 100.0, a + 300.0, 50), kept.columns(a + 100.0, a + 300.0, 50));
+            }
         }
     }
 }

@@ -128,8 +128,9 @@ impl Document {
     }
 }
 
-fn device_data(trace: &Trace, device: DeviceId) -> DeviceData {
-    let timeline = Timeline::build(trace, device);
+fn device_data(trace: &Arc<Trace>, device: DeviceId) -> DeviceData {
+    // Over the shared trace: its points are replayed from the events, not kept beside them.
+    let timeline = Timeline::build_shared(trace, device);
     let peak_point = timeline.peak_allocated_point();
     let reserved_recorded = timeline.range(0, timeline.len()).reserved_max > 0;
     let mut annotations: Vec<usize> =
