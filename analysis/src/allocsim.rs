@@ -465,7 +465,7 @@ pub fn simulate(trace: &Trace, device: DeviceId, settings: Settings) -> Simulati
     // freed in it without having been allocated in it.
     let mut allocated_in_window: BTreeSet<u64> = BTreeSet::new();
     let mut before: BTreeMap<u64, (u64, u64, bool)> = BTreeMap::new();
-    for i in events.iter().map(|&i| i as usize) {
+    for i in events.iter().map(|i| i as usize) {
         let Some(e) = trace.events.get(i) else { continue };
         match e.kind {
             EventKind::SegmentAlloc => {
@@ -521,7 +521,7 @@ pub fn simulate(trace: &Trace, device: DeviceId, settings: Settings) -> Simulati
     let mut best_allocated = 0;
     sim.note(&mut best_allocated);
     let mut releasing = false;
-    for i in events.iter().map(|&i| i as usize) {
+    for i in events.iter().map(|i| i as usize) {
         let Some(e) = trace.events.get(i) else { continue };
         match e.kind {
             EventKind::Alloc => {

@@ -124,7 +124,7 @@ pub fn growth(trace: &Trace, device: DeviceId) -> Option<Growth> {
 }
 
 /// [`growth`] of a device whose events ([`crate::replay::device_events`]) the caller has.
-pub fn growth_with(trace: &Trace, device: DeviceId, events: &[u32]) -> Option<Growth> {
+pub fn growth_with(trace: &Trace, device: DeviceId, events: &crate::replay::DeviceEvents) -> Option<Growth> {
     let (boundary_ns, iterations) = match spans(trace, device) {
         Some(found) => found,
         None => pattern(trace, events)?,
@@ -138,7 +138,7 @@ pub fn growth_with(trace: &Trace, device: DeviceId, events: &[u32]) -> Option<Gr
     let (from, to) = (boundary_ns[1], boundary_ns[m]);
     let allocates = events
         .iter()
-        .filter_map(|&i| trace.events.get(i as usize))
+        .filter_map(|i| trace.events.get(i as usize))
         .any(|e| e.kind == EventKind::Alloc && (from..to).contains(&e.time_ns));
     if !allocates {
         return None;
@@ -415,7 +415,7 @@ fn spans(trace: &Trace, device: DeviceId) -> Option<(Vec<i64>, Iterations)> {
 /// four): what an iteration does. The longest such period is taken. A site that repeats per
 /// layer of the forward pass fails the last two: it spans only the forward pass, and the
 /// activations each layer saves outlive its period.
-fn pattern(trace: &Trace, events: &[u32]) -> Option<(Vec<i64>, Iterations)> {
+fn pattern(trace: &Trace, events: &crate::replay::DeviceEvents) -> Option<(Vec<i64>, Iterations)> {
     // Where each site allocates, by position among the device's events: a loop does the same
     // allocations each time round, so positions repeat evenly where times (a busy machine, a
     // profiler draining) need not.
@@ -423,7 +423,7 @@ fn pattern(trace: &Trace, events: &[u32]) -> Option<(Vec<i64>, Iterations)> {
     // fewest-allocating first (the coarsest period), at most 256 of them: memory stays bounded
     // on a trace of tens of millions of events.
     let mut counts: HashMap<StackId, u32> = HashMap::default();
-    for e in events.iter().filter_map(|&i| trace.events.get(i as usize)) {
+    for e in events.iter().filter_map(|i| trace.events.get(i as usize)) {
         if e.kind == EventKind::Alloc && e.stack != StackId(0) {
             *counts.entry(e.stack).or_default() += 1;
         }
@@ -434,7 +434,7 @@ fn pattern(trace: &Trace, events: &[u32]) -> Option<(Vec<i64>, Iterations)> {
     sites.truncate(256);
     let mut positions: HashMap<StackId, Vec<usize>> =
         sites.iter().map(|&(n, s)| (s, Vec::with_capacity(n as usize))).collect();
-    for (position, e) in events.iter().filter_map(|&i| trace.events.get(i as usize)).enumerate() {
+    for (position, e) in events.iter().filter_map(|i| trace.events.get(i as usize)).enumerate() {
         if e.kind == EventKind::Alloc
             && let Some(at) = positions.get_mut(&e.stack)
         {
@@ -470,7 +470,7 @@ fn pattern(trace: &Trace, events: &[u32]) -> Option<(Vec<i64>, Iterations)> {
         let at = positions.get(&stack)?;
         let boundaries: Vec<i64> = at
             .iter()
-            .filter_map(|&p| events.get(p).and_then(|&i| trace.events.get(i as usize)))
+            .filter_map(|&p| events.get(p).and_then(|i| trace.events.get(i as usize)))
             .map(|e| e.time_ns)
             .collect();
         if periods_free_what_they_allocate(trace, events, &boundaries) {
@@ -482,12 +482,12 @@ fn pattern(trace: &Trace, events: &[u32]) -> Option<(Vec<i64>, Iterations)> {
 
 /// Whether, in three periods of four between `boundaries`, at least half the bytes allocated
 /// are freed before the period ends.
-fn periods_free_what_they_allocate(trace: &Trace, events: &[u32], boundaries: &[i64]) -> bool {
+fn periods_free_what_they_allocate(trace: &Trace, events: &crate::replay::DeviceEvents, boundaries: &[i64]) -> bool {
     let periods = boundaries.len().saturating_sub(1);
     let mut allocated = vec![0u64; periods];
     let mut freed = vec![0u64; periods];
     let mut open: HashMap<u64, (usize, u64)> = HashMap::default();
-    for e in events.iter().filter_map(|&i| trace.events.get(i as usize)) {
+    for e in events.iter().filter_map(|i| trace.events.get(i as usize)) {
         let period = boundaries.partition_point(|&b| b <= e.time_ns);
         let Some(period) = period.checked_sub(1).filter(|&p| p < periods) else { continue };
         match e.kind {

@@ -49,7 +49,7 @@ pub fn peaks(trace: &Trace, device: DeviceId) -> Peaks {
 }
 
 /// [`peaks`] of a device whose events and initial state the caller has worked out.
-pub fn peaks_from(trace: &Trace, device: DeviceId, events: &[u32], initial: &replay::Initial) -> Peaks {
+pub fn peaks_from(trace: &Trace, device: DeviceId, events: &replay::DeviceEvents, initial: &replay::Initial) -> Peaks {
     let mut peaks = Peaks::default();
     let end = replay::replay_with(trace, device, events, initial, |event, p| {
         let first = peaks.points == 0;
@@ -107,7 +107,7 @@ pub fn live_at_each(
 /// [`live_at_each`] of a device whose events and initial state the caller has worked out.
 pub fn live_at_each_from(
     trace: &Trace,
-    events: &[u32],
+    events: &replay::DeviceEvents,
     initial: &replay::Initial,
     targets: &[Option<usize>],
     mut visit: impl FnMut(usize, Vec<LiveBlock>),
@@ -141,7 +141,7 @@ pub fn live_at_each_from(
     }
     let mut position = 0usize;
     while let Some(&Some(upto)) = targets.get(next) {
-        while let Some(&i) = events.get(position).filter(|&&i| i as usize <= upto) {
+        while let Some(i) = events.get(position).filter(|&i| i as usize <= upto) {
             position += 1;
             let i = i as usize;
             let Some(e) = trace.events.get(i) else { continue };

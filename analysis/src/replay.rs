@@ -73,10 +73,129 @@ impl Initial {
 /// Indices of a device's events in [`Trace::events`].
 ///
 /// Indices are 32-bit (a trace holds fewer than 4 billion events): a list of tens of millions
-/// costs half the memory, and several analyses hold one at a time.
-pub fn device_events(trace: &Trace, device: DeviceId) -> Vec<u32> {
-    trace.events.iter().enumerate().filter(|(_, e)| e.device == device).map(|(i, _)| i as u32).collect()
+/// costs half the memory, and several analyses hold one at a time. A device that has every event
+/// of its trace (one device, the usual case) holds no list at all.
+pub fn device_events(trace: &Trace, device: DeviceId) -> DeviceEvents {
+    if trace.events.iter().all(|e| e.device == device) {
+        return DeviceEvents { list: None, all: trace.events.len() };
+    }
+    let list = trace.events.iter().enumerate().filter(|(_, e)| e.device == device).map(|(i, _)| i as u32).collect();
+    DeviceEvents { list: Some(list), all: 0 }
 }
+
+/// The indices of one device's events in [`Trace::events`], in order ([`device_events`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceEvents {
+    /// The indices; `None`: every event of the trace, `0..all`.
+    list: Option<Vec<u32>>,
+    all: usize,
+}
+
+impl From<Vec<u32>> for DeviceEvents {
+    fn from(list: Vec<u32>) -> Self {
+        Self { list: Some(list), all: 0 }
+    }
+}
+
+impl DeviceEvents {
+    /// Number of events.
+    pub fn len(&self) -> usize {
+        self.list.as_ref().map_or(self.all, Vec::len)
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `k`th event's index.
+    pub fn get(&self, k: usize) -> Option<u32> {
+        match &self.list {
+            Some(list) => list.get(k).copied(),
+            None => (k < self.all).then_some(k as u32),
+        }
+    }
+
+    /// The list of indices, when the device does not have every event of its trace.
+    pub fn as_list(&self) -> Option<&[u32]> {
+        self.list.as_deref()
+    }
+
+    /// The first event's index.
+    pub fn first(&self) -> Option<u32> {
+        self.get(0)
+    }
+
+    /// The last event's index.
+    pub fn last(&self) -> Option<u32> {
+        self.len().checked_sub(1).and_then(|k| self.get(k))
+    }
+
+    /// The indices, in order.
+    pub fn iter(&self) -> DeviceEventsIter<'_> {
+        match &self.list {
+            Some(list) => DeviceEventsIter::List(list.iter()),
+            None => DeviceEventsIter::All(0..self.all as u32),
+        }
+    }
+
+    /// The number of leading indices for which `pred` holds (it must hold for a prefix only).
+    pub fn partition_point(&self, mut pred: impl FnMut(u32) -> bool) -> usize {
+        match &self.list {
+            Some(list) => list.partition_point(|&i| pred(i)),
+            None => {
+                let (mut lo, mut hi) = (0, self.all);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if pred(mid as u32) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                lo
+            }
+        }
+    }
+}
+
+/// The indices of [`DeviceEvents::iter`].
+#[derive(Clone, Debug)]
+pub enum DeviceEventsIter<'a> {
+    /// From the list.
+    List(std::slice::Iter<'a, u32>),
+    /// Every event.
+    All(std::ops::Range<u32>),
+}
+
+impl Iterator for DeviceEventsIter<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        match self {
+            Self::List(i) => i.next().copied(),
+            Self::All(r) => r.next(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            Self::List(i) => i.size_hint(),
+            Self::All(r) => r.size_hint(),
+        }
+    }
+}
+
+impl DoubleEndedIterator for DeviceEventsIter<'_> {
+    fn next_back(&mut self) -> Option<u32> {
+        match self {
+            Self::List(i) => i.next_back().copied(),
+            Self::All(r) => r.next_back(),
+        }
+    }
+}
+
+impl ExactSizeIterator for DeviceEventsIter<'_> {}
 
 fn is_block_event(kind: EventKind) -> bool {
     matches!(kind, EventKind::Alloc | EventKind::FreeRequested | EventKind::FreeCompleted)
@@ -91,13 +210,13 @@ fn removes_reserved(kind: EventKind) -> bool {
 }
 
 /// Works out what a device's replay starts from.
-pub fn initial_state(trace: &Trace, device: DeviceId, events: &[u32]) -> Initial {
+pub fn initial_state(trace: &Trace, device: DeviceId, events: &DeviceEvents) -> Initial {
     let mut initial = Initial::default();
     // Blocks: an address whose first block event frees it was allocated before the window.
     // The value is the index of the pre-existing block the address holds, if it is one.
     let mut live: HashMap<u64, Option<usize>> = HashMap::default();
     let mut segments_live: BTreeMap<u64, u64> = BTreeMap::new();
-    for i in events.iter().map(|&i| i as usize) {
+    for i in events.iter().map(|i| i as usize) {
         let Some(e) = trace.events.get(i) else { continue };
         match e.kind {
             EventKind::Alloc => {
@@ -228,7 +347,7 @@ pub fn replay(trace: &Trace, device: DeviceId, visit: impl FnMut(Option<usize>, 
 pub fn replay_with(
     trace: &Trace,
     device: DeviceId,
-    events: &[u32],
+    events: &DeviceEvents,
     initial: &Initial,
     visit: impl FnMut(Option<usize>, Point),
 ) -> Point {
@@ -241,7 +360,7 @@ pub fn replay_with(
 /// Whether a device's memory comes from its counters (a profiler's totals) rather than from its
 /// events: it has no events but has counters. A device with neither (a snapshot taken without
 /// allocation history) replays its final segment state as its only instant.
-pub fn replays_counters(trace: &Trace, device: DeviceId, events: &[u32]) -> bool {
+pub fn replays_counters(trace: &Trace, device: DeviceId, events: &DeviceEvents) -> bool {
     events.is_empty() && trace.counters.iter().any(|c| c.device == device)
 }
 
@@ -250,7 +369,7 @@ pub fn replays_counters(trace: &Trace, device: DeviceId, events: &[u32]) -> bool
 pub fn replay_from(
     trace: &Trace,
     device: DeviceId,
-    events: &[u32],
+    events: &DeviceEvents,
     initial: &Initial,
     mut visit: impl FnMut(Option<usize>, Point),
 ) -> Point {
@@ -258,9 +377,9 @@ pub fn replay_from(
         .counters
         .iter()
         .find(|c| c.device == device && c.kind == CounterKind::Reserved)
-        .filter(|_| !events.iter().any(|&i| trace.events.get(i as usize).is_some_and(|e| !is_block_event(e.kind))));
+        .filter(|_| !events.iter().any(|i| trace.events.get(i as usize).is_some_and(|e| !is_block_event(e.kind))));
     let mut reserved_reader = reserved_counter.map(|c| StepReader { samples: &c.samples, next: 0, value: 0 });
-    let first_time = events.first().and_then(|&i| trace.events.get(i as usize)).map_or(0, |e| e.time_ns);
+    let first_time = events.first().and_then(|i| trace.events.get(i as usize)).map_or(0, |e| e.time_ns);
     let mut point = Point {
         time_ns: first_time,
         allocated_bytes: initial.allocated_bytes(),
@@ -271,7 +390,7 @@ pub fn replay_from(
         point.reserved_bytes = reader.at(first_time).max(0) as u64;
     }
     visit(None, point);
-    for i in events.iter().map(|&i| i as usize) {
+    for i in events.iter().map(|i| i as usize) {
         let Some(e) = trace.events.get(i) else { continue };
         apply(&mut point, e);
         if let Some(reader) = reserved_reader.as_mut() {

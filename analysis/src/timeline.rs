@@ -380,7 +380,7 @@ impl Timeline {
         k.checked_sub(1).and_then(|k| self.reserved_changes.get(k)).map_or(0, |c| c.1)
     }
 
-    fn build_from_events(&mut self, trace: &Trace, device: DeviceId, device_events: &[u32]) {
+    fn build_from_events(&mut self, trace: &Trace, device: DeviceId, device_events: &replay::DeviceEvents) {
         let mut attributor = Attributor::new(trace, device);
         // The category of each block, decided at its alloc; frees look it up by address.
         let end_ns = trace.events.last().map_or(i64::MAX, |e| e.time_ns);
@@ -388,7 +388,7 @@ impl Timeline {
         let mut until_ns: rustc_hash::FxHashMap<usize, i64> = Default::default();
         if !trace.tags.is_empty() {
             let mut next_free: rustc_hash::FxHashMap<u64, i64> = Default::default();
-            for i in device_events.iter().rev().map(|&i| i as usize) {
+            for i in device_events.iter().rev().map(|i| i as usize) {
                 let Some(e) = trace.events.get(i) else { continue };
                 match e.kind {
                     EventKind::FreeCompleted => {

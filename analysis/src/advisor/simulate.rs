@@ -135,7 +135,7 @@ impl Replayer {
     pub fn new(trace: &Trace, device: DeviceId, spans: &[(i64, i64, AnnotationKind)]) -> Option<Self> {
         let events = replay::device_events(trace, device);
         let allocations =
-            events.iter().filter(|&&i| trace.events.get(i as usize).is_some_and(|e| e.kind == EventKind::Alloc));
+            events.iter().filter(|&i| trace.events.get(i as usize).is_some_and(|e| e.kind == EventKind::Alloc));
         if allocations.count() > MAX_REPLAYED_ALLOCATIONS {
             return None;
         }
@@ -187,7 +187,7 @@ impl Replayer {
         // Whether each allocation is freed, to know which activations backward frees.
         let mut freed: HashMap<u64, usize> = HashMap::default();
         let mut is_freed = vec![false; events.len()];
-        for (order, i) in events.iter().map(|&i| i as usize).enumerate() {
+        for (order, i) in events.iter().map(|i| i as usize).enumerate() {
             let Some(e) = trace.events.get(i) else { continue };
             match e.kind {
                 EventKind::Alloc => {
@@ -202,7 +202,7 @@ impl Replayer {
             }
         }
         let mut live: HashMap<u64, usize> = HashMap::default();
-        for (order, i) in events.iter().map(|&i| i as usize).enumerate() {
+        for (order, i) in events.iter().map(|i| i as usize).enumerate() {
             let Some(e) = trace.events.get(i) else { continue };
             match e.kind {
                 EventKind::Alloc => {

@@ -261,7 +261,7 @@ impl<'a> Attributor<'a> {
     /// rules say nothing of, or a range's), works out which such blocks are parameters from
     /// the device's events and initial state already at hand, rather than replaying the device
     /// again when the first such block is asked for.
-    pub fn prepare_persistent(&mut self, events: &[u32], initial: &crate::replay::Initial) {
+    pub fn prepare_persistent(&mut self, events: &crate::replay::DeviceEvents, initial: &crate::replay::Initial) {
         if self.persistent.is_some() {
             return;
         }
@@ -276,14 +276,14 @@ impl<'a> Attributor<'a> {
         }
     }
 
-    fn find_persistent_with(&mut self, events: &[u32], initial: &crate::replay::Initial) {
+    fn find_persistent_with(&mut self, events: &crate::replay::DeviceEvents, initial: &crate::replay::Initial) {
         let trace = self.trace;
         let mut before: Vec<(u64, u64)> =
             initial.blocks.iter().filter(|b| b.freed_by.is_none()).map(|b| (b.address, b.requested_bytes)).collect();
         // A range of a trace shows what was alive at its start allocated there.
         if !self.before_range.is_empty() {
             let mut alive: HashMap<u64, (u64, StackId)> = HashMap::default();
-            for e in events.iter().filter_map(|&i| trace.events.get(i as usize)) {
+            for e in events.iter().filter_map(|i| trace.events.get(i as usize)) {
                 match e.kind {
                     EventKind::Alloc if self.before_range.contains(&(e.address, e.time_ns)) => {
                         alive.insert(e.address, (e.requested_bytes(), e.stack));
@@ -340,7 +340,7 @@ impl<'a> Attributor<'a> {
     /// together (as asked for), and how many blocks of each size were alive then. One pass
     /// attributes each allocation once and finds both highs; a second pass per category, up to
     /// its high, counts the blocks by size from what the first pass found.
-    fn most_alive(&mut self, events: &[u32]) -> [(u64, BTreeMap<u64, usize>); 2] {
+    fn most_alive(&mut self, events: &crate::replay::DeviceEvents) -> [(u64, BTreeMap<u64, usize>); 2] {
         const WATCHED: [Category; 2] = [Category::Gradient, Category::OptimizerState];
         const NEITHER: u8 = u8::MAX;
         let trace = self.trace;
@@ -348,7 +348,7 @@ impl<'a> Attributor<'a> {
         let mut which: Vec<u8> = Vec::with_capacity(events.len());
         let mut live: HashMap<u64, (usize, u64)> = HashMap::default();
         let (mut bytes, mut most, mut most_at) = ([0u64; 2], [0u64; 2], [None::<usize>; 2]);
-        for (n, i) in events.iter().map(|&i| i as usize).enumerate() {
+        for (n, i) in events.iter().map(|i| i as usize).enumerate() {
             let Some(e) = trace.events.get(i) else {
                 which.push(NEITHER);
                 continue;
@@ -379,7 +379,7 @@ impl<'a> Attributor<'a> {
             let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
             let Some(at) = most_at[w] else { return (most[w], counts) };
             let mut live: HashMap<u64, u64> = HashMap::default();
-            for (n, i) in events.iter().map(|&i| i as usize).enumerate().take(at + 1) {
+            for (n, i) in events.iter().map(|i| i as usize).enumerate().take(at + 1) {
                 let Some(e) = trace.events.get(i) else { continue };
                 match e.kind {
                     EventKind::Alloc if which[n] == w as u8 => {

@@ -165,7 +165,7 @@ pub fn compared_run(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunP
 }
 
 /// The device's events, initial state and attribution, worked out once.
-type Prepared<'t> = (Vec<u32>, crate::replay::Initial, Attributor<'t>);
+type Prepared<'t> = (crate::replay::DeviceEvents, crate::replay::Initial, Attributor<'t>);
 
 /// One run with what a gate checks (its peak, the categories at it, its phases and their high
 /// points, its named ranges), without its allocation sites, its frames or what was alive at each

@@ -5,7 +5,7 @@
 use vramscope_trace_format::{DeviceId, Trace};
 
 use super::PhaseHigh;
-use super::windows::{Window, partition_from};
+use super::windows::{Window, events_partition_from};
 use crate::replay;
 
 /// Points per block of [`RangeMax`]: a query scans at most two partial blocks.
@@ -85,7 +85,7 @@ fn first_max(values: &[u64]) -> usize {
 pub(super) fn high_points(
     trace: &Trace,
     device: DeviceId,
-    events: &[u32],
+    events: &replay::DeviceEvents,
     initial: &replay::Initial,
     windows: &[Window],
 ) -> Vec<PhaseHigh> {
@@ -105,10 +105,10 @@ pub(super) fn high_points(
         .map(|w| {
             // A window opens at the first event at or after its first; a window with no event
             // of its own has the state when it opens.
-            let opens = partition_from(events, previous, |&e| (e as usize) < w.first);
+            let opens = events_partition_from(events, previous, |e| (e as usize) < w.first);
             previous = opens;
             let (high_bytes, high_time_ns, high_event) = if opens < events.len() {
-                let closes = partition_from(events, opens, |&e| (e as usize) <= w.last).max(opens);
+                let closes = events_partition_from(events, opens, |e| (e as usize) <= w.last).max(opens);
                 let k = highest.first_max(opens, closes);
                 let (time_ns, event) = at.get(k).copied().unwrap_or((0, None));
                 (allocated.get(k).copied().unwrap_or(0), time_ns, event)
@@ -173,7 +173,7 @@ mod tests {
     /// were found before the range queries): the reference.
     fn followed(
         trace: &Trace,
-        events: &[u32],
+        events: &replay::DeviceEvents,
         initial: &replay::Initial,
         windows: &[Window],
     ) -> Vec<(u64, i64, Option<usize>)> {

@@ -252,7 +252,7 @@ pub struct Device<'a> {
     /// The device.
     pub id: DeviceId,
     /// Its events ([`replay::device_events`]).
-    pub events: &'a [u32],
+    pub events: &'a replay::DeviceEvents,
     /// Its initial state ([`replay::initial_state`]).
     pub initial: &'a replay::Initial,
 }
@@ -319,7 +319,7 @@ pub fn phases_and_ranges(
 /// The first of each user range by name (at most [`MAX_RANGES`]) and its window of events.
 type NamedRanges = (Vec<(String, i64, i64)>, Vec<Window>);
 
-fn first_ranges(trace: &Trace, device: DeviceId, events: &[u32], clock: &Clock) -> NamedRanges {
+fn first_ranges(trace: &Trace, device: DeviceId, events: &replay::DeviceEvents, clock: &Clock) -> NamedRanges {
     let mut seen = std::collections::BTreeSet::new();
     let (mut names, mut windows) = (Vec::new(), Vec::new());
     let mut ranges: Vec<&vramscope_trace_format::Annotation> = trace
@@ -336,7 +336,7 @@ fn first_ranges(trace: &Trace, device: DeviceId, events: &[u32], clock: &Clock) 
         }
         let from = clock.position_at(a.start_ns);
         let to = clock.position_from(from, a.end_ns.saturating_add(1));
-        if let (Some(&first), Some(&last)) = (events.get(from), to.checked_sub(1).and_then(|p| events.get(p)))
+        if let (Some(first), Some(last)) = (events.get(from), to.checked_sub(1).and_then(|p| events.get(p)))
             && to > from
         {
             windows.push(Window { kind: None, iteration: 0, first: first as usize, last: last as usize });
@@ -368,7 +368,7 @@ pub struct RangeHigh {
 /// [`MAX_WITH_CATEGORIES`], past that each kind's highest and the highest iteration.
 fn with_categories(
     trace: &Trace,
-    events: &[u32],
+    events: &replay::DeviceEvents,
     initial: &replay::Initial,
     attributor: &mut Attributor<'_>,
     highs: &mut [PhaseHigh],

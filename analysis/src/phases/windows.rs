@@ -151,8 +151,8 @@ pub(super) struct Clock {
 }
 
 impl Clock {
-    pub(super) fn new(trace: &Trace, events: &[u32]) -> Self {
-        Self { times: events.iter().map(|&i| trace.events.get(i as usize).map_or(i64::MAX, |e| e.time_ns)).collect() }
+    pub(super) fn new(trace: &Trace, events: &crate::replay::DeviceEvents) -> Self {
+        Self { times: events.iter().map(|i| trace.events.get(i as usize).map_or(i64::MAX, |e| e.time_ns)).collect() }
     }
 
     /// The position in the events of the first event at or after `time_ns`.
@@ -185,9 +185,21 @@ pub(super) fn partition_from<T>(items: &[T], from: usize, below: impl Fn(&T) -> 
     low + items.get(low..high).map_or(0, |part| part.partition_point(below))
 }
 
+/// [`partition_from`] over a device's events.
+pub(super) fn events_partition_from(
+    events: &crate::replay::DeviceEvents,
+    from: usize,
+    below: impl Fn(u32) -> bool,
+) -> usize {
+    match events.as_list() {
+        Some(list) => partition_from(list, from, |&e| below(e)),
+        None => events.partition_point(below),
+    }
+}
+
 /// Windows from spans (sorted by start): each span's events; forward reaches to the backward
 /// right after it.
-pub(super) fn from_spans(events: &[u32], clock: &Clock, spans: &[Span]) -> Vec<Window> {
+pub(super) fn from_spans(events: &crate::replay::DeviceEvents, clock: &Clock, spans: &[Span]) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::new();
     let mut previous = 0;
     for (k, s) in spans.iter().enumerate() {
@@ -201,7 +213,7 @@ pub(super) fn from_spans(events: &[u32], clock: &Clock, spans: &[Span]) -> Vec<W
         previous = from;
         let to = clock.position_from(from, end.saturating_add(1));
         if to > from
-            && let (Some(&first), Some(&last)) = (events.get(from), events.get(to - 1))
+            && let (Some(first), Some(last)) = (events.get(from), events.get(to - 1))
         {
             out.push(Window { kind: Some(s.kind), iteration: 0, first: first as usize, last: last as usize });
         }
@@ -240,7 +252,12 @@ pub(super) fn number_iterations(trace: &Trace, windows: Vec<Window>, iterations:
 }
 
 /// Windows from the allocations' stacks (and the phase ranges that cover them).
-pub(super) fn from_stacks(trace: &Trace, events: &[u32], known: &[Span], iterations: &[(i64, i64)]) -> Vec<Window> {
+pub(super) fn from_stacks(
+    trace: &Trace,
+    events: &crate::replay::DeviceEvents,
+    known: &[Span],
+    iterations: &[(i64, i64)],
+) -> Vec<Window> {
     let python_only = python_only_stacks(trace, events);
     let in_span = |t: i64| {
         let k = known.partition_point(|s| s.start <= t);
@@ -260,7 +277,7 @@ pub(super) fn from_stacks(trace: &Trace, events: &[u32], known: &[Span], iterati
     let mut windows: Vec<Window> = Vec::new();
     let mut current: Option<PhaseKind> = None;
     let mut last_iteration_span = 0usize;
-    for &i in events {
+    for i in events.iter() {
         let Some(e) = trace.events.get(i as usize).filter(|e| e.kind == EventKind::Alloc) else { continue };
         let (i, t) = (i as usize, e.time_ns);
         let label = match in_span(t) {
@@ -288,7 +305,7 @@ pub(super) fn from_stacks(trace: &Trace, events: &[u32], known: &[Span], iterati
         }
     }
     // Without stacks, the first backward's forward shows nothing: it is what came before it.
-    if let (Some(first), Some(&start)) = (windows.first(), events.first())
+    if let (Some(first), Some(start)) = (windows.first(), events.first())
         && first.kind == Some(PhaseKind::Backward)
         && first.first > start as usize
     {
@@ -298,15 +315,15 @@ pub(super) fn from_stacks(trace: &Trace, events: &[u32], known: &[Span], iterati
         );
     }
     // The last phase runs to the device's last event.
-    if let (Some(open), Some(&end)) = (windows.last_mut(), events.last()) {
+    if let (Some(open), Some(end)) = (windows.last_mut(), events.last()) {
         open.last = end as usize;
     }
     // A window ends at the event before the next one's first (frees belong to the phase before).
     let firsts: Vec<usize> = windows.iter().map(|w| w.first).collect();
     for (k, w) in windows.iter_mut().enumerate() {
         if let Some(&next) = firsts.get(k + 1) {
-            let before = events.partition_point(|&e| (e as usize) < next);
-            w.last = before.checked_sub(1).and_then(|p| events.get(p)).map_or(w.first, |&e| e as usize).max(w.first);
+            let before = events.partition_point(|e| (e as usize) < next);
+            w.last = before.checked_sub(1).and_then(|p| events.get(p)).map_or(w.first, |e| e as usize).max(w.first);
         }
     }
     windows
@@ -314,11 +331,11 @@ pub(super) fn from_stacks(trace: &Trace, events: &[u32], known: &[Span], iterati
 
 /// Whether the device's allocations carry Python frames only (no native ones): then autograd's
 /// threads show as allocations without frames.
-pub(super) fn python_only_stacks(trace: &Trace, events: &[u32]) -> bool {
+pub(super) fn python_only_stacks(trace: &Trace, events: &crate::replay::DeviceEvents) -> bool {
     let interner = &trace.interner;
     let mut seen = rustc_hash::FxHashSet::default();
     let mut any_python = false;
-    for &i in events {
+    for i in events.iter() {
         let Some(e) = trace.events.get(i as usize).filter(|e| e.kind == EventKind::Alloc) else { continue };
         if !seen.insert(e.stack) {
             continue;
@@ -356,7 +373,7 @@ pub(super) fn merge_micro_batches(windows: Vec<Window>) -> Vec<Window> {
 /// iteration's.
 pub(super) fn iterations_of(
     phases: &[Window],
-    events: &[u32],
+    events: &crate::replay::DeviceEvents,
     recorded: Option<(&Clock, &[(i64, i64)])>,
 ) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::new();
@@ -374,7 +391,7 @@ pub(super) fn iterations_of(
             if let Some(&(start, end)) = (it.iteration as usize).checked_sub(1).and_then(|k| spans.get(k)) {
                 let from = clock.position_at(start);
                 let to = clock.position_from(from, end.saturating_add(1));
-                if let (Some(&first), Some(&last)) = (events.get(from), to.checked_sub(1).and_then(|p| events.get(p)))
+                if let (Some(first), Some(last)) = (events.get(from), to.checked_sub(1).and_then(|p| events.get(p)))
                     && last >= first
                 {
                     it.first = it.first.min(first as usize);
@@ -386,8 +403,8 @@ pub(super) fn iterations_of(
         let firsts: Vec<usize> = out.iter().map(|w| w.first).collect();
         for (k, it) in out.iter_mut().enumerate() {
             if let Some(&next) = firsts.get(k + 1) {
-                let before = events.partition_point(|&e| (e as usize) < next);
-                if let Some(&e) = before.checked_sub(1).and_then(|p| events.get(p)) {
+                let before = events.partition_point(|e| (e as usize) < next);
+                if let Some(e) = before.checked_sub(1).and_then(|p| events.get(p)) {
                     it.last = it.last.max(e as usize);
                 }
             }

@@ -86,6 +86,11 @@ pub struct Session {
     /// The growth across iterations of the document's devices, being worked out (with the
     /// trace it is for).
     growth: Option<(Arc<Trace>, GrowthJob)>,
+    /// Whether a document just opened has its growth to be worked out once its first instant
+    /// is: the two jobs one after the other, not both at once (each replays the whole trace, and
+    /// on tens of millions of events their working memory together is hundreds of MB). A run
+    /// followed live starts it with each state, as the instants keep coming.
+    growth_wanted: bool,
 }
 
 fn repainter(ctx: &egui::Context) -> impl Fn() + Send + Sync + 'static {
@@ -123,6 +128,7 @@ impl Session {
 
     /// Works out, on a job, whether the memory of `doc`'s devices grows every iteration.
     fn start_growth(&mut self, ctx: &egui::Context, doc: &Document) {
+        self.growth_wanted = false;
         let trace = Arc::clone(&doc.trace);
         let devices: Vec<_> = doc.devices.iter().map(|d| d.device).collect();
         let for_job = Arc::clone(&trace);
@@ -133,6 +139,17 @@ impl Session {
             |_| Vec::new(),
         );
         self.growth = Some((trace, job));
+    }
+
+    /// Starts the growth asked for once the instant selected is worked out.
+    fn start_growth_when_free(&mut self, ctx: &egui::Context) {
+        if !self.growth_wanted || self.growth.is_some() || self.worker.as_ref().is_some_and(Worker::is_busy) {
+            return;
+        }
+        if let Some(doc) = self.doc.take() {
+            self.start_growth(ctx, &doc);
+            self.doc = Some(doc);
+        }
     }
 
     /// Follows a run as it goes: the document is its newest state, updated as it arrives.
@@ -350,6 +367,7 @@ impl Session {
             self.instant = Some(view);
         }
         self.poll_growth(ctx);
+        self.start_growth_when_free(ctx);
         changes
     }
 
@@ -381,7 +399,7 @@ impl Session {
         let peaks = doc.devices.iter().map(|d| (d.device, d.timeline.values(d.peak_point).0));
         let focus = crate::analysis::summary::focus_device(&doc.trace, peaks);
         self.device_index = doc.devices.iter().position(|d| Some(d.device) == focus).unwrap_or(0);
-        self.start_growth(ctx, &doc);
+        self.growth_wanted = true;
         self.doc = Some(doc);
         self.compare = None;
         self.instant = None;
@@ -420,6 +438,7 @@ impl Session {
         self.worker = None;
         self.instant = None;
         self.growth = None;
+        self.growth_wanted = false;
         self.selected_point = None;
         ctx.send_viewport_cmd(egui::ViewportCommand::Title("vramscope".to_owned()));
     }

@@ -229,7 +229,7 @@ fn device_rows(trace: &Trace, rank: i32, device: DeviceId, events_out: &mut Even
             before.insert(p.address, row);
         }
     }
-    for i in events.iter().map(|&i| i as usize) {
+    for i in events.iter().map(|i| i as usize) {
         let Some(e) = trace.events.get(i) else { continue };
         events_out.rank.push(rank);
         events_out.seq.push(i as i64);
