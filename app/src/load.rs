@@ -14,7 +14,7 @@ use crate::mapped::MappedFile;
 /// Files at least this large are mapped rather than read.
 const MAP_AT_BYTES: u64 = 64 << 20;
 /// How far behind the parser's position pages stay resident (it may look back a little).
-const KEEP_BEHIND_BYTES: u64 = 16 << 20;
+const KEEP_BEHIND_BYTES: u64 = 1 << 20;
 
 /// A trace loaded from a file.
 #[derive(Debug)]

@@ -375,6 +375,11 @@ impl<'a, S: PieceSink> Machine<'a, S> {
         loop {
             if self.cur.pos >= next_report {
                 next_report = self.cur.pos + PROGRESS_STEP;
+                if let parallel::Role::Piece(piece) = &mut self.role
+                    && let Some((start, end)) = piece.take_touched()
+                {
+                    progress.release(start, end);
+                }
                 if !progress.update(self.cur.pos as u64, total) {
                     return Err(Error::Cancelled);
                 }

@@ -92,6 +92,19 @@ pub(super) struct Piece<'a> {
     read: FxHashMap<usize, Value>,
     /// Values of earlier pieces being read, one inside another.
     reading: u8,
+    /// The stretch of the file that reading earlier values brought back since the last check
+    /// (handed back then: otherwise the pages of every value read stay resident to the end).
+    touched: Option<(usize, usize)>,
+}
+
+impl Piece<'_> {
+    /// The stretch of the file read for earlier values since the last call, widened to the
+    /// 64 KiB windows a page fault maps in.
+    pub(super) fn take_touched(&mut self) -> Option<(u64, u64)> {
+        const AROUND: usize = 64 << 10;
+        let (start, end) = self.touched.take()?;
+        Some(((start / AROUND * AROUND) as u64, end.div_ceil(AROUND).saturating_mul(AROUND) as u64))
+    }
 }
 
 /// A piece run to its end.
@@ -170,6 +183,10 @@ struct PieceProgress<'a> {
 impl Progress for PieceProgress<'_> {
     fn update(&self, done: u64, _total: u64) -> bool {
         self.check.go_on(self.start, done as usize)
+    }
+
+    fn release(&self, start: u64, end: u64) {
+        self.check.progress.release(start, end);
     }
 }
 
@@ -293,7 +310,7 @@ fn run_piece<S: PieceSink>(
     store.memo = Memo::from_base(base);
     store.memo.reserve((end - start) / 16);
     let list = store.new_container(ContainerKind::List);
-    let role = Role::Piece(Piece { earlier, read: FxHashMap::default(), reading: 0 });
+    let role = Role::Piece(Piece { earlier, read: FxHashMap::default(), reading: 0, touched: None });
     let mut machine = Machine::new(data, store, &mut sink, role);
     machine.stack.push(Value::Container(list));
     machine.cur.pos = start;
@@ -455,9 +472,12 @@ impl<S: PieceSink> Machine<'_, S> {
         self.reading(1);
         let read = self.read_earlier(at, 0);
         self.reading(-1);
-        let (value, _) = read?;
+        let (value, end) = read?;
         if let Role::Piece(piece) = &mut self.role {
             piece.read.insert(index, value);
+            // Where the value was found from: at most a sample's stores before it.
+            let from = piece.earlier.sample_at(index).unwrap_or(at).min(at);
+            piece.touched = Some(piece.touched.map_or((from, end), |(a, b)| (a.min(from), b.max(end))));
         }
         Some(value)
     }

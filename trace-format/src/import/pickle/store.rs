@@ -343,6 +343,36 @@ impl Store {
     }
 
     /// Calls `f` with each item of a container, in order.
+    /// [`Self::for_each_item`], with each run of records handed over whole as
+    /// `(kind, first index, number)` (a list of millions of trace entries is a few runs).
+    pub(crate) fn for_each_run(
+        &self,
+        handle: Handle,
+        mut f: impl FnMut(Result<(RecordKind, u32, u32), Value>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let container = self.container(handle)?;
+        let mut chunk_index = container.first_chunk;
+        while let Some(chunk) = self.chunks.get(chunk_index as usize) {
+            if let Some(kind) = chunk.records {
+                let len = chunk.len.min(u32::MAX - chunk.start);
+                if len > 0 {
+                    f(Ok((kind, chunk.start, len)))?;
+                }
+                chunk_index = chunk.next;
+                continue;
+            }
+            let items = self
+                .pool
+                .get(chunk.start as usize..(chunk.start + chunk.len) as usize)
+                .ok_or("internal: chunk out of range")?;
+            for &item in items {
+                f(Err(item))?;
+            }
+            chunk_index = chunk.next;
+        }
+        Ok(())
+    }
+
     pub(crate) fn for_each_item(
         &self,
         handle: Handle,

@@ -194,6 +194,13 @@ pub(super) fn count(data: &[u8], start: usize, end: usize, go_on: impl Fn(usize)
 }
 
 impl Earlier {
+    /// Where the walk to the value stored at `index` starts (the sample before it).
+    pub(super) fn sample_at(&self, index: usize) -> Option<usize> {
+        let k = self.stretches.partition_point(|s| s.base <= index).checked_sub(1)?;
+        let stretch = self.stretches.get(k)?;
+        stretch.built_at.get(index.checked_sub(stretch.base)? / SAMPLE).copied()
+    }
+
     /// Where the value stored at `index` was built.
     pub(super) fn built_at(&self, data: &[u8], index: usize) -> Option<usize> {
         let k = self.stretches.partition_point(|s| s.base <= index).checked_sub(1)?;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use super::entries::{Action, Entries, Entry, RangeFolded};
+use super::entries::{Action, Entries, Entry, Listed, RangeFolded};
 use crate::error::Result;
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::event::{Event, EventKind, event_flags};
@@ -193,10 +193,10 @@ struct RangeStart {
 
 impl RangeStart {
     /// Adds the devices that have only what was alive at the range's start to `per_device`.
-    fn add_devices(&self, per_device: &mut Vec<(i16, Vec<u32>)>) {
+    fn add_devices(&self, per_device: &mut Vec<(i16, Listed)>) {
         for &device in self.per_device.keys() {
             if !per_device.iter().any(|(d, _)| *d == device) {
-                per_device.push((device, Vec::new()));
+                per_device.push((device, Listed::default()));
             }
         }
         per_device.sort_by_key(|(d, _)| if *d < 0 { i16::MAX } else { *d });
@@ -373,14 +373,14 @@ fn device_start(
 
 /// Whether the entries listed have times: known from the counts when every entry stored is
 /// listed (the usual case), else looked at.
-fn listed_have_times(entries: &Entries, per_device: &[(i16, Vec<u32>)]) -> bool {
+fn listed_have_times(entries: &Entries, per_device: &[(i16, Listed)]) -> bool {
     let listed: usize = per_device.iter().map(|(_, e)| e.len()).sum();
     if entries.timed() == 0 {
         false
     } else if listed == entries.stored() {
         true
     } else {
-        per_device.iter().flat_map(|(_, e)| e).filter_map(|&i| entries.get(i)).any(|e| e.time_us.is_some())
+        per_device.iter().flat_map(|(_, e)| e.iter()).filter_map(|i| entries.get(i)).any(|e| e.time_us.is_some())
     }
 }
 
@@ -389,7 +389,7 @@ pub(super) fn build_trace(
     mut interner: Interner,
     segments: Vec<Segment>,
     mut all_entries: Entries,
-    per_device: Vec<(i16, Vec<u32>)>,
+    per_device: Vec<(i16, Listed)>,
     external: &[super::External],
     allocator_settings: serde_json::Value,
     extra: serde_json::Map<String, serde_json::Value>,
@@ -403,7 +403,7 @@ pub(super) fn build_trace(
     let annotated = all_entries.annotations() > 0;
     // Entries are nearly always read in the order they were pushed: then each chunk is freed
     // once read, and the entries and the events are never whole in memory together.
-    let in_order = per_device.iter().flat_map(|(_, e)| e).is_sorted();
+    let in_order = per_device.iter().flat_map(|(_, e)| e.iter()).is_sorted();
     let mut events = Vec::with_capacity(per_device.iter().map(|(_, e)| e.len()).sum());
     let mut ooms = Vec::new();
     let mut annotations = Vec::new();
@@ -422,7 +422,7 @@ pub(super) fn build_trace(
         let device = DeviceId(device);
         devices.push(device);
         let (final_blocks, start_us) = device_start(&segments, device, range.as_ref(), || {
-            entries.first().and_then(|&i| all_entries.get(i)).and_then(|e| e.time_us)
+            entries.first().and_then(|i| all_entries.get(i)).and_then(|e| e.time_us)
         });
         let synthetic = at_start.len();
         let mut device_events = Vec::with_capacity(entries.len() + synthetic);
@@ -435,7 +435,7 @@ pub(super) fn build_trace(
             let (entry, index) = match i.checked_sub(synthetic) {
                 None => (at_start.next().map(|e| Entry { time_us: start_us, ..e }), None),
                 Some(k) => {
-                    let index = entries.get(k).copied();
+                    let index = entries.get(k);
                     (index.and_then(|index| all_entries.get(index)), index)
                 }
             };

@@ -16,7 +16,7 @@ mod keys;
 mod sink;
 
 use self::build::{RangeBuild, build_trace};
-use self::entries::Entries;
+use self::entries::{Entries, Listed};
 use self::sink::SnapshotSink;
 use super::Imported;
 use super::pickle::{self, ContainerKind, Handle, RecordKind, Store, Value};
@@ -207,7 +207,7 @@ pub(crate) struct Parsed {
     interner: Interner,
     segments: Vec<Segment>,
     entries: Entries,
-    per_device: Vec<(i16, Vec<u32>)>,
+    per_device: Vec<(i16, Listed)>,
     external: Vec<External>,
     settings: serde_json::Value,
     extra: serde_json::Map<String, serde_json::Value>,
@@ -311,6 +311,53 @@ fn top_level(store: &Store, root: Value, warnings: &mut Vec<String>) -> Result<T
 /// The first and last entry a device's list names.
 type Span = (u32, u32);
 
+/// A bit per trace entry: whether a device's list named it already (an entry belongs to one).
+struct Used {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Used {
+    fn new(len: usize) -> Self {
+        Self { words: vec![0; len.div_ceil(64)], len }
+    }
+
+    /// Marks entry `index` named; false when it was already, or is no entry.
+    fn take(&mut self, index: u32) -> bool {
+        let bit = 1u64 << (index % 64);
+        match self.words.get_mut(index as usize / 64) {
+            Some(word) if *word & bit == 0 && (index as usize) < self.len => {
+                *word |= bit;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks entries `first..first + n` named, if none was and all are entries; else marks none.
+    fn take_run(&mut self, first: u32, n: u32) -> bool {
+        let (start, end) = (first as usize, first as usize + n as usize);
+        if n == 0 || end > self.len {
+            return false;
+        }
+        let mask = |word: usize| -> u64 {
+            let lo = (word * 64).max(start) - word * 64;
+            let hi = ((word + 1) * 64).min(end) - word * 64;
+            if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo }
+        };
+        let words = start / 64..end.div_ceil(64);
+        if words.clone().any(|w| self.words.get(w).is_none_or(|&bits| bits & mask(w) != 0)) {
+            return false;
+        }
+        for w in words {
+            if let Some(bits) = self.words.get_mut(w) {
+                *bits |= mask(w);
+            }
+        }
+        true
+    }
+}
+
 /// Reads a snapshot pickle's contents, leaving the trace to [`Parsed::build`]; with `range`,
 /// only that part of the trace is kept (the rest folded as it is read, [`crate::range`]).
 pub(crate) fn parse(data: &[u8], progress: &dyn Progress, range: Option<TraceRange>) -> Result<Parsed> {
@@ -390,16 +437,14 @@ fn parse_with(data: &[u8], progress: &dyn Progress, pieces: Option<usize>, entri
     // or an entry named in two) is counted once.
     // With a range, only the entries kept are listed, and each device's list remembers the first
     // and last entry it named, which places the entries folded away.
-    let mut per_device: Vec<(i16, Vec<u32>)> = Vec::new();
+    let mut per_device: Vec<(i16, Listed)> = Vec::new();
     let mut spans: Vec<(i16, u32, u32)> = Vec::new();
-    let mut used = vec![false; sink.entries.len()];
+    let mut used = Used::new(sink.entries.len());
     let mut seen_lists = rustc_hash::FxHashSet::default();
     let mut repeated_entries = 0usize;
     let entries_store = &sink.entries;
-    let mut entry_indices = |list: Option<Handle>,
-                             name: &dyn Fn(usize) -> String|
-     -> Result<(Vec<u32>, Option<Span>)> {
-        let mut entries = Vec::new();
+    let mut entry_indices = |list: Option<Handle>, name: &dyn Fn(usize) -> String| -> Result<(Listed, Option<Span>)> {
+        let mut entries = Listed::default();
         let mut span: Option<(u32, u32)> = None;
         let Some(l) = list else { return Ok((entries, span)) };
         if !seen_lists.insert(l) {
@@ -408,21 +453,45 @@ fn parse_with(data: &[u8], progress: &dyn Progress, pieces: Option<usize>, entri
         }
         let mut i = 0usize;
         store
-            .for_each_item(l, |item| {
-                let Value::Record(RecordKind::Entry, index) = item else {
-                    return Err(format!("{} should be a trace entry dict, found {}", name(i), describe(&store, item)));
+            .for_each_run(l, |items| {
+                let (kind, first, n) = match items {
+                    // A run of entries none named before, all kept (the usual case): in one go.
+                    Ok((RecordKind::Entry, first, n)) if entries_store.stores_all() && used.take_run(first, n) => {
+                        let last = first + (n - 1);
+                        span = Some(span.map_or((first, last), |(lo, hi)| (lo.min(first), hi.max(last))));
+                        entries.push_run(first, n);
+                        i += n as usize;
+                        return Ok(());
+                    }
+                    Ok(run) => run,
+                    Err(Value::Record(kind, index)) => (kind, index, 1),
+                    Err(item) => {
+                        return Err(format!(
+                            "{} should be a trace entry dict, found {}",
+                            name(i),
+                            describe(&store, item)
+                        ));
+                    }
                 };
-                match used.get_mut(index as usize) {
-                    Some(slot) if !*slot => {
-                        *slot = true;
+                for index in first..first + n {
+                    if kind != RecordKind::Entry {
+                        let item = Value::Record(kind, index);
+                        return Err(format!(
+                            "{} should be a trace entry dict, found {}",
+                            name(i),
+                            describe(&store, item)
+                        ));
+                    }
+                    if used.take(index) {
                         span = Some(span.map_or((index, index), |(lo, hi)| (lo.min(index), hi.max(index))));
                         if entries_store.is_stored(index) {
                             entries.push(index);
                         }
+                    } else {
+                        repeated_entries += 1;
                     }
-                    _ => repeated_entries += 1,
+                    i += 1;
                 }
-                i += 1;
                 Ok(())
             })
             .map_err(structure)?;
@@ -499,4 +568,28 @@ fn parse_with(data: &[u8], progress: &dyn Progress, pieces: Option<usize>, entri
         pieces_taken,
         range,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Used;
+
+    #[test]
+    fn used_takes_runs_whole_or_not_at_all() {
+        let mut used = Used::new(200);
+        assert!(used.take_run(10, 100)); // across the first word boundary
+        assert!(!used.take(10) && !used.take(109));
+        assert!(used.take(110));
+        // Overlapping what was taken: nothing of it is taken.
+        assert!(!used.take_run(100, 20));
+        assert!(used.take(111) && used.take(119));
+        assert!(used.take_run(0, 10));
+        assert!(used.take_run(128, 64)); // one whole word
+        assert!(!used.take_run(192, 9)); // past the entries
+        assert!(used.take_run(192, 8));
+        assert!(!used.take_run(5, 0));
+        assert!(!used.take(200) && !used.take(u32::MAX));
+        let untaken: Vec<u32> = (0..200).filter(|&i| used.take(i)).collect();
+        assert_eq!(untaken, (112..119).chain(120..128).collect::<Vec<_>>());
+    }
 }
