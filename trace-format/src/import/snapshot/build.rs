@@ -384,6 +384,15 @@ fn listed_have_times(entries: &Entries, per_device: &[(i16, Listed)]) -> bool {
     }
 }
 
+/// A warning for each action the trace entries named that is not known, with how many did.
+fn warn_of_unknown_actions(unknown_actions: HashMap<String, usize>, warnings: &mut Vec<String>) {
+    let mut unknown: Vec<_> = unknown_actions.into_iter().collect();
+    unknown.sort();
+    for (action, count) in unknown {
+        warnings.push(format!("{count} trace entries with the unknown action {action:?} were skipped"));
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn build_trace(
     mut interner: Interner,
@@ -403,8 +412,12 @@ pub(super) fn build_trace(
     let annotated = all_entries.annotations() > 0;
     // Entries are nearly always read in the order they were pushed: then each chunk is freed
     // once read, and the entries and the events are never whole in memory together.
-    let in_order = per_device.iter().flat_map(|(_, e)| e.iter()).is_sorted();
+    let in_order = Listed::all_sorted(per_device.iter().map(|(_, e)| e));
     let mut events = Vec::with_capacity(per_device.iter().map(|(_, e)| e.len()).sum());
+    // Whether the events, in the order they are pushed (device after device), are in time order:
+    // known as they go, without a pass over them all at the end.
+    let mut in_time_order = true;
+    let mut last_pushed_ns = i64::MIN;
     let mut ooms = Vec::new();
     let mut annotations = Vec::new();
     let mut unknown_actions: HashMap<String, usize> = HashMap::new();
@@ -481,6 +494,8 @@ pub(super) fn build_trace(
                         flags: if index.is_none() { event_flags::BEFORE_RANGE } else { 0 },
                     };
                     pairing.note(device_events.len(), &mut event);
+                    in_time_order &= time_ns >= last_pushed_ns;
+                    last_pushed_ns = time_ns;
                     device_events.push(event);
                 }
                 Action::Oom => ooms.push(Oom {
@@ -512,14 +527,10 @@ pub(super) fn build_trace(
             events.extend(device_events);
         }
     }
-    let mut unknown: Vec<_> = unknown_actions.into_iter().collect();
-    unknown.sort();
-    for (action, count) in unknown {
-        warnings.push(format!("{count} trace entries with the unknown action {action:?} were skipped"));
-    }
+    warn_of_unknown_actions(unknown_actions, warnings);
     // Nearly always in order already; a stable sort would still take half the events' size
     // again as scratch.
-    if !events.is_sorted_by_key(|e| e.time_ns) {
+    if !in_time_order {
         events.sort_by_key(|e| e.time_ns);
     }
     let start_ns = events.first().map_or(0, |e| e.time_ns);

@@ -116,6 +116,21 @@ impl Listed {
         self.get(0)
     }
 
+    /// Whether `lists`, one after another, name their entries in increasing order (a run at
+    /// a time where they are runs).
+    pub(super) fn all_sorted<'a>(lists: impl IntoIterator<Item = &'a Self>) -> bool {
+        let mut last: Option<u32> = None;
+        let mut in_order = |first: u32, end: u32| {
+            let ok = last.is_none_or(|l| l <= first);
+            last = Some(end);
+            ok
+        };
+        lists.into_iter().all(|listed| match listed {
+            Self::Runs(runs) => runs.iter().all(|r| in_order(r.first, r.first + (r.len - 1))),
+            Self::List(list) => list.iter().all(|&i| in_order(i, i)),
+        })
+    }
+
     pub(super) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         let (runs, list) = match self {
             Self::Runs(runs) => (&runs[..], &[][..]),
@@ -526,6 +541,23 @@ mod tests {
         assert!(matches!(scattered, Listed::List(_)));
         assert_eq!(scattered.iter().collect::<Vec<_>>(), every_other);
         assert_eq!(scattered.get(MAX_RUNS + 3), Some(every_other[MAX_RUNS + 3]));
+
+        // In order as a list would be: across runs, lists, and from one list to the next.
+        let sorted = |lists: &[&Listed]| lists.iter().flat_map(|l| l.iter()).is_sorted();
+        let tail = {
+            let mut l = Listed::default();
+            l.push_run(70_001, 5);
+            l
+        };
+        for lists in [&[&listed][..], &[&scattered], &[&tail], &[&scattered, &tail], &[&tail, &scattered]] {
+            assert_eq!(Listed::all_sorted(lists.iter().copied()), sorted(lists), "{lists:?}");
+        }
+        let mut ordered = Listed::default();
+        ordered.push_run(0, 600);
+        ordered.push_run(65_536, 10);
+        ordered.push(70_000);
+        assert!(Listed::all_sorted([&ordered, &tail]) && !Listed::all_sorted([&tail, &ordered]));
+        assert!(Listed::all_sorted([&Listed::default(), &ordered]));
 
         // Indices at the top of the range do not wrap.
         let mut top = Listed::default();
