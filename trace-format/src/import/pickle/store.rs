@@ -342,7 +342,6 @@ impl Store {
         }
     }
 
-    /// Calls `f` with each item of a container, in order.
     /// [`Self::for_each_item`], with each run of records handed over whole as
     /// `(kind, first index, number)` (a list of millions of trace entries is a few runs).
     pub(crate) fn for_each_run(
@@ -373,31 +372,16 @@ impl Store {
         Ok(())
     }
 
+    /// Calls `f` with each item of a container, in order.
     pub(crate) fn for_each_item(
         &self,
         handle: Handle,
         mut f: impl FnMut(Value) -> Result<(), String>,
     ) -> Result<(), String> {
-        let container = self.container(handle)?;
-        let mut chunk_index = container.first_chunk;
-        while let Some(chunk) = self.chunks.get(chunk_index as usize) {
-            if let Some(kind) = chunk.records {
-                for index in chunk.start..chunk.start.saturating_add(chunk.len) {
-                    f(Value::Record(kind, index))?;
-                }
-                chunk_index = chunk.next;
-                continue;
-            }
-            let items = self
-                .pool
-                .get(chunk.start as usize..(chunk.start + chunk.len) as usize)
-                .ok_or("internal: chunk out of range")?;
-            for &item in items {
-                f(item)?;
-            }
-            chunk_index = chunk.next;
-        }
-        Ok(())
+        self.for_each_run(handle, |items| match items {
+            Ok((kind, first, n)) => (first..first + n).try_for_each(|index| f(Value::Record(kind, index))),
+            Err(item) => f(item),
+        })
     }
 
     /// The first item of a container, without walking the rest (a list shared by many owners
