@@ -452,6 +452,9 @@ fn parse_with(data: &[u8], progress: &dyn Progress, pieces: Option<usize>, entri
             return Ok((entries, span));
         }
         let mut i = 0usize;
+        let not_an_entry = |i: usize, item: Value| {
+            format!("{} should be a trace entry dict, found {}", name(i), describe(&store, item))
+        };
         store
             .for_each_run(l, |items| {
                 let (kind, first, n) = match items {
@@ -465,23 +468,12 @@ fn parse_with(data: &[u8], progress: &dyn Progress, pieces: Option<usize>, entri
                     }
                     Ok(run) => run,
                     Err(Value::Record(kind, index)) => (kind, index, 1),
-                    Err(item) => {
-                        return Err(format!(
-                            "{} should be a trace entry dict, found {}",
-                            name(i),
-                            describe(&store, item)
-                        ));
-                    }
+                    Err(item) => return Err(not_an_entry(i, item)),
                 };
+                if kind != RecordKind::Entry {
+                    return Err(not_an_entry(i, Value::Record(kind, first)));
+                }
                 for index in first..first + n {
-                    if kind != RecordKind::Entry {
-                        let item = Value::Record(kind, index);
-                        return Err(format!(
-                            "{} should be a trace entry dict, found {}",
-                            name(i),
-                            describe(&store, item)
-                        ));
-                    }
                     if used.take(index) {
                         span = Some(span.map_or((index, index), |(lo, hi)| (lo.min(index), hi.max(index))));
                         if entries_store.is_stored(index) {
