@@ -80,7 +80,12 @@ done
 WHEEL=${WHEEL:-$(ls dist/vramscope-*.whl 2>/dev/null | head -n1)}
 if [ -n "$WHEEL" ]; then
     step "the wheel: install"
-    python3 -m venv --system-site-packages "$RESULTS/venv" && "$RESULTS/venv/bin/pip" install --no-index --quiet "$WHEEL"
+    python3 -m venv --system-site-packages "$RESULTS/venv"
+    # The machine's PyTorch may sit in a venv of its own, which a new venv's
+    # --system-site-packages does not see: a .pth names python3's package directories.
+    python3 -c 'import sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))' \
+        > "$("$RESULTS/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/machine-packages.pth"
+    "$RESULTS/venv/bin/pip" install --no-index --quiet "$WHEEL"
     VPY="$RESULTS/venv/bin/python"
     step "the wheel: vramscope run catches a CUDA OOM (exit status 1 expected; a snapshot and the post-mortem)"
     (cd "$RESULTS" && timeout 180 "$RESULTS/venv/bin/vramscope" run --oom-dir oom-run -- "$VPY" "$OLDPWD/tests/scripts/cuda_oom.py" 2>&1 | tail -20)

@@ -178,6 +178,8 @@ class _Recorder:
         self.autocast_noted = False
         self.seen_history = set()
         self.history_mark = -1
+        # Set on a thread while it takes a snapshot (see _without_lazy_inductor).
+        self.taking_snapshot = threading.local()
         self.closed = False
 
     # -- output ---------------------------------------------------------------------------------
@@ -267,6 +269,7 @@ class _Recorder:
             self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": "driver",
                         "why": str(error), "time": self.now()})
             return
+        self.undo.append(_without_lazy_inductor(torch, self.taking_snapshot))
         if self.in_process:
             self.safe(self.note_alive_at_start)
         observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
@@ -275,12 +278,20 @@ class _Recorder:
         # Also drained on a timer, for programs without an optimizer step to drain at.
         threading.Thread(target=self.drain_every, name="vramscope-drain", daemon=True).start()
 
+    def snapshot(self):
+        """The allocator's snapshot, taken without importing torch._inductor."""
+        self.taking_snapshot.on = True
+        try:
+            return self.torch.cuda.memory._snapshot()
+        finally:
+            self.taking_snapshot.on = False
+
     def note_alive_at_start(self):
         """In process, recording begins with memory already held: the allocator's segments and
         the blocks alive in them now are written as allocated at the start (their history was
         not recorded, so their stacks are not known)."""
         now = self.now()
-        snapshot = self.torch.cuda.memory._snapshot()
+        snapshot = self.snapshot()
         self.history_mark = max(self.history_mark, max(
             (e.get("time_us", 0) for t in snapshot.get("device_traces", []) for e in t), default=-1))
         for segment in snapshot.get("segments", []):
@@ -311,7 +322,7 @@ class _Recorder:
 
     def drain_history(self):
         """Writes the CUDA allocator's history entries not written yet."""
-        snapshot = self.torch.cuda.memory._snapshot()
+        snapshot = self.snapshot()
         newest = self.history_mark
         for device, entries in enumerate(snapshot.get("device_traces", [])):
             for entry in entries:
@@ -696,6 +707,31 @@ def _restore(owner, name, ours, original):
     installed after us stays, with ours under it, doing nothing once closed)."""
     if getattr(owner, name, None) is ours:
         setattr(owner, name, original)
+
+
+def _without_lazy_inductor(torch, taking):
+    """While `taking.on` is set on a thread, `torch._inductor` is not imported there by looking it
+    up; returns what undoes that.
+
+    To name the frames of code that inductor generated, a snapshot looks up `torch._inductor`,
+    and that lookup imports it, and torch._dynamo with it, when the program has not. From the
+    timer thread, while the program imports torch._dynamo itself (its first optimizer does), the
+    two imports wait on each other and Python breaks the program's with an ImportError (PyTorch
+    2.11 on an H200, and without vramscope too: a thread taking snapshots while the main thread
+    imports torch._dynamo). Taken on the main thread as CUDA starts, the import failed quietly
+    there and the program's own import of torch._dynamo failed after it. Not importing it loses
+    nothing: until the program imports inductor, no frame is inductor's."""
+    real = torch.__dict__.get("__getattr__")
+    if real is None:  # before PyTorch's lazy submodules, looking one up never imported it
+        return lambda: None
+
+    def __getattr__(name):
+        if name == "_inductor" and getattr(taking, "on", False):
+            raise AttributeError(f"module 'torch' has no attribute {name!r} (not imported)")
+        return real(name)
+
+    torch.__getattr__ = __getattr__
+    return lambda: _restore(torch, "__getattr__", __getattr__, real)
 
 
 def record_in_process(torch, directory, mode="auto"):
