@@ -14,6 +14,11 @@ RESULTS=${RESULTS:-/tmp/gpu-check}
 mkdir -p "$RESULTS"
 export VRAMSCOPE_HOOK="$BIN/libvramscope_hook.so" PYTHONUNBUFFERED=1 KINETO_LOG_LEVEL=5
 step() { echo "== $*"; }
+# What did not come out as it should, said again at the end (the steps go on regardless).
+PROBLEMS=()
+problem() { echo "!! $*"; PROBLEMS+=("$*"); }
+# A recorded training run must finish: its summary is the script's last act.
+finished() { [ -s "$RESULTS/$1.summary.json" ] || problem "$1: the program did not finish under vramscope record (see above)"; }
 TRAIN=(samples/pytorch/train.py --device cuda --steps 3 --d-model 1024 --layers 8 --heads 16 --seq-len 512 --vocab 32000)
 
 step "device"
@@ -36,6 +41,7 @@ for conf in plain expandable async; do
     step "pytorch, allocator: ${alloc:-default}"
     PYTORCH_CUDA_ALLOC_CONF=$alloc timeout 240 "$BIN/vramscope" record -o "$RESULTS/torch-$conf.vtrace" -- \
         python3 "${TRAIN[@]}" --summary "$RESULTS/torch-$conf.summary.json"
+    finished "torch-$conf"
     timeout 60 "$BIN/vramscope" info --json "$RESULTS/torch-$conf.vtrace" > "$RESULTS/torch-$conf.info.json"
     python3 - "$RESULTS/torch-$conf.summary.json" "$RESULTS/torch-$conf.info.json" <<'PY'
 import json, sys
@@ -50,10 +56,12 @@ done
 step "pytorch, bf16 autocast, default allocator"
 timeout 240 "$BIN/vramscope" record -o "$RESULTS/torch-bf16.vtrace" -- \
     python3 "${TRAIN[@]}" --bf16 --summary "$RESULTS/torch-bf16.summary.json"
+finished torch-bf16
 
 step "pytorch, torch.compile"
 timeout 300 "$BIN/vramscope" record -o "$RESULTS/torch-compile.vtrace" -- \
     python3 "${TRAIN[@]}" --compile --summary "$RESULTS/torch-compile.summary.json" 2>&1 | grep -v "^W1\|^I1" | tail -3
+finished torch-compile
 
 step "a run that dies of CUDA OOM (exit status 1 expected)"
 timeout 120 "$BIN/vramscope" record -o "$RESULTS/oom.vtrace" -- python3 tests/scripts/cuda_oom.py 2>&1 | tail -4
@@ -90,11 +98,13 @@ if [ -n "$WHEEL" ]; then
     step "the wheel: vramscope run catches a CUDA OOM (exit status 1 expected; a snapshot and the post-mortem)"
     (cd "$RESULTS" && timeout 180 "$RESULTS/venv/bin/vramscope" run --oom-dir oom-run -- "$VPY" "$OLDPWD/tests/scripts/cuda_oom.py" 2>&1 | tail -20)
     ls -la "$RESULTS/oom-run"
+    ls "$RESULTS"/oom-run/*.pickle >/dev/null 2>&1 || problem "vramscope run: no snapshot written at the OOM"
     step "the wheel: VRAMSCOPE_CAPTURE_OOM alone"
     (cd "$RESULTS" && VRAMSCOPE_CAPTURE_OOM=oom-env timeout 180 "$VPY" "$OLDPWD/tests/scripts/cuda_oom.py" 2>&1 | tail -6)
     ls -la "$RESULTS/oom-env"
+    ls "$RESULTS"/oom-env/*.pickle >/dev/null 2>&1 || problem "VRAMSCOPE_CAPTURE_OOM: no snapshot written at the OOM"
     step "the wheel: vramscope.record() on CUDA, a model built before the block"
-    timeout 240 "$VPY" - "$RESULTS/inprocess-cuda.vtrace" <<'PY'
+    timeout 240 "$VPY" - "$RESULTS/inprocess-cuda.vtrace" <<'PY' || problem "vramscope.record() on CUDA failed (see above)"
 import sys, torch, vramscope
 model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(4)]).cuda()
 opt = torch.optim.Adam(model.parameters())
@@ -112,4 +122,10 @@ PY
 fi
 
 ls -la "$RESULTS"
+if [ ${#PROBLEMS[@]} -eq 0 ]; then
+    echo "== gpu-check: no problem found (compare the figures above with PyTorch's)"
+else
+    echo "== gpu-check: ${#PROBLEMS[@]} problem(s):"
+    printf '  %s\n' "${PROBLEMS[@]}"
+fi
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tar.gz" -C "$RESULTS" .; fi
