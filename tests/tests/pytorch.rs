@@ -511,8 +511,7 @@ fn torch_cuda_without_a_gpu_says_why_the_trace_is_empty() {
 /// Taking a snapshot looks up `torch._inductor`, which imports it; from the shim's timer thread
 /// that import raced the program's own import of torch._dynamo and broke it (PyTorch 2.11 on an
 /// H200). With the shim's guard on, a thread's lookup imports nothing: the program's own import
-/// is the one that brings inductor in, on the main thread, and other threads still import it
-/// when they look it up; closing takes the guard out.
+/// is the one that brings inductor in, on the main thread; closing takes the guard out.
 #[test]
 fn a_snapshot_on_the_timer_thread_does_not_import_inductor_under_the_program() {
     let shim = repo_root().join("python/vramscope/_shim");
@@ -531,15 +530,15 @@ class Watch:
 sys.meta_path.insert(0, Watch())
 
 original = torch.__dict__["__getattr__"]
-taking = threading.local()
-undo = vramscope_torch._without_lazy_inductor(torch, taking)
+taking = vramscope_torch._WithoutLazyInductor()
+undo = taking.install(torch)
 looked = []
 stop = threading.Event()
 def timer():
-    taking.on = True
-    while not stop.is_set():
-        looked.append(hasattr(torch, "_inductor"))
-        time.sleep(0.001)
+    with taking:
+        while not stop.is_set():
+            looked.append(hasattr(torch, "_inductor"))
+            time.sleep(0.001)
 thread = threading.Thread(target=timer, name="vramscope-drain", daemon=True)
 thread.start()
 while not looked:

@@ -24,7 +24,7 @@ _MOST = int(os.environ.get("VRAMSCOPE_OOM_MOST", "3"))
 _LINES = 14
 
 _lock = threading.Lock()
-_state = {"armed": None, "written": 0, "torch": None, "taking": threading.local()}
+_state = {"armed": None, "written": 0, "torch": None, "taking": None}
 
 
 def _say(text):
@@ -90,13 +90,14 @@ def _start():
     try:
         if not getattr(torch.cuda.memory, "_vramscope_history", False):
             torch.cuda.memory._record_memory_history(max_entries=_HISTORY, context="all", stacks="python")
-        torch._C._cuda_attach_out_of_memory_observer(_observer)
         try:
-            from .vramscope_torch import _without_lazy_inductor
+            from .vramscope_torch import _WithoutLazyInductor
         except ImportError:  # written into a folder on PYTHONPATH, outside the package
-            from vramscope_torch import _without_lazy_inductor
+            from vramscope_torch import _WithoutLazyInductor
         # The snapshot at the OOM does not import torch._inductor (vramscope_torch says why).
-        _without_lazy_inductor(torch, _state["taking"])
+        _state["taking"] = _WithoutLazyInductor()
+        _state["taking"].install(torch)
+        torch._C._cuda_attach_out_of_memory_observer(_observer)
     except Exception as error:
         _say(f"out-of-memory capture is off: {error!r}")
 
@@ -111,11 +112,8 @@ def _observer(device, requested, device_allocated, device_free):
         directory = _state["armed"]
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, f"oom-{socket.gethostname()}-{os.getpid()}-{n}.pickle")
-        _state["taking"].on = True
-        try:
+        with _state["taking"]:
             _state["torch"].cuda.memory._dump_snapshot(path)
-        finally:
-            _state["taking"].on = False
         _say(f"CUDA out of memory on cuda:{device} (asked for {requested:,} bytes): what led to it is in {path}")
         binary = _binary()
         if binary:

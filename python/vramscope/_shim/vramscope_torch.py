@@ -178,8 +178,8 @@ class _Recorder:
         self.autocast_noted = False
         self.seen_history = set()
         self.history_mark = -1
-        # Set on a thread while it takes a snapshot (see _without_lazy_inductor).
-        self.taking_snapshot = threading.local()
+        # Held by a thread while it takes a snapshot (see _WithoutLazyInductor).
+        self.taking_snapshot = _WithoutLazyInductor()
         self.closed = False
 
     # -- output ---------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ class _Recorder:
             self.write({"t": "meta", "pid": self.pid, "torch": torch.__version__, "source": "driver",
                         "why": str(error), "time": self.now()})
             return
-        self.undo.append(_without_lazy_inductor(torch, self.taking_snapshot))
+        self.undo.append(self.taking_snapshot.install(torch))
         if self.in_process:
             self.safe(self.note_alive_at_start)
         observer = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
@@ -280,11 +280,8 @@ class _Recorder:
 
     def snapshot(self):
         """The allocator's snapshot, taken without importing torch._inductor."""
-        self.taking_snapshot.on = True
-        try:
+        with self.taking_snapshot:
             return self.torch.cuda.memory._snapshot()
-        finally:
-            self.taking_snapshot.on = False
 
     def note_alive_at_start(self):
         """In process, recording begins with memory already held: the allocator's segments and
@@ -709,9 +706,9 @@ def _restore(owner, name, ours, original):
         setattr(owner, name, original)
 
 
-def _without_lazy_inductor(torch, taking):
-    """While `taking.on` is set on a thread, `torch._inductor` is not imported there by looking it
-    up; returns what undoes that.
+class _WithoutLazyInductor:
+    """Inside `with` on a thread, once installed, `torch._inductor` is not imported there by
+    looking it up.
 
     To name the frames of code that inductor generated, a snapshot looks up `torch._inductor`,
     and that lookup imports it, and torch._dynamo with it, when the program has not. From the
@@ -721,17 +718,30 @@ def _without_lazy_inductor(torch, taking):
     imports torch._dynamo). Taken on the main thread as CUDA starts, the import failed quietly
     there and the program's own import of torch._dynamo failed after it. Not importing it loses
     nothing: until the program imports inductor, no frame is inductor's."""
-    real = torch.__dict__.get("__getattr__")
-    if real is None:  # before PyTorch's lazy submodules, looking one up never imported it
-        return lambda: None
 
-    def __getattr__(name):
-        if name == "_inductor" and getattr(taking, "on", False):
-            raise AttributeError(f"module 'torch' has no attribute {name!r} (not imported)")
-        return real(name)
+    def __init__(self):
+        self.local = threading.local()
 
-    torch.__getattr__ = __getattr__
-    return lambda: _restore(torch, "__getattr__", __getattr__, real)
+    def __enter__(self):
+        self.local.on = True
+
+    def __exit__(self, *exc):
+        self.local.on = False
+
+    def install(self, torch):
+        """Wraps `torch.__getattr__`; returns what undoes that."""
+        real = torch.__dict__.get("__getattr__")
+        if real is None:  # before PyTorch's lazy submodules, looking one up never imported it
+            return lambda: None
+        local = self.local
+
+        def __getattr__(name):
+            if name == "_inductor" and getattr(local, "on", False):
+                raise AttributeError(f"module 'torch' has no attribute {name!r} (not imported)")
+            return real(name)
+
+        torch.__getattr__ = __getattr__
+        return lambda: _restore(torch, "__getattr__", __getattr__, real)
 
 
 def record_in_process(torch, directory, mode="auto"):
