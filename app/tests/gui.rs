@@ -44,6 +44,41 @@ fn opening_a_snapshot_shows_its_peak_and_categories() {
     }
 }
 
+/// A file opened shows its timeline's curves first, saying its categories are being worked
+/// out, and the categories once they are: the same, at every point, as a timeline built whole.
+#[test]
+fn the_timeline_is_drawn_first_and_its_categories_follow() {
+    const PENDING: &str = "allocated: categories being worked out…";
+    let name = "gpt_ctx128_fullstep_fp32.pickle";
+    let mut harness = harness(Some(fixture(name)));
+    harness.get_by_label("Open a trace…").click();
+    let started = Instant::now();
+    while harness.state().session.doc.is_none() {
+        harness.step();
+        assert!(started.elapsed() < Duration::from_secs(60), "not opened: {:?}", harness.state().session.errors);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The frame that first shows the document: its curves, and the categories to come.
+    assert!(harness.state().session.working_out_categories());
+    assert!(!harness.state().session.device().unwrap().timeline.has_categories());
+    harness.get_by_label(PENDING);
+    settle(&mut harness);
+    assert!(!harness.state().session.working_out_categories());
+    assert!(harness.query_by_label(PENDING).is_none(), "still said once the categories are there");
+    let trace = reference(name);
+    let whole = vramscope::analysis::timeline::Timeline::build(&trace, DeviceId(0));
+    let shown = &harness.state().session.device().unwrap().timeline;
+    assert!(shown.has_categories());
+    assert_eq!(shown.len(), whole.len());
+    let mut with_bytes = 0;
+    for i in 0..whole.len() {
+        let p = vramscope::analysis::timeline::Point(i);
+        assert_eq!(shown.categories(p), whole.categories(p), "categories at point {i}");
+        with_bytes += usize::from(whole.categories(p).iter().filter(|&&b| b > 0).count() > 1);
+    }
+    assert!(with_bytes > 0, "no point holds two categories");
+}
+
 #[test]
 fn clicking_the_timeline_selects_an_instant_that_drives_the_views() {
     let name = "gpt_ctx128_forward_mixed.pickle";

@@ -125,6 +125,133 @@ pub struct Timeline {
     /// Time of the first point of each block: a search by time looks here first, in 1/64 of
     /// the memory, before looking inside one block.
     block_start_ns: Vec<i64>,
+    /// Built without its categories ([`Self::build_outline`]): what working them out starts
+    /// from.
+    pending: Option<Arc<PendingCategories>>,
+}
+
+/// What the categories of a timeline built without them ([`Timeline::build_outline`]) are
+/// worked out from, on any thread: [`PendingCategories::work_out`], then
+/// [`Timeline::set_categories`].
+#[derive(Debug)]
+pub struct PendingCategories {
+    device: DeviceId,
+    /// The state the device's replay starts from, worked out for the curves already.
+    initial: replay::Initial,
+}
+
+/// The categories of a timeline's points, worked out apart from its curves.
+#[derive(Debug)]
+pub struct Categories {
+    /// The category whose bytes change at each point.
+    category: Vec<u8>,
+    /// Totals by category every [`BLOCK`] points.
+    checkpoints: Vec<ByCategory>,
+}
+
+impl PendingCategories {
+    /// Works out the categories of the timeline of the same device of `trace` (the trace the
+    /// timeline was built from): the attribution of every block, replayed as the curves were.
+    pub fn work_out(&self, trace: &Trace) -> Categories {
+        let device_events = replay::device_events(trace, self.device);
+        let mut categorizer = Categorizer::new(trace, self.device, &device_events, &self.initial);
+        replay::replay_from(trace, self.device, &device_events, &self.initial, |event, _| categorizer.step(event));
+        categorizer.finish()
+    }
+}
+
+/// Decides each point's category as a device's events are replayed: the category of each block
+/// at its alloc, looked up by address at its free, with totals every [`BLOCK`] points.
+struct Categorizer<'a> {
+    trace: &'a Trace,
+    attributor: Attributor<'a>,
+    end_ns: i64,
+    /// Tags count only within a block's lifetime: each alloc's free, by the alloc's index.
+    until_ns: rustc_hash::FxHashMap<usize, i64>,
+    totals: ByCategory,
+    /// The category of each live block, by address.
+    live: rustc_hash::FxHashMap<u64, u8>,
+    point_index: usize,
+    out: Categories,
+}
+
+impl<'a> Categorizer<'a> {
+    fn new(
+        trace: &'a Trace,
+        device: DeviceId,
+        device_events: &replay::DeviceEvents,
+        initial: &replay::Initial,
+    ) -> Self {
+        let mut attributor = Attributor::new(trace, device);
+        let end_ns = trace.events.last().map_or(i64::MAX, |e| e.time_ns);
+        let mut until_ns: rustc_hash::FxHashMap<usize, i64> = Default::default();
+        if !trace.tags.is_empty() {
+            let mut next_free: rustc_hash::FxHashMap<u64, i64> = Default::default();
+            for i in device_events.iter().rev().map(|i| i as usize) {
+                let Some(e) = trace.events.get(i) else { continue };
+                match e.kind {
+                    EventKind::FreeCompleted => {
+                        next_free.insert(e.address, e.time_ns);
+                    }
+                    EventKind::Alloc => {
+                        until_ns.insert(i, next_free.remove(&e.address).unwrap_or(end_ns));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        attributor.prepare_persistent(device_events, initial);
+        let mut totals: ByCategory = [0; CATEGORIES];
+        let mut live: rustc_hash::FxHashMap<u64, u8> = Default::default();
+        for block in &initial.blocks {
+            let stack = block.stack(trace);
+            let until = block.freed_by.and_then(|i| trace.events.get(i)).map_or(end_ns, |e| e.time_ns);
+            let category = attributor.block(block.address, i64::MIN, until, stack).category as u8;
+            totals[category as usize] += block.size_bytes;
+            if block.address != 0 {
+                live.insert(block.address, category);
+            }
+        }
+        let n = device_events.len() + 1;
+        let mut out =
+            Categories { category: Vec::with_capacity(n), checkpoints: Vec::with_capacity(n.div_ceil(BLOCK)) };
+        out.checkpoints.push(totals);
+        Self { trace, attributor, end_ns, until_ns, totals, live, point_index: 0, out }
+    }
+
+    /// The category of the point after `event` (`None`: the first point, the initial state).
+    fn step(&mut self, event: Option<usize>) {
+        let trace = self.trace;
+        let category = match event.and_then(|i| trace.events.get(i)) {
+            Some(e) if e.kind == EventKind::Alloc => {
+                let until = event.and_then(|i| self.until_ns.get(&i)).copied().unwrap_or(self.end_ns);
+                let c = self.attributor.block(e.address, e.time_ns, until, e.stack).category as u8;
+                self.live.insert(e.address, c);
+                self.totals[c as usize] = self.totals[c as usize].saturating_add(e.size_bytes);
+                c
+            }
+            Some(e) if e.kind == EventKind::FreeCompleted => {
+                let c = self.live.remove(&e.address).unwrap_or(Category::Unknown as u8);
+                self.totals[c as usize] = self.totals[c as usize].saturating_sub(e.size_bytes);
+                c
+            }
+            _ => Category::Unknown as u8,
+        };
+        // The first point is the initial state, already checkpointed.
+        if self.point_index > 0 {
+            self.out.category.push(category);
+            if self.point_index.is_multiple_of(BLOCK) {
+                self.out.checkpoints.push(self.totals);
+            }
+        } else {
+            self.out.category.push(Category::Unknown as u8);
+        }
+        self.point_index += 1;
+    }
+
+    fn finish(self) -> Categories {
+        self.out
+    }
 }
 
 impl std::fmt::Debug for Timeline {
@@ -140,16 +267,25 @@ impl std::fmt::Debug for Timeline {
 impl Timeline {
     /// Builds the timeline of `device`, keeping every point: it outlives the trace.
     pub fn build(trace: &Trace, device: DeviceId) -> Self {
-        Self::build_with(trace, device, None)
+        Self::build_with(trace, device, None, true)
     }
 
     /// Builds the timeline of `device` over a trace it keeps: points are replayed from the
     /// trace's events when asked for, not kept (a timeline of counters keeps them).
     pub fn build_shared(trace: &Arc<Trace>, device: DeviceId) -> Self {
-        Self::build_with(trace, device, Some(trace))
+        Self::build_with(trace, device, Some(trace), true)
     }
 
-    fn build_with(trace: &Trace, device: DeviceId, shared: Option<&Arc<Trace>>) -> Self {
+    /// [`Self::build_shared`] without the categories: the curves (allocated, requested,
+    /// reserved) and their index, at about a third of the cost on a long trace; the categories
+    /// are worked out afterwards from [`Self::pending_categories`] and set with
+    /// [`Self::set_categories`]. Until then [`Self::categories`] is all zero. A timeline of
+    /// counters (cheap, and categorised by them) comes whole.
+    pub fn build_outline(trace: &Arc<Trace>, device: DeviceId) -> Self {
+        Self::build_with(trace, device, Some(trace), false)
+    }
+
+    fn build_with(trace: &Trace, device: DeviceId, shared: Option<&Arc<Trace>>, categorize: bool) -> Self {
         let mut t = Self { device, checkpoint_every: BLOCK, ..Self::default() };
         let device_events = replay::device_events(trace, device);
         // One point per event and one before: sized once, not grown by doubling (each doubling
@@ -173,11 +309,12 @@ impl Timeline {
             _ => {}
         }
         t.block_start_ns.reserve_exact(points.div_ceil(BLOCK));
-        t.category.reserve_exact(points);
+        t.blocks.reserve_exact(points.div_ceil(BLOCK));
         if counters {
+            t.category.reserve_exact(points);
             t.build_from_counters(trace, device);
         } else {
-            t.build_from_events(trace, device, &device_events);
+            t.build_from_events(trace, device, &device_events, categorize);
         }
         t.index();
         t
@@ -207,6 +344,20 @@ impl Timeline {
         }
         if self.reserved_changes.last().map(|c| c.1) != Some(point.reserved_bytes) {
             self.reserved_changes.push((index as u32, point.reserved_bytes));
+        }
+        // The block's summary as its points come (not a second replay of them afterwards).
+        if index.is_multiple_of(BLOCK) {
+            self.blocks.push(Range::EMPTY);
+        }
+        if let Some(block) = self.blocks.last_mut() {
+            block.merge(&Range {
+                allocated_min: point.allocated_bytes,
+                allocated_max: point.allocated_bytes,
+                allocated_max_point: index,
+                requested_max: point.requested_bytes,
+                reserved_min: point.reserved_bytes,
+                reserved_max: point.reserved_bytes,
+            });
         }
         let identity = if index == 0 { event.is_none() } else { event == Some(index - 1) };
         if self.event.is_empty() && identity {
@@ -255,70 +406,31 @@ impl Timeline {
         k.checked_sub(1).and_then(|k| self.reserved_changes.get(k)).map_or(0, |c| c.1)
     }
 
-    fn build_from_events(&mut self, trace: &Trace, device: DeviceId, device_events: &replay::DeviceEvents) {
-        let mut attributor = Attributor::new(trace, device);
-        // The category of each block, decided at its alloc; frees look it up by address.
-        let end_ns = trace.events.last().map_or(i64::MAX, |e| e.time_ns);
-        // Tags count only within a block's lifetime: each alloc's free, by the alloc's index.
-        let mut until_ns: rustc_hash::FxHashMap<usize, i64> = Default::default();
-        if !trace.tags.is_empty() {
-            let mut next_free: rustc_hash::FxHashMap<u64, i64> = Default::default();
-            for i in device_events.iter().rev().map(|i| i as usize) {
-                let Some(e) = trace.events.get(i) else { continue };
-                match e.kind {
-                    EventKind::FreeCompleted => {
-                        next_free.insert(e.address, e.time_ns);
-                    }
-                    EventKind::Alloc => {
-                        until_ns.insert(i, next_free.remove(&e.address).unwrap_or(end_ns));
-                    }
-                    _ => {}
-                }
-            }
-        }
+    /// The curves from the device's events, and (`categorize`) the category of each point in
+    /// the same replay; without, the categories are left pending (see [`Self::pending_categories`]).
+    fn build_from_events(
+        &mut self,
+        trace: &Trace,
+        device: DeviceId,
+        device_events: &replay::DeviceEvents,
+        categorize: bool,
+    ) {
         let initial = replay::initial_state(trace, device, device_events);
-        attributor.prepare_persistent(device_events, &initial);
-        let mut totals: ByCategory = [0; CATEGORIES];
-        let mut live: rustc_hash::FxHashMap<u64, u8> = Default::default();
-        for block in &initial.blocks {
-            let stack = block.stack(trace);
-            let until = block.freed_by.and_then(|i| trace.events.get(i)).map_or(end_ns, |e| e.time_ns);
-            let category = attributor.block(block.address, i64::MIN, until, stack).category as u8;
-            totals[category as usize] += block.size_bytes;
-            if block.address != 0 {
-                live.insert(block.address, category);
-            }
-        }
-        self.checkpoints.push(totals);
-        let mut point_index = 0usize;
+        let mut categorizer = categorize.then(|| Categorizer::new(trace, device, device_events, &initial));
         replay::replay_from(trace, device, device_events, &initial, |event, point| {
-            let category = match event.and_then(|i| trace.events.get(i)) {
-                Some(e) if e.kind == EventKind::Alloc => {
-                    let until = event.and_then(|i| until_ns.get(&i)).copied().unwrap_or(end_ns);
-                    let c = attributor.block(e.address, e.time_ns, until, e.stack).category as u8;
-                    live.insert(e.address, c);
-                    totals[c as usize] = totals[c as usize].saturating_add(e.size_bytes);
-                    c
-                }
-                Some(e) if e.kind == EventKind::FreeCompleted => {
-                    let c = live.remove(&e.address).unwrap_or(Category::Unknown as u8);
-                    totals[c as usize] = totals[c as usize].saturating_sub(e.size_bytes);
-                    c
-                }
-                _ => Category::Unknown as u8,
-            };
-            // The first point is the initial state, already checkpointed.
-            if point_index > 0 {
-                self.category.push(category);
-                if point_index.is_multiple_of(self.checkpoint_every) {
-                    self.checkpoints.push(totals);
-                }
-            } else {
-                self.category.push(Category::Unknown as u8);
+            if let Some(c) = categorizer.as_mut() {
+                c.step(event);
             }
             self.push(event, point);
-            point_index += 1;
         });
+        match categorizer {
+            Some(c) => {
+                let categories = c.finish();
+                self.category = categories.category;
+                self.checkpoints = categories.checkpoints;
+            }
+            None => self.pending = Some(Arc::new(PendingCategories { device, initial })),
+        }
     }
 
     fn build_from_counters(&mut self, trace: &Trace, device: DeviceId) {
@@ -342,9 +454,8 @@ impl Timeline {
         });
     }
 
+    /// The summaries of 4,096 points, from those of 64 made as the points came.
     fn index(&mut self) {
-        self.blocks =
-            (0..self.len().div_ceil(BLOCK)).map(|b| self.scan(b * BLOCK, ((b + 1) * BLOCK).min(self.len()))).collect();
         self.supers = self
             .blocks
             .chunks(SUPER / BLOCK)
@@ -471,8 +582,33 @@ impl Timeline {
         r
     }
 
-    /// Allocated bytes by category at point `p`.
+    /// Whether the categories are worked out ([`Self::build_outline`] leaves them pending).
+    pub fn has_categories(&self) -> bool {
+        self.pending.is_none()
+    }
+
+    /// What to work the categories out from, while they are pending.
+    pub fn pending_categories(&self) -> Option<Arc<PendingCategories>> {
+        self.pending.clone()
+    }
+
+    /// Sets the categories worked out from [`Self::pending_categories`]; false (and nothing
+    /// set) when they are not this timeline's (another number of points) or it has them.
+    pub fn set_categories(&mut self, categories: Categories) -> bool {
+        if self.pending.is_none() || categories.category.len() != self.len() {
+            return false;
+        }
+        self.category = categories.category;
+        self.checkpoints = categories.checkpoints;
+        self.pending = None;
+        true
+    }
+
+    /// Allocated bytes by category at point `p` (all zero while the categories are pending).
     pub fn categories(&self, Point(i): Point) -> ByCategory {
+        if self.pending.is_some() {
+            return [0; CATEGORIES];
+        }
         let every = self.checkpoint_every.max(1);
         let base = i / every;
         let mut totals = self.checkpoints.get(base).copied().unwrap_or([0; CATEGORIES]);

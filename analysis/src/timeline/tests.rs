@@ -181,3 +181,77 @@ fn replayed_points_read_the_same_as_kept_ones() {
         }
     }
 }
+
+/// A timeline built as an outline has the curves of the whole one at once and, once its
+/// categories are worked out apart (as the app does, on another thread), the categories too:
+/// one device and two interleaved, with blocks alive before the trace starts.
+#[test]
+fn an_outline_then_its_categories_is_the_whole_timeline() {
+    let mut events = sawtooth(Sawtooth {
+        allocs: 2000,
+        step_ns: 3,
+        forward_every: 4,
+        size_base: 1024,
+        sizes: 5,
+        segment_every: 300,
+        segment_bytes: 8 << 20,
+        lag: 15,
+    });
+    // Freed before any alloc of theirs: alive before the trace, in the initial state.
+    events.insert(0, (EventKind::FreeCompleted, 0, 0x7000_0000, 4096, "forward"));
+    events.insert(1, (EventKind::FreeCompleted, 0, 0x7000_1000, 8192, "main"));
+    for two_devices in [false, true] {
+        let mut trace = trace_with(&events);
+        if two_devices {
+            for (k, e) in trace.events.iter_mut().enumerate() {
+                if k % 4 == 3 {
+                    e.device = DeviceId(1);
+                }
+            }
+        }
+        let trace = Arc::new(trace);
+        let devices = if two_devices { vec![DeviceId(0), DeviceId(1)] } else { vec![DeviceId(0)] };
+        for &device in &devices {
+            let whole = Timeline::build_shared(&trace, device);
+            let mut outline = Timeline::build_outline(&trace, device);
+            assert!(whole.has_categories() && whole.pending_categories().is_none());
+            assert!(!outline.has_categories());
+            let n = whole.len();
+            assert_eq!(outline.len(), n);
+            let (a, b) = whole.time_span_ns();
+            let (a, b) = (a as f64, b as f64 + 1.0);
+            // The curves, before any category.
+            assert_eq!(outline.peak_allocated_point(), whole.peak_allocated_point());
+            for i in (0..n).step_by(7) {
+                assert_eq!(outline.values(Point(i)), whole.values(Point(i)), "point {i}");
+                assert_eq!(outline.categories(Point(i)), [0; CATEGORIES], "pending categories at {i}");
+            }
+            let ranges =
+                |t: &Timeline| t.columns(a, b, 131).into_iter().map(|c| c.map(|c| c.range)).collect::<Vec<_>>();
+            assert_eq!(ranges(&outline), ranges(&whole));
+            // Categories worked out for another timeline are refused.
+            let pending = outline.pending_categories().expect("pending");
+            if two_devices {
+                let other = devices.iter().copied().find(|&d| d != device).expect("two devices");
+                let theirs = Timeline::build_outline(&trace, other).pending_categories().expect("pending");
+                let theirs = theirs.work_out(&trace);
+                if theirs.category.len() != n {
+                    assert!(!outline.set_categories(theirs), "another device's categories");
+                    assert!(!outline.has_categories());
+                }
+            }
+            assert!(outline.set_categories(pending.work_out(&trace)));
+            assert!(outline.has_categories() && outline.pending_categories().is_none());
+            assert!(!outline.set_categories(pending.work_out(&trace)), "set twice");
+            for i in 0..n {
+                assert_eq!(outline.categories(Point(i)), whole.categories(Point(i)), "categories at point {i}");
+            }
+            assert_eq!(outline.columns(a, b, 131), whole.columns(a, b, 131));
+            // What was set is not the pending zeros: the peak's bytes, all of them, by category.
+            let peak = outline.peak_allocated_point();
+            let at_peak = outline.categories(peak);
+            assert!(outline.values(peak).0 > 0);
+            assert_eq!(at_peak.iter().sum::<u64>(), outline.values(peak).0);
+        }
+    }
+}

@@ -48,10 +48,16 @@ pub enum Poll {
 }
 
 /// The document of a loaded file: the trace, or (a recording of several processes) the one
-/// that peaks highest alone, with the whole and its ranks.
-fn document(loaded: LoadedTrace, started: Instant) -> Loaded {
+/// that peaks highest alone, with the whole and its ranks. `outline`: its timelines' categories
+/// are left for the window to work out once it shows them.
+fn document(loaded: LoadedTrace, started: Instant, outline: bool) -> Loaded {
     if loaded.trace.metadata.processes.len() < 2 {
-        return Loaded { doc: Document::build(loaded, started.elapsed()), recording: None };
+        let doc = if outline {
+            Document::build_outline(loaded, started.elapsed())
+        } else {
+            Document::build(loaded, started.elapsed())
+        };
+        return Loaded { doc, recording: None };
     }
     let run = ranks::of_recording(&loaded.path, &loaded.trace);
     let process = match &run {
@@ -64,15 +70,24 @@ fn document(loaded: LoadedTrace, started: Instant) -> Loaded {
     };
     let (whole, origin) = Origin::of(loaded, started.elapsed());
     let whole = Arc::new(whole);
-    let doc = Document::build_shared(Arc::new(whole.of_process(ProcessId(process as u32))), origin);
+    let shown = Arc::new(whole.of_process(ProcessId(process as u32)));
+    let doc =
+        if outline { Document::build_outline_shared(shown, origin) } else { Document::build_shared(shown, origin) };
     Loaded { doc, recording: Some(Recording { whole, run, process }) }
 }
 
 impl Loader {
     /// Starts loading `path` (only `range` of it, if given); `repaint` is called whenever there
-    /// is something new to show.
+    /// is something new to show. The document comes as soon as its timelines' curves are
+    /// worked out; their categories are for the window to work out then
+    /// ([`Document::categories_pending`]).
     pub fn start(path: &Path, range: Option<TraceRange>, repaint: impl Fn() + Send + Sync + 'static) -> Self {
-        Self::spawn(path, range, None, repaint)
+        Self::spawn(path, range, None, true, repaint)
+    }
+
+    /// Starts loading `path` as the run to compare the open one with: its document comes whole.
+    pub fn start_second(path: &Path, range: Option<TraceRange>, repaint: impl Fn() + Send + Sync + 'static) -> Self {
+        Self::spawn(path, range, None, false, repaint)
     }
 
     /// Starts loading one rank of the run open: the file, or one process of it.
@@ -82,13 +97,14 @@ impl Loader {
         process: Option<usize>,
         repaint: impl Fn() + Send + Sync + 'static,
     ) -> Self {
-        Self::spawn(path, range, Some(process), repaint)
+        Self::spawn(path, range, Some(process), true, repaint)
     }
 
     fn spawn(
         path: &Path,
         range: Option<TraceRange>,
         rank: Option<Option<usize>>,
+        outline: bool,
         repaint: impl Fn() + Send + Sync + 'static,
     ) -> Self {
         let thread_path = path.to_owned();
@@ -101,12 +117,12 @@ impl Loader {
                     crate::load::load_range_with(&thread_path, range, &|done, total| progress.report(done, total));
                 let read = started.elapsed();
                 let document = loaded.map(|mut loaded| match rank {
-                    None => document(loaded, started),
+                    None => document(loaded, started, outline),
                     Some(process) => {
                         if let Some(p) = process {
                             loaded.trace = loaded.trace.of_process(ProcessId(p as u32));
                         }
-                        Loaded { doc: Document::build(loaded, started.elapsed()), recording: None }
+                        Loaded { doc: Document::build_outline(loaded, started.elapsed()), recording: None }
                     }
                 });
                 if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {

@@ -26,5 +26,8 @@ pub const REQUESTED: Color32 =
 pub const OOM: Color32 = Color32::from_rgb(0xd6, 0x27, 0x28);
 /// The selected instant.
 pub const SELECTION: Color32 = Color32::from_rgb(0x1f, 0x9e, 0xff);
+/// Allocated memory drawn before its categories are worked out (not a category: none of their
+/// colours).
+pub const ALLOCATED_PENDING: Color32 = Color32::from_rgb(0x5f, 0x74, 0x8f);
 /// The peak marker.
 pub const PEAK: Color32 = Color32::from_rgb(0xff, 0x5a, 0x36);

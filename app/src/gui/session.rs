@@ -36,6 +36,10 @@ struct Switch {
 /// The growth of each device of a document, worked out on a job.
 type GrowthJob = Job<Vec<Option<crate::analysis::growth::Growth>>>;
 
+/// The categories of a document's timelines built without them, worked out on a job: for each
+/// device (by index), its categories, when they were pending.
+type CategoriesJob = Job<Vec<Option<crate::analysis::timeline::Categories>>>;
+
 /// What changed in a poll, for the window to follow.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Change {
@@ -86,6 +90,11 @@ pub struct Session {
     /// The growth across iterations of the document's devices, being worked out (with the
     /// trace it is for).
     growth: Option<(Arc<Trace>, GrowthJob)>,
+    /// The categories of the document's timelines, when it came without them (a file opened
+    /// shows its curves first), being worked out (with the trace they are for).
+    categories: Option<(Arc<Trace>, CategoriesJob)>,
+    /// The trace whose categories could not be worked out (the job died): not tried again.
+    categories_failed: Option<Arc<Trace>>,
     /// Whether a document just opened has its growth to be worked out once its first instant
     /// is: the two jobs one after the other, not both at once (each replays the whole trace, and
     /// on tens of millions of events their working memory together is hundreds of MB). A run
@@ -141,9 +150,15 @@ impl Session {
         self.growth = Some((trace, job));
     }
 
-    /// Starts the growth asked for once the instant selected is worked out.
+    /// Starts the growth asked for once the instant selected and the timelines' categories are
+    /// worked out (one replay of the whole trace at a time besides the instant's).
     fn start_growth_when_free(&mut self, ctx: &egui::Context) {
-        if !self.growth_wanted || self.growth.is_some() || self.worker.as_ref().is_some_and(Worker::is_busy) {
+        if !self.growth_wanted
+            || self.growth.is_some()
+            || self.worker.as_ref().is_some_and(Worker::is_busy)
+            || self.categories.is_some()
+            || self.working_out_categories()
+        {
             return;
         }
         if let Some(doc) = self.doc.take() {
@@ -234,7 +249,7 @@ impl Session {
 
     /// Starts loading `path` as the run to compare the open one with.
     pub fn open_second(&mut self, ctx: &egui::Context, path: &Path) {
-        if let Some(old) = self.second_loader.replace(Loader::start(path, self.range, repainter(ctx))) {
+        if let Some(old) = self.second_loader.replace(Loader::start_second(path, self.range, repainter(ctx))) {
             old.cancel();
         }
     }
@@ -269,9 +284,81 @@ impl Session {
         self.switching.is_some()
     }
 
-    /// Whether the selected instant's analysis (or a comparison) is still being computed.
+    /// Whether the selected instant's analysis (or a comparison, or the timelines' categories)
+    /// is still being computed.
     pub fn is_analysing(&self) -> bool {
-        self.worker.as_ref().is_some_and(Worker::is_busy) || self.compare.as_ref().is_some_and(Compare::is_busy)
+        self.worker.as_ref().is_some_and(Worker::is_busy)
+            || self.compare.as_ref().is_some_and(Compare::is_busy)
+            || self.working_out_categories()
+    }
+
+    /// Whether the timelines of the document shown are drawn without their categories yet.
+    pub fn working_out_categories(&self) -> bool {
+        self.doc.as_ref().is_some_and(|doc| doc.categories_pending() && !self.categories_failed_for(doc))
+    }
+
+    fn categories_failed_for(&self, doc: &Document) -> bool {
+        self.categories_failed.as_ref().is_some_and(|t| Arc::ptr_eq(t, &doc.trace))
+    }
+
+    /// Works out, on a job, the categories of the document's timelines that came without them.
+    fn start_categories(&mut self, ctx: &egui::Context) {
+        let Some(doc) = &self.doc else { return };
+        if self.categories.as_ref().is_some_and(|(trace, _)| Arc::ptr_eq(trace, &doc.trace))
+            || self.categories_failed_for(doc)
+        {
+            return;
+        }
+        let pending: Vec<_> = doc.devices.iter().map(|d| d.timeline.pending_categories()).collect();
+        if pending.iter().all(Option::is_none) {
+            return;
+        }
+        let trace = Arc::clone(&doc.trace);
+        let for_job = Arc::clone(&trace);
+        let started = std::time::Instant::now();
+        let job = Job::spawn(
+            "categories",
+            repainter(ctx),
+            move |_| {
+                let categories = pending.iter().map(|p| p.as_ref().map(|p| p.work_out(&for_job))).collect();
+                if std::env::var_os("VRAMSCOPE_TIMINGS").is_some() {
+                    eprintln!(
+                        "vramscope: the timelines' categories worked out in {:.0} ms after the curves were shown ({})",
+                        started.elapsed().as_secs_f64() * 1e3,
+                        crate::memory::resident_so_far()
+                    );
+                }
+                categories
+            },
+            |_| Vec::new(),
+        );
+        self.categories = Some((trace, job));
+    }
+
+    /// Takes in the categories worked out, if they are for the document shown.
+    fn poll_categories(&mut self) {
+        let Some((trace, job)) = &self.categories else { return };
+        let Some(result) = job.poll() else { return };
+        let for_trace = Arc::clone(trace);
+        self.categories = None;
+        let Some(doc) = &mut self.doc else { return };
+        if !Arc::ptr_eq(&doc.trace, &for_trace) {
+            return;
+        }
+        match result {
+            Ok(categories) if categories.len() == doc.devices.len() => {
+                for (d, c) in doc.devices.iter_mut().zip(categories) {
+                    if let Some(c) = c {
+                        d.timeline.set_categories(c);
+                    }
+                }
+            }
+            // The job died: the timelines stay as they are, without categories, and it is said.
+            Ok(_) | Err(_) => {
+                self.categories_failed = Some(for_trace);
+                self.errors.push("the timeline's categories could not be worked out".to_owned());
+            }
+        }
     }
 
     /// Picks up what the background jobs finished; says what changed.
@@ -366,6 +453,8 @@ impl Session {
         if let Some(view) = self.worker.as_mut().and_then(Worker::poll) {
             self.instant = Some(view);
         }
+        self.poll_categories();
+        self.start_categories(ctx);
         self.poll_growth(ctx);
         self.start_growth_when_free(ctx);
         changes

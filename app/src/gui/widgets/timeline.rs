@@ -130,7 +130,9 @@ pub fn timeline_ui(
         axis::x_axis(&painter, plot, origin, doc.has_no_clock(), (v0, v1), label_y, visuals);
     }
 
-    // Stacked categories, one quad per category per column.
+    // Stacked categories, one quad per category per column; before the categories are worked
+    // out, allocated memory in one colour of its own.
+    let pending = !device.timeline.has_categories();
     let mut mesh = Mesh::default();
     let mut present = [false; CATEGORIES];
     let mut requested_line = Vec::with_capacity(columns.len());
@@ -138,6 +140,10 @@ pub fn timeline_ui(
     for (c, column) in columns.iter().enumerate() {
         let Some(Column { range, categories }) = column else { continue };
         let x = plot.left() + c as f32;
+        if pending && range.allocated_max > 0 {
+            let r = Rect::from_min_max(pos2(x, y_of(range.allocated_max)), pos2(x + 1.0, y_of(0)));
+            mesh.add_colored_rect(r, palette::ALLOCATED_PENDING);
+        }
         let mut base = 0u64;
         for (i, &bytes) in categories.iter().enumerate() {
             if bytes == 0 {
@@ -196,7 +202,7 @@ pub fn timeline_ui(
     painter.rect_stroke(plot, CornerRadius::ZERO, visuals.widgets.noninteractive.bg_stroke, StrokeKind::Inside);
 
     hover_ui(&painter, &response, doc, device, (plot, band), (v0, v1), visuals);
-    legend_ui(ui, &present);
+    legend_ui(ui, &present, pending);
     clicked
 }
 
@@ -411,6 +417,11 @@ fn readout_ui(ui: &mut egui::Ui, doc: &Document, device: &DeviceData, point: Poi
         ui.colored_label(palette::RESERVED, "reserved");
         ui.monospace(units::bytes(reserved));
         ui.end_row();
+        if !t.has_categories() {
+            ui.weak("  categories");
+            ui.weak("being worked out…");
+            ui.end_row();
+        }
         let mut categories: Vec<(usize, u64)> =
             t.categories(point).into_iter().enumerate().filter(|c| c.1 > 0).collect();
         categories.sort_by_key(|b| std::cmp::Reverse(b.1));
@@ -426,9 +437,16 @@ fn readout_ui(ui: &mut egui::Ui, doc: &Document, device: &DeviceData, point: Poi
     }
 }
 
-fn legend_ui(ui: &mut egui::Ui, present: &[bool; CATEGORIES]) {
+fn legend_ui(ui: &mut egui::Ui, present: &[bool; CATEGORIES], pending: bool) {
     ui.horizontal_wrapped(|ui| {
         ui.spacing_mut().item_spacing.x = 12.0;
+        if pending {
+            swatch(ui, palette::ALLOCATED_PENDING);
+            ui.label("allocated: categories being worked out…").on_hover_text(
+                "The curves are drawn first; the split of allocated memory by category (parameters, \
+                 activations, …) follows as soon as every block's category is worked out.",
+            );
+        }
         for (i, &shown) in present.iter().enumerate() {
             let Some(&category) = Category::ALL.get(i) else { continue };
             if shown {
