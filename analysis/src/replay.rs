@@ -59,6 +59,19 @@ impl PreexistingBlock {
 }
 
 impl Initial {
+    /// A made-up start of `allocated`, `requested` and `reserved` bytes (one block at address
+    /// 0, which no event frees), to replay from before the real one is known.
+    pub fn stand_in(allocated: u64, requested: u64, reserved: u64) -> Self {
+        let block = PreexistingBlock {
+            address: 0,
+            size_bytes: allocated,
+            requested_bytes: requested,
+            freed_by: None,
+            final_block: None,
+        };
+        Self { blocks: vec![block], reserved_bytes: reserved }
+    }
+
     /// Allocated bytes before the first event.
     pub fn allocated_bytes(&self) -> u64 {
         self.blocks.iter().map(|b| b.size_bytes).sum()

@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use vramscope_trace_format::{Category, DeviceId, EventKind, Trace};
+use vramscope_trace_format::{Category, CounterKind, DeviceId, EventKind, Trace};
 
 use self::points::Points;
 use super::attribution::Attributor;
@@ -286,14 +286,34 @@ impl Timeline {
     }
 
     fn build_with(trace: &Trace, device: DeviceId, shared: Option<&Arc<Trace>>, categorize: bool) -> Self {
-        let mut t = Self { device, checkpoint_every: BLOCK, ..Self::default() };
         let device_events = replay::device_events(trace, device);
-        // One point per event and one before: sized once, not grown by doubling (each doubling
-        // of a curve of tens of millions of points is hundreds of MB of fresh pages, copied).
-        let points = device_events.len() + 1;
         let counters = replay::replays_counters(trace, device, &device_events);
+        if let Some(shared) = shared
+            && !categorize
+            && !counters
+            && let Some(t) = Self::outline_beside_initial(trace, shared, device, &device_events)
+        {
+            return t;
+        }
+        let mut t = Self::empty(device, &device_events, shared.filter(|_| !counters));
+        if counters {
+            t.category.reserve_exact(device_events.len() + 1);
+            t.build_from_counters(trace, device);
+        } else {
+            t.build_from_events(trace, device, &device_events, categorize);
+        }
+        t.index();
+        t
+    }
+
+    /// A timeline with room for a point per event and one before (sized once, not grown by
+    /// doubling: each doubling of a curve of tens of millions of points is hundreds of MB of
+    /// fresh pages, copied), replayed from `shared` or keeping its points.
+    fn empty(device: DeviceId, device_events: &replay::DeviceEvents, shared: Option<&Arc<Trace>>) -> Self {
+        let mut t = Self { device, checkpoint_every: BLOCK, ..Self::default() };
+        let points = device_events.len() + 1;
         match (shared, &mut t.points) {
-            (Some(shared), _) if !counters => {
+            (Some(shared), _) => {
                 t.points = Points::Replayed {
                     trace: Arc::clone(shared),
                     first_time_ns: 0,
@@ -301,23 +321,86 @@ impl Timeline {
                     len: 0,
                 };
             }
-            (_, Points::Stored { times, allocated, requested }) => {
+            (None, Points::Stored { times, allocated, requested }) => {
                 times.reserve_exact(points);
                 allocated.reserve_exact(points);
                 requested.reserve_exact(points);
             }
-            _ => {}
+            (None, Points::Replayed { .. }) => {}
         }
         t.block_start_ns.reserve_exact(points.div_ceil(BLOCK));
         t.blocks.reserve_exact(points.div_ceil(BLOCK));
-        if counters {
-            t.category.reserve_exact(points);
-            t.build_from_counters(trace, device);
-        } else {
-            t.build_from_events(trace, device, &device_events, categorize);
-        }
-        t.index();
         t
+    }
+
+    /// The outline of a device's events (curves only) with the state it starts from worked out
+    /// on another thread at the same time: the curves are replayed from a stand-in start, `BASE`
+    /// bytes of each, and moved onto the real one when it comes. That is exact when no value of
+    /// either replay would have been held at zero or at the top (saturated), which is checked;
+    /// `None` otherwise (or without a second thread), for the replay from the real start.
+    fn outline_beside_initial(
+        trace: &Trace,
+        shared: &Arc<Trace>,
+        device: DeviceId,
+        device_events: &replay::DeviceEvents,
+    ) -> Option<Self> {
+        const BASE: u64 = 1 << 62;
+        // Reserved memory read from counters is not moved by the start.
+        if trace.counters.iter().any(|c| c.device == device && c.kind == CounterKind::Reserved) {
+            return None;
+        }
+        std::thread::scope(|scope| {
+            let initial = std::thread::Builder::new()
+                .name("vramscope-start".to_owned())
+                .spawn_scoped(scope, || replay::initial_state(trace, device, device_events))
+                .ok()?;
+            let stand_in = replay::Initial::stand_in(BASE, BASE, BASE);
+            let mut t = Self::empty(device, device_events, Some(shared));
+            // The lowest and highest of each curve: allocated, requested, reserved.
+            let (mut low, mut high) = ([u64::MAX; 3], [0u64; 3]);
+            replay::replay_from(trace, device, device_events, &stand_in, |event, point| {
+                for (k, v) in
+                    [point.allocated_bytes, point.requested_bytes, point.reserved_bytes].into_iter().enumerate()
+                {
+                    low[k] = low[k].min(v);
+                    high[k] = high[k].max(v);
+                }
+                t.push(event, point);
+            });
+            let initial = initial.join().ok()?;
+            let start = [initial.allocated_bytes(), initial.requested_bytes(), initial.reserved_bytes];
+            for k in 0..3 {
+                // Not saturated from the stand-in (which never starts at zero or the top), and
+                // from the real start every value stays in range: `start + (v - BASE)`.
+                let exact = low[k] > 0
+                    && high[k] < u64::MAX
+                    && start[k].checked_add(low[k]).is_some_and(|lowest| lowest >= BASE)
+                    && (high[k] - BASE.min(high[k])).checked_add(start[k]).is_some();
+                if !exact {
+                    return None;
+                }
+            }
+            // In range, so arithmetic modulo 2^64 gives each value exactly.
+            let moved = |k: usize, v: u64| v.wrapping_sub(BASE).wrapping_add(start[k]);
+            if let Points::Replayed { block_state, .. } = &mut t.points {
+                for (a, q) in block_state.iter_mut() {
+                    (*a, *q) = (moved(0, *a), moved(1, *q));
+                }
+            }
+            for change in &mut t.reserved_changes {
+                change.1 = moved(2, change.1);
+            }
+            for r in &mut t.blocks {
+                r.allocated_min = moved(0, r.allocated_min);
+                r.allocated_max = moved(0, r.allocated_max);
+                r.requested_max = moved(1, r.requested_max);
+                r.reserved_min = moved(2, r.reserved_min);
+                r.reserved_max = moved(2, r.reserved_max);
+            }
+            t.pending = Some(Arc::new(PendingCategories { device, initial }));
+            t.index();
+            Some(t)
+        })
     }
 
     fn push(&mut self, event: Option<usize>, point: replay::Point) {

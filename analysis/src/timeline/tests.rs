@@ -255,3 +255,48 @@ fn an_outline_then_its_categories_is_the_whole_timeline() {
         }
     }
 }
+
+/// The outline replays its curves from a stand-in start while the real one is worked out beside
+/// it; where sizes near the top of 64 bits would make that inexact (a value held at zero or at
+/// the top), it replays from the real start instead: the curves are the whole timeline's either
+/// way.
+#[test]
+fn an_outline_of_sizes_near_the_top_of_64_bits_is_exact() {
+    let huge = 1u64 << 63;
+    let cases = [
+        // A block of 2^63 bytes from before the trace, freed first.
+        vec![
+            (EventKind::FreeCompleted, 1, 0x10, huge, "main"),
+            (EventKind::Alloc, 2, 0x20, 4096, "main"),
+            (EventKind::FreeCompleted, 3, 0x20, 4096, "main"),
+        ],
+        // Allocations adding up past 2^64 (held at the top, as the replay does).
+        vec![
+            (EventKind::Alloc, 1, 0x10, huge, "main"),
+            (EventKind::Alloc, 2, 0x20, huge, "main"),
+            (EventKind::Alloc, 3, 0x30, huge, "main"),
+            (EventKind::FreeCompleted, 4, 0x10, huge, "main"),
+        ],
+        // A free of a block never allocated, larger than everything before it.
+        vec![
+            (EventKind::Alloc, 1, 0x10, 512, "main"),
+            (EventKind::SegmentFree, 2, 0x9000, 1 << 40, "main"),
+            (EventKind::FreeCompleted, 3, 0x10, 512, "main"),
+            (EventKind::FreeCompleted, 4, 0x40, 1 << 20, "main"),
+        ],
+    ];
+    for (n, events) in cases.iter().enumerate() {
+        let trace = Arc::new(trace_with(events));
+        let whole = Timeline::build_shared(&trace, DeviceId(0));
+        let outline = Timeline::build_outline(&trace, DeviceId(0));
+        let points = replay::timeline(&trace, DeviceId(0));
+        assert_eq!(outline.len(), points.len(), "case {n}");
+        for (i, p) in points.iter().enumerate() {
+            let expected = (p.allocated_bytes, p.requested_bytes, p.reserved_bytes);
+            assert_eq!(outline.values(Point(i)), expected, "case {n}, point {i}");
+            assert_eq!(whole.values(Point(i)), expected, "case {n}, point {i}");
+        }
+        assert_eq!(outline.range(0, outline.len()), whole.range(0, whole.len()), "case {n}");
+        assert_eq!(outline.peak_allocated_point(), whole.peak_allocated_point(), "case {n}");
+    }
+}
