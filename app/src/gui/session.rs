@@ -354,9 +354,13 @@ impl Session {
                 }
             }
             // The job died: the timelines stay as they are, without categories, and it is said.
-            Ok(_) | Err(_) => {
+            other => {
+                let why = other.err().unwrap_or_else(|| "not one set for each device".to_owned());
+                self.errors.push(format!(
+                    "{}: the categories of the timeline could not be worked out ({why}); the curves are right",
+                    doc.file_name()
+                ));
                 self.categories_failed = Some(for_trace);
-                self.errors.push("the timeline's categories could not be worked out".to_owned());
             }
         }
     }
