@@ -19,13 +19,17 @@
 
 use std::sync::Arc;
 
-use vramscope_trace_format::{Category, CounterKind, DeviceId, EventKind, Trace};
+use vramscope_trace_format::{Category, DeviceId, Trace};
 
 use self::points::Points;
-use super::attribution::Attributor;
 use super::replay;
 
+mod categories;
+mod outline;
 mod points;
+
+use self::categories::Categorizer;
+pub use self::categories::{Categories, PendingCategories};
 
 /// Number of categories.
 pub const CATEGORIES: usize = Category::ALL.len();
@@ -130,130 +134,6 @@ pub struct Timeline {
     pending: Option<Arc<PendingCategories>>,
 }
 
-/// What the categories of a timeline built without them ([`Timeline::build_outline`]) are
-/// worked out from, on any thread: [`PendingCategories::work_out`], then
-/// [`Timeline::set_categories`].
-#[derive(Debug)]
-pub struct PendingCategories {
-    device: DeviceId,
-    /// The state the device's replay starts from, worked out for the curves already.
-    initial: replay::Initial,
-}
-
-/// The categories of a timeline's points, worked out apart from its curves.
-#[derive(Debug)]
-pub struct Categories {
-    /// The category whose bytes change at each point.
-    category: Vec<u8>,
-    /// Totals by category every [`BLOCK`] points.
-    checkpoints: Vec<ByCategory>,
-}
-
-impl PendingCategories {
-    /// Works out the categories of the timeline of the same device of `trace` (the trace the
-    /// timeline was built from): the attribution of every block, replayed as the curves were.
-    pub fn work_out(&self, trace: &Trace) -> Categories {
-        let device_events = replay::device_events(trace, self.device);
-        let mut categorizer = Categorizer::new(trace, self.device, &device_events, &self.initial);
-        replay::replay_from(trace, self.device, &device_events, &self.initial, |event, _| categorizer.step(event));
-        categorizer.finish()
-    }
-}
-
-/// Decides each point's category as a device's events are replayed: the category of each block
-/// at its alloc, looked up by address at its free, with totals every [`BLOCK`] points.
-struct Categorizer<'a> {
-    trace: &'a Trace,
-    attributor: Attributor<'a>,
-    end_ns: i64,
-    /// Tags count only within a block's lifetime: each alloc's free, by the alloc's index.
-    until_ns: rustc_hash::FxHashMap<usize, i64>,
-    totals: ByCategory,
-    /// The category of each live block, by address.
-    live: rustc_hash::FxHashMap<u64, u8>,
-    point_index: usize,
-    out: Categories,
-}
-
-impl<'a> Categorizer<'a> {
-    fn new(
-        trace: &'a Trace,
-        device: DeviceId,
-        device_events: &replay::DeviceEvents,
-        initial: &replay::Initial,
-    ) -> Self {
-        let mut attributor = Attributor::new(trace, device);
-        let end_ns = trace.events.last().map_or(i64::MAX, |e| e.time_ns);
-        let mut until_ns: rustc_hash::FxHashMap<usize, i64> = Default::default();
-        if !trace.tags.is_empty() {
-            let mut next_free: rustc_hash::FxHashMap<u64, i64> = Default::default();
-            for i in device_events.iter().rev().map(|i| i as usize) {
-                let Some(e) = trace.events.get(i) else { continue };
-                match e.kind {
-                    EventKind::FreeCompleted => {
-                        next_free.insert(e.address, e.time_ns);
-                    }
-                    EventKind::Alloc => {
-                        until_ns.insert(i, next_free.remove(&e.address).unwrap_or(end_ns));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        attributor.prepare_persistent(device_events, initial);
-        let mut totals: ByCategory = [0; CATEGORIES];
-        let mut live: rustc_hash::FxHashMap<u64, u8> = Default::default();
-        for block in &initial.blocks {
-            let stack = block.stack(trace);
-            let until = block.freed_by.and_then(|i| trace.events.get(i)).map_or(end_ns, |e| e.time_ns);
-            let category = attributor.block(block.address, i64::MIN, until, stack).category as u8;
-            totals[category as usize] += block.size_bytes;
-            if block.address != 0 {
-                live.insert(block.address, category);
-            }
-        }
-        let n = device_events.len() + 1;
-        let mut out =
-            Categories { category: Vec::with_capacity(n), checkpoints: Vec::with_capacity(n.div_ceil(BLOCK)) };
-        out.checkpoints.push(totals);
-        Self { trace, attributor, end_ns, until_ns, totals, live, point_index: 0, out }
-    }
-
-    /// The category of the point after `event` (`None`: the first point, the initial state).
-    fn step(&mut self, event: Option<usize>) {
-        let trace = self.trace;
-        let category = match event.and_then(|i| trace.events.get(i)) {
-            Some(e) if e.kind == EventKind::Alloc => {
-                let until = event.and_then(|i| self.until_ns.get(&i)).copied().unwrap_or(self.end_ns);
-                let c = self.attributor.block(e.address, e.time_ns, until, e.stack).category as u8;
-                self.live.insert(e.address, c);
-                self.totals[c as usize] = self.totals[c as usize].saturating_add(e.size_bytes);
-                c
-            }
-            Some(e) if e.kind == EventKind::FreeCompleted => {
-                let c = self.live.remove(&e.address).unwrap_or(Category::Unknown as u8);
-                self.totals[c as usize] = self.totals[c as usize].saturating_sub(e.size_bytes);
-                c
-            }
-            _ => Category::Unknown as u8,
-        };
-        // The first point is the initial state, already checkpointed.
-        if self.point_index > 0 {
-            self.out.category.push(category);
-            if self.point_index.is_multiple_of(BLOCK) {
-                self.out.checkpoints.push(self.totals);
-            }
-        } else {
-            self.out.category.push(Category::Unknown as u8);
-        }
-        self.point_index += 1;
-    }
-
-    fn finish(self) -> Categories {
-        self.out
-    }
-}
-
 impl std::fmt::Debug for Timeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Timeline")
@@ -291,7 +171,7 @@ impl Timeline {
         if let Some(shared) = shared
             && !categorize
             && !counters
-            && let Some(t) = Self::outline_beside_initial(trace, shared, device, &device_events)
+            && let Some(t) = Self::outline_beside_initial(shared, device, &device_events)
         {
             return t;
         }
@@ -331,76 +211,6 @@ impl Timeline {
         t.block_start_ns.reserve_exact(points.div_ceil(BLOCK));
         t.blocks.reserve_exact(points.div_ceil(BLOCK));
         t
-    }
-
-    /// The outline of a device's events (curves only) with the state it starts from worked out
-    /// on another thread at the same time: the curves are replayed from a stand-in start, `BASE`
-    /// bytes of each, and moved onto the real one when it comes. That is exact when no value of
-    /// either replay would have been held at zero or at the top (saturated), which is checked;
-    /// `None` otherwise (or without a second thread), for the replay from the real start.
-    fn outline_beside_initial(
-        trace: &Trace,
-        shared: &Arc<Trace>,
-        device: DeviceId,
-        device_events: &replay::DeviceEvents,
-    ) -> Option<Self> {
-        const BASE: u64 = 1 << 62;
-        // Reserved memory read from counters is not moved by the start.
-        if trace.counters.iter().any(|c| c.device == device && c.kind == CounterKind::Reserved) {
-            return None;
-        }
-        std::thread::scope(|scope| {
-            let initial = std::thread::Builder::new()
-                .name("vramscope-start".to_owned())
-                .spawn_scoped(scope, || replay::initial_state(trace, device, device_events))
-                .ok()?;
-            let stand_in = replay::Initial::stand_in(BASE, BASE, BASE);
-            let mut t = Self::empty(device, device_events, Some(shared));
-            // The lowest and highest of each curve: allocated, requested, reserved.
-            let (mut low, mut high) = ([u64::MAX; 3], [0u64; 3]);
-            replay::replay_from(trace, device, device_events, &stand_in, |event, point| {
-                for (k, v) in
-                    [point.allocated_bytes, point.requested_bytes, point.reserved_bytes].into_iter().enumerate()
-                {
-                    low[k] = low[k].min(v);
-                    high[k] = high[k].max(v);
-                }
-                t.push(event, point);
-            });
-            let initial = initial.join().ok()?;
-            let start = [initial.allocated_bytes(), initial.requested_bytes(), initial.reserved_bytes];
-            for k in 0..3 {
-                // Not saturated from the stand-in (which never starts at zero or the top), and
-                // from the real start every value stays in range: `start + (v - BASE)`.
-                let exact = low[k] > 0
-                    && high[k] < u64::MAX
-                    && start[k].checked_add(low[k]).is_some_and(|lowest| lowest >= BASE)
-                    && (high[k] - BASE.min(high[k])).checked_add(start[k]).is_some();
-                if !exact {
-                    return None;
-                }
-            }
-            // In range, so arithmetic modulo 2^64 gives each value exactly.
-            let moved = |k: usize, v: u64| v.wrapping_sub(BASE).wrapping_add(start[k]);
-            if let Points::Replayed { block_state, .. } = &mut t.points {
-                for (a, q) in block_state.iter_mut() {
-                    (*a, *q) = (moved(0, *a), moved(1, *q));
-                }
-            }
-            for change in &mut t.reserved_changes {
-                change.1 = moved(2, change.1);
-            }
-            for r in &mut t.blocks {
-                r.allocated_min = moved(0, r.allocated_min);
-                r.allocated_max = moved(0, r.allocated_max);
-                r.requested_max = moved(1, r.requested_max);
-                r.reserved_min = moved(2, r.reserved_min);
-                r.reserved_max = moved(2, r.reserved_max);
-            }
-            t.pending = Some(Arc::new(PendingCategories { device, initial }));
-            t.index();
-            Some(t)
-        })
     }
 
     fn push(&mut self, event: Option<usize>, point: replay::Point) {
@@ -663,28 +473,6 @@ impl Timeline {
             }
         }
         r
-    }
-
-    /// Whether the categories are worked out ([`Self::build_outline`] leaves them pending).
-    pub fn has_categories(&self) -> bool {
-        self.pending.is_none()
-    }
-
-    /// What to work the categories out from, while they are pending.
-    pub fn pending_categories(&self) -> Option<Arc<PendingCategories>> {
-        self.pending.clone()
-    }
-
-    /// Sets the categories worked out from [`Self::pending_categories`]; false (and nothing
-    /// set) when they are not this timeline's (another number of points) or it has them.
-    pub fn set_categories(&mut self, categories: Categories) -> bool {
-        if self.pending.is_none() || categories.category.len() != self.len() {
-            return false;
-        }
-        self.category = categories.category;
-        self.checkpoints = categories.checkpoints;
-        self.pending = None;
-        true
     }
 
     /// Allocated bytes by category at point `p` (all zero while the categories are pending).

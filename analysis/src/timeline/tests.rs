@@ -1,4 +1,4 @@
-use vramscope_trace_format::{Event, Frame};
+use vramscope_trace_format::{Event, EventKind, Frame};
 
 use super::points::{Requested, Times};
 use super::*;

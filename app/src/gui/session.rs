@@ -304,15 +304,14 @@ impl Session {
     /// Works out, on a job, the categories of the document's timelines that came without them.
     fn start_categories(&mut self, ctx: &egui::Context) {
         let Some(doc) = &self.doc else { return };
-        if self.categories.as_ref().is_some_and(|(trace, _)| Arc::ptr_eq(trace, &doc.trace))
+        // Asked every frame: nothing is gathered unless there is something to work out.
+        if !doc.categories_pending()
+            || self.categories.as_ref().is_some_and(|(trace, _)| Arc::ptr_eq(trace, &doc.trace))
             || self.categories_failed_for(doc)
         {
             return;
         }
         let pending: Vec<_> = doc.devices.iter().map(|d| d.timeline.pending_categories()).collect();
-        if pending.iter().all(Option::is_none) {
-            return;
-        }
         let trace = Arc::clone(&doc.trace);
         let for_job = Arc::clone(&trace);
         let started = std::time::Instant::now();
