@@ -1,7 +1,8 @@
 //! A snapshot pickle run in pieces in parallel reads exactly as run in one go: real snapshots
 //! from GPU runs and pickles written by CPython's own pickler (several devices, annotations,
-//! OOMs, contexts, frames shared and fresh), cut into 2 to 8 pieces; damaged ones fail or
-//! recover the same way.
+//! OOMs, contexts, frames shared and fresh, entries of odd shapes), cut into 2 to 8 pieces;
+//! damaged ones fail or recover the same way. Each is also read with its trace entries read by
+//! their keys and values instead of field by field: the same again.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
-use vramscope_trace_format::import::snapshot::{import_snapshot, import_snapshot_in_pieces};
+use vramscope_trace_format::import::snapshot::{import_snapshot, import_snapshot_by_pairs, import_snapshot_in_pieces};
 use vramscope_trace_format::{Imported, NoProgress};
 
 /// Everything a read snapshot says, ids and all, as text.
@@ -36,6 +37,16 @@ fn canonical(imported: &Imported) -> String {
 /// run took in, and how many events were read.
 fn agrees(name: &str, data: &[u8]) -> (usize, usize) {
     let whole = import_snapshot(data, &NoProgress);
+    // Trace entries read field by field (the fast path) read as their keys and values do.
+    match (&whole, import_snapshot_by_pairs(data)) {
+        (Ok(fast), Ok(pairs)) => {
+            let (a, b) = (canonical(fast), canonical(&pairs));
+            let line = a.lines().zip(b.lines()).position(|(x, y)| x != y);
+            assert!(a == b, "{name}: entries read field by field differ (first difference at line {line:?})");
+        }
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{name}: read by pairs"),
+        (a, b) => panic!("{name}: {:?} field by field, {:?} by pairs", a.is_ok(), b.is_ok()),
+    }
     let mut most = 0;
     for pieces in [2, 3, 5, 8] {
         let split = import_snapshot_in_pieces(data, pieces);
@@ -126,6 +137,20 @@ for d in range(devices):
             trace.append({'action': 'snapshot', 'addr': 0, 'size': 0, 'stream': 0, 'time_us': t, 'frames': []})
         elif r < 0.945:
             trace.append({'action': 'mystery_action', 'addr': 1, 'size': 2, 'stream': 0, 'time_us': t, 'frames': []})
+        elif r < 0.96:
+            # Entries of unusual shapes: what the fast reading of entries gives up on, and what
+            # it must read as the general path does.
+            e = {'action': 'alloc', 'addr': base + i * 512, 'size': 512, 'stream': 0, 'time_us': t, 'frames': rng.choice(shared)}
+            odd = rng.randrange(8)
+            if odd == 0: e['time_us'] = None
+            elif odd == 1: e['time_us'] = float(t)
+            elif odd == 2: e['stream'] = -7
+            elif odd == 3: e = dict(reversed(list(e.items())))
+            elif odd == 4: e['a_future_key'] = 'x'
+            elif odd == 5: e['frames'] = None
+            elif odd == 6: e['addr'] = (1 << 64) - 4096 * (i + 1)
+            else: e['size'] = (1 << 64) - 1
+            trace.append(e)
     traces.append(trace)
     blocks = [{'address': a, 'size': s, 'requested_size': s, 'state': 'active_allocated', 'frames': f} for a, (s, f) in sorted(live.items())[:200]]
     segments.append({'device': d, 'address': base, 'total_size': 1 << 30, 'allocated_size': 0, 'active_size': 0,

@@ -18,7 +18,7 @@ impl<S: PieceSink> Machine<'_, S> {
                 self.push(Value::Container(h));
             }
             EMPTY_DICT => {
-                if self.dict_fast_path()? {
+                if self.record_fast_path() || self.dict_fast_path()? {
                     return Ok(());
                 }
                 let h = self.store.new_container(ContainerKind::Dict);

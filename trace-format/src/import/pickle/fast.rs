@@ -59,7 +59,7 @@ impl<S: PieceSink> Machine<'_, S> {
 
     /// Reads a memo store (`MEMOIZE`, or `BINPUT`/`LONG_BINPUT` of the next index) at `p`.
     #[inline]
-    fn memo_op_at(&mut self, p: usize) -> Option<usize> {
+    pub(super) fn memo_op_at(&mut self, p: usize) -> Option<usize> {
         let next = self.store.memo.len();
         match *self.cur.data.get(p)? {
             MEMOIZE => Some(p + 1),
@@ -123,27 +123,9 @@ impl<S: PieceSink> Machine<'_, S> {
                     }
                 }
                 SHORT_BINUNICODE | BINUNICODE => {
-                    let len = if op == SHORT_BINUNICODE {
-                        let n = usize::from(*data.get(p)?);
-                        p += 1;
-                        n
-                    } else {
-                        let b = data.get(p..p + 4)?;
-                        p += 4;
-                        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
-                    };
-                    let bytes = data.get(p..p.checked_add(len)?)?;
-                    // Snapshots re-emit the same short string (`'N/A'`) in entry after entry.
-                    let (last_start, last_len, last_id) = self.last_string;
-                    let id = if last_len == len && data.get(last_start..last_start + last_len) == Some(bytes) {
-                        last_id
-                    } else {
-                        let id = self.store.interner.string_from_utf8(bytes)?;
-                        self.last_string = (p, len, id);
-                        id
-                    };
-                    p += len;
-                    Value::Str(id)
+                    let (value, after) = self.read_string(op, p)?;
+                    p = after;
+                    value
                 }
                 BININT1 => {
                     let v = *data.get(p)?;
@@ -238,9 +220,36 @@ impl<S: PieceSink> Machine<'_, S> {
         Some((value, p))
     }
 
+    /// Reads the string of a `SHORT_BINUNICODE` or `BINUNICODE` whose argument starts at `p`:
+    /// its value and the position after it.
+    #[inline]
+    pub(super) fn read_string(&mut self, op: u8, mut p: usize) -> Option<(Value, usize)> {
+        let data = self.cur.data;
+        let len = if op == SHORT_BINUNICODE {
+            let n = usize::from(*data.get(p)?);
+            p += 1;
+            n
+        } else {
+            let b = data.get(p..p + 4)?;
+            p += 4;
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+        };
+        let bytes = data.get(p..p.checked_add(len)?)?;
+        // Snapshots re-emit the same short string (`'N/A'`) in entry after entry.
+        let (last_start, last_len, last_id) = self.last_string;
+        let id = if last_len == len && data.get(last_start..last_start + last_len) == Some(bytes) {
+            last_id
+        } else {
+            let id = self.store.interner.string_from_utf8(bytes)?;
+            self.last_string = (p, len, id);
+            id
+        };
+        Some((Value::Str(id), p + len))
+    }
+
     /// Scans `(BINGET | LONG_BINGET | frame dict)* APPENDS` from `p` (just after the `MARK`)
     /// when every item is a frame; returns the interned stack and the position after `APPENDS`.
-    fn scan_frames(&mut self, p: usize) -> Option<(StackId, usize)> {
+    pub(super) fn scan_frames(&mut self, p: usize) -> Option<(StackId, usize)> {
         // Real snapshots repeat the same frame lists as fresh objects: the same run of opcodes,
         // byte for byte (memo references, and fresh frame dicts that memoize their strings with
         // `MEMOIZE`). A run seen before, found by its first bytes and compared whole, is the stack

@@ -222,6 +222,7 @@ impl Memo {
     }
 
     /// The value at an index this memo holds itself.
+    #[inline]
     pub(crate) fn own(&self, index: usize) -> Option<Value> {
         self.values.get(index.checked_sub(self.base)?)
     }

@@ -19,6 +19,7 @@ mod fast;
 mod memo;
 mod opcodes;
 mod parallel;
+mod record;
 mod scalars;
 mod store;
 mod walk;
@@ -37,6 +38,7 @@ use self::opcodes::{
     STOP, STRING, TUPLE, TUPLE1, TUPLE3, UNICODE, refused_name,
 };
 pub(crate) use self::parallel::PieceSink;
+pub(crate) use self::record::{FIELDS, FieldKind, Fields};
 use self::store::NO_SLOT;
 pub(crate) use self::store::{ContainerKind, Handle, RecordKind, Sink, Store, Value};
 use crate::error::{Error, Result};
@@ -132,8 +134,11 @@ struct Machine<'a, S: PieceSink> {
     explicit_memo_index: bool,
     /// The last string the fast path interned: where its bytes are, their length, its id.
     last_string: (usize, usize, StringId),
-    /// Whether a `PUT` ever replaced a memo entry (which makes `runs` unsafe to use).
+    /// Whether a `PUT` ever replaced a memo entry (which makes `runs` and `key_cache` unsafe to
+    /// use).
     memo_overwritten: bool,
+    /// Memo indices found to hold keys of the sink's record, and the fields they name.
+    key_cache: record::KeyCache,
     /// Where the run stops first to do something else ([`Machine::stop_here`]): take in a piece
     /// run in parallel, or end a piece. `usize::MAX` when nothing is planned.
     next_stop: usize,
@@ -185,6 +190,7 @@ impl<'a, S: PieceSink> Machine<'a, S> {
             run_misses: 0,
             explicit_memo_index: false,
             memo_overwritten: false,
+            key_cache: [record::CachedKey::EMPTY; record::KEY_CACHE],
             next_stop: usize::MAX,
             role,
             pieces_taken: 0,
@@ -251,8 +257,17 @@ impl<'a, S: PieceSink> Machine<'a, S> {
 
     /// The value at a memo index: this machine's, or (in a piece run in parallel) an earlier
     /// piece's, read from the file.
-    #[inline]
+    #[inline(always)]
     pub(super) fn memo_value(&mut self, index: usize) -> Option<Value> {
+        // The common case inline; the rest (parts taken in, earlier pieces) out of the way.
+        match self.store.memo.own(index) {
+            Some(value) => Some(value),
+            None => self.memo_value_elsewhere(index),
+        }
+    }
+
+    #[inline(never)]
+    fn memo_value_elsewhere(&mut self, index: usize) -> Option<Value> {
         match self.store.memo.get(index) {
             Some(value) => Some(value),
             None if index < self.store.memo.base() && !self.store.memo.holds_below_base() => {

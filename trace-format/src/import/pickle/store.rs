@@ -2,6 +2,7 @@
 //! generations (so a stale reference is detected), and the memo.
 
 use super::memo::Memo;
+use super::record::{FieldKind, Fields};
 use crate::model::ids::{FrameId, StackId, StringId};
 use crate::model::interner::Interner;
 
@@ -438,6 +439,19 @@ pub(crate) trait Sink {
     /// Called with the keys and values (alternating) of a dict that is complete. Returns what
     /// stands for it from now on, or `None` to keep it as plain data.
     fn convert_dict(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Option<Value>, String>;
+
+    /// For the machine's fastest path (`record.rs`): the field a key names in the one record
+    /// the sink reads field by field, and how its value is read; `None` for any other key. A
+    /// dict is read so when its first key names field 0.
+    fn field_of(&self, _key: StringId) -> Option<(u8, FieldKind)> {
+        None
+    }
+
+    /// Makes the record of a dict read field by field (see [`Sink::field_of`]). An error leaves
+    /// the dict to the general path, which reports it: nothing may have been kept.
+    fn record_from_fields(&mut self, _store: &mut Store, _fields: &Fields) -> Result<Value, String> {
+        Err("this sink reads no record field by field".to_owned())
+    }
 }
 
 #[cfg(test)]

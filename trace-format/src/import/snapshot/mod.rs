@@ -419,10 +419,28 @@ fn take_segments(
     Ok(segments)
 }
 
+/// Reads a snapshot pickle with its trace entries read by their keys and values, as every other
+/// dict, not field by field (the result is the same as [`import_snapshot`]'s; for tests).
+#[doc(hidden)]
+pub fn import_snapshot_by_pairs(data: &[u8]) -> Result<Imported> {
+    parse_with_sink(data, &crate::progress::NoProgress, Some(1), Entries::default(), false)?.build()
+}
+
 fn parse_with(data: &[u8], progress: &dyn Progress, pieces: Option<usize>, entries: Entries) -> Result<Parsed> {
+    parse_with_sink(data, progress, pieces, entries, true)
+}
+
+fn parse_with_sink(
+    data: &[u8],
+    progress: &dyn Progress,
+    pieces: Option<usize>,
+    entries: Entries,
+    by_field: bool,
+) -> Result<Parsed> {
     let mut interner = Interner::new();
     let mut sink = SnapshotSink::new(&mut interner);
     sink.entries = entries;
+    sink.entries_by_field = by_field;
     let loaded = pickle::load(data, interner, &mut sink, progress, pieces)?;
     let store = loaded.store;
     let pieces_taken = loaded.pieces_taken;

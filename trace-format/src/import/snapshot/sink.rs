@@ -4,7 +4,9 @@
 use super::External;
 use super::entries::{Action, Entries, Entry};
 use super::keys::{Field, Keys, int_field};
-use crate::import::pickle::{ContainerKind, Handle, PieceSink, RecordKind, Remap, Sink, Store, Value};
+use crate::import::pickle::{
+    ContainerKind, FIELDS, FieldKind, Fields, Handle, PieceSink, RecordKind, Remap, Sink, Store, Value,
+};
 use crate::model::ids::{ContextId, DeviceId, FrameId, ProcessId, StackId, StringId};
 use crate::model::interner::{Context, Frame, Interner};
 use crate::model::segment::{Block, BlockState, Segment, SegmentPool};
@@ -28,6 +30,9 @@ pub(super) struct SnapshotSink {
     pub(super) fx_traces: rustc_hash::FxHashMap<FrameId, StringId>,
     /// `external_annotations` records: a long run has millions, read as the pickle streams by.
     pub(super) externals: Vec<External>,
+    /// Whether the machine reads trace entries field by field (its fastest path; false only to
+    /// check it against the general one).
+    pub(super) entries_by_field: bool,
 }
 
 impl SnapshotSink {
@@ -43,6 +48,7 @@ impl SnapshotSink {
             block_lists: rustc_hash::FxHashSet::default(),
             shared_block_lists: 0,
             externals: Vec::new(),
+            entries_by_field: true,
         }
     }
 
@@ -156,58 +162,50 @@ impl SnapshotSink {
         Ok(id)
     }
 
+    /// A trace entry from its dict's keys and values.
     fn entry(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Value, String> {
-        let mut entry = Entry {
-            action: Action::Unknown(StringId(0)),
-            addr: 0,
-            size: 0,
-            stream: 0,
-            time_us: None,
-            stack: StackId(0),
-            context: ContextId(0),
-            device_free: None,
-            name: StringId(0),
-        };
-        let mut frames = Value::None;
-        let mut context = Context::default();
-        let fail = |message: String| format!("trace entry {}: {message}", self.entries.read());
+        let mut fields: Fields = [Value::Missing; FIELDS];
         for pair in pairs.chunks_exact(2) {
-            let value = pair[1];
-            match self.keys.field(pair[0]) {
-                Field::Action => {
-                    let Value::Str(action) = value else {
-                        return Err(fail("'action' is not a string".to_owned()));
-                    };
-                    entry.action = self.keys.action(action);
-                }
-                Field::Addr => entry.addr = int_field("addr", value).map_err(fail)?,
-                Field::Size => entry.size = int_field("size", value).map_err(fail)?,
-                // Streams are raw handles; a negative value is kept by its bit pattern.
-                Field::Stream => {
-                    entry.stream = value.as_u64().or_else(|| value.as_i64().map(|v| v as u64)).unwrap_or(0)
-                }
-                Field::TimeUs => entry.time_us = value.as_i64(),
-                Field::Frames => frames = value,
-                Field::CompileContext => {
-                    if let Value::Str(s) = value {
-                        context.compile_context = s;
-                    }
-                }
-                Field::UserMetadata => {
-                    if let Value::Str(s) = value {
-                        context.user_metadata = s;
-                    }
-                }
-                Field::DeviceFree => entry.device_free = value.as_u64(),
-                Field::Name => {
-                    if let Value::Str(s) = value {
-                        entry.name = s;
-                    }
-                }
-                _ => {}
+            if let Some((field, _)) = entry_field(self.keys.field(pair[0])) {
+                fields[usize::from(field)] = pair[1];
             }
         }
-        entry.stack = self.stack(store, frames).map_err(|m| format!("trace entry {}: {m}", self.entries.read()))?;
+        self.entry_from_fields(store, &fields)
+    }
+
+    /// A trace entry from its fields (see [`entry_field`]); nothing is kept when it fails.
+    fn entry_from_fields(&mut self, store: &mut Store, fields: &Fields) -> Result<Value, String> {
+        let read = self.entries.read();
+        let fail = |message: String| format!("trace entry {read}: {message}");
+        let string = |value: Value| match value {
+            Value::Str(s) => s,
+            _ => StringId(0),
+        };
+        let int = |name: &str, value: Value| match value {
+            Value::Missing => Ok(0),
+            value => int_field(name, value),
+        };
+        let action = match fields[ACTION] {
+            Value::Str(action) => self.keys.action(action),
+            Value::Missing => Action::Unknown(StringId(0)),
+            _ => return Err(fail("'action' is not a string".to_owned())),
+        };
+        // Streams are raw handles; a negative value is kept by its bit pattern.
+        let stream = fields[STREAM];
+        let mut entry = Entry {
+            action,
+            addr: int("addr", fields[ADDR]).map_err(fail)?,
+            size: int("size", fields[SIZE]).map_err(fail)?,
+            stream: stream.as_u64().or_else(|| stream.as_i64().map(|v| v as u64)).unwrap_or(0),
+            time_us: fields[TIME_US].as_i64(),
+            stack: StackId(0),
+            context: ContextId(0),
+            device_free: fields[DEVICE_FREE].as_u64(),
+            name: string(fields[NAME]),
+        };
+        entry.stack = self.stack(store, fields[FRAMES]).map_err(fail)?;
+        let context =
+            Context { compile_context: string(fields[COMPILE_CONTEXT]), user_metadata: string(fields[USER_METADATA]) };
         // Consecutive entries nearly always share their context.
         entry.context = match self.last_context {
             (last, id) if last == context => id,
@@ -379,7 +377,49 @@ impl SnapshotSink {
     }
 }
 
+/// Where each field of a trace entry goes in [`Fields`].
+const ACTION: usize = 0;
+const ADDR: usize = 1;
+const SIZE: usize = 2;
+const STREAM: usize = 3;
+const TIME_US: usize = 4;
+const FRAMES: usize = 5;
+const COMPILE_CONTEXT: usize = 6;
+const USER_METADATA: usize = 7;
+const DEVICE_FREE: usize = 8;
+const NAME: usize = 9;
+
+/// The slot of a trace entry's field in [`Fields`] and how the machine reads its value; `None`
+/// for a key a trace entry does not have.
+fn entry_field(field: Field) -> Option<(u8, FieldKind)> {
+    let (slot, kind) = match field {
+        Field::Action => (ACTION, FieldKind::Str),
+        Field::Addr => (ADDR, FieldKind::Int),
+        Field::Size => (SIZE, FieldKind::Int),
+        Field::Stream => (STREAM, FieldKind::Int),
+        Field::TimeUs => (TIME_US, FieldKind::Int),
+        Field::Frames => (FRAMES, FieldKind::Stack),
+        Field::CompileContext => (COMPILE_CONTEXT, FieldKind::Str),
+        Field::UserMetadata => (USER_METADATA, FieldKind::Str),
+        Field::DeviceFree => (DEVICE_FREE, FieldKind::Int),
+        Field::Name => (NAME, FieldKind::Str),
+        _ => return None,
+    };
+    Some((slot as u8, kind))
+}
+
 impl Sink for SnapshotSink {
+    fn field_of(&self, key: StringId) -> Option<(u8, FieldKind)> {
+        if !self.entries_by_field {
+            return None;
+        }
+        entry_field(self.keys.field(Value::Str(key)))
+    }
+
+    fn record_from_fields(&mut self, store: &mut Store, fields: &Fields) -> Result<Value, String> {
+        self.entry_from_fields(store, fields)
+    }
+
     fn convert_dict(&mut self, store: &mut Store, pairs: &[Value]) -> Result<Option<Value>, String> {
         // PyTorch writes `action` first: the common case needs no scan of the keys.
         if let Some(&first) = pairs.first()
