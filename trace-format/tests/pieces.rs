@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
-use vramscope_trace_format::import::snapshot::{import_snapshot, import_snapshot_by_pairs, import_snapshot_in_pieces};
+use vramscope_trace_format::import::snapshot::{
+    BUILT_IN_HALVES, import_snapshot, import_snapshot_by_pairs, import_snapshot_in_pieces, import_snapshot_on_threads,
+};
 use vramscope_trace_format::{Imported, NoProgress};
 
 /// Everything a read snapshot says, ids and all, as text.
@@ -194,6 +196,29 @@ fn cpython_pickles_read_the_same_in_pieces() {
             assert!(taken >= 1, "{entries} x {devices} was never read in pieces");
         }
     }
+}
+
+#[test]
+fn a_long_trace_builds_the_same_on_two_threads() {
+    // More entries than three chunks of the entry store (65,536 each), one device: its first
+    // and second halves are built side by side, frees of the second paired with allocations of
+    // the first, times carried over the split for entries without one.
+    let dir = tempfile::tempdir().unwrap();
+    let data = cpython_snapshot(dir.path(), 220_000, 1, 4, 100);
+    let one = import_snapshot_on_threads(&data, None).unwrap();
+    let before = BUILT_IN_HALVES.load(std::sync::atomic::Ordering::Relaxed);
+    let two = import_snapshot_on_threads(&data, Some(2)).unwrap();
+    assert!(BUILT_IN_HALVES.load(std::sync::atomic::Ordering::Relaxed) > before, "not built in halves");
+    let (a, b) = (canonical(&one), canonical(&two));
+    let line = a.lines().zip(b.lines()).position(|(x, y)| x != y);
+    assert!(a == b, "built on two threads, the trace differs (first difference at line {line:?})");
+    // What the split must get right is there: frees paired across it, sizes known exactly
+    // from the final state, OOMs and markers on both sides.
+    let t = &one.trace;
+    let middle = t.events[t.events.len() / 2].time_ns;
+    assert!(t.ooms.iter().any(|o| o.time_ns < middle) && t.ooms.iter().any(|o| o.time_ns > middle));
+    assert!(t.events.iter().any(|e| e.flags & vramscope_trace_format::event_flags::SIZE_ESTIMATED == 0
+        && e.kind == vramscope_trace_format::EventKind::Alloc));
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use rustc_hash::FxHashMap;
 
 use super::entries::{Action, Entries, Entry, Listed, RangeFolded};
+use super::halves;
 use crate::error::Result;
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::event::{Event, EventKind, event_flags};
@@ -37,9 +38,9 @@ struct Pairing {
 /// While events are built, `size_bytes` holds the size the entry recorded (what the program
 /// requested) and a free's `slack_bytes` the index of its allocation (this when it has none);
 /// [`settle_sizes`] then gives each event its block's size and what the allocator added.
-const UNPAIRED: u32 = u32::MAX;
+pub(super) const UNPAIRED: u32 = u32::MAX;
 /// A flag bit [`settle_sizes`] uses for a moment: the allocation's size is the final state's.
-const EXACT: u8 = 0x80;
+pub(super) const EXACT: u8 = 0x80;
 
 impl Pairing {
     /// Notes `event`, to be pushed at `index`.
@@ -63,7 +64,14 @@ impl Pairing {
 /// in the final segment state with its real size; every other size is estimated with the
 /// allocator's default rounding and flagged as such. Frees take the size of their alloc.
 fn settle_sizes(events: &mut [Event], pairing: Pairing, final_blocks: &FxHashMap<u64, Block>) {
-    for (address, &i) in &pairing.live {
+    mark_exact(events, &pairing.live, final_blocks);
+    settle_part(events, 0);
+}
+
+/// Gives the allocations open at the end (`live`: by address, their index) whose block the
+/// final state holds that block's size, marked [`EXACT`] for [`settle_part`].
+pub(super) fn mark_exact(events: &mut [Event], live: &FxHashMap<u64, u32>, final_blocks: &FxHashMap<u64, Block>) {
+    for (address, &i) in live {
         if let (Some(block), Some(event)) = (final_blocks.get(address), events.get_mut(i as usize)) {
             let requested = event.size_bytes;
             event.size_bytes = block.size_bytes;
@@ -71,39 +79,49 @@ fn settle_sizes(events: &mut [Event], pairing: Pairing, final_blocks: &FxHashMap
             event.flags |= EXACT;
         }
     }
+}
+
+/// Settles the sizes of `events`, the events of a device from index `base` on: each
+/// allocation's by its own, each free's by its allocation's. A free whose allocation comes
+/// before `base` is left for the caller ([`settle_free`]).
+pub(super) fn settle_part(events: &mut [Event], base: usize) {
     for i in 0..events.len() {
         let event = events[i];
-        let is_free = matches!(event.kind, EventKind::FreeRequested | EventKind::FreeCompleted);
-        // Not settled yet: the size the entry recorded.
-        let requested = event.size_bytes;
         if event.kind == EventKind::Alloc {
+            // Not settled yet: the size the entry recorded.
+            let requested = event.size_bytes;
             if event.flags & EXACT == 0 {
                 events[i].size_bytes = estimated_block_size(requested);
                 events[i].set_requested_bytes(requested);
                 events[i].flags |= event_flags::SIZE_ESTIMATED;
             }
             events[i].flags &= !EXACT;
-        } else if is_free {
+        } else if matches!(event.kind, EventKind::FreeRequested | EventKind::FreeCompleted) {
             // The allocation comes earlier, so it is settled already.
-            let alloc = Some(event.slack_bytes)
-                .filter(|&a| a != UNPAIRED)
-                .map(|a| a as usize)
-                .filter(|&a| a < i)
-                .and_then(|a| events.get(a))
-                .copied();
-            match alloc {
-                Some(alloc) => {
-                    events[i].size_bytes = alloc.size_bytes;
-                    events[i].flags |= alloc.flags & event_flags::SIZE_ESTIMATED;
-                }
-                None => {
-                    events[i].size_bytes = estimated_block_size(requested);
-                    events[i].flags |= event_flags::SIZE_ESTIMATED;
-                }
-            }
-            events[i].set_requested_bytes(requested);
+            let alloc = match event.slack_bytes {
+                UNPAIRED => None,
+                a if (a as usize) < base => continue,
+                a => Some(a as usize - base).filter(|&a| a < i).and_then(|a| events.get(a)).copied(),
+            };
+            settle_free(&mut events[i], alloc);
         }
     }
+}
+
+/// Settles a free's size by its allocation's (settled already), or estimates it.
+pub(super) fn settle_free(free: &mut Event, alloc: Option<Event>) {
+    let requested = free.size_bytes;
+    match alloc {
+        Some(alloc) => {
+            free.size_bytes = alloc.size_bytes;
+            free.flags |= alloc.flags & event_flags::SIZE_ESTIMATED;
+        }
+        None => {
+            free.size_bytes = estimated_block_size(requested);
+            free.flags |= event_flags::SIZE_ESTIMATED;
+        }
+    }
+    free.set_requested_bytes(requested);
 }
 
 /// Pairs `external_annotations` START and END records into spans (unmatched ends start at the
@@ -291,6 +309,44 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>, entries: &Entries
     }
 }
 
+/// A snapshot's metadata: its devices (at least one), each named once.
+fn metadata(
+    mut devices: Vec<DeviceId>,
+    has_time: bool,
+    allocator_settings: serde_json::Value,
+    extra: serde_json::Map<String, serde_json::Value>,
+    range: Option<RangeInfo>,
+) -> Metadata {
+    if devices.is_empty() {
+        devices.push(DeviceId(0));
+    }
+    devices.sort_unstable();
+    devices.dedup();
+    Metadata {
+        source_format: SourceFormat::PytorchSnapshot,
+        clock: if has_time { Clock::UnixNs } else { Clock::EventIndex },
+        tool_version: String::new(),
+        devices: devices.into_iter().map(|device| DeviceInfo { device, ..DeviceInfo::default() }).collect(),
+        processes: vec![ProcessInfo::default()],
+        allocator_settings,
+        extra,
+        range,
+        unrecorded: Vec::new(),
+    }
+}
+
+/// Clips spans to a range's `start_ns..=end_ns`; those outside it go.
+fn clip_spans(spans: &mut Vec<Annotation>, start_ns: i64, end_ns: i64) {
+    spans.retain_mut(|a| {
+        if a.end_ns < start_ns || a.start_ns > end_ns {
+            return false;
+        }
+        a.start_ns = a.start_ns.max(start_ns);
+        a.end_ns = a.end_ns.min(end_ns).max(a.start_ns);
+        true
+    });
+}
+
 /// The annotation a `snapshot` or `annotate` entry makes; `_annotate_tensor`'s text also
 /// becomes part of the metadata of the allocation `open` at its address, which its details then
 /// show.
@@ -395,6 +451,7 @@ fn warn_of_unknown_actions(unknown_actions: HashMap<String, usize>, warnings: &m
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn build_trace(
+    two_threads_from: Option<usize>,
     mut interner: Interner,
     segments: Vec<Segment>,
     mut all_entries: Entries,
@@ -427,6 +484,7 @@ pub(super) fn build_trace(
     if let Some(range) = &range {
         range.add_devices(&mut per_device);
     }
+    let busy_devices = per_device.iter().filter(|(_, e)| !e.is_empty()).count();
     for &(device, ref entries) in &per_device {
         let at_start = range.as_mut().and_then(|r| r.per_device.remove(&device)).unwrap_or_default();
         if entries.is_empty() && at_start.is_empty() {
@@ -438,6 +496,29 @@ pub(super) fn build_trace(
             entries.first().and_then(|i| all_entries.get(i)).and_then(|e| e.time_us)
         });
         let synthetic = at_start.len();
+        // A long trace of one device: built on two threads.
+        if range.is_none()
+            && !annotated
+            && in_order
+            && busy_devices == 1
+            && two_threads_from.is_some_and(|from| entries.len() >= from)
+            && let Some(built) = halves::build(&mut all_entries, entries, device, has_time, &final_blocks)
+        {
+            for half in built.halves {
+                ooms.extend(half.ooms);
+                let markers = half.markers.iter();
+                annotations.extend(markers.map(|(e, ns)| marker(&mut interner, e, *ns, device, snapshot_name, None)));
+                halves::unknown_names(half.unknown, |name| interner.resolve(name).to_owned(), &mut unknown_actions);
+            }
+            in_time_order &= built.in_time_order && built.events.first().is_none_or(|e| e.time_ns >= last_pushed_ns);
+            last_pushed_ns = built.events.last().map_or(last_pushed_ns, |e| e.time_ns);
+            if events.is_empty() {
+                events = built.events;
+            } else {
+                events.extend(built.events);
+            }
+            continue;
+        }
         let mut device_events = Vec::with_capacity(entries.len() + synthetic);
         let mut pairing = Pairing::default();
         // Allocations open at each address, for `annotate` entries to attach their text to.
@@ -537,34 +618,10 @@ pub(super) fn build_trace(
     let end_ns = events.last().map_or(0, |e| e.time_ns);
     let mut spans = external_spans(external, &mut interner, start_ns, end_ns, warnings);
     if let Some(range) = &range {
-        // Spans are clipped to the range; those outside it go.
-        let end_ns = range.end_ns.unwrap_or(end_ns).max(end_ns);
-        spans.retain_mut(|a| {
-            if a.end_ns < start_ns || a.start_ns > end_ns {
-                return false;
-            }
-            a.start_ns = a.start_ns.max(start_ns);
-            a.end_ns = a.end_ns.min(end_ns).max(a.start_ns);
-            true
-        });
+        clip_spans(&mut spans, start_ns, range.end_ns.unwrap_or(end_ns).max(end_ns));
     }
     annotations.extend(spans);
     annotations.sort_by_key(Annotation::order);
-    if devices.is_empty() {
-        devices.push(DeviceId(0));
-    }
-    devices.sort_unstable();
-    devices.dedup();
-    let metadata = Metadata {
-        source_format: SourceFormat::PytorchSnapshot,
-        clock: if has_time { Clock::UnixNs } else { Clock::EventIndex },
-        tool_version: String::new(),
-        devices: devices.into_iter().map(|device| DeviceInfo { device, ..DeviceInfo::default() }).collect(),
-        processes: vec![ProcessInfo::default()],
-        allocator_settings,
-        extra,
-        range: range.map(|r| r.info),
-        unrecorded: Vec::new(),
-    };
+    let metadata = metadata(devices, has_time, allocator_settings, extra, range.map(|r| r.info));
     Ok(Trace { metadata, interner, events, segments, annotations, ooms, counters: Vec::new(), tags: Vec::new() })
 }

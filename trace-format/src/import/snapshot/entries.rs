@@ -493,6 +493,27 @@ impl Entries {
         first as u32
     }
 
+    /// Takes the stored entries out, split at chunk `chunk`, for two threads that each read
+    /// one part in increasing order ([`ChunkReader`]); only when all entries are kept (no
+    /// range). What is left answers nothing but [`ChunkReader::get`]'s decoding.
+    pub(super) fn split_readers(&mut self, chunk: usize) -> Option<(ChunkReader<'_>, ChunkReader<'_>)> {
+        if self.window.is_some() || chunk == 0 || chunk >= self.chunks.len() {
+            return None;
+        }
+        let mut head = std::mem::take(&mut self.chunks);
+        let tail = head.split_off(chunk);
+        let this: &Self = self;
+        Some((
+            ChunkReader { entries: this, chunks: head, first: 0, freed: 0 },
+            ChunkReader { entries: this, chunks: tail, first: chunk, freed: 0 },
+        ))
+    }
+
+    /// The chunk an entry index is stored in (all entries kept).
+    pub(super) fn chunk_of(index: u32) -> usize {
+        index as usize / CHUNK
+    }
+
     /// Frees the chunks holding only entries below `index`: the caller reads entries in
     /// increasing order and will not ask for those again.
     pub(super) fn free_below(&mut self, index: u32) {
@@ -507,6 +528,35 @@ impl Entries {
             }
             self.freed_below += 1;
         }
+    }
+}
+
+/// One part of the entries taken out by [`Entries::split_readers`], read in increasing order,
+/// each chunk freed once the reading has passed it.
+pub(super) struct ChunkReader<'a> {
+    entries: &'a Entries,
+    chunks: Vec<Vec<Compact>>,
+    /// The chunk of the whole that `chunks[0]` is.
+    first: usize,
+    /// Chunks below this one (of `chunks`) have been freed.
+    freed: usize,
+}
+
+impl ChunkReader<'_> {
+    /// The entry at `index`, as [`Entries::get`] reads it; chunks before its own are freed.
+    pub(super) fn get(&mut self, index: u32) -> Option<Entry> {
+        let chunk = (index as usize / CHUNK).checked_sub(self.first)?;
+        while self.freed < chunk {
+            if let Some(done) = self.chunks.get_mut(self.freed) {
+                *done = Vec::new();
+            }
+            self.freed += 1;
+        }
+        let c = self.chunks.get(chunk)?.get(index as usize % CHUNK)?;
+        if c.code() > 10 {
+            return None;
+        }
+        Some(self.entries.entry_of(c, self.entries.rare.get(c.rare as usize)))
     }
 }
 

@@ -12,6 +12,8 @@
 mod build;
 mod entries;
 mod fx;
+mod halves;
+pub use self::halves::BUILT_IN_HALVES;
 mod keys;
 mod sink;
 
@@ -221,8 +223,15 @@ pub(crate) struct Parsed {
 
 impl Parsed {
     /// Builds the trace.
-    pub(crate) fn build(mut self) -> Result<Imported> {
+    pub(crate) fn build(self) -> Result<Imported> {
+        self.build_with(Some(halves::MIN_ENTRIES))
+    }
+
+    /// Builds the trace, a device's events on two threads from `two_threads_from` entries on
+    /// (`None`: never).
+    fn build_with(mut self, two_threads_from: Option<usize>) -> Result<Imported> {
         let mut trace = build_trace(
+            two_threads_from,
             self.interner,
             self.segments,
             self.entries,
@@ -417,6 +426,14 @@ fn take_segments(
     }
     segments.sort_by_key(|s| (s.device, s.address));
     Ok(segments)
+}
+
+/// Reads a snapshot pickle and builds its trace with a device's events on two threads from
+/// `two_threads_from` entries on, or never (`None`); the result is the same as
+/// [`import_snapshot`]'s (for tests).
+#[doc(hidden)]
+pub fn import_snapshot_on_threads(data: &[u8], two_threads_from: Option<usize>) -> Result<Imported> {
+    parse(data, &crate::progress::NoProgress, None)?.build_with(two_threads_from)
 }
 
 /// Reads a snapshot pickle with its trace entries read by their keys and values, as every other
