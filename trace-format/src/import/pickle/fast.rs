@@ -104,15 +104,8 @@ impl<S: PieceSink> Machine<'_, S> {
             let value = match op {
                 SETITEMS => break,
                 BINGET | LONG_BINGET => {
-                    let index = if op == BINGET {
-                        let i = usize::from(*data.get(p)?);
-                        p += 1;
-                        i
-                    } else {
-                        let b = data.get(p..p + 4)?;
-                        p += 4;
-                        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
-                    };
+                    let (index, after) = memo_index(data, op, p)?;
+                    p = after;
                     match self.memo_value(index)? {
                         Value::Missing => return None,
                         Value::Container(h) => match self.store.container(h).ok()?.resolved {
@@ -338,6 +331,18 @@ impl<S: PieceSink> Machine<'_, S> {
         };
         self.frames = frames;
         stack
+    }
+}
+
+/// The memo index of a `BINGET` or `LONG_BINGET` whose argument starts at `p`, and the position
+/// after it.
+#[inline]
+pub(super) fn memo_index(data: &[u8], op: u8, p: usize) -> Option<(usize, usize)> {
+    if op == BINGET {
+        Some((usize::from(*data.get(p)?), p + 1))
+    } else {
+        let b = data.get(p..p + 4)?;
+        Some((u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, p + 4))
     }
 }
 

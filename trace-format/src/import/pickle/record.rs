@@ -5,6 +5,7 @@
 //! key looked up again for every dict. Anything else it meets (a key the sink does not name, a
 //! value of another kind) gives up, changing nothing, and leaves the dict to `fast.rs`.
 
+use super::fast::memo_index;
 use super::opcodes::{
     BINGET, BININT, BININT1, BININT2, BINUNICODE, EMPTY_LIST, LONG_BINGET, LONG1, MARK, NONE, SETITEMS,
     SHORT_BINUNICODE,
@@ -83,15 +84,10 @@ impl<S: PieceSink> Machine<'_, S> {
             let op = *data.get(p)?;
             p += 1;
             let (field, kind) = match op {
-                BINGET => {
-                    let index = usize::from(*data.get(p)?);
-                    p += 1;
+                BINGET | LONG_BINGET => {
+                    let (index, after) = memo_index(data, op, p)?;
+                    p = after;
                     self.key_at(index, slot)?
-                }
-                LONG_BINGET => {
-                    let b = data.get(p..p + 4)?;
-                    p += 4;
-                    self.key_at(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, slot)?
                 }
                 SHORT_BINUNICODE | BINUNICODE => {
                     let (key, after) = self.string_memoized(op, p)?;
@@ -150,15 +146,8 @@ impl<S: PieceSink> Machine<'_, S> {
                     *dest = value;
                 }
                 (FieldKind::Str | FieldKind::Stack, BINGET | LONG_BINGET) => {
-                    let index = if op == BINGET {
-                        let i = usize::from(*data.get(p)?);
-                        p += 1;
-                        i
-                    } else {
-                        let b = data.get(p..p + 4)?;
-                        p += 4;
-                        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
-                    };
+                    let (index, after) = memo_index(data, op, p)?;
+                    p = after;
                     *dest = match (kind, self.memo_value(index)?) {
                         (FieldKind::Str, value @ (Value::Str(_) | Value::None)) => value,
                         (FieldKind::Stack, value @ (Value::Stack(_) | Value::None)) => value,

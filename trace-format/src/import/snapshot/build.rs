@@ -13,7 +13,6 @@ use crate::model::event::{Event, EventKind, event_flags};
 use crate::model::ids::{DeviceId, ProcessId, StackId, StringId};
 use crate::model::interner::Interner;
 use crate::model::metadata::{Clock, DeviceInfo, Metadata, ProcessInfo, RangeInfo, SourceFormat};
-use crate::model::oom::Oom;
 use crate::model::segment::{Block, BlockState, Segment};
 use crate::model::trace::Trace;
 
@@ -561,33 +560,14 @@ pub(super) fn build_trace(
                         }
                         _ => {}
                     }
-                    let mut event = Event {
-                        time_ns,
-                        address: entry.addr,
-                        size_bytes: entry.size,
-                        slack_bytes: 0,
-                        stream: entry.stream.into(),
-                        stack: entry.stack,
-                        context: entry.context,
-                        process: ProcessId(0),
-                        device,
-                        kind,
-                        flags: if index.is_none() { event_flags::BEFORE_RANGE } else { 0 },
-                    };
+                    let flags = if index.is_none() { event_flags::BEFORE_RANGE } else { 0 };
+                    let mut event = entry.event(kind, time_ns, device, flags);
                     pairing.note(device_events.len(), &mut event);
                     in_time_order &= time_ns >= last_pushed_ns;
                     last_pushed_ns = time_ns;
                     device_events.push(event);
                 }
-                Action::Oom => ooms.push(Oom {
-                    time_ns,
-                    device,
-                    process: ProcessId(0),
-                    stream: entry.stream,
-                    requested_bytes: entry.size,
-                    device_free_bytes: entry.device_free,
-                    stack: entry.stack,
-                }),
+                Action::Oom => ooms.push(entry.oom(time_ns, device)),
                 Action::Snapshot | Action::Annotate => annotations.push(marker(
                     &mut interner,
                     &entry,

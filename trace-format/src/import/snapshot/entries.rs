@@ -2,8 +2,9 @@
 //! it goes, so a snapshot of millions of entries never holds its entries and its events whole
 //! at the same time.
 
-use crate::model::event::EventKind;
-use crate::model::ids::{ContextId, StackId, StringId};
+use crate::model::event::{Event, EventKind};
+use crate::model::ids::{ContextId, DeviceId, ProcessId, StackId, StringId};
+use crate::model::oom::Oom;
 use crate::range::{Alive, Classifier, Fold, Foldable, Folded, TraceRange};
 
 /// A trace entry's action.
@@ -28,6 +29,39 @@ pub(super) struct Entry {
     pub(super) context: ContextId,
     pub(super) device_free: Option<u64>,
     pub(super) name: StringId,
+}
+
+impl Entry {
+    /// The event this entry of `kind` is on `device` at `time_ns`, its size the one recorded
+    /// (settled later) and nothing paired yet.
+    pub(super) fn event(&self, kind: EventKind, time_ns: i64, device: DeviceId, flags: u8) -> Event {
+        Event {
+            time_ns,
+            address: self.addr,
+            size_bytes: self.size,
+            slack_bytes: 0,
+            stream: self.stream.into(),
+            stack: self.stack,
+            context: self.context,
+            process: ProcessId(0),
+            device,
+            kind,
+            flags,
+        }
+    }
+
+    /// The out-of-memory error this `oom` entry records on `device` at `time_ns`.
+    pub(super) fn oom(&self, time_ns: i64, device: DeviceId) -> Oom {
+        Oom {
+            time_ns,
+            device,
+            process: ProcessId(0),
+            stream: self.stream,
+            requested_bytes: self.size,
+            device_free_bytes: self.device_free,
+            stack: self.stack,
+        }
+    }
 }
 
 /// The entries one device's list names, in its order: nearly always a few runs of consecutive

@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 use super::build::{EXACT, UNPAIRED, mark_exact, settle_free, settle_part};
 use super::entries::{ChunkReader, Entries, Entry, Listed};
 use crate::model::event::{Event, EventKind};
-use crate::model::ids::{DeviceId, ProcessId, StringId};
+use crate::model::ids::{DeviceId, StringId};
 use crate::model::oom::Oom;
 use crate::model::segment::Block;
 
@@ -160,19 +160,7 @@ fn half(reader: &mut ChunkReader<'_>, listed: &Listed, span: &Span, device: Devi
         last_time_ns = time_ns;
         match entry.action {
             super::entries::Action::Event(kind) => {
-                let mut event = Event {
-                    time_ns,
-                    address: entry.addr,
-                    size_bytes: entry.size,
-                    slack_bytes: 0,
-                    stream: entry.stream.into(),
-                    stack: entry.stack,
-                    context: entry.context,
-                    process: ProcessId(0),
-                    device,
-                    kind,
-                    flags: 0,
-                };
+                let mut event = entry.event(kind, time_ns, device, 0);
                 half.pair(&mut event, span.second);
                 half.in_time_order &= time_ns >= half.last_ns;
                 half.last_ns = time_ns;
@@ -184,15 +172,7 @@ fn half(reader: &mut ChunkReader<'_>, listed: &Listed, span: &Span, device: Devi
                 half.events.push(event);
                 half.pushed += 1;
             }
-            super::entries::Action::Oom => half.ooms.push(Oom {
-                time_ns,
-                device,
-                process: ProcessId(0),
-                stream: entry.stream,
-                requested_bytes: entry.size,
-                device_free_bytes: entry.device_free,
-                stack: entry.stack,
-            }),
+            super::entries::Action::Oom => half.ooms.push(entry.oom(time_ns, device)),
             super::entries::Action::Snapshot | super::entries::Action::Annotate => {
                 half.markers.push((entry, time_ns));
             }
