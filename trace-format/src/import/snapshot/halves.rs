@@ -91,8 +91,11 @@ pub(super) fn build(
     }
     // Split at the start of the chunk of the middle entry: each half then owns its chunks.
     let chunk = Entries::chunk_of(listed.get(n / 2)?);
-    let split = partition(n, |k| listed.get(k).is_some_and(|i| Entries::chunk_of(i) < chunk));
-    if split == 0 || split >= n {
+    let below = |k: usize| listed.get(k).is_some_and(|i| Entries::chunk_of(i) < chunk);
+    let split = partition(n, below);
+    // The entries are in increasing order (the caller checked), so the halves' chunks are apart;
+    // checked again at the split, where an entry read by the wrong half would be lost.
+    if split == 0 || split >= n || !below(split - 1) || below(split) {
         return None;
     }
     // The time an entry without one takes in the second half: the last before it.
