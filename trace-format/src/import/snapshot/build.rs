@@ -5,8 +5,9 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use super::entries::{Action, Entries, Entry, Listed, RangeFolded};
+use super::entries::{Action, Entries, Entry, RangeFolded};
 use super::halves;
+use super::listed::Listed;
 use crate::error::Result;
 use crate::model::annotation::{Annotation, AnnotationKind};
 use crate::model::event::{Event, EventKind, event_flags};

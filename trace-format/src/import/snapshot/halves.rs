@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use rustc_hash::FxHashMap;
 
 use super::build::{EXACT, UNPAIRED, mark_exact, settle_free, settle_part};
-use super::entries::{ChunkReader, Entries, Entry, Listed};
+use super::entries::{ChunkReader, Entries, Entry};
+use super::listed::Listed;
 use crate::model::event::{Event, EventKind};
 use crate::model::ids::{DeviceId, StringId};
 use crate::model::oom::Oom;
@@ -297,7 +298,8 @@ pub(super) fn unknown_names(
 #[cfg(test)]
 mod tests {
     use super::super::build::build_trace;
-    use super::super::entries::{Action, Entries, Entry, Listed};
+    use super::super::entries::{Action, Entries, Entry};
+    use super::super::listed::Listed;
     use crate::model::event::EventKind;
     use crate::model::ids::{ContextId, DeviceId, ProcessId, StackId, StringId};
     use crate::model::interner::Interner;

@@ -15,10 +15,12 @@ mod fx;
 mod halves;
 pub use self::halves::BUILT_IN_HALVES;
 mod keys;
+mod listed;
 mod sink;
 
 use self::build::{RangeBuild, build_trace};
-use self::entries::{Entries, Listed};
+use self::entries::Entries;
+use self::listed::Listed;
 use self::sink::SnapshotSink;
 use super::Imported;
 use super::pickle::{self, ContainerKind, Handle, RecordKind, Store, Value};
