@@ -5,6 +5,7 @@
 //! the piece tests read.
 
 use std::collections::HashMap;
+use std::sync::mpsc;
 
 use rustc_hash::FxHashMap;
 
@@ -35,7 +36,8 @@ const PIECE: usize = 1 << 16;
 pub(super) struct Half {
     /// Its events: in the first half, one vector with room for the device's; in the second, in
     /// pieces of [`PIECE`] (the last one being filled), so that joining them never holds two
-    /// copies whole.
+    /// copies whole. The second half's full pieces are handed to the first half's thread as
+    /// they are made, when it runs on a thread of its own; `pieces` keeps them otherwise.
     events: Vec<Event>,
     pieces: Vec<Vec<Event>>,
     /// Events pushed in all.
@@ -110,20 +112,30 @@ pub(super) fn build(
         Span { from: 0, to: split, last_time_ns: 0, second: false },
         Span { from: split, to: n, last_time_ns, second: true },
     ];
-    let [span_a, span_b] = spans;
+    let [span_a, span_b] = &spans;
     let (a, b) = std::thread::scope(|scope| {
+        // The second half's full pieces come through here, for this thread to copy in once its
+        // own half is done, while the second half goes on.
+        let (sender, full_pieces) = mpsc::channel();
+        let second = &mut second;
         let spawned = std::thread::Builder::new()
             .name("vramscope-build".to_owned())
-            .spawn_scoped(scope, || half(&mut second, listed, &span_b, device, has_time));
-        let a = half(&mut first, listed, &span_a, device, has_time);
+            .spawn_scoped(scope, move || half(second, listed, span_b, device, has_time, Some(&sender)));
+        let mut a = half(&mut first, listed, span_a, device, has_time, None);
         let b = match spawned {
-            Ok(handle) => Some(handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
+            Ok(handle) => {
+                // Ends when the second half is done (its sender dropped).
+                for piece in full_pieces {
+                    a.take_piece(piece, a.pushed);
+                }
+                Some(handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            }
             // No thread could be started: the second half after the first, on this one.
             Err(_) => None,
         };
         (a, b)
     });
-    let b = b.unwrap_or_else(|| half(&mut second, listed, &span_b, device, has_time));
+    let b = b.unwrap_or_else(|| half(&mut second, listed, span_b, device, has_time, None));
     BUILT_IN_HALVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Some(join(a, b, final_blocks))
 }
@@ -138,8 +150,17 @@ fn partition(n: usize, below: impl Fn(usize) -> bool) -> usize {
     lo
 }
 
-/// Turns a half's entries into events, pairing frees with allocations inside the half.
-fn half(reader: &mut ChunkReader<'_>, listed: &Listed, span: &Span, device: DeviceId, has_time: bool) -> Half {
+/// Turns a half's entries into events, pairing frees with allocations inside the half. The
+/// second half's full pieces go to `full_pieces` where given (and it still listens), else they
+/// are kept.
+fn half(
+    reader: &mut ChunkReader<'_>,
+    listed: &Listed,
+    span: &Span,
+    device: DeviceId,
+    has_time: bool,
+    full_pieces: Option<&mpsc::Sender<Vec<Event>>>,
+) -> Half {
     let mut half = Half {
         events: Vec::with_capacity(if span.second { PIECE.min(span.to - span.from) } else { listed.len() }),
         pieces: Vec::new(),
@@ -171,7 +192,11 @@ fn half(reader: &mut ChunkReader<'_>, listed: &Listed, span: &Span, device: Devi
                 half.first_ns.get_or_insert(time_ns);
                 if span.second && half.events.len() == PIECE {
                     let full = std::mem::replace(&mut half.events, Vec::with_capacity(PIECE));
-                    half.pieces.push(full);
+                    let kept = match full_pieces {
+                        Some(to) => to.send(full).err().map(|mpsc::SendError(full)| full),
+                        None => Some(full),
+                    };
+                    half.pieces.extend(kept);
                 }
                 half.events.push(event);
                 half.pushed += 1;
@@ -225,19 +250,28 @@ impl Half {
     }
 }
 
-/// Joins the halves into the device's events, pairs the deferred frees, settles the sizes.
-fn join(mut a: Half, mut b: Half, final_blocks: &FxHashMap<u64, Block>) -> Built {
-    let base = a.pushed;
-    let mut events = std::mem::take(&mut a.events);
-    let last = std::mem::take(&mut b.events);
-    for piece in std::mem::take(&mut b.pieces).into_iter().chain(std::iter::once(last)) {
-        events.extend(piece.into_iter().map(|mut e| {
+impl Half {
+    /// Moves a piece of the second half's events to the end of the first half's (which has room
+    /// for them), its frees' allocations moved on by `base`, the first half's length.
+    fn take_piece(&mut self, piece: Vec<Event>, base: usize) {
+        self.events.extend(piece.into_iter().map(|mut e| {
             if matches!(e.kind, EventKind::FreeRequested | EventKind::FreeCompleted) && e.slack_bytes != UNPAIRED {
                 e.slack_bytes += base as u32;
             }
             e
         }));
     }
+}
+
+/// Joins the halves into the device's events (the second's pieces not taken in yet, then its
+/// last), pairs the deferred frees, settles the sizes.
+fn join(mut a: Half, mut b: Half, final_blocks: &FxHashMap<u64, Block>) -> Built {
+    let base = a.pushed;
+    let last = std::mem::take(&mut b.events);
+    for piece in std::mem::take(&mut b.pieces).into_iter().chain(std::iter::once(last)) {
+        a.take_piece(piece, base);
+    }
+    let mut events = std::mem::take(&mut a.events);
     // The deferred frees, in order, against the first half's allocations still open.
     let mut crossing = Vec::new();
     for &(index, address, completes) in &b.deferred {
