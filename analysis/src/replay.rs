@@ -89,7 +89,15 @@ impl Initial {
 /// costs half the memory, and several analyses hold one at a time. A device that has every event
 /// of its trace (one device, the usual case) holds no list at all.
 pub fn device_events(trace: &Trace, device: DeviceId) -> DeviceEvents {
-    if trace.events.iter().all(|e| e.device == device) {
+    device_events_given(trace, device, None)
+}
+
+/// [`device_events`], given the devices that have events where they are known already
+/// ([`Trace::event_devices`]): when `device` is the only one, its events are all the trace's
+/// and nothing is scanned.
+pub fn device_events_given(trace: &Trace, device: DeviceId, event_devices: Option<&[DeviceId]>) -> DeviceEvents {
+    let only = event_devices.map(|devices| devices == [device]);
+    if only == Some(true) || (only.is_none() && trace.events.iter().all(|e| e.device == device)) {
         return DeviceEvents { list: None, all: trace.events.len() };
     }
     let list = trace.events.iter().enumerate().filter(|(_, e)| e.device == device).map(|(i, _)| i as u32).collect();

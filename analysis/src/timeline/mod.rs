@@ -162,11 +162,27 @@ impl Timeline {
     /// [`Self::set_categories`]. Until then [`Self::categories`] is all zero. A timeline of
     /// counters (cheap, and categorised by them) comes whole.
     pub fn build_outline(trace: &Arc<Trace>, device: DeviceId) -> Self {
-        Self::build_with(trace, device, Some(trace), false)
+        Self::build_outline_given(trace, device, None)
+    }
+
+    /// [`Self::build_outline`], given the devices that have events where they are known
+    /// already ([`Trace::event_devices`]: one pass less over the events).
+    pub fn build_outline_given(trace: &Arc<Trace>, device: DeviceId, event_devices: Option<&[DeviceId]>) -> Self {
+        Self::build_with_given(trace, device, Some(trace), false, event_devices)
     }
 
     fn build_with(trace: &Trace, device: DeviceId, shared: Option<&Arc<Trace>>, categorize: bool) -> Self {
-        let device_events = replay::device_events(trace, device);
+        Self::build_with_given(trace, device, shared, categorize, None)
+    }
+
+    fn build_with_given(
+        trace: &Trace,
+        device: DeviceId,
+        shared: Option<&Arc<Trace>>,
+        categorize: bool,
+        event_devices: Option<&[DeviceId]>,
+    ) -> Self {
+        let device_events = replay::device_events_given(trace, device, event_devices);
         let counters = replay::replays_counters(trace, device, &device_events);
         if let Some(shared) = shared
             && !categorize

@@ -213,7 +213,8 @@ fn an_outline_then_its_categories_is_the_whole_timeline() {
         let devices = if two_devices { vec![DeviceId(0), DeviceId(1)] } else { vec![DeviceId(0)] };
         for &device in &devices {
             let whole = Timeline::build_shared(&trace, device);
-            let mut outline = Timeline::build_outline(&trace, device);
+            // Given the devices with events: every event the one device's, or a list of them.
+            let mut outline = Timeline::build_outline_given(&trace, device, Some(&trace.event_devices()));
             assert!(whole.has_categories() && whole.pending_categories().is_none());
             assert!(!outline.has_categories());
             let n = whole.len();

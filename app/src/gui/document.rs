@@ -96,7 +96,7 @@ impl Document {
         let devices = trace
             .devices_given(&event_devices)
             .into_iter()
-            .map(|device| device_data(&trace, device, outline))
+            .map(|device| device_data(&trace, device, outline, &event_devices))
             .collect();
         Self {
             path: origin.path,
@@ -152,9 +152,13 @@ impl Document {
     }
 }
 
-fn device_data(trace: &Arc<Trace>, device: DeviceId, outline: bool) -> DeviceData {
+fn device_data(trace: &Arc<Trace>, device: DeviceId, outline: bool, event_devices: &[DeviceId]) -> DeviceData {
     // Over the shared trace: its points are replayed from the events, not kept beside them.
-    let timeline = if outline { Timeline::build_outline(trace, device) } else { Timeline::build_shared(trace, device) };
+    let timeline = if outline {
+        Timeline::build_outline_given(trace, device, Some(event_devices))
+    } else {
+        Timeline::build_shared(trace, device)
+    };
     let peak_point = timeline.peak_allocated_point();
     let reserved_recorded = timeline.range(0, timeline.len()).reserved_max > 0;
     let mut annotations: Vec<usize> =
