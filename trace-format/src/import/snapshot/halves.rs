@@ -212,6 +212,17 @@ fn half(
 }
 
 impl Half {
+    /// Moves a piece of the second half's events to the end of the first half's (which has room
+    /// for them), its frees' allocations moved on by `base`, the first half's length.
+    fn take_piece(&mut self, piece: Vec<Event>, base: usize) {
+        self.events.extend(piece.into_iter().map(|mut e| {
+            if matches!(e.kind, EventKind::FreeRequested | EventKind::FreeCompleted) && e.slack_bytes != UNPAIRED {
+                e.slack_bytes += base as u32;
+            }
+            e
+        }));
+    }
+
     /// Notes `event`, about to be pushed, as `build.rs`'s pairing does; in the second half a
     /// free of an address the half never touched is deferred to the first half's allocations.
     fn pair(&mut self, event: &mut Event, second: bool) {
@@ -247,19 +258,6 @@ impl Half {
             }
             _ => {}
         }
-    }
-}
-
-impl Half {
-    /// Moves a piece of the second half's events to the end of the first half's (which has room
-    /// for them), its frees' allocations moved on by `base`, the first half's length.
-    fn take_piece(&mut self, piece: Vec<Event>, base: usize) {
-        self.events.extend(piece.into_iter().map(|mut e| {
-            if matches!(e.kind, EventKind::FreeRequested | EventKind::FreeCompleted) && e.slack_bytes != UNPAIRED {
-                e.slack_bytes += base as u32;
-            }
-            e
-        }));
     }
 }
 
