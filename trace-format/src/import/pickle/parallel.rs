@@ -41,11 +41,11 @@ use crate::progress::Progress;
 /// Pickles smaller than this run in one go: a piece would not pay for its thread.
 const MIN_BYTES: usize = 64 << 20;
 /// How much longer the first piece is: the cut after piece `k` of `n` falls at `(k + LEAD) /
-/// (n + LEAD)` of the file. Counting a stretch runs at about 1.7 times the parse's speed per
-/// byte, so on two cores the second thread finishes with the first when the first piece is 70%
-/// of the file: with 0.4 (58%) the first thread waited 0.2 to 0.8 s for the second on the 36M
-/// file, with 1.35 next to nothing (docs/BENCHMARKS.md).
-const LEAD: f64 = 1.35;
+/// (n + LEAD)` of the file. Counting a stretch runs at about 2.8 times the parse's speed per
+/// byte, so on two cores the second thread finishes with the first when the first piece is
+/// 61-66% of the file; 0.8 makes it 64% (with 0.6 the first thread still waited up to 0.17 s
+/// for the second on the 36M file, with 0.9 not at all: docs/BENCHMARKS.md).
+const LEAD: f64 = 0.8;
 /// At most this many pieces.
 const MAX_PIECES: usize = 8;
 /// How deep a value of an earlier piece may nest (a frame dict in a list of frames).
