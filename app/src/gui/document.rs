@@ -55,6 +55,9 @@ pub struct Document {
     pub devices: Vec<DeviceData>,
     /// How long reading and analysing took.
     pub load_time: Duration,
+    /// Whether the timelines' categories, left to work out after the document was shown, could
+    /// not be (the curves are drawn without them, and the legend says so).
+    pub categories_failed: bool,
 }
 
 pub use crate::load::Origin;
@@ -84,9 +87,10 @@ impl Document {
         Self::build_with(trace, origin, true)
     }
 
-    /// Whether some device's timeline has its categories still to work out.
+    /// Whether some device's timeline has its categories still to work out (not once they
+    /// could not be).
     pub fn categories_pending(&self) -> bool {
-        self.devices.iter().any(|d| !d.timeline.has_categories())
+        !self.categories_failed && self.devices.iter().any(|d| !d.timeline.has_categories())
     }
 
     fn build_with(trace: Arc<Trace>, origin: Origin, outline: bool) -> Self {
@@ -108,6 +112,7 @@ impl Document {
             trace,
             devices,
             load_time: origin.load_time,
+            categories_failed: false,
         }
     }
 

@@ -93,8 +93,6 @@ pub struct Session {
     /// The categories of the document's timelines, when it came without them (a file opened
     /// shows its curves first), being worked out (with the trace they are for).
     categories: Option<(Arc<Trace>, CategoriesJob)>,
-    /// The trace whose categories could not be worked out (the job died): not tried again.
-    categories_failed: Option<Arc<Trace>>,
     /// Whether a document just opened has its growth to be worked out once its first instant
     /// is: the two jobs one after the other, not both at once (each replays the whole trace, and
     /// on tens of millions of events their working memory together is hundreds of MB). A run
@@ -294,11 +292,7 @@ impl Session {
 
     /// Whether the timelines of the document shown are drawn without their categories yet.
     pub fn working_out_categories(&self) -> bool {
-        self.doc.as_ref().is_some_and(|doc| doc.categories_pending() && !self.categories_failed_for(doc))
-    }
-
-    fn categories_failed_for(&self, doc: &Document) -> bool {
-        self.categories_failed.as_ref().is_some_and(|t| Arc::ptr_eq(t, &doc.trace))
+        self.doc.as_ref().is_some_and(Document::categories_pending)
     }
 
     /// Works out, on a job, the categories of the document's timelines that came without them.
@@ -307,7 +301,6 @@ impl Session {
         // Asked every frame: nothing is gathered unless there is something to work out.
         if !doc.categories_pending()
             || self.categories.as_ref().is_some_and(|(trace, _)| Arc::ptr_eq(trace, &doc.trace))
-            || self.categories_failed_for(doc)
         {
             return;
         }
@@ -344,23 +337,26 @@ impl Session {
         if !Arc::ptr_eq(&doc.trace, &for_trace) {
             return;
         }
-        match result {
+        let failed = match result {
             Ok(categories) if categories.len() == doc.devices.len() => {
+                let mut refused = false;
                 for (d, c) in doc.devices.iter_mut().zip(categories) {
                     if let Some(c) = c {
-                        d.timeline.set_categories(c);
+                        refused |= !d.timeline.set_categories(c);
                     }
                 }
+                refused.then(|| "they do not fit the timeline".to_owned())
             }
-            // The job died: the timelines stay as they are, without categories, and it is said.
-            other => {
-                let why = other.err().unwrap_or_else(|| "not one set for each device".to_owned());
-                self.errors.push(format!(
-                    "{}: the categories of the timeline could not be worked out ({why}); the curves are right",
-                    doc.file_name()
-                ));
-                self.categories_failed = Some(for_trace);
-            }
+            other => Some(other.err().unwrap_or_else(|| "not one set for each device".to_owned())),
+        };
+        // The job died, or what it made does not fit: the timelines stay without categories (not
+        // tried again), and it is said, in the legend too.
+        if let Some(why) = failed {
+            self.errors.push(format!(
+                "{}: the categories of the timeline could not be worked out ({why}); the curves are right",
+                doc.file_name()
+            ));
+            doc.categories_failed = true;
         }
     }
 
@@ -636,4 +632,36 @@ fn take_finished(slot: &mut Option<Loader>) -> Option<(PathBuf, Result<Loaded, S
         return None;
     }
     Some((path, (*result).map_err(|error| format!("{error:#}"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn categories_that_cannot_be_worked_out_are_said_and_not_awaited() {
+        let loaded = crate::load::load(Path::new(crate::sample::PATH), None).expect("the sample");
+        let doc = Document::build_outline(loaded, std::time::Duration::ZERO);
+        assert!(doc.categories_pending());
+        let trace = Arc::clone(&doc.trace);
+        let mut session = Session { doc: Some(doc), ..Session::default() };
+        assert!(session.working_out_categories());
+        // A job whose result does not fit: no set of categories for the one device.
+        let job: CategoriesJob = Job::spawn("categories", || {}, |_| Vec::new(), |_| Vec::new());
+        session.categories = Some((trace, job));
+        for _ in 0..1000 {
+            session.poll_categories();
+            if session.categories.is_none() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let doc = session.doc.as_ref().expect("the document");
+        assert!(doc.categories_failed && !doc.categories_pending());
+        assert!(!session.working_out_categories(), "still said to be worked out");
+        assert!(session.errors.iter().any(|e| e.contains("could not be worked out")), "{:?}", session.errors);
+        // Not tried again.
+        session.start_categories(&egui::Context::default());
+        assert!(session.categories.is_none());
+    }
 }

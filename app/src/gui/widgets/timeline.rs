@@ -202,7 +202,7 @@ pub fn timeline_ui(
     painter.rect_stroke(plot, CornerRadius::ZERO, visuals.widgets.noninteractive.bg_stroke, StrokeKind::Inside);
 
     hover_ui(&painter, &response, doc, device, (plot, band), (v0, v1), visuals);
-    legend_ui(ui, &present, pending);
+    legend_ui(ui, &present, pending.then_some(doc.categories_failed));
     clicked
 }
 
@@ -419,7 +419,7 @@ fn readout_ui(ui: &mut egui::Ui, doc: &Document, device: &DeviceData, point: Poi
         ui.end_row();
         if !t.has_categories() {
             ui.weak("  categories");
-            ui.weak("being worked out…");
+            ui.weak(if doc.categories_failed { "could not be worked out" } else { "being worked out…" });
             ui.end_row();
         }
         let mut categories: Vec<(usize, u64)> =
@@ -437,15 +437,27 @@ fn readout_ui(ui: &mut egui::Ui, doc: &Document, device: &DeviceData, point: Poi
     }
 }
 
-fn legend_ui(ui: &mut egui::Ui, present: &[bool; CATEGORIES], pending: bool) {
+/// `without_categories`: `None` when the categories are drawn; else whether they could not be
+/// worked out (`false`: not yet).
+fn legend_ui(ui: &mut egui::Ui, present: &[bool; CATEGORIES], without_categories: Option<bool>) {
     ui.horizontal_wrapped(|ui| {
         ui.spacing_mut().item_spacing.x = 12.0;
-        if pending {
-            swatch(ui, palette::ALLOCATED_PENDING);
-            ui.label("allocated: categories being worked out…").on_hover_text(
-                "The curves are drawn first; the split of allocated memory by category (parameters, \
-                 activations, …) follows as soon as every block's category is worked out.",
-            );
+        match without_categories {
+            Some(false) => {
+                swatch(ui, palette::ALLOCATED_PENDING);
+                ui.label("allocated: categories being worked out…").on_hover_text(
+                    "The curves are drawn first; the split of allocated memory by category (parameters, \
+                     activations, …) follows as soon as every block's category is worked out.",
+                );
+            }
+            Some(true) => {
+                swatch(ui, palette::ALLOCATED_PENDING);
+                ui.label("allocated: categories could not be worked out").on_hover_text(
+                    "The curves are right; working out the split of allocated memory by category \
+                     failed (the message at the bottom of the window says why).",
+                );
+            }
+            None => {}
         }
         for (i, &shown) in present.iter().enumerate() {
             let Some(&category) = Category::ALL.get(i) else { continue };
