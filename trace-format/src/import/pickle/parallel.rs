@@ -25,6 +25,7 @@ use std::sync::{Arc, Condvar, Mutex, mpsc};
 
 use rustc_hash::FxHashMap;
 
+use super::fast::memo_index;
 use super::memo::{Memo, Remap, Slots};
 use super::opcodes::{
     APPEND, APPENDS, BINGET, BININT, BININT1, BININT2, BINUNICODE, BINUNICODE8, EMPTY_DICT, EMPTY_LIST, FRAME,
@@ -532,11 +533,7 @@ impl<S: PieceSink> Machine<'_, S> {
             NONE => Value::None,
             NEWTRUE => Value::Bool(true),
             NEWFALSE => Value::Bool(false),
-            BINGET => self.memo_value(usize::from(*data.get(p + 1)?))?,
-            LONG_BINGET => {
-                let b = data.get(p + 1..p + 5)?;
-                self.memo_value(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)?
-            }
+            BINGET | LONG_BINGET => self.memo_value(memo_index(data, op, p + 1)?.0)?,
             EMPTY_DICT => return self.read_earlier_dict(memoized(after), depth),
             EMPTY_LIST => return self.read_earlier_frames(memoized(after), depth),
             _ => return None,
