@@ -344,7 +344,8 @@ pub enum Command {
         /// shows; with one, sharding is not projected).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
         gpus: Option<u32>,
-        /// The memory to fit under (default: the device's, when the trace knows it), e.g. 80GiB.
+        /// The memory to fit under (default: the device's, when the trace knows it), e.g. 80GiB
+        /// or 80G (binary), 80GB (decimal, 80·10⁹ bytes).
         #[arg(long, value_name = "BYTES", value_parser = vramscope::cli::advise::parse_bytes)]
         target_bytes: Option<u64>,
         /// The device to advise on: its index (0, 1, …) or cuda:N (default: the one with the

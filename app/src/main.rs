@@ -54,6 +54,10 @@ fn main() -> ExitCode {
     let started = std::time::Instant::now();
     vramscope::memory::configure();
     let cli = Cli::parse();
+    // A limit that is not a size would otherwise be passed over without a word.
+    if let Some(Err(e)) = vramscope_trace_format::memory::Limit::from_environment() {
+        return exit_with(anyhow::anyhow!("{e}"));
+    }
     // Buffered: a large JSON is written in blocks, not a system call per line.
     let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let result = match cli.command {

@@ -5,6 +5,8 @@ fails with diff's sentence, and an update of the baseline passes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -51,6 +53,34 @@ def test_a_limit_fails_only_the_test_over_it(pytester: pytest.Pytester) -> None:
     result.stdout.no_fnmatch_line("*test_small*passed the limit*")
 
 
+TENSORS_ONLY = """
+import pytest
+import torch
+
+
+@pytest.mark.vramscope(max_peak="8 MiB")
+def test_holds_64_mib():
+    # No model, no operator but the factories: 4 tensors of exactly 16 MiB each.
+    kept = [torch.ones(1024, 1024, 4) for _ in range(4)]
+    assert sum(t.numel() * t.element_size() for t in kept) == 64 << 20
+
+
+@pytest.mark.vramscope(max_peak="8 MiB")
+def test_allocates_nothing():
+    assert 1 + 1 == 2
+"""
+
+
+def test_a_gate_sees_tensors_made_without_a_model_and_fails_on_nothing(pytester: pytest.Pytester) -> None:
+    # A block that only creates tensors is recorded (its 64 MiB pass the 8 MiB limit), and a
+    # block that allocated nothing does not pass a gate it gave no evidence for.
+    pytester.makepyfile(test_tensors=TENSORS_ONLY)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*test_holds_64_mib*", "*peak allocated memory 64.0 MiB (67,108,864 bytes) passed the limit 8.00 MiB*"])
+    result.stdout.fnmatch_lines(["*test_allocates_nothing*", "*vramscope recorded no allocations in this test*"])
+
+
 def test_a_baseline_is_stored_then_holds_growth_to_the_gates(pytester: pytest.Pytester) -> None:
     baseline = pytester.path / "baseline"
     write(pytester, 256)
@@ -82,8 +112,20 @@ def test_sizes_read_as_people_write_them() -> None:
     from vramscope.pytest_plugin import parse_size
 
     assert parse_size("512 MiB") == 512 << 20
-    assert parse_size("2GB") == 2 * 1000**3
-    assert parse_size("1.5G") == 3 << 29
     assert parse_size(4096) == 4096
     with pytest.raises(ValueError, match="not a size"):
         parse_size("lots")
+    # The command's own list of cases (trace-format/src/size_cases.txt): one reading everywhere.
+    cases = Path(__file__).resolve().parents[2] / "trace-format" / "src" / "size_cases.txt"
+    checked = 0
+    for line in cases.read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        text, expected = line.split("\t", 1)
+        if expected == "error":
+            with pytest.raises(ValueError):
+                parse_size(text)
+        else:
+            assert parse_size(text) == int(expected), text
+        checked += 1
+    assert checked >= 30

@@ -74,6 +74,20 @@ def test_recording_leaves_the_program_as_it_was(tmp_path: Path) -> None:
     assert first["parameter"] == second["parameter"] == PARAMETER_BYTES
 
 
+def test_a_block_without_a_model_is_recorded(tmp_path: Path) -> None:
+    # Only factories: 4 tensors of exactly 16 MiB kept, one of them doubled into a fifth.
+    path = tmp_path / "tensors.vtrace"
+    with vramscope.record(path):
+        kept = [torch.ones(1024, 1024, 4) for _ in range(4)]
+        doubled = kept[0] * 2
+    facts = vramscope.summary(path)
+    assert facts["allocator_events"] > 0
+    # What earlier tests left and this block freed counts too (a few bytes): no more than that.
+    peak = facts["devices"][0]["peak_allocated_bytes"]
+    assert 5 * (16 << 20) <= peak < 5 * (16 << 20) + (1 << 20), peak
+    del kept, doubled
+
+
 def test_as_a_decorator_and_through_an_exception(tmp_path: Path) -> None:
     model, optimizer = model_and_optimizer()
 

@@ -9,7 +9,7 @@ Mark a test to have its PyTorch memory recorded (in process, as :func:`vramscope
         model(batch)
 
 The test fails when its peak allocated memory passes ``max_peak`` (bytes, or a size such as
-``"512 MiB"`` or ``"2GB"``). With ``--vramscope-baseline DIR`` each marked test's trace is
+``"512 MiB"``, ``"2G"`` (binary) or ``"2GB"`` (decimal)). With ``--vramscope-baseline DIR`` each marked test's trace is
 stored in DIR the first time, and later runs fail a test whose memory grew past the same gates
 ``vramscope diff`` has: ``--vramscope-fail-if-peak-grows PCT`` (5 when no gate is given),
 ``--vramscope-fail-if-category-grows CAT=PCT``, ``--vramscope-fail-if-phase-grows PHASE[:CAT]=PCT``;
@@ -24,23 +24,11 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Generator, List, Optional, Union
+from typing import Any, Generator, List, Optional
 
 import pytest
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000**4, "tib": 1 << 40}
-
-
-def parse_size(value: Union[int, float, str]) -> int:
-    """``"512 MiB"`` -> 536870912; an int is bytes. Binary units by default (``"2G"`` is 2 GiB)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-    if not match or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {value!r} (give bytes, or a size such as '512 MiB' or '2GB')")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-
+from ._sizes import parse_size
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("vramscope", "GPU memory gates (vramscope)")
@@ -68,11 +56,15 @@ def _name(item: pytest.Item) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:200]
 
 
-def _peak(path: str) -> int:
+def _peak(path: str) -> "tuple[int, int]":
+    """The highest allocated peak of any device in the trace, and how many allocator events the
+    trace holds (0: it saw nothing, and no gate may pass on it)."""
     from . import summary
 
-    devices = summary(path).get("devices", [])
-    return max((d.get("peak_allocated_bytes", 0) for d in devices), default=0)
+    facts = summary(path)
+    devices = facts.get("devices", [])
+    peak = max((d.get("peak_allocated_bytes", 0) for d in devices), default=0)
+    return peak, int(facts.get("allocator_events", 0))
 
 
 def _gates(config: pytest.Config) -> List[str]:
@@ -114,8 +106,16 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     if not trace.exists():
         raise pytest.fail.Exception(f"vramscope could not record this test: {recording.message or 'no trace written'}",
                                     pytrace=False)
+    peak, events = _peak(str(trace))
+    if events == 0:
+        # A gate that saw nothing must not pass: the memory may have been allocated where the
+        # recording could not see it (another process, before the test, outside PyTorch).
+        raise pytest.fail.Exception(
+            f"vramscope recorded no allocations in this test, so its memory gates cannot be checked: "
+            f"nothing the test did went through PyTorch's allocator while it was recorded (the trace: {trace})",
+            pytrace=False,
+        )
     if limit is not None:
-        peak = _peak(str(trace))
         if peak > limit:
             raise pytest.fail.Exception(
                 f"peak allocated memory {format_bytes(peak)} ({peak:,} bytes) passed the limit "

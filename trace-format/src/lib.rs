@@ -25,6 +25,7 @@ pub mod memory;
 pub mod model;
 pub mod progress;
 pub mod range;
+pub mod size;
 pub mod vtrace;
 
 pub use error::{Error, Result};

@@ -19,23 +19,6 @@ pub fn available() -> Option<u64> {
     }
 }
 
-/// Parses a size such as `1073741824`, `512M`, `2G` or `1.5GiB`.
-pub fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let scale = match unit.trim().to_ascii_lowercase().trim_end_matches("ib").trim_end_matches('b') {
-        "" => 1u64,
-        "k" => 1 << 10,
-        "m" => 1 << 20,
-        "g" => 1 << 30,
-        "t" => 1 << 40,
-        _ => return None,
-    };
-    (number.is_finite() && number >= 0.0).then_some((number * scale as f64) as u64)
-}
-
 /// What one read may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limit {
@@ -50,30 +33,27 @@ impl Limit {
     /// `VRAMSCOPE_MEMORY_LIMIT` when set (a size such as `2G`), else nine tenths of
     /// [`available`], else none.
     pub fn of_machine() -> Self {
-        if let Some(bytes) = std::env::var("VRAMSCOPE_MEMORY_LIMIT").ok().and_then(|v| parse_size(&v)) {
+        if let Some(Ok(bytes)) = Self::from_environment() {
             return Self { bytes, set: true };
         }
         Self { bytes: available().map_or(u64::MAX, |a| a / 10 * 9), set: false }
     }
 
+    /// `VRAMSCOPE_MEMORY_LIMIT` read as a size ([`crate::size::parse_size`]): `None` when it is
+    /// not set, an error in words when it is not a size (the command says so before it reads
+    /// anything; [`Limit::of_machine`] then goes by the machine).
+    pub fn from_environment() -> Option<Result<u64, String>> {
+        let value = std::env::var_os("VRAMSCOPE_MEMORY_LIMIT")?;
+        Some(
+            value
+                .to_str()
+                .ok_or_else(|| "VRAMSCOPE_MEMORY_LIMIT is not text".to_owned())
+                .and_then(|text| crate::size::parse_size(text).map_err(|e| format!("VRAMSCOPE_MEMORY_LIMIT: {e}"))),
+        )
+    }
+
     /// A limit of `bytes`, set by the caller.
     pub fn bytes(bytes: u64) -> Self {
         Self { bytes, set: true }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_parse_with_and_without_units() {
-        assert_eq!(parse_size("1024"), Some(1024));
-        assert_eq!(parse_size("512M"), Some(512 << 20));
-        assert_eq!(parse_size("2G"), Some(2 << 30));
-        assert_eq!(parse_size("1.5GiB"), Some(3 << 29));
-        assert_eq!(parse_size("3 kb"), Some(3 << 10));
-        assert_eq!(parse_size("lots"), None);
-        assert_eq!(parse_size("5X"), None);
     }
 }

@@ -138,28 +138,10 @@ fn with_words<'a>(advice: &'a Advice, scaling: Option<&'a ScalingFit>) -> Json<'
     }
 }
 
-/// Reads a size: a number of bytes, or with a unit (`80GiB`, `512MiB`, `40GB`, `1.5TiB`).
+/// Reads a size: a number of bytes, or with a unit (`80GiB`, `512M`, `40GB`: the one reading
+/// every face shares, [`vramscope_trace_format::size::parse_size`]).
 pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let scale: f64 = match unit.trim() {
-        "" | "B" => 1.0,
-        "KiB" | "K" => 1024.0,
-        "MiB" | "M" => 1024.0 * 1024.0,
-        "GiB" | "G" => 1024.0 * 1024.0 * 1024.0,
-        "TiB" | "T" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "KB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        other => return Err(format!("unknown unit {other:?}: use B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)")),
-    };
-    let value: f64 = number.trim().parse().map_err(|_| format!("{text:?} is not a size such as 80GiB"))?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("{text:?} is not a size"));
-    }
-    Ok((value * scale) as u64)
+    vramscope_trace_format::size::parse_size(text)
 }
 
 fn line(out: &mut dyn Write, p: &Projection, baseline: u64) -> std::io::Result<()> {

@@ -683,8 +683,9 @@ class _Recorder:
             self.closed = True
             self.file.close()
             # On the CPU, a process that never ran a model (a launcher such as torchrun's agent, a
-            # helper) is not the training: its allocations would only blur the picture.
-            if self.source == "cpu" and not self.roots:
+            # helper) is not the training: its allocations would only blur the picture. Inside
+            # the program (vramscope.record()) the block is what was asked for, model or not.
+            if self.source == "cpu" and not self.roots and not self.in_process:
                 os.remove(self.file.name)
 
     def forked(self):
