@@ -1,7 +1,7 @@
 //! Writing an output file atomically: through a temporary file beside it, renamed into place
 //! when complete, so that the output is never half-written and an existing file is replaced only
 //! when asked. The temporary file gets the permissions a new file gets (0666 less the umask, as
-//! with `>` in a shell), and an interrupting SIGINT, SIGTERM or SIGHUP removes it.
+//! with `>` in a shell), and an interrupting SIGINT, SIGTERM or SIGHUP, or an abort, removes it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

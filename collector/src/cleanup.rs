@@ -1,6 +1,7 @@
-//! Files to remove if the process is interrupted: `convert`, `report` and `record` write through
-//! a temporary file beside the output, and a Ctrl+C or a SIGTERM while one exists must not leave
-//! it behind. The handler (installed on first use, only where the signal still has its default
+//! Files to remove if the process is interrupted or dies: `convert`, `report` and `record` write
+//! through a temporary file beside the output, and a Ctrl+C, a SIGTERM, an abort (an allocation
+//! the system refused) or a SIGBUS (a mapped input cut short under us) while one exists must not
+//! leave it behind. The handler (installed on first use, only where the signal still has its default
 //! disposition) unlinks every registered path, then lets the signal end the process as it would
 //! have.
 #![allow(unsafe_code)]
@@ -14,7 +15,7 @@ use libc::{c_char, c_int};
 
 /// Temporary files at once, at most (one per output being written).
 const SLOTS: usize = 64;
-const SIGNALS: [c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+const SIGNALS: [c_int; 5] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGABRT, libc::SIGBUS];
 
 static PATHS: [AtomicPtr<c_char>; SLOTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS];
 static INSTALL: Once = Once::new();

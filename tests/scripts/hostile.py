@@ -7,7 +7,8 @@ a 2 MB file can name one 40,000-entry list 32,000 times.
     python3 hostile.py OUT_DIR      -> OUT_DIR/*, OUT_DIR/manifest.json
 
 Each manifest entry: file, exit (0 or 2), expect (a substring of stderr), seconds and rss_mib
-(the limits), and what a quadratic or copying importer would have cost. Standard library only.
+(the limits), the environment to run it in where it needs one (env), and what a quadratic or
+copying importer would have cost. Standard library only.
 """
 
 import gzip
@@ -105,6 +106,24 @@ def main(out_dir):
         f.write(b"[1700000000000000000, 2, 4096, 3]]")
     manifest.append({"file": "huge.raw.json.gz", "exit": 0, "expect": "it is shown as device 0", "seconds": 60,
                      "rss_mib": 2500})
+
+    # The same gigabyte in records of 10 bytes (107 million of them, 2 MB of gzip): read within
+    # the 4 GiB address space the test gives, never an abort of the allocator.
+    record = b"[1,2,3,4],"
+    with gzip.open(os.path.join(out_dir, "short.raw.json.gz"), "wb", compresslevel=9) as f:
+        f.write(b"[")
+        chunk = record * (MIB // len(record))
+        for _ in range(1024):
+            f.write(chunk)
+        f.write(b"[1,2,3,4]]")
+    manifest.append({"file": "short.raw.json.gz", "exit": 0, "expect": "it is shown as device 0", "seconds": 60,
+                     "rss_mib": 200})
+    # Records at distinct times (each one a sample) past the memory a read may take: refused,
+    # naming what needed it.
+    with gzip.open(os.path.join(out_dir, "distinct.raw.json.gz"), "wb", compresslevel=6) as f:
+        f.write(b"[" + b"".join(b"[%d,2,4096,%d]," % (t, t % 8) for t in range(2_000_000)) + b"[0,2,1,0]]")
+    manifest.append({"file": "distinct.raw.json.gz", "exit": 2, "env": {"VRAMSCOPE_MEMORY_LIMIT": "32M"},
+                     "expect": "the raw memory timeline's records would take", "seconds": 30, "rss_mib": 200})
 
     # Wrong types at the top level: an error naming the field.
     for name, snap, expect in [

@@ -263,23 +263,44 @@ pub struct Measured {
     pub peak_kib: u64,
 }
 
+/// The address space [`measured`] runs `vramscope` in (`ulimit -v`): what a small machine or a
+/// job scheduler gives, so that memory the input would take past it is refused cleanly, never an
+/// abort of the allocator.
+pub const MEASURED_ADDRESS_SPACE_BYTES: u64 = 4 << 30;
+
 /// Runs `vramscope` with arguments under a Python parent that reads the child's peak resident
-/// memory (`getrusage(RUSAGE_CHILDREN)`), with its stdout discarded.
+/// memory (`getrusage(RUSAGE_CHILDREN)`), with its stdout discarded and its address space limited
+/// to [`MEASURED_ADDRESS_SPACE_BYTES`].
 pub fn measured(args: &[&std::ffi::OsStr]) -> Measured {
+    measured_with(args, &[])
+}
+
+/// [`measured`] with environment variables set for `vramscope`.
+pub fn measured_with(args: &[&std::ffi::OsStr], env: &[(String, String)]) -> Measured {
     const CODE: &str = "import json, resource, subprocess, sys, time\n\
+        limit = int(sys.argv[2])\n\
         t = time.monotonic()\n\
-        r = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=open(sys.argv[1], 'wb'))\n\
+        r = subprocess.run(sys.argv[3:], stdout=subprocess.DEVNULL, stderr=open(sys.argv[1], 'wb'),\n\
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))\n\
         print(json.dumps({'code': r.returncode, 'seconds': time.monotonic() - t,\n\
                           'peak_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))";
     let dir = std::env::temp_dir().join(format!("vramscope-measured-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let err_path = dir.join(format!("{}.stderr", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
-    let output =
-        match Command::new(python()).arg("-c").arg(CODE).arg(&err_path).arg(vramscope_bin()).args(args).output() {
-            Ok(output) => output,
-            Err(e) => panic!("cannot run {}: {e}", python()),
-        };
+    let output = match Command::new(python())
+        .arg("-c")
+        .arg(CODE)
+        .arg(&err_path)
+        .arg(MEASURED_ADDRESS_SPACE_BYTES.to_string())
+        .arg(vramscope_bin())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+    {
+        Ok(output) => output,
+        Err(e) => panic!("cannot run {}: {e}", python()),
+    };
     let report: serde_json::Value = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("no measurement ({e}): {}", String::from_utf8_lossy(&output.stderr)));
     let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use vramscope_e2e::{measured, repo_root, run_python, vramscope, vramscope_bin, vramscope_command};
+use vramscope_e2e::{measured, measured_with, repo_root, run_python, vramscope, vramscope_bin, vramscope_command};
 
 fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
@@ -24,7 +24,11 @@ fn hostile_files_are_read_or_refused_within_bounds() {
     assert!(manifest.len() >= 15);
     for entry in &manifest {
         let file = dir.path().join(entry["file"].as_str().unwrap_or_default());
-        let run = measured(&["info".as_ref(), file.as_os_str()]);
+        let env: Vec<(String, String)> = entry["env"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
+            .unwrap_or_default();
+        let run = measured_with(&["info".as_ref(), file.as_os_str()], &env);
         let name = file.display();
         let expect = entry["expect"].as_str().unwrap_or_default();
         assert_eq!(run.code, entry["exit"].as_i64().map(|c| c as i32), "{name}: {}", run.stderr);
@@ -123,11 +127,12 @@ fn record_checks_its_output_first_and_files_follow_the_umask() {
     }
 }
 
-/// An interrupted `convert` leaves no temporary file behind (it reads standard input here, which
+/// An interrupted (or aborted) `convert` leaves no temporary file behind (it reads standard input here, which
 /// never ends, so the temporary file is there when the signal comes).
 #[test]
 fn an_interrupted_convert_leaves_nothing_behind() {
-    for signal in ["INT", "TERM"] {
+    // ABRT: what the allocator does when the system refuses it memory.
+    for signal in ["INT", "TERM", "ABRT"] {
         let dir = tempdir();
         let output = dir.path().join("out.vtrace");
         let mut child = vramscope_command()

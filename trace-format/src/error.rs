@@ -62,7 +62,7 @@ pub enum Error {
          and at most {} MiB may be used{}",
         needed_bytes >> 20,
         limit.bytes >> 20,
-        if limit.set { " (VRAMSCOPE_MEMORY_LIMIT)" } else { " (nine tenths of what the system reports available; VRAMSCOPE_MEMORY_LIMIT sets it)" }
+        limit.why()
     )]
     Memory {
         /// What needs the memory, in words.

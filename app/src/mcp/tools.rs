@@ -200,7 +200,7 @@ pub const TOOLS: [Tool; 7] = [
                 (
                     "target_bytes",
                     json!({ "type": ["integer", "string"],
-                            "description": "The memory to fit under: bytes, or with a unit (80GiB). Default: the device's." }),
+                            "description": "The memory to fit under: bytes, or with a unit (80GiB or 80G binary, 80GB decimal). Default: the device's." }),
                     false,
                 ),
                 (

@@ -15,6 +15,7 @@ use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
 
 use super::Imported;
 use crate::error::{Error, Result};
+use crate::memory::{Budget, Limit};
 use crate::model::category::Category;
 use crate::model::counter::{CounterKind, CounterSample, CounterSeries};
 use crate::model::ids::{DeviceId, ProcessId};
@@ -86,10 +87,20 @@ fn empty_series(interner: &mut Interner) -> Vec<CounterSeries> {
         .collect()
 }
 
+/// A raw record as kept: its time, signed bytes and column. Records in a row at one time and
+/// in one column are kept as one, their bytes summed (a file of a billion alike records keeps
+/// one).
+#[derive(Clone, Copy, Debug)]
+struct RawRecord {
+    time_ns: i64,
+    bytes: i64,
+    column: u8,
+}
+
 /// The export as parsed: `[times, rows]`, or the raw records.
 enum Parsed {
     Timeline { times: Vec<i64>, rows: Vec<[i64; COLUMNS.len()]> },
-    Raw(Vec<[i64; 4]>),
+    Raw(Vec<RawRecord>),
 }
 
 /// An integer as JSON writes it (an integral float is accepted).
@@ -101,10 +112,25 @@ fn integer<E: serde::de::Error>(value: f64) -> Result<i64, E> {
     }
 }
 
-/// Reads a list of integers.
-struct Integers;
+/// `vec.push(item)`, the room for it counted against the read's budget first.
+fn push<T, E: serde::de::Error>(budget: &Budget, vec: &mut Vec<T>, item: T, what: &str) -> Result<(), E> {
+    budget.grow(vec, what).map_err(|e| E::custom(e.to_string()))?;
+    vec.push(item);
+    Ok(())
+}
 
-impl<'de> Visitor<'de> for Integers {
+/// Reads a list of integers.
+#[derive(Clone, Copy)]
+struct Integers<'b>(&'b Budget);
+
+impl<'de> DeserializeSeed<'de> for Integers<'_> {
+    type Value = Vec<i64>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> std::result::Result<Vec<i64>, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Integers<'_> {
     type Value = Vec<i64>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list of integers")
@@ -112,7 +138,7 @@ impl<'de> Visitor<'de> for Integers {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Vec<i64>, A::Error> {
         let mut out = Vec::new();
         while let Some(value) = seq.next_element::<Number>()? {
-            out.push(value.0);
+            push(self.0, &mut out, value.0, "a list of numbers")?;
         }
         Ok(out)
     }
@@ -143,12 +169,40 @@ impl<'de> Deserialize<'de> for Number {
     }
 }
 
-/// A row of `sizes` (`[0, c0 .. c7]`) or a raw record (`[t, action, bytes, category]`).
-struct Row(Vec<i64>);
+/// A raw record after the first two: exactly four integers, read without a list of its own.
+struct RecordSeed(usize);
 
-impl<'de> Deserialize<'de> for Row {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-        deserializer.deserialize_seq(Integers).map(Row)
+impl<'de> DeserializeSeed<'de> for RecordSeed {
+    type Value = [i64; 4];
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> std::result::Result<[i64; 4], D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RecordSeed {
+    type Value = [i64; 4];
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "raw memory timeline record {} as [time, action, bytes, category]", self.0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<[i64; 4], A::Error> {
+        use serde::de::Error as _;
+        let mut values = [0i64; 4];
+        for value in &mut values {
+            let Some(Number(v)) = seq.next_element::<Number>()? else {
+                return Err(A::Error::custom(format!(
+                    "raw memory timeline record {} is not [time, action, bytes, category]",
+                    self.0
+                )));
+            };
+            *value = v;
+        }
+        if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+            return Err(A::Error::custom(format!(
+                "raw memory timeline record {} is not [time, action, bytes, category]",
+                self.0
+            )));
+        }
+        Ok(values)
     }
 }
 
@@ -158,53 +212,58 @@ enum Second {
     Record(Vec<i64>),
 }
 
-struct SecondSeed;
+struct SecondSeed<'b>(&'b Budget);
 
-impl<'de> DeserializeSeed<'de> for SecondSeed {
+impl<'de> DeserializeSeed<'de> for SecondSeed<'_> {
     type Value = Second;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> std::result::Result<Second, D::Error> {
         deserializer.deserialize_seq(self)
     }
 }
 
-impl<'de> Visitor<'de> for SecondSeed {
+/// A row (a list) or a number, whichever comes.
+enum Item {
+    Row(Vec<i64>),
+    Number(i64),
+}
+
+struct ItemSeed<'b>(&'b Budget);
+
+impl<'de> DeserializeSeed<'de> for ItemSeed<'_> {
+    type Value = Item;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> std::result::Result<Item, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemSeed<'_> {
+    type Value = Item;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a row or a number")
+    }
+    fn visit_i64<E>(self, v: i64) -> std::result::Result<Item, E> {
+        Ok(Item::Number(v))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Item, E> {
+        i64::try_from(v).map(Item::Number).map_err(|_| E::custom(format!("{v} is too large")))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Item, E> {
+        integer(v).map(Item::Number)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> std::result::Result<Item, A::Error> {
+        Integers(self.0).visit_seq(seq).map(Item::Row)
+    }
+}
+
+impl<'de> Visitor<'de> for SecondSeed<'_> {
     type Value = Second;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list of rows or a record of numbers")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Second, A::Error> {
-        /// A row (a list) or a number, whichever comes.
-        enum Item {
-            Row(Vec<i64>),
-            Number(i64),
-        }
-        impl<'de> Deserialize<'de> for Item {
-            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-                struct V;
-                impl<'de> Visitor<'de> for V {
-                    type Value = Item;
-                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                        f.write_str("a row or a number")
-                    }
-                    fn visit_i64<E>(self, v: i64) -> std::result::Result<Item, E> {
-                        Ok(Item::Number(v))
-                    }
-                    fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Item, E> {
-                        i64::try_from(v).map(Item::Number).map_err(|_| E::custom(format!("{v} is too large")))
-                    }
-                    fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Item, E> {
-                        integer(v).map(Item::Number)
-                    }
-                    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> std::result::Result<Item, A::Error> {
-                        Integers.visit_seq(seq).map(Item::Row)
-                    }
-                }
-                deserializer.deserialize_any(V)
-            }
-        }
         let mut rows = Vec::new();
         let mut numbers = Vec::new();
-        while let Some(item) = seq.next_element::<Item>()? {
+        while let Some(item) = seq.next_element_seed(ItemSeed(self.0))? {
             match item {
                 Item::Row(row) if numbers.is_empty() => {
                     let i = rows.len();
@@ -218,9 +277,9 @@ impl<'de> Visitor<'de> for SecondSeed {
                             COLUMNS.len() + 1
                         ))
                     })?;
-                    rows.push(values);
+                    push(self.0, &mut rows, values, "memory timeline rows")?;
                 }
-                Item::Number(v) if rows.is_empty() => numbers.push(v),
+                Item::Number(v) if rows.is_empty() => push(self.0, &mut numbers, v, "a list of numbers")?,
                 _ => return Err(serde::de::Error::custom("the second list mixes rows and numbers")),
             }
         }
@@ -229,22 +288,26 @@ impl<'de> Visitor<'de> for SecondSeed {
 }
 
 /// Streams the outer list, keeping only numbers (never a tree of JSON values).
-struct Outer;
+struct Outer<'b>(&'b Budget);
 
-impl<'de> Visitor<'de> for Outer {
+impl<'de> Visitor<'de> for Outer<'_> {
     type Value = Parsed;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("[times, sizes] or [[t, action, bytes, category], ...]")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Parsed, A::Error> {
         use serde::de::Error as _;
-        let Some(Row(first)) = seq.next_element::<Row>()? else {
+        let Some(first) = seq.next_element_seed(Integers(self.0))? else {
             return Err(A::Error::custom("the list is empty"));
         };
-        let second = seq.next_element_seed(SecondSeed)?;
+        let second = seq.next_element_seed(SecondSeed(self.0))?;
+        let mut records = Vec::new();
         match second {
             // `[times, rows]`, or a single raw record.
-            None if first.len() == 4 => Ok(Parsed::Raw(vec![record(&first, 0).map_err(A::Error::custom)?])),
+            None if first.len() == 4 => {
+                keep_record(self.0, &mut records, &first, 0).map_err(A::Error::custom)?;
+                Ok(Parsed::Raw(records))
+            }
             None => Err(A::Error::custom("a list of one list of numbers is neither export")),
             Some(Second::Rows(rows)) => {
                 if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
@@ -253,10 +316,12 @@ impl<'de> Visitor<'de> for Outer {
                 Ok(Parsed::Timeline { times: first, rows })
             }
             Some(Second::Record(second)) => {
-                let mut records = vec![record(&first, 0).map_err(A::Error::custom)?];
-                records.push(record(&second, 1).map_err(A::Error::custom)?);
-                while let Some(Row(next)) = seq.next_element::<Row>()? {
-                    records.push(record(&next, records.len()).map_err(A::Error::custom)?);
+                keep_record(self.0, &mut records, &first, 0).map_err(A::Error::custom)?;
+                keep_record(self.0, &mut records, &second, 1).map_err(A::Error::custom)?;
+                let mut index = 2;
+                while let Some(next) = seq.next_element_seed(RecordSeed(index))? {
+                    keep_record(self.0, &mut records, &next, index).map_err(A::Error::custom)?;
+                    index += 1;
                 }
                 Ok(Parsed::Raw(records))
             }
@@ -264,9 +329,31 @@ impl<'de> Visitor<'de> for Outer {
     }
 }
 
-/// A raw record's four numbers.
-fn record(values: &[i64], i: usize) -> std::result::Result<[i64; 4], String> {
-    values.try_into().map_err(|_| format!("raw memory timeline record {i} is not [time, action, bytes, category]"))
+/// Checks raw record `i` (`[time, action, bytes, category]`) and keeps it: summed into the last
+/// one kept when it has the same time and column.
+fn keep_record(
+    budget: &Budget,
+    records: &mut Vec<RawRecord>,
+    values: &[i64],
+    i: usize,
+) -> std::result::Result<(), String> {
+    let &[time_ns, action, bytes, category] = values else {
+        return Err(format!("raw memory timeline record {i} is not [time, action, bytes, category]"));
+    };
+    if !(1..=4).contains(&action) {
+        return Err(format!("raw memory timeline record {i} has unknown action {action}"));
+    }
+    let column = u8::try_from(category)
+        .ok()
+        .filter(|&c| usize::from(c) < COLUMNS.len())
+        .ok_or_else(|| format!("raw memory timeline record {i} has unknown category {category}"))?;
+    if let Some(last) = records.last_mut().filter(|r| r.time_ns == time_ns && r.column == column) {
+        last.bytes = last.bytes.saturating_add(bytes);
+        return Ok(());
+    }
+    budget.grow(records, "the raw memory timeline's records").map_err(|e| e.to_string())?;
+    records.push(RawRecord { time_ns, bytes, column });
+    Ok(())
 }
 
 /// Reads the `.json` export (`[times_us, sizes]`), or the raw export's records (what
@@ -287,20 +374,24 @@ fn import_from<'de, R: serde_json::de::Read<'de>>(
     total: u64,
     progress: &dyn Progress,
 ) -> Result<Imported> {
-    let parsed = deserializer.deserialize_seq(Outer).and_then(|p| deserializer.end().map(|()| p)).map_err(|e| {
-        if e.is_data() {
-            Error::Structure(format!(
-                "not a memory timeline ([times, sizes] or [[t, action, bytes, category], ...]): {e}"
-            ))
-        } else {
-            Error::Json(e)
-        }
-    })?;
+    let budget = Budget::new(Limit::of_machine());
+    let parsed =
+        deserializer.deserialize_seq(Outer(&budget)).and_then(|p| deserializer.end().map(|()| p)).map_err(|e| {
+            if let Some(memory) = budget.take_failure() {
+                memory
+            } else if e.is_data() {
+                Error::Structure(format!(
+                    "not a memory timeline ([times, sizes] or [[t, action, bytes, category], ...]): {e}"
+                ))
+            } else {
+                Error::Json(e)
+            }
+        })?;
     if !progress.update(total, total) {
         return Err(Error::Cancelled);
     }
     match parsed {
-        Parsed::Raw(records) => import_raw_records(&records),
+        Parsed::Raw(records) => import_raw_records(records, &budget),
         Parsed::Timeline { times, rows } => {
             if times.len() != rows.len() {
                 return Err(Error::Structure(format!(
@@ -313,6 +404,7 @@ fn import_from<'de, R: serde_json::de::Read<'de>>(
             let mut series = empty_series(&mut interner);
             for (time_us, row) in times.iter().zip(&rows) {
                 for (s, &value) in series.iter_mut().zip(row) {
+                    budget.grow(&mut s.samples, "the memory timeline's samples")?;
                     s.samples.push(CounterSample { time_ns: time_us.saturating_mul(1000), value });
                 }
             }
@@ -321,35 +413,32 @@ fn import_from<'de, R: serde_json::de::Read<'de>>(
     }
 }
 
-fn import_raw_records(records: &[[i64; 4]]) -> Result<Imported> {
-    let mut parsed = Vec::with_capacity(records.len());
-    for (i, &[t, action, bytes, category]) in records.iter().enumerate() {
-        if !(1..=4).contains(&action) {
-            return Err(Error::Structure(format!("raw memory timeline record {i} has unknown action {action}")));
-        }
-        let column = usize::try_from(category).ok().filter(|&c| c < COLUMNS.len()).ok_or_else(|| {
-            Error::Structure(format!("raw memory timeline record {i} has unknown category {category}"))
-        })?;
-        parsed.push((t, bytes, column));
-    }
+/// The raw records as a sample per category at each time it changes (and every category at the
+/// first time, where each series starts).
+fn import_raw_records(mut records: Vec<RawRecord>, budget: &Budget) -> Result<Imported> {
     // Memory that existed before profiling has time -1; like the profiler, date it at the first
     // real time.
-    let first_time = parsed.iter().map(|r| r.0).filter(|&t| t >= 0).min().unwrap_or(0);
-    let mut order: Vec<usize> = (0..parsed.len()).collect();
-    order.sort_by_key(|&i| if parsed[i].0 < 0 { first_time } else { parsed[i].0 });
+    let first_time = records.iter().map(|r| r.time_ns).filter(|&t| t >= 0).min().unwrap_or(0);
+    for r in &mut records {
+        r.time_ns = r.time_ns.max(first_time);
+    }
+    // In place: what happens at one time is summed, so the order within it does not matter.
+    records.sort_unstable_by_key(|r| r.time_ns);
     let mut interner = Interner::new();
     let mut series = empty_series(&mut interner);
     let mut totals = [0i64; COLUMNS.len()];
     let mut samples = 0usize;
     let mut i = 0;
-    while i < order.len() {
-        let time_ns = parsed[order[i]].0.max(first_time);
-        while i < order.len() && parsed[order[i]].0.max(first_time) == time_ns {
-            let (_, bytes, column) = parsed[order[i]];
-            totals[column] = totals[column].saturating_add(bytes);
+    while let Some(time_ns) = records.get(i).map(|r| r.time_ns) {
+        let mut changed = [samples == 0; COLUMNS.len()];
+        while let Some(r) = records.get(i).filter(|r| r.time_ns == time_ns) {
+            let column = usize::from(r.column);
+            totals[column] = totals[column].saturating_add(r.bytes);
+            changed[column] = true;
             i += 1;
         }
-        for (s, &total) in series.iter_mut().zip(&totals) {
+        for ((s, &total), _) in series.iter_mut().zip(&totals).zip(&changed).filter(|(_, c)| **c) {
+            budget.grow(&mut s.samples, "the memory timeline's samples")?;
             s.samples.push(CounterSample { time_ns, value: total });
         }
         samples += 1;
