@@ -149,6 +149,7 @@ pub fn growth_with(trace: &Trace, device: DeviceId, events: &crate::replay::Devi
     let end_ns = boundary_ns[m];
     // Allocated bytes before the event visited.
     let mut before = 0;
+    let two_step = trace.frees_in_two_steps(device);
     let final_point = crate::replay::replay(trace, device, |event, point| {
         let Some(e) = event.and_then(|i| trace.events.get(i)) else {
             before = point.allocated_bytes;
@@ -166,7 +167,7 @@ pub fn growth_with(trace: &Trace, device: DeviceId, events: &crate::replay::Devi
             EventKind::Alloc => {
                 alive.insert(e.address, (e.time_ns, e.size_bytes, e.stack));
             }
-            EventKind::FreeCompleted => {
+            EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(two_step) => {
                 alive.remove(&e.address);
             }
             _ => {}
@@ -487,6 +488,8 @@ fn periods_free_what_they_allocate(trace: &Trace, events: &crate::replay::Device
     let mut allocated = vec![0u64; periods];
     let mut freed = vec![0u64; periods];
     let mut open: HashMap<u64, (usize, u64)> = HashMap::default();
+    let two_step =
+        events.first().and_then(|i| trace.events.get(i as usize)).is_some_and(|e| trace.frees_in_two_steps(e.device));
     for e in events.iter().filter_map(|i| trace.events.get(i as usize)) {
         let period = boundaries.partition_point(|&b| b <= e.time_ns);
         let Some(period) = period.checked_sub(1).filter(|&p| p < periods) else { continue };
@@ -495,7 +498,7 @@ fn periods_free_what_they_allocate(trace: &Trace, events: &crate::replay::Device
                 allocated[period] += e.size_bytes;
                 open.insert(e.address, (period, e.size_bytes));
             }
-            EventKind::FreeCompleted => {
+            EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(two_step) => {
                 if let Some((from, size)) = open.remove(&e.address)
                     && from == period
                 {

@@ -42,6 +42,9 @@ pub struct SegmentAt {
     pub pool_id: (u64, u64),
     /// Indices into [`Instant::blocks`] of the blocks inside, by address.
     pub blocks: Vec<usize>,
+    /// Indices into [`Instant::awaiting`] of the blocks inside that the program freed and that
+    /// wait for their streams, by address.
+    pub awaiting: Vec<usize>,
     /// Its fragmentation.
     pub fragmentation: Fragmentation,
 }
@@ -53,8 +56,11 @@ pub struct Instant {
     pub event: Option<usize>,
     /// When.
     pub time_ns: i64,
-    /// Live blocks, largest first.
+    /// Live blocks (allocated: not freed by the program), largest first.
     pub blocks: Vec<AttributedBlock>,
+    /// Blocks the program freed that still wait for their streams (active, not allocated),
+    /// largest first.
+    pub awaiting: Vec<LiveBlock>,
     /// Bytes by category.
     pub by_category: BTreeMap<Category, u64>,
     /// Bytes by tag name (blocks without a tag are not counted).
@@ -71,7 +77,13 @@ pub struct Instant {
 /// Works out the state of `device` right after event `event` (before the first when `None`), at
 /// `time_ns` (sources without events, like the memory timeline, have only the time).
 pub fn instant(trace: &Trace, device: DeviceId, event: Option<usize>, time_ns: i64) -> Instant {
-    let live = peak::live_at(trace, device, event);
+    let events = super::replay::device_events(trace, device);
+    let initial = super::replay::initial_state(trace, device, &events);
+    let (mut live, mut awaiting) = (Vec::new(), Vec::new());
+    peak::live_and_awaiting_at_each_from(trace, &events, &initial, &[event], |_, blocks, waiting| {
+        live = blocks;
+        awaiting = waiting;
+    });
     let mut attributor = Attributor::new(trace, device);
     let mut blocks: Vec<AttributedBlock> = live
         .into_iter()
@@ -115,12 +127,12 @@ pub fn instant(trace: &Trace, device: DeviceId, event: Option<usize>, time_ns: i
     let mut by_metadata: Vec<(StringId, u64, usize)> = metadata.into_iter().map(|(k, (b, n))| (k, b, n)).collect();
     by_metadata.sort_by_key(|b| std::cmp::Reverse(b.1));
     blocks.sort_by(|a, b| b.block.size_bytes.cmp(&a.block.size_bytes).then(a.block.address.cmp(&b.block.address)));
-    let segments = segments_at(trace, device, event, &blocks);
+    let segments = segments_at(trace, device, event, &blocks, &awaiting);
     let mut total = Fragmentation::default();
     for s in &segments {
         total.add(&s.fragmentation);
     }
-    Instant { event, time_ns, blocks, by_category, by_name, by_metadata, segments, total }
+    Instant { event, time_ns, blocks, awaiting, by_category, by_name, by_metadata, segments, total }
 }
 
 /// What PyTorch attached to a block's allocation: its `torch.compile` context and user metadata
@@ -152,7 +164,13 @@ impl Shape {
     }
 }
 
-fn segments_at(trace: &Trace, device: DeviceId, event: Option<usize>, blocks: &[AttributedBlock]) -> Vec<SegmentAt> {
+fn segments_at(
+    trace: &Trace,
+    device: DeviceId,
+    event: Option<usize>,
+    blocks: &[AttributedBlock],
+    awaiting: &[LiveBlock],
+) -> Vec<SegmentAt> {
     let mut segments: BTreeMap<u64, Shape> = BTreeMap::new();
     if !trace.segments.is_empty() {
         // A snapshot: its final state, with the segment events after the instant undone.
@@ -198,29 +216,56 @@ fn segments_at(trace: &Trace, device: DeviceId, event: Option<usize>, blocks: &[
     }
     let mut by_address: Vec<usize> = (0..blocks.len()).collect();
     by_address.sort_by_key(|&i| blocks.get(i).map_or(0, |b| b.block.address));
-    let mut out = Vec::with_capacity(segments.len());
-    for (address, Shape { size_bytes, pool, stream, pool_id }) in segments {
-        let end = address.saturating_add(size_bytes);
-        let first = by_address.partition_point(|&i| blocks.get(i).is_some_and(|b| b.block.address < address));
-        let inside: Vec<usize> = by_address
+    let mut awaiting_by_address: Vec<usize> = (0..awaiting.len()).collect();
+    awaiting_by_address.sort_by_key(|&i| awaiting.get(i).map_or(0, |b| b.address));
+    // The indices (into `list`, sorted by `address_of`) of what lies in `address..end`.
+    fn inside<T>(order: &[usize], list: &[T], address_of: impl Fn(&T) -> u64, address: u64, end: u64) -> Vec<usize> {
+        let first = order.partition_point(|&i| list.get(i).is_some_and(|b| address_of(b) < address));
+        order
             .get(first..)
             .unwrap_or_default()
             .iter()
             .copied()
-            .take_while(|&i| blocks.get(i).is_some_and(|b| b.block.address < end))
-            .collect();
+            .take_while(|&i| list.get(i).is_some_and(|b| address_of(b) < end))
+            .collect()
+    }
+    let mut out = Vec::with_capacity(segments.len());
+    for (address, Shape { size_bytes, pool, stream, pool_id }) in segments {
+        let end = address.saturating_add(size_bytes);
+        let allocated = inside(&by_address, blocks, |b| b.block.address, address, end);
+        let waiting = inside(&awaiting_by_address, awaiting, |b| b.address, address, end);
         let mut f = Fragmentation { reserved_bytes: size_bytes, ..Fragmentation::default() };
-        let mut cursor = address;
-        for b in inside.iter().filter_map(|&i| blocks.get(i)) {
-            f.largest_free_bytes = f.largest_free_bytes.max(b.block.address.saturating_sub(cursor));
+        for b in allocated.iter().filter_map(|&i| blocks.get(i)) {
             f.allocated_bytes += b.block.size_bytes;
             f.requested_bytes += b.block.requested_bytes;
             f.free_internal_bytes += b.block.size_bytes.saturating_sub(b.block.requested_bytes);
-            cursor = cursor.max(b.block.address.saturating_add(b.block.size_bytes));
+        }
+        f.awaiting_free_bytes = waiting.iter().filter_map(|&i| awaiting.get(i)).map(|b| b.size_bytes).sum();
+        // Free ranges lie between what is taken: allocated blocks and blocks awaiting their streams.
+        let mut taken: Vec<(u64, u64)> = allocated
+            .iter()
+            .filter_map(|&i| blocks.get(i))
+            .map(|b| (b.block.address, b.block.size_bytes))
+            .chain(waiting.iter().filter_map(|&i| awaiting.get(i)).map(|b| (b.address, b.size_bytes)))
+            .collect();
+        taken.sort_unstable();
+        let mut cursor = address;
+        for (at, size) in taken {
+            f.largest_free_bytes = f.largest_free_bytes.max(at.saturating_sub(cursor));
+            cursor = cursor.max(at.saturating_add(size));
         }
         f.largest_free_bytes = f.largest_free_bytes.max(end.saturating_sub(cursor));
-        f.free_external_bytes = size_bytes.saturating_sub(f.allocated_bytes);
-        out.push(SegmentAt { address, size_bytes, pool, stream, pool_id, blocks: inside, fragmentation: f });
+        f.free_external_bytes = size_bytes.saturating_sub(f.allocated_bytes).saturating_sub(f.awaiting_free_bytes);
+        out.push(SegmentAt {
+            address,
+            size_bytes,
+            pool,
+            stream,
+            pool_id,
+            blocks: allocated,
+            awaiting: waiting,
+            fragmentation: f,
+        });
     }
     out
 }

@@ -5,8 +5,11 @@
 //! - Where the source reports the allocator's running totals after each event (a profiler
 //!   trace's `Total Allocated`), allocated memory equals them after every event, except where
 //!   the trace itself says it cannot ([`TotalsAgreement::above`]).
-//! - No peak is below the state the trace ends in (allocated and reserved), and no allocated
-//!   peak is above the most the totals ever report.
+//! - No peak is below the state the trace ends in (allocated, active and reserved), and no
+//!   allocated peak is above the most the totals ever report.
+//! - Allocated memory is PyTorch's `memory_allocated()`: blocks freed by the program and waiting
+//!   for their streams are active, not allocated, at the end and at the peak alike (the replay's
+//!   end agrees with the final segment state on both, where the trace has one).
 //!
 //! [`TotalsAgreement::above`]: vramscope_trace_format::TotalsAgreement::above
 
@@ -20,14 +23,31 @@ pub fn violations(trace: &Trace) -> Vec<String> {
     for device in trace.devices() {
         let label = trace.metadata.device_label(device);
         let peaks = peak::peaks(trace, device);
-        let end = match segments::final_state(trace, device) {
+        let final_state = segments::final_state(trace, device);
+        let end = match &final_state {
             Some(state) => (state.total.allocated_bytes, state.total.reserved_bytes),
             None => (peaks.end.allocated_bytes, peaks.end.reserved_bytes),
+        };
+        let active_end = match &final_state {
+            Some(state) => state.total.allocated_bytes.saturating_add(state.total.awaiting_free_bytes),
+            None => peaks.end.active_bytes,
         };
         if peaks.allocated.bytes < end.0 {
             found.push(format!(
                 "{label}: the allocated peak ({} B) is below the allocated memory at the end ({} B)",
                 peaks.allocated.bytes, end.0
+            ));
+        }
+        if peaks.active.bytes < active_end {
+            found.push(format!(
+                "{label}: the active peak ({} B) is below the active memory at the end ({active_end} B)",
+                peaks.active.bytes
+            ));
+        }
+        if peaks.active.bytes < peaks.allocated.bytes {
+            found.push(format!(
+                "{label}: the active peak ({} B) is below the allocated peak ({} B)",
+                peaks.active.bytes, peaks.allocated.bytes
             ));
         }
         if peaks.reserved.bytes < end.1 {

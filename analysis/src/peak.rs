@@ -25,6 +25,8 @@ pub struct Peak {
 pub struct Peaks {
     /// Peak of allocated bytes.
     pub allocated: Peak,
+    /// Peak of active bytes (allocated, and freed but waiting for streams).
+    pub active: Peak,
     /// Peak of requested bytes.
     pub requested: Peak,
     /// Peak of reserved bytes.
@@ -54,6 +56,7 @@ pub fn peaks_from(trace: &Trace, device: DeviceId, events: &replay::DeviceEvents
     let end = replay::replay_with(trace, device, events, initial, |event, p| {
         let first = peaks.points == 0;
         raise(&mut peaks.allocated, p.allocated_bytes, event, p.time_ns, first);
+        raise(&mut peaks.active, p.active_bytes, event, p.time_ns, first);
         raise(&mut peaks.requested, p.requested_bytes, event, p.time_ns, first);
         raise(&mut peaks.reserved, p.reserved_bytes, event, p.time_ns, first);
         peaks.points += 1;
@@ -112,7 +115,23 @@ pub fn live_at_each_from(
     targets: &[Option<usize>],
     mut visit: impl FnMut(usize, Vec<LiveBlock>),
 ) {
+    live_and_awaiting_at_each_from(trace, events, initial, targets, |k, blocks, _| visit(k, blocks));
+}
+
+/// [`live_at_each_from`], with the blocks the program freed that still wait for their streams
+/// at each target too (`visit(k, allocated, awaiting)`): they are not allocated, and they still
+/// take their place in their segment.
+pub fn live_and_awaiting_at_each_from(
+    trace: &Trace,
+    events: &replay::DeviceEvents,
+    initial: &replay::Initial,
+    targets: &[Option<usize>],
+    mut visit: impl FnMut(usize, Vec<LiveBlock>, Vec<LiveBlock>),
+) {
+    let two_step =
+        events.first().and_then(|i| trace.events.get(i as usize)).is_some_and(|e| trace.frees_in_two_steps(e.device));
     let mut live: HashMap<u64, LiveBlock> = HashMap::default();
+    let mut awaiting: HashMap<u64, LiveBlock> = HashMap::default();
     let mut unaddressed = Vec::new();
     for block in &initial.blocks {
         let stack = block.stack(trace);
@@ -123,20 +142,25 @@ pub fn live_at_each_from(
             alloc_event: None,
             stack,
         };
-        if block.address == 0 {
+        if block.awaiting {
+            awaiting.insert(block.address, live_block);
+        } else if block.address == 0 {
             unaddressed.push(live_block);
         } else {
             live.insert(block.address, live_block);
         }
     }
-    let emit = |k: usize, live: &HashMap<u64, LiveBlock>, visit: &mut dyn FnMut(usize, Vec<LiveBlock>)| {
-        let mut blocks: Vec<LiveBlock> = live.values().copied().chain(unaddressed.iter().copied()).collect();
+    let sorted = |blocks: &HashMap<u64, LiveBlock>, extra: &[LiveBlock]| {
+        let mut blocks: Vec<LiveBlock> = blocks.values().copied().chain(extra.iter().copied()).collect();
         blocks.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.address.cmp(&b.address)));
-        visit(k, blocks);
+        blocks
+    };
+    let mut emit = |k: usize, live: &HashMap<u64, LiveBlock>, awaiting: &HashMap<u64, LiveBlock>| {
+        visit(k, sorted(live, &unaddressed), sorted(awaiting, &[]));
     };
     let mut next = 0usize;
     while targets.get(next).is_some_and(Option::is_none) {
-        emit(next, &live, &mut visit);
+        emit(next, &live, &awaiting);
         next += 1;
     }
     let mut position = 0usize;
@@ -158,13 +182,18 @@ pub fn live_at_each_from(
                         },
                     );
                 }
-                EventKind::FreeCompleted => {
-                    live.remove(&e.address);
+                EventKind::FreeRequested | EventKind::FreeCompleted => {
+                    let ended = if e.ends_allocation(two_step) { live.remove(&e.address) } else { None };
+                    if e.kind == EventKind::FreeCompleted {
+                        awaiting.remove(&e.address);
+                    } else if let Some(block) = ended {
+                        awaiting.insert(e.address, block);
+                    }
                 }
                 _ => {}
             }
         }
-        emit(next, &live, &mut visit);
+        emit(next, &live, &awaiting);
         next += 1;
     }
 }

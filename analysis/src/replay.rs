@@ -1,7 +1,9 @@
 //! Replaying events into memory over time.
 //!
-//! allocated(t) counts blocks from their alloc until their free completes; requested(t) the same
-//! with requested sizes; reserved(t) counts mapped segments. A snapshot's trace is often only
+//! allocated(t) counts blocks from their alloc until the program frees them (PyTorch's
+//! `memory_allocated()`: a two-step free's request, else the free), active(t) until the free
+//! completes (PyTorch's `active_bytes`: blocks freed and still waiting for their streams too);
+//! requested(t) is allocated(t) with requested sizes; reserved(t) counts mapped segments. A snapshot's trace is often only
 //! the last part of a run (a ring buffer), so the replay starts from what was already there:
 //! blocks freed in the window without their alloc, blocks alive in the final segment state whose
 //! alloc is not in the window, and for profiler traces the running total the source reports.
@@ -17,8 +19,12 @@ use vramscope_trace_format::{BlockState, CounterKind, DeviceId, Event, EventKind
 pub struct Point {
     /// When.
     pub time_ns: i64,
-    /// Bytes of blocks allocated and not yet free-completed.
+    /// Bytes of blocks allocated and not yet freed by the program (PyTorch's
+    /// `memory_allocated()`).
     pub allocated_bytes: u64,
+    /// Those and the blocks freed by the program that wait for their streams (PyTorch's
+    /// `active_bytes`).
+    pub active_bytes: u64,
     /// The same with requested sizes.
     pub requested_bytes: u64,
     /// Bytes of mapped segments.
@@ -34,10 +40,14 @@ pub struct PreexistingBlock {
     pub size_bytes: u64,
     /// Its requested size.
     pub requested_bytes: u64,
-    /// Index of the event that frees it, if the trace frees it.
+    /// Index of the event that ends its allocation (the program's free), if the trace has it;
+    /// for a block waiting for its streams before the first event, the free's completion.
     pub freed_by: Option<usize>,
     /// Index in the final segment state (segment, block) it comes from, if any.
     pub final_block: Option<(usize, usize)>,
+    /// Freed by the program before the first event and still waiting for its streams then:
+    /// active, not allocated.
+    pub awaiting: bool,
 }
 
 /// What the replay of one device starts from.
@@ -68,18 +78,24 @@ impl Initial {
             requested_bytes: requested,
             freed_by: None,
             final_block: None,
+            awaiting: false,
         };
         Self { blocks: vec![block], reserved_bytes: reserved }
     }
 
     /// Allocated bytes before the first event.
     pub fn allocated_bytes(&self) -> u64 {
+        self.blocks.iter().filter(|b| !b.awaiting).map(|b| b.size_bytes).sum()
+    }
+
+    /// Active bytes before the first event: allocated, and freed but waiting for streams.
+    pub fn active_bytes(&self) -> u64 {
         self.blocks.iter().map(|b| b.size_bytes).sum()
     }
 
-    /// Requested bytes before the first event.
+    /// Requested bytes before the first event (of the allocated blocks).
     pub fn requested_bytes(&self) -> u64 {
-        self.blocks.iter().map(|b| b.requested_bytes).sum()
+        self.blocks.iter().filter(|b| !b.awaiting).map(|b| b.requested_bytes).sum()
     }
 }
 
@@ -230,45 +246,55 @@ fn removes_reserved(kind: EventKind) -> bool {
     matches!(kind, EventKind::SegmentFree | EventKind::SegmentUnmap)
 }
 
+/// What [`initial_state`] knows of an address while it walks the events.
+#[derive(Clone, Copy)]
+struct Seen {
+    /// The pre-existing block the address holds, if it is one.
+    before: Option<usize>,
+}
+
 /// Works out what a device's replay starts from.
 pub fn initial_state(trace: &Trace, device: DeviceId, events: &DeviceEvents) -> Initial {
+    let two_step = trace.frees_in_two_steps(device);
     let mut initial = Initial::default();
     // Blocks: an address whose first block event frees it was allocated before the window.
-    // The value is the index of the pre-existing block the address holds, if it is one.
-    let mut live: HashMap<u64, Option<usize>> = HashMap::default();
+    let mut live: HashMap<u64, Seen> = HashMap::default();
     let mut segments_live: BTreeMap<u64, u64> = BTreeMap::new();
+    let pre = |e: &Event, freed_by: Option<usize>, awaiting: bool| PreexistingBlock {
+        address: e.address,
+        size_bytes: e.size_bytes,
+        requested_bytes: e.requested_bytes(),
+        freed_by,
+        final_block: None,
+        awaiting,
+    };
     for i in events.iter().map(|i| i as usize) {
         let Some(e) = trace.events.get(i) else { continue };
         match e.kind {
             EventKind::Alloc => {
-                live.insert(e.address, None);
+                live.insert(e.address, Seen { before: None });
             }
-            EventKind::FreeRequested => {
-                if let std::collections::hash_map::Entry::Vacant(slot) = live.entry(e.address) {
-                    slot.insert(Some(initial.blocks.len()));
-                    initial.blocks.push(PreexistingBlock {
-                        address: e.address,
-                        size_bytes: e.size_bytes,
-                        requested_bytes: e.requested_bytes(),
-                        freed_by: None,
-                        final_block: None,
-                    });
+            EventKind::FreeRequested => match live.entry(e.address) {
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(Seen { before: Some(initial.blocks.len()) });
+                    initial.blocks.push(pre(e, Some(i), false));
                 }
-            }
-            EventKind::FreeCompleted => match live.remove(&e.address) {
-                Some(Some(index)) => {
-                    if let Some(block) = initial.blocks.get_mut(index) {
-                        block.freed_by = Some(i);
+                std::collections::hash_map::Entry::Occupied(slot) => {
+                    if let Some(block) = slot.get().before.and_then(|k| initial.blocks.get_mut(k)) {
+                        block.freed_by.get_or_insert(i);
                     }
                 }
-                Some(None) => {}
-                None => initial.blocks.push(PreexistingBlock {
-                    address: e.address,
-                    size_bytes: e.size_bytes,
-                    requested_bytes: e.requested_bytes(),
-                    freed_by: Some(i),
-                    final_block: None,
-                }),
+            },
+            EventKind::FreeCompleted => match live.remove(&e.address) {
+                Some(Seen { before: Some(index) }) => {
+                    if let Some(block) = initial.blocks.get_mut(index) {
+                        block.freed_by.get_or_insert(i);
+                    }
+                }
+                Some(Seen { before: None }) => {}
+                // Of a two-step free, the completion of one requested before the window: the
+                // block was active then, not allocated.
+                None => initial.blocks.push(pre(e, Some(i), two_step)),
             },
             k if adds_reserved(k) => {
                 segments_live.insert(e.address, e.size_bytes);
@@ -279,7 +305,8 @@ pub fn initial_state(trace: &Trace, device: DeviceId, events: &DeviceEvents) -> 
             _ => {}
         }
     }
-    // Blocks alive in the final state without a live alloc at the end were alive all along.
+    // Blocks alive in the final state without a live alloc at the end were alive all along
+    // (allocated, or freed and waiting for their streams).
     for (si, segment) in trace.segments.iter().enumerate() {
         if segment.device != device {
             continue;
@@ -295,17 +322,18 @@ pub fn initial_state(trace: &Trace, device: DeviceId, events: &DeviceEvents) -> 
                     requested_bytes: block.requested_bytes,
                     freed_by: None,
                     final_block: Some((si, bi)),
+                    awaiting: block.state == BlockState::ActivePendingFree,
                 }),
                 // Freed in the window, allocated before it, and still waiting for its stream at
                 // the end: the final state knows its real size (the free only an estimate).
-                Some(Some(index)) => {
-                    if let Some(pending) = initial.blocks.get_mut(*index).filter(|b| b.freed_by.is_none()) {
+                Some(Seen { before: Some(index) }) => {
+                    if let Some(pending) = initial.blocks.get_mut(*index).filter(|b| !b.awaiting) {
                         pending.size_bytes = block.size_bytes;
                         pending.requested_bytes = block.requested_bytes;
                         pending.final_block = Some((si, bi));
                     }
                 }
-                Some(None) => {}
+                Some(Seen { before: None }) => {}
             }
         }
         // Reserved: the part of a final segment not covered by mappings live at the end.
@@ -326,6 +354,7 @@ pub fn initial_state(trace: &Trace, device: DeviceId, events: &DeviceEvents) -> 
                 requested_bytes: reported - known,
                 freed_by: None,
                 final_block: None,
+                awaiting: false,
             });
         }
     }
@@ -404,16 +433,18 @@ pub fn replay_from(
     let mut point = Point {
         time_ns: first_time,
         allocated_bytes: initial.allocated_bytes(),
+        active_bytes: initial.active_bytes(),
         requested_bytes: initial.requested_bytes(),
         reserved_bytes: initial.reserved_bytes,
     };
+    let two_step = trace.frees_in_two_steps(device);
     if let Some(reader) = reserved_reader.as_mut() {
         point.reserved_bytes = reader.at(first_time).max(0) as u64;
     }
     visit(None, point);
     for i in events.iter().map(|i| i as usize) {
         let Some(e) = trace.events.get(i) else { continue };
-        apply(&mut point, e);
+        apply(&mut point, e, two_step);
         if let Some(reader) = reserved_reader.as_mut() {
             point.reserved_bytes = reader.at(e.time_ns).max(0) as u64;
         }
@@ -422,18 +453,25 @@ pub fn replay_from(
     point
 }
 
-pub(crate) fn apply(point: &mut Point, e: &Event) {
+/// The state after `e`, from the state before it; `two_step`: whether the device's frees come in
+/// two steps ([`Trace::frees_in_two_steps`]).
+pub(crate) fn apply(point: &mut Point, e: &Event, two_step: bool) {
     point.time_ns = e.time_ns;
     match e.kind {
         EventKind::Alloc => {
             point.allocated_bytes = point.allocated_bytes.saturating_add(e.size_bytes);
+            point.active_bytes = point.active_bytes.saturating_add(e.size_bytes);
             point.requested_bytes = point.requested_bytes.saturating_add(e.requested_bytes());
         }
-        EventKind::FreeCompleted => {
-            point.allocated_bytes = point.allocated_bytes.saturating_sub(e.size_bytes);
-            point.requested_bytes = point.requested_bytes.saturating_sub(e.requested_bytes());
+        EventKind::FreeRequested | EventKind::FreeCompleted => {
+            if e.ends_allocation(two_step) {
+                point.allocated_bytes = point.allocated_bytes.saturating_sub(e.size_bytes);
+                point.requested_bytes = point.requested_bytes.saturating_sub(e.requested_bytes());
+            }
+            if e.kind == EventKind::FreeCompleted {
+                point.active_bytes = point.active_bytes.saturating_sub(e.size_bytes);
+            }
         }
-        EventKind::FreeRequested => {}
         k if adds_reserved(k) => point.reserved_bytes = point.reserved_bytes.saturating_add(e.size_bytes),
         k if removes_reserved(k) => point.reserved_bytes = point.reserved_bytes.saturating_sub(e.size_bytes),
         _ => {}
@@ -467,6 +505,7 @@ fn replay_counters(trace: &Trace, device: DeviceId, mut visit: impl FnMut(Option
         point = Point {
             time_ns,
             allocated_bytes: total.max(0) as u64,
+            active_bytes: total.max(0) as u64,
             requested_bytes: total.max(0) as u64,
             reserved_bytes: reserved_reader.as_mut().map_or(0, |r| r.at(time_ns).max(0) as u64),
         };

@@ -1,9 +1,13 @@
 //! The allocator's segments and their fragmentation.
 //!
-//! The numbers follow PyTorch's `torch/cuda/_memory_viz.py` `segsum`, so they can be compared
-//! with it: a block counts as allocated only when `active_allocated`; its internal waste is
-//! `size - requested_size`; every other block (free, or freed and waiting for a stream) is
-//! external free space. So `reserved = requested + free_internal + free_external`.
+//! The numbers follow PyTorch's `torch/cuda/_memory_viz.py` `segsum` and its allocator, so they
+//! can be compared with them: a block counts as allocated only when `active_allocated` (what
+//! `memory_allocated()` and a segment's `allocated_size` count); its internal waste is
+//! `size - requested_size`; a block the program freed that waits for its streams
+//! (`active_pending_free`) is neither allocated nor free (it is active: PyTorch's `active_bytes`
+//! counts it, and nothing can use its memory until its streams are done), where `segsum` calls it
+//! free; an `inactive` block is external free space. So `reserved = requested + free_internal +
+//! awaiting_free + free_external`.
 
 use vramscope_trace_format::{BlockState, DeviceId, Segment, Trace};
 
@@ -12,12 +16,11 @@ use vramscope_trace_format::{BlockState, DeviceId, Segment, Trace};
 pub struct Fragmentation {
     /// Bytes reserved.
     pub reserved_bytes: u64,
-    /// Bytes of blocks allocated and not free-completed (`active_allocated`, and
-    /// `active_pending_free` ones).
+    /// Bytes of blocks allocated and not freed by the program (`active_allocated`).
     pub allocated_bytes: u64,
-    /// Of those, the bytes of blocks the program freed that still wait for their streams
-    /// (`active_pending_free`).
-    pub pending_free_bytes: u64,
+    /// Bytes of blocks the program freed that still wait for their streams
+    /// (`active_pending_free`): active, not allocated, not free either.
+    pub awaiting_free_bytes: u64,
     /// Requested bytes of the allocated blocks.
     pub requested_bytes: u64,
     /// `allocated - requested`: rounding waste inside allocated blocks.
@@ -33,7 +36,7 @@ impl Fragmentation {
     pub fn add(&mut self, other: &Self) {
         self.reserved_bytes = self.reserved_bytes.saturating_add(other.reserved_bytes);
         self.allocated_bytes = self.allocated_bytes.saturating_add(other.allocated_bytes);
-        self.pending_free_bytes = self.pending_free_bytes.saturating_add(other.pending_free_bytes);
+        self.awaiting_free_bytes = self.awaiting_free_bytes.saturating_add(other.awaiting_free_bytes);
         self.requested_bytes = self.requested_bytes.saturating_add(other.requested_bytes);
         self.free_internal_bytes = self.free_internal_bytes.saturating_add(other.free_internal_bytes);
         self.free_external_bytes = self.free_external_bytes.saturating_add(other.free_external_bytes);
@@ -57,11 +60,13 @@ pub fn segment_fragmentation(segment: &Segment) -> Fragmentation {
     let mut run = 0u64;
     let mut run_end = None;
     for block in &segment.blocks {
-        if block.state != BlockState::Inactive {
+        if block.state == BlockState::ActivePendingFree {
+            // Taken until its streams are done: it breaks a free range.
+            f.awaiting_free_bytes += block.size_bytes;
+            run = 0;
+            run_end = None;
+        } else if block.state == BlockState::ActiveAllocated {
             f.allocated_bytes += block.size_bytes;
-            if block.state == BlockState::ActivePendingFree {
-                f.pending_free_bytes += block.size_bytes;
-            }
             f.requested_bytes += block.requested_bytes;
             f.free_internal_bytes += block.size_bytes.saturating_sub(block.requested_bytes);
             run = 0;
@@ -136,14 +141,18 @@ mod tests {
             ],
         );
         let f = segment_fragmentation(&segment);
-        // The pending free still holds its memory: allocated, and not part of a free range.
-        assert_eq!(f.allocated_bytes, 512 + 1536 + rest);
-        assert_eq!(f.pending_free_bytes, 1536);
-        assert_eq!(f.requested_bytes, 100 + 1000 + rest);
-        assert_eq!(f.free_internal_bytes, 412 + 536);
+        // The pending free is not allocated (memory_allocated() dropped it at the request), and
+        // still holds its memory: not free, and not part of a free range.
+        assert_eq!(f.allocated_bytes, 512 + rest);
+        assert_eq!(f.awaiting_free_bytes, 1536);
+        assert_eq!(f.requested_bytes, 100 + rest);
+        assert_eq!(f.free_internal_bytes, 412);
         assert_eq!(f.free_external_bytes, 1024);
         assert_eq!(f.largest_free_bytes, 1024);
-        assert_eq!(f.reserved_bytes, f.requested_bytes + f.free_internal_bytes + f.free_external_bytes);
+        assert_eq!(
+            f.reserved_bytes,
+            f.requested_bytes + f.free_internal_bytes + f.awaiting_free_bytes + f.free_external_bytes
+        );
         assert_eq!(f.external_fragmentation(), 0.0);
     }
 }

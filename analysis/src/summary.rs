@@ -31,6 +31,9 @@ pub struct DeviceSummary {
     /// the largest free range (in the JSON as keys of the device's own).
     #[serde(flatten)]
     pub final_state: segments::Fragmentation,
+    /// The final state's active bytes: allocated, and freed by the program but waiting for their
+    /// streams (`awaiting_free_bytes`); PyTorch's `active_bytes`.
+    pub active_bytes: u64,
     /// Final state: segments of private pools (CUDA graphs, `MemPool`).
     pub private_pool_segments: usize,
     /// Final state: bytes reserved by private pools.
@@ -41,6 +44,11 @@ pub struct DeviceSummary {
     /// without a clock).
     #[serde(rename = "peak_allocated_time_us", serialize_with = "crate::micros::opt_ns_as_us")]
     pub peak_allocated_time_ns: Option<i64>,
+    /// Peak of active bytes (allocated, and freed but waiting for streams).
+    pub peak_active_bytes: u64,
+    /// When the active peak was first reached.
+    #[serde(rename = "peak_active_time_us", serialize_with = "crate::micros::opt_ns_as_us")]
+    pub peak_active_time_ns: Option<i64>,
     /// Peak of requested bytes.
     pub peak_requested_bytes: u64,
     /// Peak of reserved bytes.
@@ -176,10 +184,10 @@ fn device_summary_with(
         None => segments::Fragmentation {
             reserved_bytes: peaks.end.reserved_bytes,
             allocated_bytes: peaks.end.allocated_bytes,
-            pending_free_bytes: 0,
+            awaiting_free_bytes: peaks.end.active_bytes.saturating_sub(peaks.end.allocated_bytes),
             requested_bytes: peaks.end.requested_bytes,
             free_internal_bytes: peaks.end.allocated_bytes.saturating_sub(peaks.end.requested_bytes),
-            free_external_bytes: peaks.end.reserved_bytes.saturating_sub(peaks.end.allocated_bytes),
+            free_external_bytes: peaks.end.reserved_bytes.saturating_sub(peaks.end.active_bytes),
             largest_free_bytes: 0,
         },
     };
@@ -192,10 +200,13 @@ fn device_summary_with(
         events: of.events.len(),
         segments: final_state.as_ref().map_or(0, |s| s.segments),
         final_state: total,
+        active_bytes: total.allocated_bytes.saturating_add(total.awaiting_free_bytes),
         private_pool_segments: final_state.as_ref().map_or(0, |s| s.private_pool_segments),
         private_pool_reserved_bytes: final_state.as_ref().map_or(0, |s| s.private_pool_reserved_bytes),
         peak_allocated_bytes: peaks.allocated.bytes,
         peak_allocated_time_ns: time_on_clock(trace, &peaks.allocated),
+        peak_active_bytes: peaks.active.bytes,
+        peak_active_time_ns: time_on_clock(trace, &peaks.active),
         peak_requested_bytes: peaks.requested.bytes,
         peak_reserved_bytes: peaks.reserved.bytes,
         peak_reserved_time_ns: time_on_clock(trace, &peaks.reserved),

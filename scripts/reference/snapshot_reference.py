@@ -40,11 +40,30 @@ import sys
 # simple rule so that the Rust side has one unambiguous target.
 MIN_BLOCK = 512
 
-# Both spellings remove a block from the "active" timeline. Raw pickles only
-# ever contain free_completed; MemoryViz.js folds an adjacent
-# free_requested/free_completed pair into a synthetic 'free' event and matches
-# on both, so accept both here as well.
-FREE_ACTIONS = ("free_completed", "free")
+# PyTorch's allocator records a free in two steps: free_requested when the program frees the
+# block (CUDACachingAllocator's free(): allocated_bytes, what memory_allocated() reports, drops
+# there) and free_completed when the streams that used it are done (free_block(): active_bytes
+# drops there). MemoryViz.js folds an adjacent pair into a synthetic 'free' event; a trace with
+# no free_requested at all (a hand-made one) frees in one step.
+ONE_STEP_FREES = ("free",)
+
+
+def frees_in_two_steps(trace):
+    """Whether the trace records frees in two steps (any free_requested at all)."""
+    return any(e["action"] == "free_requested" for e in trace)
+
+
+def ends_allocation(action, two_step):
+    """Whether an entry ends its block's allocation: the program's free (memory_allocated()
+    drops there)."""
+    if action == "free_requested" or action in ONE_STEP_FREES:
+        return True
+    return action == "free_completed" and not two_step
+
+
+def ends_activity(action):
+    """Whether an entry ends its block's activity: the free completed (active_bytes drops)."""
+    return action == "free_completed" or action in ONE_STEP_FREES
 
 
 def round_block(size):
@@ -79,41 +98,42 @@ def iter_blocks(segment):
 
 
 def final_state(segments):
-    """The segsum numbers of torch/cuda/_memory_viz.py, per device, with one rule of
-    vramscope's own (DESIGN.md: allocated is what is not yet free-completed).
+    """The segsum numbers of torch/cuda/_memory_viz.py, per device, with PyTorch's allocator's
+    own definition for one kind of block.
 
-    segsum counts a block as allocated only when its state is 'active_allocated', and a block
-    freed by the program but still waiting on a record_stream event ('active_pending_free') as
-    external free space. That memory is still held, and the replay of the trace (here and in
-    MemoryViz's timeline) keeps it until free_completed, so a peak computed by the replay could
-    be above an end computed by segsum with nothing alive in between. One rule for both: a
-    pending free counts as allocated (with its requested size), and only 'inactive' blocks are
-    free space. Internal free space is the rounding slack of allocated blocks: size - requested.
+    segsum counts a block as allocated only when its state is 'active_allocated', as the
+    allocator's memory_allocated() and each segment's allocated_size do. A block freed by the
+    program but still waiting on its streams ('active_pending_free') is not allocated (its
+    free was requested) and counts in active_size; segsum calls it external free space, but
+    nothing can use it until its streams are done, so it is kept apart here: awaiting free.
+    Internal free space is the rounding slack of allocated blocks: size - requested. So
+    reserved = requested + internal + awaiting + external.
     """
-    reserved = allocated = requested = internal = external = pending = 0
+    reserved = allocated = requested = internal = external = awaiting = 0
     for seg in segments:
         reserved += seg["total_size"]
         for _addr, block in iter_blocks(seg):
-            if block["state"] in ("active_allocated", "active_pending_free"):
+            if block["state"] == "active_allocated":
                 req = block_requested(block)
                 allocated += block["size"]
                 requested += req
                 internal += block["size"] - req
-                if block["state"] == "active_pending_free":
-                    pending += block["size"]
+            elif block["state"] == "active_pending_free":
+                awaiting += block["size"]
             else:
                 external += block["size"]
     return {
         "segments": len(segments),
         "reserved_bytes": reserved,
         "allocated_bytes": allocated,
-        "pending_free_bytes": pending,
+        "awaiting_free_bytes": awaiting,
+        "active_bytes": allocated + awaiting,
         "requested_bytes": requested,
         "free_internal_bytes": internal,
         "free_external_bytes": external,
         # segsum asserts this is zero; a hand-made snapshot (mosaic) violates
         # it because its blocks do not tile their segments.
-        "segment_bytes_not_in_blocks": reserved - (requested + internal + external),
+        "segment_bytes_not_in_blocks": reserved - (requested + internal + awaiting + external),
     }
 
 
@@ -164,7 +184,7 @@ class Curve:
 
 def held_blocks(segments):
     """Final blocks by address that are still held at the end of the window: allocated,
-    or 'active_pending_free' (free_requested seen, free_completed not)."""
+    or 'active_pending_free' (free_requested seen, free_completed not): their sizes are exact."""
     held = {}
     for seg in segments:
         for addr, block in iter_blocks(seg):
@@ -176,41 +196,48 @@ def held_blocks(segments):
 def replay(trace, segments, range_us=None):
     """Peaks over the trace window, using MemoryViz.js's pre-window rule.
 
-    The trace is a ring buffer, so memory can be in use before its first
-    entry. MemoryViz (process_alloc_data) treats as "initially allocated":
-      1. a free whose address has no earlier alloc in the window, with the size
-         the free event carries;
-      2. every 'active_allocated' block of the final segments whose address is
-         not held by an alloc of the window that is still open at the end,
-         with the block's requested_size (here also 'active_pending_free'
-         blocks: see rule 2 below).
+    Allocated memory is the allocator's memory_allocated(): a block counts from its alloc to
+    the program's free (free_requested, where the trace has them); active memory (active_bytes)
+    to the free's completion (free_completed). The trace is a ring buffer, so memory can be in
+    use before its first entry. MemoryViz (process_alloc_data) treats as "initially
+    allocated":
+      1. a free whose address has no earlier alloc in the window, with the size the free event
+         carries (a completion without its request: active before the window, not allocated);
+      2. every 'active_allocated' block of the final segments whose address is not held by an
+         alloc of the window that is still open at the end, with the block's requested_size
+         (and here every 'active_pending_free' one likewise as active, not allocated).
     The same reasoning is applied to segments for the reserved curve.
     """
+    two_step = frees_in_two_steps(trace)
     times = [e.get("time_us", i) for i, e in enumerate(trace)]
     start_time = times[0] if trace else None
 
     final_held = held_blocks(segments)
 
-    # Pass 1: which allocs of the window are still open at the end. Their
-    # allocated size can be taken from the final block at that address, which
-    # is exact; otherwise only the rounded request is known (the allocator may
-    # have handed out a bigger block when the remainder was too small to split).
+    # Pass 1: which allocs of the window still hold their block at the end. Their size can be
+    # taken from the final block at that address, which is exact; otherwise only the rounded
+    # request is known (the allocator may have handed out a bigger block when the remainder
+    # was too small to split).
     open_alloc = {}
+    last_entry = {}   # addr -> index of its last entry
     for i, e in enumerate(trace):
         action = e["action"]
+        last_entry[e.get("addr")] = i
         if action == "alloc":
             open_alloc[e["addr"]] = i
-        elif action in FREE_ACTIONS:
+        elif ends_activity(action):
             open_alloc.pop(e["addr"], None)
     open_at_end = set(open_alloc.values())
 
     requested = Curve(start_time)
     allocated = Curve(start_time)
+    active = Curve(start_time)
     reserved = Curve(start_time)
-    pre_requested = pre_allocated = pre_reserved = 0
+    pre_requested = pre_allocated = pre_active = pre_reserved = 0
 
     allocated_after = []  # the allocated delta after each entry, for the phases' high points
-    live = {}        # addr -> (requested, allocated) of allocs opened in the window
+    live = {}        # addr -> (requested, allocated) of blocks allocated and not freed
+    awaiting = {}    # addr -> (requested, allocated) of blocks freed, waiting for their streams
     live_segs = {}   # addr -> size of segment_alloc'ed segments of the window
     net_mapped = 0   # bytes mapped minus unmapped (expandable segments)
     actions = {}
@@ -229,15 +256,30 @@ def replay(trace, segments, range_us=None):
             live[e["addr"]] = (req, alloc_size)
             requested.add(req, t)
             allocated.add(alloc_size, t)
-        elif action in FREE_ACTIONS:
+            active.add(alloc_size, t)
+        elif ends_allocation(action, two_step):
             entry = live.pop(e["addr"], None)
             if entry is None:
-                # Rule 1: allocated before the window, alive until now.
-                entry = (e["size"], round_block(e["size"]))
+                # Rule 1: allocated before the window, alive until now (its size is the final
+                # block's when it still waits for its streams at the end).
+                held = final_held.get(e["addr"]) if last_entry.get(e["addr"]) == i and action == "free_requested" else None
+                entry = (e["size"], held["size"] if held is not None else round_block(e["size"]))
                 pre_requested += entry[0]
                 pre_allocated += entry[1]
+                pre_active += entry[1]
             requested.add(-entry[0], t)
             allocated.add(-entry[1], t)
+            if ends_activity(action):
+                active.add(-entry[1], t)
+            else:
+                awaiting[e["addr"]] = entry
+        elif ends_activity(action):
+            entry = awaiting.pop(e["addr"], None)
+            if entry is None:
+                # Rule 1 for a completion: freed before the window, active until now.
+                entry = (e["size"], round_block(e["size"]))
+                pre_active += entry[1]
+            active.add(-entry[1], t)
         elif action == "segment_alloc":
             live_segs[e["addr"]] = e["size"]
             reserved.add(e["size"], t)
@@ -253,20 +295,20 @@ def replay(trace, segments, range_us=None):
         elif action == "segment_unmap":
             net_mapped -= e["size"]
             reserved.add(-e["size"], t)
-        # free_requested, oom, snapshot and unknown actions do not move the
-        # curves: the active timeline only drops when the block is returned.
+        # oom, snapshot and unknown actions do not move the curves.
         allocated_after.append(allocated.delta)
 
-    # Rule 2 for blocks. A block freed by the program but waiting for its stream
-    # ('active_pending_free') is still allocated: its free has not completed (the definition
-    # of allocated in DESIGN.md). MemoryViz leaves such blocks out of its initial level, but
-    # counts them while open when their alloc is in the window; counting them in both cases
-    # keeps a snapshot without history at its final state.
+    # Rule 2 for blocks: final blocks the window leaves unexplained were there all along.
     for seg in segments:
         for addr, block in iter_blocks(seg):
-            if block["state"] in ("active_allocated", "active_pending_free") and addr not in live:
+            if addr in live or addr in awaiting:
+                continue
+            if block["state"] == "active_allocated":
                 pre_requested += block_requested(block)
                 pre_allocated += block["size"]
+                pre_active += block["size"]
+            elif block["state"] == "active_pending_free":
+                pre_active += block["size"]
 
     # Rule 2 for segments. Expandable segments never produce segment_alloc or
     # segment_free; they grow and shrink with segment_map/segment_unmap, and
@@ -284,6 +326,7 @@ def replay(trace, segments, range_us=None):
 
     requested.baseline = pre_requested
     allocated.baseline = pre_allocated
+    active.baseline = pre_active
     reserved.baseline = pre_reserved
 
     in_range = {}
@@ -301,6 +344,7 @@ def replay(trace, segments, range_us=None):
         "_allocated_before": pre_allocated,
         "peak_allocated_bytes": allocated.peak(),
         "peak_allocated_time_us": allocated.best_time,
+        "peak_active_bytes": active.peak(),
         "peak_requested_bytes": requested.peak(),
         "peak_requested_time_us": requested.best_time,
         "peak_reserved_bytes": reserved.peak(),
@@ -309,11 +353,12 @@ def replay(trace, segments, range_us=None):
         "trace_last_time_us": times[-1] if trace else None,
         "actions": dict(sorted(actions.items())),
         # Where the replay ends; equals the final-state numbers when the trace
-        # and the segments agree (allocated: plus any active_pending_free
-        # blocks whose free was requested but not completed in the window).
+        # and the segments agree.
         "replay_end_allocated_bytes": allocated.end(),
+        "replay_end_active_bytes": active.end(),
         "replay_end_reserved_bytes": reserved.end(),
         "initial_allocated_bytes": pre_allocated,
+        "initial_active_bytes": pre_active,
         "initial_requested_bytes": pre_requested,
         "initial_reserved_bytes": pre_reserved,
     }
@@ -356,30 +401,35 @@ def categories_at(trace, segments, targets):
     before the first), or with `targets` None at the first instant allocated memory peaks
     (under the key None).
 
-    The live set follows the same rules as replay(): blocks freed in the window without
-    their alloc were alive from the start (no stack), final active blocks without an open
-    alloc were too (with the block's own frames), and each alloc is live until its
-    free_completed.
+    The live set follows the same rules as replay(): blocks the program freed in the window
+    without their alloc were alive from the start (no stack), final 'active_allocated' blocks
+    without an open alloc were too (with the block's own frames), and each alloc is live until
+    the program frees it (free_requested, or the one free of a trace without them).
     """
+    two_step = frees_in_two_steps(trace)
     final_held = held_blocks(segments)
-    open_alloc = {}
+    open_alloc = {}   # allocs that still hold their block at the end (for exact sizes)
     seen = set()
     pre = {}
     for i, e in enumerate(trace):
-        if e["action"] == "alloc":
+        action = e["action"]
+        if action == "alloc":
             open_alloc[e["addr"]] = i
             seen.add(e["addr"])
-        elif e["action"] in FREE_ACTIONS:
+        elif ends_allocation(action, two_step):
             if e["addr"] not in seen and e["addr"] not in pre:
                 pre[e["addr"]] = (round_block(e["size"]), [])
+            seen.add(e["addr"])
+            if ends_activity(action):
+                open_alloc.pop(e["addr"], None)
+        elif ends_activity(action):
+            seen.add(e["addr"])
             open_alloc.pop(e["addr"], None)
-        elif e["action"] == "free_requested" and e["addr"] not in seen and e["addr"] not in pre:
-            pre[e["addr"]] = (round_block(e["size"]), [])
     open_at_end = set(open_alloc.values())
     live = dict(pre)
     for seg in segments:
         for addr, block in iter_blocks(seg):
-            if block["state"] != "inactive" and addr not in open_alloc and addr not in live:
+            if block["state"] == "active_allocated" and addr not in open_alloc and addr not in live:
                 # Older snapshots keep the current allocation's frames first in `history`.
                 frames = block.get("frames")
                 if frames is None and block.get("history"):
@@ -397,7 +447,7 @@ def categories_at(trace, segments, targets):
             size = held["size"] if held is not None else round_block(e["size"])
             live[e["addr"]] = (size, e.get("frames") or [])
             total += size
-        elif action in FREE_ACTIONS:
+        elif ends_allocation(action, two_step):
             entry = live.pop(e["addr"], None)
             if entry is not None:
                 total -= entry[0]
@@ -429,10 +479,11 @@ def parameters_by_size(trace, segments, open_at_end):
     names those blocks parameters, when at least 4 blocks and nine tenths of the parameters'
     bytes are matched. Gradients first, then optimizer state.
     """
+    two_step = frees_in_two_steps(trace)
     held = {}
     for seg in segments:
         for addr, block in iter_blocks(seg):
-            if block["state"] != "inactive" and addr not in open_at_end:
+            if block["state"] == "active_allocated" and addr not in open_at_end:
                 held.setdefault(block_requested(block), []).append(addr)
     for category, per_parameter in (("gradient", 1), ("optimizer_state", 2)):
         alive, counts, total, most, at_most = {}, {}, 0, 0, {}
@@ -443,7 +494,7 @@ def parameters_by_size(trace, segments, open_at_end):
                 total += e["size"]
                 if total > most:
                     most, at_most = total, {k: v for k, v in counts.items() if v}
-            elif e["action"] in FREE_ACTIONS and e["addr"] in alive:
+            elif ends_allocation(e["action"], two_step) and e["addr"] in alive:
                 size = alive.pop(e["addr"])
                 counts[size] -= 1
                 total -= size

@@ -98,11 +98,13 @@ def vintages(out_dir):
     snap = {"segments": segments, "device_traces": [[]], "allocator_settings": settings,
             "external_annotations": []}
     name = dump(out_dir, "dump_snapshot_without_history.pickle", snap)
-    # Alive at the end: 8 MiB + 512 allocated, 1024 freed but waiting for its stream (still held
-    # until the free completes, so allocated at the peak and at the end alike).
+    # Alive at the end: 8 MiB + 512 allocated, 1024 freed but waiting for its stream (its free
+    # requested, so not allocated, as memory_allocated() says; active until the free completes),
+    # at the peak and at the end alike.
     manifest.append({"file": name, "note": "No allocation history", "reference": True, "devices": [
-        {"label": "cuda:0", "peak_allocated_bytes": 8 * MIB + 512 + 1024, "allocated_bytes": 8 * MIB + 512 + 1024,
-         "pending_free_bytes": 1024, "requested_bytes": 8_000_000 + 100 + 1000,
+        {"label": "cuda:0", "peak_allocated_bytes": 8 * MIB + 512, "allocated_bytes": 8 * MIB + 512,
+         "awaiting_free_bytes": 1024, "active_bytes": 8 * MIB + 512 + 1024, "peak_active_bytes": 8 * MIB + 512 + 1024,
+         "requested_bytes": 8_000_000 + 100,
          "peak_reserved_bytes": 22 * MIB, "reserved_bytes": 22 * MIB, "segments": 2}]})
 
     # --- The same on a machine with 8 GPUs, used on devices 0 and 3: device_traces has 8 empty
@@ -226,11 +228,13 @@ def vintages(out_dir):
     ]
     snap = {"segments": segments, "device_traces": [trace], "allocator_settings": settings}
     name = dump(out_dir, "cuda_graph_private_pool.pickle", snap)
-    # Before the window: the 6 MiB block (default pool) and its 20 MiB segment. The pending free
-    # is still allocated (its free never completed), at the peak and at the end.
+    # Before the window: the 6 MiB block (default pool) and its 20 MiB segment. The free of the
+    # second 2 MiB block was requested (allocated drops to 8 MiB there) and never completed (it
+    # stays active): the peak is 10 MiB at the second alloc, the end 8 MiB allocated and 10 active.
     manifest.append({"file": name, "reference": True, "oom_events": 1, "annotations": 2, "devices": [
-        {"label": "cuda:0", "peak_allocated_bytes": 10 * MIB, "allocated_bytes": 10 * MIB,
-         "pending_free_bytes": 2 * MIB, "private_pool_segments": 1,
+        {"label": "cuda:0", "peak_allocated_bytes": 10 * MIB, "allocated_bytes": 8 * MIB,
+         "awaiting_free_bytes": 2 * MIB, "active_bytes": 10 * MIB, "peak_active_bytes": 10 * MIB,
+         "private_pool_segments": 1,
          "private_pool_reserved_bytes": 20 * MIB, "peak_reserved_bytes": 44 * MIB, "reserved_bytes": 44 * MIB}]})
 
     # --- 2.14-era metadata: _set_memory_metadata (compact JSON), compile_context, an annotate

@@ -170,11 +170,13 @@ pub fn run_python_code(code: &str, args: &[&std::ffi::OsStr]) -> String {
 
 /// The per-device keys of `info --json` that the reference gives for a snapshot, whatever its
 /// vintage (times and categories aside).
-pub const SNAPSHOT_REFERENCE_KEYS: [&str; 10] = [
+pub const SNAPSHOT_REFERENCE_KEYS: [&str; 12] = [
     "segments",
     "reserved_bytes",
     "allocated_bytes",
-    "pending_free_bytes",
+    "awaiting_free_bytes",
+    "active_bytes",
+    "peak_active_bytes",
     "requested_bytes",
     "free_internal_bytes",
     "free_external_bytes",

@@ -19,6 +19,12 @@ MODE:
   lightning-manual      manual optimization (automatic_optimization=False, manual_backward,
                         clip_gradients, an lr scheduler stepped by hand), two optimizers (Adam for
                         the body, SGD with momentum for the head); 2 epochs
+  lightning-epoch-end   outputs kept for the epoch's end as Lightning 2's docs show (training_step
+                        appends loss.detach() to a list, validation_step appends its predictions;
+                        on_*_epoch_end stacks, logs and clears them), one epoch with a val loop
+                        (memory rises a little every step, so the run's last step is its peak)
+  lightning-workers     a DataLoader with num_workers=2 and persistent_workers (batches built in
+                        forked workers, handed over in shared memory), Adam; 2 epochs
   lbfgs                 a plain loop over mini-batches with torch.optim.LBFGS (max_iter=4,
                         history_size=8): optimizer.step(closure), the closure zeroing, forward,
                         backward; 2 epochs
@@ -28,7 +34,7 @@ MODE:
                         int64 labels; 2 epochs
   hf-gpt2               a transformers Trainer on GPT2LMHeadModel built from GPT2Config(n_layer=2,
                         n_embd=64, ...) (no download), causal-LM batches of dicts, AdamW with
-                        weight decay, gradient clipping, a linear schedule, evaluation every 4
+                        weight decay, gradient clipping, a linear schedule, evaluation every 8
                         steps with compute_metrics (so the eval logits are gathered); 2 epochs
 
 Each prints one JSON line at the end, with the bytes computed here:

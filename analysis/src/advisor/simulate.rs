@@ -176,8 +176,10 @@ impl Replayer {
             b
         };
         let initial = replay::initial_state(trace, device, &events);
+        let two_step = trace.frees_in_two_steps(device);
         let mut before: HashMap<u64, usize> = HashMap::default();
-        for p in &initial.blocks {
+        // Blocks waiting for their streams at the start are not allocated.
+        for p in initial.blocks.iter().filter(|p| !p.awaiting) {
             let b = add(&mut r, p.address, p.size_bytes, i64::MIN, p.stack(trace), false);
             r.changes.push(Change { time_ns: i64::MIN, order: 0, block: b, alloc: true });
             if p.address != 0 {
@@ -193,7 +195,7 @@ impl Replayer {
                 EventKind::Alloc => {
                     freed.insert(e.address, order);
                 }
-                EventKind::FreeCompleted => {
+                EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(two_step) => {
                     if let Some(at) = freed.remove(&e.address) {
                         is_freed[at] = true;
                     }
@@ -210,7 +212,7 @@ impl Replayer {
                     r.changes.push(Change { time_ns: e.time_ns, order, block: b, alloc: true });
                     live.insert(e.address, b);
                 }
-                EventKind::FreeCompleted => {
+                EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(two_step) => {
                     if let Some(b) = live.remove(&e.address).or_else(|| before.remove(&e.address)) {
                         r.changes.push(Change { time_ns: e.time_ns, order, block: b, alloc: false });
                     }

@@ -102,6 +102,8 @@ pub struct Attributor<'a> {
     /// Blocks (address, alloc time) that stand for memory the source's totals count and no
     /// event reports ([`event_flags::UNREPORTED`]).
     unreported: rustc_hash::FxHashSet<(u64, i64)>,
+    /// Whether the device's frees come in two steps: a block's lifetime ends at the request.
+    two_step: bool,
 }
 
 /// The blocks alive from before the recording to its end, and those of them whose sizes match
@@ -119,6 +121,7 @@ const MIN_SIZE_MATCHES: usize = 4;
 impl<'a> Attributor<'a> {
     /// Prepares attribution for the blocks of `device`.
     pub fn new(trace: &'a Trace, device: DeviceId) -> Self {
+        let two_step = trace.frees_in_two_steps(device);
         let mut tags: HashMap<u64, Vec<(i64, Category, StringId)>> = HashMap::default();
         for tag in trace.tags.iter().filter(|t| t.device == device) {
             tags.entry(tag.address).or_default().push((tag.time_ns, tag.category, tag.name));
@@ -174,7 +177,7 @@ impl<'a> Attributor<'a> {
                     EventKind::Alloc => {
                         live.insert(e.address, e.time_ns);
                     }
-                    EventKind::FreeCompleted => {
+                    EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(two_step) => {
                         if let Some(alloc_ns) = live.remove(&e.address) {
                             frees.insert((e.address, alloc_ns), e.time_ns);
                         }
@@ -227,6 +230,7 @@ impl<'a> Attributor<'a> {
             device,
             before_range,
             unreported,
+            two_step,
         }
     }
 
@@ -278,8 +282,12 @@ impl<'a> Attributor<'a> {
 
     fn find_persistent_with(&mut self, events: &crate::replay::DeviceEvents, initial: &crate::replay::Initial) {
         let trace = self.trace;
-        let mut before: Vec<(u64, u64)> =
-            initial.blocks.iter().filter(|b| b.freed_by.is_none()).map(|b| (b.address, b.requested_bytes)).collect();
+        let mut before: Vec<(u64, u64)> = initial
+            .blocks
+            .iter()
+            .filter(|b| b.freed_by.is_none() && !b.awaiting)
+            .map(|b| (b.address, b.requested_bytes))
+            .collect();
         // A range of a trace shows what was alive at its start allocated there.
         if !self.before_range.is_empty() {
             let mut alive: HashMap<u64, (u64, StackId)> = HashMap::default();
@@ -288,7 +296,7 @@ impl<'a> Attributor<'a> {
                     EventKind::Alloc if self.before_range.contains(&(e.address, e.time_ns)) => {
                         alive.insert(e.address, (e.requested_bytes(), e.stack));
                     }
-                    EventKind::FreeCompleted => {
+                    EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(self.two_step) => {
                         alive.remove(&e.address);
                     }
                     _ => {}
@@ -366,7 +374,7 @@ impl<'a> Attributor<'a> {
                         }
                     }
                 }
-                EventKind::FreeCompleted => {
+                EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(self.two_step) => {
                     if let Some((w, size)) = live.remove(&e.address) {
                         bytes[w] -= size;
                     }
@@ -385,7 +393,7 @@ impl<'a> Attributor<'a> {
                     EventKind::Alloc if which[n] == w as u8 => {
                         live.insert(e.address, e.requested_bytes());
                     }
-                    EventKind::FreeCompleted => {
+                    EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(self.two_step) => {
                         live.remove(&e.address);
                     }
                     _ => {}

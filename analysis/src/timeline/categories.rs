@@ -51,6 +51,8 @@ pub(super) struct Categorizer<'a> {
     totals: ByCategory,
     /// The category of each live block, by address.
     live: rustc_hash::FxHashMap<u64, u8>,
+    /// Whether the device's frees come in two steps (allocated memory drops at the request).
+    two_step: bool,
     point_index: usize,
     out: Categories,
 }
@@ -64,13 +66,14 @@ impl<'a> Categorizer<'a> {
     ) -> Self {
         let mut attributor = Attributor::new(trace, device);
         let end_ns = trace.events.last().map_or(i64::MAX, |e| e.time_ns);
+        let two_step = trace.frees_in_two_steps(device);
         let mut until_ns: rustc_hash::FxHashMap<usize, i64> = Default::default();
         if !trace.tags.is_empty() {
             let mut next_free: rustc_hash::FxHashMap<u64, i64> = Default::default();
             for i in device_events.iter().rev().map(|i| i as usize) {
                 let Some(e) = trace.events.get(i) else { continue };
                 match e.kind {
-                    EventKind::FreeCompleted => {
+                    EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(two_step) => {
                         next_free.insert(e.address, e.time_ns);
                     }
                     EventKind::Alloc => {
@@ -83,7 +86,8 @@ impl<'a> Categorizer<'a> {
         attributor.prepare_persistent(device_events, initial);
         let mut totals: ByCategory = [0; CATEGORIES];
         let mut live: rustc_hash::FxHashMap<u64, u8> = Default::default();
-        for block in &initial.blocks {
+        // Blocks waiting for their streams at the start are not allocated.
+        for block in initial.blocks.iter().filter(|b| !b.awaiting) {
             let stack = block.stack(trace);
             let until = block.freed_by.and_then(|i| trace.events.get(i)).map_or(end_ns, |e| e.time_ns);
             let category = attributor.block(block.address, i64::MIN, until, stack).category as u8;
@@ -96,7 +100,7 @@ impl<'a> Categorizer<'a> {
         let mut out =
             Categories { category: Vec::with_capacity(n), checkpoints: Vec::with_capacity(n.div_ceil(BLOCK)) };
         out.checkpoints.push(totals);
-        Self { trace, attributor, end_ns, until_ns, totals, live, point_index: 0, out }
+        Self { trace, attributor, end_ns, until_ns, totals, live, two_step, point_index: 0, out }
     }
 
     /// The category of the point after `event` (`None`: the first point, the initial state).
@@ -110,7 +114,7 @@ impl<'a> Categorizer<'a> {
                 self.totals[c as usize] = self.totals[c as usize].saturating_add(e.size_bytes);
                 c
             }
-            Some(e) if e.kind == EventKind::FreeCompleted => {
+            Some(e) if e.ends_allocation(self.two_step) => {
                 let c = self.live.remove(&e.address).unwrap_or(Category::Unknown as u8);
                 self.totals[c as usize] = self.totals[c as usize].saturating_sub(e.size_bytes);
                 c

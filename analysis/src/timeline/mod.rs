@@ -296,11 +296,12 @@ impl Timeline {
                 let first = start / BLOCK * BLOCK;
                 let Some(&(allocated_bytes, requested_bytes)) = block_state.get(start / BLOCK) else { return };
                 let mut point = replay::Point { allocated_bytes, requested_bytes, ..replay::Point::default() };
+                let two_step = trace.frees_in_two_steps(self.device);
                 for i in first..end {
                     if i > first
                         && let Some(e) = self.event(Point(i)).and_then(|e| trace.events.get(e))
                     {
-                        replay::apply(&mut point, e);
+                        replay::apply(&mut point, e, two_step);
                     }
                     if i >= start {
                         visit(i, point.allocated_bytes, point.requested_bytes);

@@ -27,14 +27,33 @@ fn totals_ui(ui: &mut egui::Ui, total: &Fragmentation, segments: usize) {
         };
         item(ui, "segments", units::count(segments), "Segments reserved from the driver at this instant");
         item(ui, "reserved", units::bytes(total.reserved_bytes), "Bytes of all segments");
-        item(ui, "allocated", units::bytes(total.allocated_bytes), "Bytes of live blocks");
+        item(
+            ui,
+            "allocated",
+            units::bytes(total.allocated_bytes),
+            "Bytes of live blocks (PyTorch's memory_allocated())",
+        );
+        if total.awaiting_free_bytes > 0 {
+            item(
+                ui,
+                "awaiting free",
+                units::bytes(total.awaiting_free_bytes),
+                "Blocks the program freed that still wait for the streams that used them (record_stream, NCCL): \
+                 not allocated, and not free until those streams are done (hatched)",
+            );
+        }
         item(
             ui,
             "internal waste",
             units::bytes(total.free_internal_bytes),
             "Rounding inside live blocks: allocated minus requested",
         );
-        item(ui, "free", units::bytes(total.free_external_bytes), "Bytes of segments not in any live block");
+        item(
+            ui,
+            "free",
+            units::bytes(total.free_external_bytes),
+            "Bytes of segments in no block, live or awaiting its free",
+        );
         item(
             ui,
             "largest free range",
@@ -149,6 +168,25 @@ fn segment_row_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, segment:
             hovered = Some(i);
         }
     }
+    // Blocks the program freed that wait for their streams: taken, not allocated (hatched grey).
+    let mut hovered_awaiting = None;
+    for &i in &segment.awaiting {
+        let Some(b) = view.instant.awaiting.get(i) else { continue };
+        let x0 = x_of(b.address);
+        let x1 = x_of(b.address.saturating_add(b.size_bytes)).min(bar.right()).max(x0 + 1.0);
+        let r = Rect::from_x_y_ranges(x0..=x1, bar.y_range());
+        let grey = visuals.weak_text_color();
+        painter.rect_filled(r, CornerRadius::ZERO, grey.gamma_multiply(0.35));
+        let mut x = x0;
+        while x < x1 {
+            painter
+                .line_segment([pos2(x, r.bottom()), pos2((x + r.height()).min(x1), r.top())], Stroke::new(1.0, grey));
+            x += 6.0;
+        }
+        if response.hover_pos().is_some_and(|p| r.contains(p)) {
+            hovered_awaiting = Some(*b);
+        }
+    }
     // A private pool's segment is outlined: its free space serves only that pool.
     let outline =
         if private { Stroke::new(1.5, visuals.warn_fg_color) } else { visuals.widgets.noninteractive.bg_stroke };
@@ -161,7 +199,22 @@ fn segment_row_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, segment:
         egui::FontId::monospace(11.0),
         visuals.text_color(),
     );
-    if let Some(b) = hovered.and_then(|i| view.instant.blocks.get(i)) {
+    if let Some(b) = hovered_awaiting {
+        response.on_hover_ui_at_pointer(|ui| {
+            ui.strong(format!(
+                "{} block at {:#x} (+{}), freed, awaiting its streams",
+                units::bytes(b.size_bytes),
+                b.address,
+                units::bytes(b.address - segment.address)
+            ));
+            ui.label(
+                "The program freed it (PyTorch no longer counts it as allocated), but a stream that used it \
+                 has not finished with it yet: its memory is not free until then.",
+            );
+            ui.separator();
+            stack_ui(ui, trace, b.stack, hide_noise, 12);
+        });
+    } else if let Some(b) = hovered.and_then(|i| view.instant.blocks.get(i)) {
         response.on_hover_ui_at_pointer(|ui| {
             ui.strong(format!(
                 "{} block at {:#x} (+{})",
@@ -185,6 +238,7 @@ fn segment_row_ui(ui: &mut egui::Ui, trace: &Trace, view: &InstantView, segment:
             egui::Grid::new("segment-tip").num_columns(2).show(ui, |ui| {
                 for (name, value) in [
                     ("allocated", f.allocated_bytes),
+                    ("awaiting free", f.awaiting_free_bytes),
                     ("requested", f.requested_bytes),
                     ("internal waste", f.free_internal_bytes),
                     ("free", f.free_external_bytes),

@@ -181,6 +181,7 @@ pub fn import_owned_range(data: Vec<u8>, progress: &dyn Progress, range: Option<
 /// Cuts a trace read whole to the range asked for (a trace opened at a range before, written to
 /// a `.vtrace`, is cut again: the range is of what the file holds).
 fn cut_to(mut imported: Imported, range: Option<TraceRange>) -> Result<Imported> {
+    imported.trace.settle_free_steps();
     if let Some(range) = range {
         crate::range::apply(&mut imported.trace, range)?;
     }
@@ -295,6 +296,7 @@ fn import_any(bytes: Bytes<'_>, progress: &dyn Progress, mut state: Unwrapping) 
     check_devices(&imported.trace)?;
     // A snapshot was cut while it was read.
     if detected == Detected::Pickle {
+        imported.trace.settle_free_steps();
         return Ok(imported);
     }
     cut_to(imported, state.range)

@@ -11,9 +11,13 @@ use super::stream::StreamId;
 pub enum EventKind {
     /// A block was handed out by the framework's allocator (a tensor's storage).
     Alloc = 0,
-    /// The block's owner freed it; the allocator may still wait for streams using it.
+    /// The block's owner freed it; the allocator may still wait for streams using it. Allocated
+    /// memory (PyTorch's `memory_allocated()`) drops here; active memory stays until the free
+    /// completes.
     FreeRequested = 1,
-    /// The block is really free (stream-ordered frees complete here). Allocated memory drops here.
+    /// The block is really free (stream-ordered frees complete here): active memory drops here,
+    /// and so does allocated memory on a device whose source reports only this free
+    /// ([`Event::ends_allocation`]).
     FreeCompleted = 2,
     /// Memory was reserved from the driver (`cudaMalloc`) as a new segment.
     SegmentAlloc = 3,
@@ -122,6 +126,18 @@ impl Event {
             device: device.into(),
             kind,
             flags: 0,
+        }
+    }
+
+    /// Whether this event ends its block's allocation as the program sees it: the free the
+    /// program requested, or, on a device whose source reports frees in one step
+    /// (`two_step` false: [`crate::Trace::frees_in_two_steps`]), the completed free.
+    /// PyTorch's `memory_allocated()` drops there.
+    pub fn ends_allocation(&self, two_step: bool) -> bool {
+        match self.kind {
+            EventKind::FreeRequested => true,
+            EventKind::FreeCompleted => !two_step,
+            _ => false,
         }
     }
 

@@ -67,6 +67,13 @@ pub struct DeviceInfo {
     /// no running total, so the curve starts at the least that its frees imply was alive.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allocated_before_unknown: bool,
+    /// Whether the device's frees come in two steps (`FreeRequested` when the program frees a
+    /// block, `FreeCompleted` when its streams are done with it, as PyTorch's allocator records
+    /// them) rather than one (`FreeCompleted` alone: profiler traces, a hook's `cudaFree`).
+    /// `None` where the source did not say (files written before this was kept): it is worked out
+    /// from the events when the trace is read ([`crate::Trace::settle_free_steps`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frees_in_two_steps: Option<bool>,
     /// Where the source reports running totals after each event (profiler traces) and its
     /// events alone do not add up to them: what was done to make the curve equal the totals,
     /// and where it could not be.

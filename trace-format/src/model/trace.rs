@@ -2,7 +2,9 @@
 
 use super::annotation::Annotation;
 use super::counter::CounterSeries;
-use super::event::Event;
+use rustc_hash::FxHashSet;
+
+use super::event::{Event, EventKind};
 use super::ids::{DeviceId, ProcessId};
 use super::interner::Interner;
 use super::metadata::Metadata;
@@ -108,6 +110,35 @@ impl Trace {
             t.process = ProcessId(0);
         }
         part
+    }
+
+    /// Whether `device`'s frees come in two steps (`FreeRequested`, then `FreeCompleted`: PyTorch's
+    /// caching allocator), so that allocated memory drops at the request and active memory at the
+    /// completion: as the device's metadata says, else whether any of its events is a
+    /// `FreeRequested` (a look over the events: [`Trace::settle_free_steps`] saves it).
+    pub fn frees_in_two_steps(&self, device: DeviceId) -> bool {
+        match self.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.frees_in_two_steps) {
+            Some(two) => two,
+            None => self.events.iter().any(|e| e.device == device && e.kind == EventKind::FreeRequested),
+        }
+    }
+
+    /// Writes down, for every device the metadata lists without saying, whether its frees come in
+    /// two steps ([`Trace::frees_in_two_steps`]), so that the analyses need not look again. A
+    /// trace's readers call it once the trace is whole.
+    pub fn settle_free_steps(&mut self) {
+        if self.metadata.devices.iter().all(|d| d.frees_in_two_steps.is_some()) {
+            return;
+        }
+        let mut two_step = FxHashSet::default();
+        for e in &self.events {
+            if e.kind == EventKind::FreeRequested {
+                two_step.insert(e.device);
+            }
+        }
+        for info in &mut self.metadata.devices {
+            info.frees_in_two_steps.get_or_insert(two_step.contains(&info.device));
+        }
     }
 
     /// Total number of records in the trace's time-ordered tables.

@@ -46,8 +46,9 @@ impl Foldable for Event {
 enum Slot<T> {
     /// Alive at the range's start: allocated before it (or, `from_free`, known alive only from
     /// a free before it, so allocated before the trace), `size` bytes of it still (a mapping can
-    /// be unmapped in part).
-    Before { order: u64, item: T, from_free: bool, size: u64 },
+    /// be unmapped in part); `requested`: the program freed it before the range and it waits for
+    /// its streams there (a two-step free not completed yet).
+    Before { order: u64, item: T, from_free: bool, size: u64, requested: bool },
     /// Allocated (or freed, for a block from before the trace) inside the range or after it.
     Later { size: u64 },
 }
@@ -56,9 +57,9 @@ impl<T: Foldable> Slot<T> {
     /// What stands for it at the range's start, if it was alive then.
     fn alive(self) -> Option<Alive<T>> {
         match self {
-            Self::Before { order, item, from_free, size } => {
+            Self::Before { order, item, from_free, size, requested } => {
                 let item = if size == item.size() { item } else { item.with_size(size) };
-                Some(Alive { order, item, from_free })
+                Some(Alive { order, item, from_free, requested })
             }
             Self::Later { .. } => None,
         }
@@ -80,6 +81,9 @@ pub(crate) struct Alive<T> {
     pub(crate) item: T,
     /// Whether `item` is a free: its stack is the free's, not the allocation's.
     pub(crate) from_free: bool,
+    /// Whether the program freed it before the range's start and it waits for its streams
+    /// there: it stands for an allocation and the free's request, both before the start.
+    pub(crate) requested: bool,
 }
 
 /// The state of a stream folded around a range.
@@ -150,7 +154,7 @@ impl<T: Foldable> Fold<T> {
             if opens(kind) {
                 // What was at the address is never freed now (a free pairs with the newest): it
                 // stays alive, at the range's start too.
-                let new = Slot::Before { order, item, from_free: false, size: item.size() };
+                let new = Slot::Before { order, item, from_free: false, size: item.size(), requested: false };
                 if let Some(old) = map.insert(key, new).and_then(Slot::alive) {
                     self.alive.push(old);
                 }
@@ -163,9 +167,18 @@ impl<T: Foldable> Fold<T> {
                     }
                 }
             } else {
-                // Freed but still allocated until the free completes; absent, it was allocated
-                // before the trace.
-                map.entry(key).or_insert(Slot::Before { order, item, from_free: true, size: item.size() });
+                // Freed by the program, waiting for its streams until the free completes;
+                // absent, it was allocated before the trace.
+                let slot = map.entry(key).or_insert(Slot::Before {
+                    order,
+                    item,
+                    from_free: true,
+                    size: item.size(),
+                    requested: true,
+                });
+                if let Slot::Before { requested, .. } = slot {
+                    *requested = true;
+                }
             }
             return false;
         }
@@ -186,11 +199,11 @@ impl<T: Foldable> Fold<T> {
         } else if closes(kind) {
             if map.remove(&key).is_none() && phase == Phase::After {
                 // Freed after the range, never allocated: alive before the trace, so all along.
-                self.alive.push(Alive { order, item, from_free: true });
+                self.alive.push(Alive { order, item, from_free: true, requested: false });
             }
         } else if !present {
             if phase == Phase::After {
-                self.alive.push(Alive { order, item, from_free: true });
+                self.alive.push(Alive { order, item, from_free: true, requested: false });
             }
             map.insert(key, Slot::Later { size: item.size() });
         }
@@ -261,6 +274,55 @@ fn at_start(alive: &Alive<Event>, time_ns: i64) -> Event {
     event
 }
 
+/// The events that stand for what was alive at a range's start (at `time_ns`, just before it):
+/// the fold's, and, when the range ends before the trace (`cut`), the final state's blocks and
+/// segments the trace never touched, whose final state then goes.
+fn at_range_start(trace: &mut Trace, folded: &Folded<Event>, time_ns: i64, cut: bool) -> Vec<Event> {
+    let mut synthetic: Vec<Event> = Vec::with_capacity(folded.alive.len());
+    for alive in &folded.alive {
+        let event = at_start(alive, time_ns);
+        synthetic.push(event);
+        // Freed by the program before the start and waiting for its streams there: allocated
+        // no longer, active still (its free completes inside the range or later).
+        if alive.requested && event.kind == EventKind::Alloc {
+            synthetic.push(Event { kind: EventKind::FreeRequested, ..event });
+        }
+    }
+    if cut {
+        // The final state is the trace's end, not the range's: what in it the trace never
+        // touched was alive all along.
+        for segment in &trace.segments {
+            for block in segment.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
+                if !folded.blocks_at_end.contains(&(segment.process.0, segment.device.0, block.address)) {
+                    let mut event =
+                        Event::new(EventKind::Alloc, time_ns, segment.device, block.address, block.size_bytes);
+                    event.set_requested_bytes(block.requested_bytes);
+                    event.stack = block.stack;
+                    event.stream = segment.stream.into();
+                    event.process = segment.process;
+                    event.flags = event_flags::BEFORE_RANGE;
+                    synthetic.push(event);
+                    // Freed by the program, waiting for its streams all along.
+                    if block.state == BlockState::ActivePendingFree {
+                        synthetic.push(Event { kind: EventKind::FreeRequested, ..event });
+                    }
+                }
+            }
+            let owner = (segment.process.0, segment.device.0);
+            if let Some((address, size)) =
+                uncovered(&folded.segments_at_end, owner, segment.address, segment.size_bytes)
+            {
+                let mut event = Event::new(EventKind::SegmentAlloc, time_ns, segment.device, address, size);
+                event.process = segment.process;
+                event.flags = event_flags::BEFORE_RANGE;
+                synthetic.push(event);
+            }
+        }
+        trace.segments.clear();
+    }
+    synthetic
+}
+
 /// Cuts a trace read whole to a range: its events, and everything else in time with them.
 ///
 /// Blocks and segments alive at the range's start become allocations at its start; tags learnt
@@ -324,35 +386,7 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
     // allocation inside the range, which the attribution tells apart by its address and time.
     let before_start = start_ns.saturating_sub(1);
 
-    let mut synthetic: Vec<Event> = folded.alive.iter().map(|a| at_start(a, before_start)).collect();
-    if cut {
-        // The final state is the trace's end, not the range's: what in it the trace never
-        // touched was alive all along.
-        for segment in &trace.segments {
-            for block in segment.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
-                if !folded.blocks_at_end.contains(&(segment.process.0, segment.device.0, block.address)) {
-                    let mut event =
-                        Event::new(EventKind::Alloc, before_start, segment.device, block.address, block.size_bytes);
-                    event.set_requested_bytes(block.requested_bytes);
-                    event.stack = block.stack;
-                    event.stream = segment.stream.into();
-                    event.process = segment.process;
-                    event.flags = event_flags::BEFORE_RANGE;
-                    synthetic.push(event);
-                }
-            }
-            let owner = (segment.process.0, segment.device.0);
-            if let Some((address, size)) =
-                uncovered(&folded.segments_at_end, owner, segment.address, segment.size_bytes)
-            {
-                let mut event = Event::new(EventKind::SegmentAlloc, before_start, segment.device, address, size);
-                event.process = segment.process;
-                event.flags = event_flags::BEFORE_RANGE;
-                synthetic.push(event);
-            }
-        }
-        trace.segments.clear();
-    }
+    let mut synthetic = at_range_start(trace, &folded, before_start, cut);
     // Running totals reported for the trace's start move to the range's start, less what the
     // allocations at the start now show.
     for info in &mut trace.metadata.devices {
@@ -366,7 +400,8 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
             info.initial_allocated_bytes = Some(u64::try_from((at_start - shown).max(0)).unwrap_or(0));
         }
     }
-    let alive_at_start = synthetic.len() as u64;
+    // Blocks and segments: a request standing beside its allocation is not one more.
+    let alive_at_start = synthetic.iter().filter(|e| e.kind != EventKind::FreeRequested).count() as u64;
     synthetic.extend(kept);
     trace.events = synthetic;
     trace.sort_events();

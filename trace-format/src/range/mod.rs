@@ -226,8 +226,9 @@ mod tests {
             event(Alloc, 30, 0x3000, 2048), // freed before the start
             event(FreeRequested, 40, 0x3000, 2048),
             event(FreeCompleted, 41, 0x3000, 2048),
-            event(FreeRequested, 50, 0x9000, 4096), // from before the trace, freed inside
-            event(Alloc, 100, 0x4000, 8192),        // inside
+            event(FreeRequested, 50, 0x9000, 4096), // from before the trace, freed before the start
+            // and waiting for its streams until inside
+            event(Alloc, 100, 0x4000, 8192), // inside
             event(FreeRequested, 110, 0x1000, 512),
             event(FreeCompleted, 111, 0x1000, 512),
             event(FreeCompleted, 120, 0x9000, 4096),
@@ -248,6 +249,7 @@ mod tests {
                 (Alloc, 0x1000, 59, true),
                 (Alloc, 0x2000, 59, true),
                 (Alloc, 0x9000, 59, true),
+                (FreeRequested, 0x9000, 59, true),
                 (Alloc, 0x7000, 59, true),
                 (Alloc, 0x4000, 100, false),
                 (FreeRequested, 0x1000, 110, false),

@@ -590,6 +590,8 @@ pub fn read_within(data: &[u8], progress: &dyn Progress, limit: Limit) -> Result
     }
     trace.sort_events();
     trace.annotations.sort_by_key(Annotation::order);
+    // Files written before it was kept do not say whether frees come in two steps.
+    trace.settle_free_steps();
     progress.update(total, total);
     Ok(Loaded { trace, damage })
 }

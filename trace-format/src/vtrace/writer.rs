@@ -332,7 +332,15 @@ fn encode_events(out: &mut Vec<u8>, events: &[Event]) {
 
 /// Writes a whole trace.
 pub fn write<W: Write>(trace: &Trace, out: W) -> Result<W> {
-    let mut writer = Writer::new(out, &trace.metadata)?;
+    // Whether each device's frees come in two steps is written down, so that a reader never has
+    // to work it out (and reads back what was written).
+    let mut metadata = std::borrow::Cow::Borrowed(&trace.metadata);
+    if metadata.devices.iter().any(|d| d.frees_in_two_steps.is_none()) {
+        for info in &mut metadata.to_mut().devices {
+            info.frees_in_two_steps.get_or_insert_with(|| trace.frees_in_two_steps(info.device));
+        }
+    }
+    let mut writer = Writer::new(out, &metadata)?;
     writer.sync_tables(&trace.interner)?;
     writer.write_segments(&trace.interner, &trace.segments)?;
     writer.write_events(&trace.interner, &trace.events)?;

@@ -164,19 +164,30 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
     // bytes lie in ranges is not known.
     let segments =
         if d.segments > 0 { counted(d.segments, "segment", "segments") } else { "no segment state".to_owned() };
-    let pending = if d.final_state.pending_free_bytes > 0 {
-        format!(", {} of it freed and waiting for its streams", bytes(d.final_state.pending_free_bytes))
-    } else {
-        String::new()
-    };
     let reserved =
         if d.reserved_recorded { format!("reserved {}, ", bytes(d.final_state.reserved_bytes)) } else { String::new() };
     writeln!(
         out,
-        "  final state     {segments}, {reserved}allocated {} (requested {}{pending})",
+        "  final state     {segments}, {reserved}allocated {} (requested {})",
         bytes(d.final_state.allocated_bytes),
         bytes(d.final_state.requested_bytes)
     )?;
+    // Blocks the program freed that wait for their streams (`record_stream`, NCCL) are active,
+    // not allocated: said apart, as PyTorch's `active_bytes` is from `memory_allocated()`.
+    if d.final_state.awaiting_free_bytes > 0 || d.peak_active_bytes > d.peak_allocated_bytes {
+        writeln!(
+            out,
+            "  awaiting free   {} at the end: freed by the program, waiting for their streams (not allocated)",
+            bytes(d.final_state.awaiting_free_bytes)
+        )?;
+        writeln!(
+            out,
+            "  active          {} at the end, peak {}{} (allocated and awaiting free)",
+            bytes(d.active_bytes),
+            bytes(d.peak_active_bytes),
+            at(clock, start_ns, d.peak_active_time_ns)
+        )?;
+    }
     if d.reserved_recorded {
         let largest = if d.segments > 0 { bytes(d.final_state.largest_free_bytes) } else { "not known".to_owned() };
         writeln!(

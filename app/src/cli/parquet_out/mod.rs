@@ -216,7 +216,10 @@ fn device_rows(trace: &Trace, rank: i32, device: DeviceId, events_out: &mut Even
     };
     let mut live: HashMap<u64, usize> = HashMap::default();
     let mut before: HashMap<u64, usize> = HashMap::default();
-    for p in &initial.blocks {
+    let two_step = trace.frees_in_two_steps(device);
+    // A block the program freed before the trace and that waits for its streams at its start is
+    // not allocated: it has no row.
+    for p in initial.blocks.iter().filter(|p| !p.awaiting) {
         let b = NewBlock {
             address: p.address,
             size: p.size_bytes,
@@ -254,7 +257,7 @@ fn device_rows(trace: &Trace, rank: i32, device: DeviceId, events_out: &mut Even
                 let row = add(blocks, b, &mut sites);
                 live.insert(e.address, row);
             }
-            EventKind::FreeCompleted => {
+            EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(two_step) => {
                 if let Some(row) = live.remove(&e.address).or_else(|| before.remove(&e.address)) {
                     blocks.free[row] = Some(e.time_ns);
                     blocks.free_seq[row] = Some(i as i64);

@@ -33,6 +33,10 @@ fn estimated_block_size(requested: u64) -> u64 {
 struct Pairing {
     /// The allocation open at each address, by its index.
     live: FxHashMap<u64, u32>,
+    /// Requests to free a block allocated before the trace, not completed since, by address:
+    /// the index of the request (the block may still wait for its streams at the end, where the
+    /// final state knows its size).
+    requests: FxHashMap<u64, u32>,
 }
 
 /// While events are built, `size_bytes` holds the size the entry recorded (what the program
@@ -51,9 +55,15 @@ impl Pairing {
             }
             EventKind::FreeRequested => {
                 event.slack_bytes = self.live.get(&event.address).copied().unwrap_or(UNPAIRED);
+                if event.slack_bytes == UNPAIRED {
+                    self.requests.insert(event.address, index as u32);
+                }
             }
             EventKind::FreeCompleted => {
                 event.slack_bytes = self.live.remove(&event.address).unwrap_or(UNPAIRED);
+                if !self.requests.is_empty() {
+                    self.requests.remove(&event.address);
+                }
             }
             _ => {}
         }
@@ -66,6 +76,26 @@ impl Pairing {
 fn settle_sizes(events: &mut [Event], pairing: Pairing, final_blocks: &FxHashMap<u64, Block>) {
     mark_exact(events, &pairing.live, final_blocks);
     settle_part(events, 0);
+    settle_waiting(events, &pairing.requests, final_blocks);
+}
+
+/// Gives the requests to free a block allocated before the trace (`requests`: by address, their
+/// index) whose block still waits for its streams at the end the final state's size of it: the
+/// size its allocation had, which allocated memory then drops by.
+pub(super) fn settle_waiting(
+    events: &mut [Event],
+    requests: &FxHashMap<u64, u32>,
+    final_blocks: &FxHashMap<u64, Block>,
+) {
+    for (address, &i) in requests {
+        if let (Some(block), Some(event)) = (final_blocks.get(address), events.get_mut(i as usize))
+            && block.state == BlockState::ActivePendingFree
+        {
+            event.size_bytes = block.size_bytes;
+            event.set_requested_bytes(block.requested_bytes);
+            event.flags &= !event_flags::SIZE_ESTIMATED;
+        }
+    }
 }
 
 /// Gives the allocations open at the end (`live`: by address, their index) whose block the
@@ -245,7 +275,15 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>, entries: &Entries
             entry.stack = StackId(0);
             entry.context = crate::model::ids::ContextId(0);
         }
+        let waiting = alive.requested && entry.action == Action::Event(EventKind::Alloc);
         per_device.entry(device).or_default().push(entry);
+        // Freed by the program before the start and waiting for its streams there.
+        if waiting {
+            per_device
+                .entry(device)
+                .or_default()
+                .push(Entry { action: Action::Event(EventKind::FreeRequested), ..entry });
+        }
     }
     let mut exact = FxHashMap::default();
     if cut {
@@ -259,7 +297,7 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>, entries: &Entries
                     }
                 } else {
                     exact.insert(block.address, (device, *block));
-                    per_device.entry(device).or_default().push(Entry {
+                    let alloc = Entry {
                         action: Action::Event(EventKind::Alloc),
                         addr: block.address,
                         size: block.requested_bytes,
@@ -269,7 +307,13 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>, entries: &Entries
                         context: crate::model::ids::ContextId(0),
                         device_free: None,
                         name: StringId(0),
-                    });
+                    };
+                    per_device.entry(device).or_default().push(alloc);
+                    // Freed by the program, waiting for its streams all along.
+                    if block.state == BlockState::ActivePendingFree {
+                        let request = Entry { action: Action::Event(EventKind::FreeRequested), ..alloc };
+                        per_device.entry(device).or_default().push(request);
+                    }
                 }
             }
             if let Some((address, size)) =
@@ -295,7 +339,11 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>, entries: &Entries
         range,
         events_before: folded.before,
         events_after: folded.after,
-        alive_at_start: per_device.values().map(|v| v.len() as u64).sum(),
+        alive_at_start: per_device
+            .values()
+            .flatten()
+            .filter(|e| e.action != Action::Event(EventKind::FreeRequested))
+            .count() as u64,
         final_state_dropped: cut,
     };
     RangeStart {
@@ -480,6 +528,10 @@ pub(super) fn build_trace(
     let mut unknown_actions: HashMap<String, usize> = HashMap::new();
     let snapshot_name = interner.string("snapshot");
     let mut devices: Vec<DeviceId> = segments.iter().map(|s| s.device).collect();
+    // Devices whose trace has `free_requested` entries: their frees come in two steps (PyTorch
+    // records both); found at a device's first free, nearly always within its first entries.
+    let mut two_step: Vec<DeviceId> = Vec::new();
+    let requests = |events: &[Event]| events.iter().any(|e| e.kind == EventKind::FreeRequested);
     let mut per_device = per_device;
     if let Some(range) = &range {
         range.add_devices(&mut per_device);
@@ -509,6 +561,9 @@ pub(super) fn build_trace(
                 let markers = half.markers.iter();
                 annotations.extend(markers.map(|(e, ns)| marker(&mut interner, e, *ns, device, snapshot_name, None)));
                 halves::unknown_names(half.unknown, |name| interner.resolve(name).to_owned(), &mut unknown_actions);
+            }
+            if requests(&built.events) {
+                two_step.push(device);
             }
             in_time_order &= built.in_time_order && built.events.first().is_none_or(|e| e.time_ns >= last_pushed_ns);
             last_pushed_ns = built.events.last().map_or(last_pushed_ns, |e| e.time_ns);
@@ -583,6 +638,9 @@ pub(super) fn build_trace(
             }
         }
         settle_sizes(&mut device_events, pairing, &final_blocks);
+        if requests(&device_events) {
+            two_step.push(device);
+        }
         if events.is_empty() {
             events = device_events;
         } else {
@@ -603,6 +661,9 @@ pub(super) fn build_trace(
     }
     annotations.extend(spans);
     annotations.sort_by_key(Annotation::order);
-    let metadata = metadata(devices, has_time, allocator_settings, extra, range.map(|r| r.info));
+    let mut metadata = metadata(devices, has_time, allocator_settings, extra, range.map(|r| r.info));
+    for info in &mut metadata.devices {
+        info.frees_in_two_steps = Some(two_step.contains(&info.device));
+    }
     Ok(Trace { metadata, interner, events, segments, annotations, ooms, counters: Vec::new(), tags: Vec::new() })
 }

@@ -9,7 +9,7 @@ use std::sync::mpsc;
 
 use rustc_hash::FxHashMap;
 
-use super::build::{EXACT, UNPAIRED, mark_exact, settle_free, settle_part};
+use super::build::{EXACT, UNPAIRED, mark_exact, settle_free, settle_part, settle_waiting};
 use super::entries::{ChunkReader, Entries, Entry};
 use super::listed::Listed;
 use crate::model::event::{Event, EventKind};
@@ -48,6 +48,9 @@ pub(super) struct Half {
     /// Frees of the second half that found no allocation there: their index in the half, their
     /// address and whether they complete the free. Paired with the first half's afterwards.
     deferred: Vec<(u32, u64, bool)>,
+    /// Requests to free a block whose allocation the half does not hold, not completed since
+    /// in the half, by address: their index in the half (as `build.rs`'s pairing keeps them).
+    requests: FxHashMap<u64, u32>,
     pub(super) ooms: Vec<Oom>,
     /// `snapshot` and `annotate` entries, and their times, for the caller to make markers of.
     pub(super) markers: Vec<(Entry, i64)>,
@@ -167,6 +170,7 @@ fn half(
         pushed: 0,
         live: FxHashMap::default(),
         deferred: Vec::new(),
+        requests: FxHashMap::default(),
         ooms: Vec::new(),
         markers: Vec::new(),
         unknown: FxHashMap::default(),
@@ -233,6 +237,13 @@ impl Half {
             }
             EventKind::FreeRequested | EventKind::FreeCompleted => {
                 let completes = event.kind == EventKind::FreeCompleted;
+                if completes {
+                    if !self.requests.is_empty() {
+                        self.requests.remove(&event.address);
+                    }
+                } else if !matches!(self.live.get(&event.address), Some(&alloc) if alloc != REMOVED) {
+                    self.requests.insert(event.address, index);
+                }
                 event.slack_bytes = match self.live.get(&event.address).copied() {
                     Some(REMOVED) => UNPAIRED,
                     Some(alloc) => {
@@ -300,12 +311,28 @@ fn join(mut a: Half, mut b: Half, final_blocks: &FxHashMap<u64, Block>) -> Built
         // No thread could be started: the second half after the first, on this one.
         settle_part(second, base);
     }
-    for i in crossing {
+    for &i in &crossing {
         let alloc = events.get(events.get(i).map_or(usize::MAX, |e| e.slack_bytes as usize)).copied();
         if let Some(free) = events.get_mut(i) {
             settle_free(free, alloc);
         }
     }
+    // Requests to free a block allocated before the trace: the first half's where the second
+    // never touched the address, and the second's whose allocation the first half does not hold.
+    let mut requests: FxHashMap<u64, u32> = a
+        .requests
+        .iter()
+        .filter(|(address, _)| !b.live.contains_key(address) && !b.requests.contains_key(address))
+        .map(|(&k, &v)| (k, v))
+        .collect();
+    let crossed: rustc_hash::FxHashSet<usize> = crossing.iter().copied().collect();
+    requests.extend(
+        b.requests
+            .iter()
+            .filter(|&(_, &i)| !crossed.contains(&(base + i as usize)))
+            .map(|(&address, &i)| (address, i + base as u32)),
+    );
+    settle_waiting(&mut events, &requests, final_blocks);
     debug_assert!(events.iter().all(|e| e.flags & EXACT == 0));
     let in_time_order = a.in_time_order
         && b.in_time_order
