@@ -4,7 +4,9 @@
 //! The iterations come from the recorded iteration spans, else from a repeating pattern: the
 //! allocation site that recurs evenly (at least four times, each after the same number of events
 //! within 10%, the first period left out) over most of the trace, each period freeing most of
-//! what it allocated, the coarsest such period being taken as the iteration. The
+//! what it allocated and reaching outside one call of a module's `forward` (the program's loop,
+//! never the layers of one forward pass, whose activations are kept for backward by design), the
+//! coarsest such period being taken as the iteration. The
 //! allocated bytes at the start of each complete iteration are compared, leaving out the first
 //! iteration (warm-up: optimizer state, workspaces, the allocator's first segments). Memory
 //! grows when these starts rise across the iterations after it, in at least three of every four
@@ -413,9 +415,11 @@ fn spans(trace: &Trace, device: DeviceId) -> Option<(Vec<i64>, Iterations)> {
 /// at least four times, every time after the same number of the device's events (within 10% of
 /// the median; the first period left out: warm-up), over most of the trace (60% of its
 /// span), each period freeing most of what it allocated (half its bytes, in three periods of
-/// four): what an iteration does. The longest such period is taken. A site that repeats per
-/// layer of the forward pass fails the last two: it spans only the forward pass, and the
-/// activations each layer saves outlive its period.
+/// four): what an iteration does, and reaching outside one call of a module's `forward` (an
+/// iteration is the program's loop, never the layers inside one call: [`inside_one_call`]).
+/// The longest such period is taken. A site that repeats per layer of the forward pass fails
+/// these: every allocation of its period is inside the model's `forward`, and the activations
+/// each layer saves for backward outlive its period.
 fn pattern(trace: &Trace, events: &crate::replay::DeviceEvents) -> Option<(Vec<i64>, Iterations)> {
     // Where each site allocates, by position among the device's events: a loop does the same
     // allocations each time round, so positions repeat evenly where times (a busy machine, a
@@ -474,11 +478,68 @@ fn pattern(trace: &Trace, events: &crate::replay::DeviceEvents) -> Option<(Vec<i
             .filter_map(|&p| events.get(p).and_then(|i| trace.events.get(i as usize)))
             .map(|e| e.time_ns)
             .collect();
-        if periods_free_what_they_allocate(trace, events, &boundaries) {
+        if periods_free_what_they_allocate(trace, events, &boundaries) && !inside_one_call(trace, events, &boundaries) {
             return Some((boundaries, Iterations::Pattern { site: allocation_site(trace, stack, true) }));
         }
     }
     None
+}
+
+/// Whether the periods between `boundaries` run inside one call of a module's `forward` (in
+/// three of four periods with Python frames): the Python frames every allocation of a period
+/// shares, outermost first, reach into a `forward` (at one line of it), so what repeats is the
+/// layers of one forward pass, not the program's loop. An iteration of a training loop holds
+/// allocations outside any forward (the loss, the optimizer step, the next batch), and one of
+/// an inference loop calls the model from the loop, where the frames part.
+fn inside_one_call(trace: &Trace, events: &crate::replay::DeviceEvents, boundaries: &[i64]) -> bool {
+    let periods = boundaries.len().saturating_sub(1);
+    let interner = &trace.interner;
+    // Each stack's Python frames, outermost first (the module's call plumbing left out).
+    let mut python: HashMap<StackId, Vec<vramscope_trace_format::FrameId>> = HashMap::default();
+    let mut common: Vec<Option<Vec<vramscope_trace_format::FrameId>>> = vec![None; periods];
+    let mut last_stack = vec![StackId(0); periods];
+    for e in events.iter().filter_map(|i| trace.events.get(i as usize)) {
+        if e.kind != EventKind::Alloc || e.stack == StackId(0) {
+            continue;
+        }
+        let period = boundaries.partition_point(|&b| b <= e.time_ns);
+        let Some(period) = period.checked_sub(1).filter(|&p| p < periods) else { continue };
+        if last_stack[period] == e.stack {
+            continue;
+        }
+        last_stack[period] = e.stack;
+        let frames = python.entry(e.stack).or_insert_with(|| {
+            let mut frames: Vec<_> = interner
+                .frames_of(e.stack)
+                .iter()
+                .copied()
+                .filter(|&f| {
+                    interner.frame_of(f).is_some_and(|frame| {
+                        let file = interner.resolve(frame.file);
+                        file.ends_with(".py") && !crate::instant::is_noise_frame(file, interner.resolve(frame.function))
+                    })
+                })
+                .collect();
+            frames.reverse();
+            frames
+        });
+        if frames.is_empty() {
+            continue;
+        }
+        match &mut common[period] {
+            None => common[period] = Some(frames.clone()),
+            Some(shared) => {
+                let same = shared.iter().zip(frames.iter()).take_while(|(a, b)| a == b).count();
+                shared.truncate(same);
+            }
+        }
+    }
+    let is_forward = |f: &vramscope_trace_format::FrameId| {
+        interner.frame_of(*f).is_some_and(|frame| interner.resolve(frame.function) == "forward")
+    };
+    let with_frames = common.iter().flatten().count();
+    let inside = common.iter().flatten().filter(|shared| shared.iter().any(is_forward)).count();
+    with_frames > 0 && inside * 4 >= with_frames * 3
 }
 
 /// Whether, in three periods of four between `boundaries`, at least half the bytes allocated

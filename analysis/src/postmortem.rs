@@ -43,7 +43,8 @@ pub struct PostMortem {
     pub index: usize,
     /// The device.
     pub device: DeviceId,
-    /// When, on the trace's clock.
+    /// When, on the trace's clock (µs in the JSON, like every time there).
+    #[serde(rename = "time_us", serialize_with = "crate::micros::ns_as_us")]
     pub time_ns: i64,
     /// The bytes asked for.
     pub requested_bytes: u64,

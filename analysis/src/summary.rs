@@ -102,6 +102,11 @@ pub struct Summary {
     pub annotations: usize,
     /// Distinct call stacks.
     pub stacks: usize,
+    /// What every time the faces print is said from (`+2.5 s`): the trace's first event (of its
+    /// source, for a range of one), on the trace's clock (µs in the JSON, like every time there;
+    /// none without a clock).
+    #[serde(rename = "time_origin_us", serialize_with = "crate::micros::opt_ns_as_us")]
+    pub time_origin_ns: Option<i64>,
     /// The CUDA driver's version (1000 x major + 10 x minor) where a recording asked it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda_driver_version: Option<i64>,
@@ -268,6 +273,7 @@ pub fn summary(trace: &Trace, format: SourceFormat, wrappers: &[Wrapper]) -> Sum
         source_format: trace.metadata.source_format.name(),
         events: trace.record_count(),
         allocator_events: trace.events.len(),
+        time_origin_ns: (trace.metadata.clock != Clock::EventIndex).then(|| trace.origin_ns()),
         annotations: trace.annotations.len(),
         stacks: referenced_stacks(trace),
         cuda_driver_version: trace.metadata.extra.get("cuda_driver_version").and_then(serde_json::Value::as_i64),

@@ -22,6 +22,9 @@ pub struct ReportRun {
     pub timeline: Timeline,
     /// Whether times are event indices.
     pub no_clock: bool,
+    /// What its times are said from: the trace's first event ([`Trace::origin_ns`]; of any
+    /// device, where the timeline is of one).
+    pub origin_ns: i64,
     /// The peak and what was alive at it.
     pub peak: RunPeak,
 }
@@ -35,6 +38,7 @@ impl ReportRun {
             name: name.to_owned(),
             timeline,
             no_clock: trace.metadata.clock == vramscope_trace_format::Clock::EventIndex,
+            origin_ns: trace.origin_ns(),
             peak,
         }
     }
@@ -82,6 +86,7 @@ fn timeline_chart<DB: DrawingBackend>(
 ) -> Result<()> {
     let t = &run.timeline;
     let (first_ns, last_ns) = t.time_span_ns();
+    let origin_ns = origin(run);
     let scale = if run.no_clock { 1.0 } else { 1e9 };
     let (unit, unit_name) = byte_unit(y_max_bytes);
     let y_max = y_max_bytes as f64 / unit * 1.05;
@@ -94,7 +99,7 @@ fn timeline_chart<DB: DrawingBackend>(
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc(if run.no_clock { "event" } else { "time (s)" })
+        .x_desc(if run.no_clock { "event" } else { "time (s) from the trace's first event" })
         .y_desc(unit_name)
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 15))
@@ -104,7 +109,8 @@ fn timeline_chart<DB: DrawingBackend>(
     let columns = 800usize;
     let span_ns = (last_ns - first_ns).max(1) as f64;
     let cols = t.columns(first_ns as f64, first_ns as f64 + span_ns * 1.0001, columns);
-    let x_of = |c: usize| (c as f64 + 0.5) / columns as f64 * span_ns / scale;
+    let offset = (first_ns - origin_ns) as f64 / scale;
+    let x_of = |c: usize| offset + (c as f64 + 0.5) / columns as f64 * span_ns / scale;
     // Stacked areas: each category's cumulative top, drawn from the tallest down.
     let mut tops: Vec<Vec<(f64, f64)>> = (0..CATEGORIES).map(|_| Vec::with_capacity(columns)).collect();
     let mut requested = Vec::with_capacity(columns);
@@ -149,7 +155,7 @@ fn timeline_chart<DB: DrawingBackend>(
         .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], reserved_color.stroke_width(2)));
     // The peak.
     let peak_point = t.peak_allocated_point();
-    let peak_x = (t.time_ns(peak_point) - first_ns) as f64 / scale;
+    let peak_x = (t.time_ns(peak_point) - origin_ns) as f64 / scale;
     let peak_y = t.values(peak_point).0 as f64 / unit;
     let peak_color = RGBColor(0xff, 0x5a, 0x36);
     chart.draw_series(std::iter::once(Circle::new((peak_x, peak_y), 5, peak_color.filled()))).map_err(err)?;
@@ -184,9 +190,15 @@ fn byte_unit(max: u64) -> (f64, &'static str) {
     }
 }
 
+/// What a run's times are said from: the trace's first event, or its timeline's first event
+/// number for a trace without a clock.
+fn origin(run: &ReportRun) -> i64 {
+    if run.no_clock { run.timeline.time_span_ns().0 } else { run.origin_ns }
+}
+
 fn x_extent(run: &ReportRun) -> f64 {
-    let (a, b) = run.timeline.time_span_ns();
-    let span = (b - a).max(1) as f64;
+    let (_, b) = run.timeline.time_span_ns();
+    let span = (b - origin(run)).max(1) as f64;
     if run.no_clock { span } else { span / 1e9 }
 }
 
@@ -242,8 +254,7 @@ fn draw_single<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, run: &ReportRu
     text(&header, &format!("vramscope — {}", run.name), 14, 10, 26, &BLACK)?;
     let when = match p.peak_allocated_clock_ns {
         Some(_) if !run.no_clock => {
-            let first = run.timeline.time_span_ns().0;
-            let at = run.timeline.time_ns(run.timeline.peak_allocated_point()) - first;
+            let at = run.timeline.time_ns(run.timeline.peak_allocated_point()) - origin(run);
             format!(" at +{}", units::duration_ns(at))
         }
         _ => String::new(),

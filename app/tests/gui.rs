@@ -636,3 +636,37 @@ fn a_stretch_not_recorded_is_said_above_the_timeline_and_under_the_pointer() {
     harness.get_by_label_contains("t = 200");
     assert_eq!(harness.query_all_by_label_contains("not recorded here").count(), 0);
 }
+
+/// A run of three GPUs that ran out of memory in its first forward pass, the devices starting at
+/// different times (`tests/scripts/forward_oom.py`, which works out the times from its entries):
+/// the app opens on the device that ran out, its banner and its status bar say the OOM and the
+/// peak at their offsets from the trace's first event (of any device, as `info` says them), and
+/// the layers of that forward pass raise no growth banner.
+#[test]
+fn times_are_said_from_the_traces_first_event() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("forward_oom.pickle");
+    let python = std::env::var("VRAMSCOPE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let script = manifest_dir().join("../tests/scripts/forward_oom.py");
+    let output = std::process::Command::new(python).arg(script).arg(&file).output().expect("python3");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let expect: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let origin = expect["origin_us"].as_i64().expect("origin");
+    let cuda1 = &expect["devices"]["cuda:1"];
+    // As the app says a duration: to the ms below a second, three decimals.
+    let offset = |us: i64| units::duration_ns((us - origin) * 1000);
+    let mut harness = harness(Some(file));
+    harness.get_by_label("Open a trace…").click();
+    harness.run_steps(2);
+    settle(&mut harness);
+    let session = &harness.state().session;
+    let doc = session.doc.as_ref().expect("opened");
+    assert_eq!(doc.devices[session.device_index].device, DeviceId(1), "opens on the device that ran out");
+    let oom = offset(cuda1["oom_time_us"].as_i64().expect("the OOM's time"));
+    harness.get_by_label_contains(&format!("on cuda:1 at +{oom}"));
+    let peak = units::bytes(cuda1["peak_allocated_bytes"].as_u64().expect("peak"));
+    let at = offset(cuda1["peak_allocated_time_us"].as_i64().expect("peak time"));
+    harness.get_by_label_contains(&format!("peak: {peak} allocated"));
+    harness.get_by_label_contains(&format!("at +{at}"));
+    assert!(harness.query_by_label_contains("grows").is_none(), "a growth banner for the layers of one forward");
+}

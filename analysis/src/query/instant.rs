@@ -92,7 +92,7 @@ pub enum NotInTrace {
 /// When `when` is in `trace` (ns on its clock): a phase as `info` finds it, on the first device
 /// that shows its kind.
 pub fn resolve(trace: &Trace, when: &When) -> Result<i64, NotInTrace> {
-    let start = trace.events.first().map_or(0, |e| e.time_ns);
+    let start = trace.origin_ns();
     let end = trace.events.last().map_or(0, |e| e.time_ns);
     match *when {
         When::After(ns) => {

@@ -264,7 +264,7 @@ impl VramscopeApp {
             self.live_bar(ui);
             self.sample_banner(ui, &mut commands);
             if let Some(doc) = &self.session.doc {
-                banner::caveats_ui(ui, doc, &mut commands);
+                banner::caveats_ui(ui, doc, self.session.device_index, &mut commands);
             }
         }
         egui::CentralPanel::default().show(ui, |ui| {

@@ -32,7 +32,8 @@ pub enum Align {
 
 /// The time in `device` that `align` lines up.
 fn anchor_ns(doc: &Document, device: &DeviceData, align: &Align) -> f64 {
-    let start = device.timeline.time_span_ns().0 as f64;
+    // The start of a run is its trace's first event, the origin its times are said from.
+    let start = if doc.has_no_clock() { device.timeline.time_span_ns().0 } else { doc.trace.origin_ns() } as f64;
     let first = |pred: &dyn Fn(&vramscope_trace_format::Annotation) -> bool| {
         device
             .annotations

@@ -64,7 +64,7 @@ pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, state: &mut OomState, out: 
     if ooms.len() > 1 {
         ui.horizontal(|ui| {
             ui.label(format!("{} out-of-memory errors on this device; showing", units::count(ooms.len())));
-            let start = trace.events.first().map_or(0, |e| e.time_ns);
+            let start = trace.origin_ns();
             let label = |i: usize| {
                 let o = &trace.ooms[i];
                 format!("+{}: {}", units::duration_ns(o.time_ns - start), units::bytes(o.requested_bytes))

@@ -294,7 +294,7 @@ fn peak_breakdown(args: &Args<'_>) -> Result<Value> {
             *device = keep(device.take(), &AT_PEAK);
         }
     }
-    Ok(keep(value, &["format", "devices", "largest_blocks", "notes"]))
+    Ok(keep(value, &["format", "time_origin_us", "devices", "largest_blocks", "notes"]))
 }
 
 fn memory_at(args: &Args<'_>) -> Result<Value> {
@@ -309,7 +309,7 @@ fn memory_at(args: &Args<'_>) -> Result<Value> {
         ..Default::default()
     };
     let value = cli_json(|out| info::run_paths(&[path], &options, out))?;
-    Ok(keep(value, &["format", "at", "largest_blocks", "notes"]))
+    Ok(keep(value, &["format", "time_origin_us", "at", "largest_blocks", "notes"]))
 }
 
 fn compare(args: &Args<'_>) -> Result<Value> {

@@ -75,6 +75,10 @@ fn show(
     while !viewer.quit {
         let mut changed = false;
         if let Some(next) = follower.poll() {
+            // The first state shown opens on the device to look at first.
+            if screen.is_none() {
+                viewer.choice.device = next.focus;
+            }
             screen = Some(next);
             changed = true;
         }

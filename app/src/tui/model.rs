@@ -31,6 +31,9 @@ pub struct Screen {
     pub start_ns: i64,
     /// Its devices, host memory last.
     pub devices: Vec<DeviceScreen>,
+    /// The device to show first (an index into `devices`): the one that ran out of memory
+    /// first, else the one that peaks highest, as `info` and the app choose.
+    pub focus: usize,
     /// What the trace cannot show, in words.
     pub notes: Vec<String>,
 }
@@ -129,13 +132,15 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
         })
         .collect();
     let pids = if processes.is_empty() { Vec::new() } else { whole.metadata.processes.iter().map(|p| p.pid).collect() };
+    let focus = summary.focus_device.and_then(|f| summary.devices.iter().position(|d| d.device == f)).unwrap_or(0);
     Screen {
         path: origin.path.clone(),
         processes,
         pids,
         process,
-        start_ns: trace.events.first().map_or(0, |e| e.time_ns),
+        start_ns: trace.origin_ns(),
         devices,
+        focus,
         notes: crate::words::caveats(trace, &summary.caveats),
     }
 }

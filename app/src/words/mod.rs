@@ -139,7 +139,7 @@ pub fn caveat(trace: &Trace, c: &Caveat) -> String {
 
 /// Where a profiler's events do not add up to its running totals: one sentence per device.
 fn totals_differ(trace: &Trace, devices: &[(DeviceId, vramscope_trace_format::TotalsAgreement)]) -> String {
-    let start = trace.events.first().map_or(0, |e| e.time_ns);
+    let start = trace.origin_ns();
     let mut sentences = Vec::new();
     for (device, t) in devices {
         let label = trace.metadata.device_label(*device);
@@ -186,9 +186,12 @@ fn totals_differ(trace: &Trace, devices: &[(DeviceId, vramscope_trace_format::To
 /// per process and cause: how many, how long in all, from when (seconds from the trace's first
 /// event) and why.
 fn unrecorded(trace: &Trace, gaps: &[Unrecorded]) -> String {
-    // Events are in time order: the first is the trace's start, as `info` counts it.
-    let start =
-        trace.events.first().map(|e| e.time_ns).unwrap_or_else(|| gaps.iter().map(|g| g.begin_ns).min().unwrap_or(0));
+    // From the trace's first event, as every time is said.
+    let start = if trace.events.is_empty() && trace.metadata.range.is_none() {
+        gaps.iter().map(|g| g.begin_ns).min().unwrap_or(0)
+    } else {
+        trace.origin_ns()
+    };
     let mut groups: Vec<(u32, &str, Vec<&Unrecorded>)> = Vec::new();
     for gap in gaps {
         match groups.iter_mut().find(|(p, why, _)| *p == gap.process && *why == gap.why) {

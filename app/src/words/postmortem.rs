@@ -8,7 +8,7 @@ use crate::units::{bytes, duration_ns};
 
 /// The heading: where and when it failed.
 pub fn postmortem_heading(trace: &Trace, pm: &PostMortem) -> String {
-    let start = trace.events.first().map_or(pm.time_ns, |e| e.time_ns);
+    let start = trace.origin_ns();
     let when = match (pm.phase.map(PhaseKind::name), pm.iteration) {
         (Some(phase), Some(i)) => format!(" (in {phase}, iteration {i})"),
         (Some(phase), None) => format!(" (in {phase})"),

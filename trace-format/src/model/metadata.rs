@@ -218,6 +218,11 @@ pub struct RangeInfo {
     /// Whether the source's final state (a snapshot's segments) was left out because it
     /// describes a time after the range.
     pub final_state_dropped: bool,
+    /// When the source's first event happened, on the trace's clock: the origin every time of
+    /// the part is said from, as it is for the whole ([`crate::Trace::origin_ns`]). `None` in
+    /// files written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_ns: Option<i64>,
 }
 
 #[cfg(test)]

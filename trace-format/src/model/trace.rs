@@ -112,6 +112,20 @@ impl Trace {
         part
     }
 
+    /// The instant every time of the trace is said from (`+2.5 s`): its first event, or its first
+    /// counter sample when it has no events, or the first event of its source when it is part of
+    /// one (a range), so that an instant reads the same in the part as in the whole. 0 when the
+    /// trace has nothing timed.
+    pub fn origin_ns(&self) -> i64 {
+        if let Some(origin) = self.metadata.range.as_ref().and_then(|r| r.origin_ns) {
+            return origin;
+        }
+        if let Some(first) = self.events.first() {
+            return first.time_ns;
+        }
+        self.counters.iter().filter_map(|c| c.samples.first()).map(|s| s.time_ns).min().unwrap_or(0)
+    }
+
     /// Whether `device`'s frees come in two steps (`FreeRequested`, then `FreeCompleted`: PyTorch's
     /// caching allocator), so that allocated memory drops at the request and active memory at the
     /// completion: as the device's metadata says, else whether any of its events is a

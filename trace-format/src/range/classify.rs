@@ -40,6 +40,18 @@ impl Classifier {
         }
     }
 
+    /// A classifier whose times count from `origin_ns` rather than from the stream's first event
+    /// (a trace cut once already counts from its source's first event).
+    pub(crate) fn with_origin(range: TraceRange, origin_ns: Option<i64>) -> Self {
+        Self { first_ns: origin_ns, ..Self::new(range) }
+    }
+
+    /// When the stream's first event happened (or the origin it was given): what the range's
+    /// times count from.
+    pub(crate) fn origin_ns(&self) -> Option<i64> {
+        self.first_ns
+    }
+
     /// The range it places events in.
     pub(crate) fn range(&self) -> TraceRange {
         self.range

@@ -331,7 +331,8 @@ fn at_range_start(trace: &mut Trace, folded: &Folded<Event>, time_ns: i64, cut: 
 /// total the source reported for the trace's start is moved to the range's. The source's final
 /// state goes when the range ends before the trace.
 pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
-    let mut classifier = Classifier::new(range);
+    // A part cut again counts from its source's first event, as its times are said.
+    let mut classifier = Classifier::with_origin(range, trace.metadata.range.as_ref().and_then(|r| r.origin_ns));
     let mut fold: Fold<Event> = Fold::new();
     let events = std::mem::take(&mut trace.events);
     let mut kept = Vec::new();
@@ -462,6 +463,7 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
         events_after: folded.after,
         alive_at_start,
         final_state_dropped: cut,
+        origin_ns: classifier.origin_ns(),
     });
     Ok(())
 }

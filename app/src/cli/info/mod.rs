@@ -99,7 +99,7 @@ fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) 
     } else {
         write_text(loaded, &summary, out)?;
         if let Some(at) = &at {
-            let start = loaded.trace.events.first().map_or(0, |e| e.time_ns);
+            let start = loaded.trace.origin_ns();
             // Said to the µs, as the JSON gives it.
             let time_ns = at.time_ns.div_euclid(1000) * 1000;
             writeln!(out, "\nat {} (+{})", at.when, duration_ns((time_ns - start).max(0)))?;

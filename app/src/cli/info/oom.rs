@@ -32,8 +32,14 @@ pub fn run_oom(paths: &[std::path::PathBuf], json: bool, range: Option<TraceRang
                 value
             })
             .collect();
-        let value =
-            serde_json::json!({ "file": path.display().to_string(), "oom_count": trace.ooms.len(), "ooms": ooms });
+        let origin_us = (trace.metadata.clock != vramscope_trace_format::Clock::EventIndex)
+            .then(|| trace.origin_ns().div_euclid(1000));
+        let value = serde_json::json!({
+            "file": path.display().to_string(),
+            "time_origin_us": origin_us,
+            "oom_count": trace.ooms.len(),
+            "ooms": ooms
+        });
         serde_json::to_writer_pretty(&mut *out, &value)?;
         writeln!(out)?;
         return Ok(());

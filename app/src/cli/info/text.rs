@@ -43,12 +43,7 @@ pub(super) fn device_name(trace: &Trace, device: DeviceId) -> String {
 
 pub(super) fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn Write) -> Result<()> {
     let trace = &loaded.trace;
-    let start_ns = trace
-        .events
-        .first()
-        .map(|e| e.time_ns)
-        .or_else(|| trace.counters.iter().filter_map(|c| c.samples.first()).map(|s| s.time_ns).min())
-        .unwrap_or(0);
+    let start_ns = trace.origin_ns();
     let span_ns = trace.events.last().map_or(0, |e| e.time_ns) - trace.events.first().map_or(0, |e| e.time_ns);
     writeln!(out, "{}", loaded.path.display())?;
     let wrapped = if summary.wrapped_in.is_empty() {

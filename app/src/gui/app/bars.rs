@@ -155,11 +155,12 @@ impl VramscopeApp {
                 if let Some(point) = self.session.selected_point {
                     let (allocated, _, reserved) = device.timeline.values(point);
                     let at_peak = point == device.peak_point;
-                    let t = device.timeline.time_ns(point) - device.timeline.time_span_ns().0;
+                    // From the trace's first event, as every face says a time.
+                    let t = device.timeline.time_ns(point) - doc.trace.origin_ns();
                     let when = if doc.has_no_clock() {
                         format!("event #{}", device.timeline.time_ns(point))
                     } else {
-                        units::duration_ns(t)
+                        format!("+{}", units::duration_ns(t))
                     };
                     // A trace without reserved memory (a profiler's CPU trace, a timeline) says so.
                     let recorded = device.reserved_recorded;

@@ -58,11 +58,25 @@ pub fn x_axis(
 ) {
     let ticks = (plot.width() / 110.0).max(2.0);
     let step = nice_step((v1 - v0) / f64::from(ticks));
+    // What the times count from, said at the right end of the labels (none cover it).
+    let caption = if event_numbers { "event number" } else { "time from the trace's first event" };
+    let caption_rect = painter.text(
+        pos2(plot.right(), label_y),
+        egui::Align2::RIGHT_TOP,
+        caption,
+        egui::FontId::proportional(11.0),
+        visuals.weak_text_color(),
+    );
     let mut t = ((v0 - origin) / step).ceil() * step;
     while origin + t <= v1 {
         let x = plot.left() + ((origin + t - v0) / (v1 - v0) * f64::from(plot.width())) as f32;
         painter.vline(x, plot.y_range(), Stroke::new(1.0, visuals.faint_bg_color));
-        let label = if event_numbers { format!("#{}", (origin + t) as i64) } else { units::tick_duration(t) };
+        if x + 40.0 > caption_rect.left() {
+            t += step;
+            continue;
+        }
+        let label =
+            if event_numbers { format!("#{}", (origin + t) as i64) } else { format!("+{}", units::tick_duration(t)) };
         painter.text(
             pos2(x, label_y),
             egui::Align2::CENTER_TOP,

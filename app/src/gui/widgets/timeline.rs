@@ -125,7 +125,8 @@ pub fn timeline_ui(
             visuals.text_color(),
         );
     } else {
-        let origin = device.timeline.time_span_ns().0 as f64;
+        // Times from the trace's first event (of any device), as every face says them.
+        let origin = if doc.has_no_clock() { device.timeline.time_span_ns().0 } else { doc.trace.origin_ns() } as f64;
         let label_y = plot.bottom() + BAND_ROW_PX * BAND_ROWS as f32 + 8.0;
         axis::x_axis(&painter, plot, origin, doc.has_no_clock(), (v0, v1), label_y, visuals);
     }
@@ -400,11 +401,11 @@ fn time_at_x(x: f32, plot: Rect, (v0, v1): (f64, f64)) -> f64 {
 fn readout_ui(ui: &mut egui::Ui, doc: &Document, device: &DeviceData, point: Point) {
     let t = &device.timeline;
     let (allocated, requested, reserved) = t.values(point);
-    let first = t.time_span_ns().0;
+    let first = doc.trace.origin_ns();
     let when = if doc.has_no_clock() {
         format!("event #{}", t.time_ns(point))
     } else {
-        format!("t = {}", units::duration_ns(t.time_ns(point) - first))
+        format!("t = +{}", units::duration_ns(t.time_ns(point) - first))
     };
     ui.strong(when);
     egui::Grid::new("readout").num_columns(2).show(ui, |ui| {

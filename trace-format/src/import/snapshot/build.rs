@@ -345,6 +345,7 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>, entries: &Entries
             .filter(|e| e.action != Action::Event(EventKind::FreeRequested))
             .count() as u64,
         final_state_dropped: cut,
+        origin_ns: classifier.origin_ns(),
     };
     RangeStart {
         per_device,
