@@ -352,14 +352,99 @@ pub fn site_frame(trace: &Trace, stack: StackId, hide_noise: bool) -> Option<Fra
     python.or_else(operator).or_else(|| frames.iter().find(worth)).map(|&(id, _)| id)
 }
 
-/// Where a stack allocated ([`site_frame`]), as `function  file:line` ([`frame_label`]): the
-/// name sites are grouped and compared by.
+/// Whether a source file is the program's own: a Python file that is not PyTorch's, not an
+/// installed package's (`site-packages`, `dist-packages`), not the standard library's and not
+/// code `torch.compile` wrote. What a user can change is there.
+pub fn is_program_file(file: &str) -> bool {
+    let path = file.replace('\\', "/");
+    let lower = path.to_ascii_lowercase();
+    if !lower.ends_with(".py") || is_generated_code(&path) {
+        return false;
+    }
+    let library = ["/site-packages/", "/dist-packages/", "/lib/python", "/lib64/python"];
+    // A Windows install keeps its standard library in `Lib`: `C:\Python311\Lib\runpy.py`.
+    let windows = file.contains('\\') || lower.get(1..3) == Some(":/");
+    !(library.iter().any(|l| lower.contains(l))
+        || lower.starts_with("torch/")
+        || lower.contains("/torch/")
+        || lower.starts_with("<frozen")
+        || (windows && lower.contains("/lib/")))
+}
+
+/// The program's own frame of a stack: its innermost frame in the program's files
+/// ([`is_program_file`]), with its index among the stack's frames (innermost first).
+pub fn program_frame(trace: &Trace, stack: StackId) -> Option<(usize, FrameId)> {
+    let interner = &trace.interner;
+    interner.frames_of(stack).iter().enumerate().find_map(|(i, &f)| {
+        let frame = interner.frame_of(f)?;
+        is_program_file(interner.resolve(frame.file)).then_some((i, f))
+    })
+}
+
+/// The library call a stack's program frame made ([`program_frame`]): the innermost Python frame
+/// inside it (a library's function the program called). A native frame is not one: which ATen
+/// kernel ran says less than the program's own line, and changes with dtypes and devices; nor is
+/// code `torch.compile` generated.
+fn library_call(trace: &Trace, stack: StackId, program: usize, hide_noise: bool) -> Option<FrameId> {
+    let interner = &trace.interner;
+    let inner: Vec<(FrameId, &Frame)> = interner
+        .frames_of(stack)
+        .iter()
+        .take(program)
+        .filter_map(|&f| Some((f, interner.frame_of(f)?)))
+        .filter(|(_, f)| !hide_noise || !is_noise_frame(interner.resolve(f.file), interner.resolve(f.function)))
+        .collect();
+    // Code `torch.compile` wrote is no call the program made either.
+    inner
+        .iter()
+        .find(|(_, f)| {
+            let file = interner.resolve(f.file);
+            file.ends_with(".py") && !is_generated_code(file)
+        })
+        .map(|&(id, _)| id)
+}
+
+/// Where a stack allocated, the name sites are grouped and compared by: the program's own line
+/// first, with the library call it made beside it (`forward  llm/attention.py:41 via forward
+/// nn/modules/linear.py:125`), else, for a stack that never leaves the library, its
+/// [`site_frame`] (each as [`frame_label`] says a frame).
 pub fn allocation_site(trace: &Trace, stack: StackId, hide_noise: bool) -> String {
     let interner = &trace.interner;
-    site_frame(trace, stack, hide_noise).and_then(|id| interner.frame_of(id)).map_or_else(
-        || "(no stack recorded)".to_owned(),
-        |f| frame_label(interner.resolve(f.function), interner.resolve(f.file), f.line),
-    )
+    let label = |id: FrameId| {
+        interner.frame_of(id).map(|f| frame_label(interner.resolve(f.function), interner.resolve(f.file), f.line))
+    };
+    if let Some((index, program)) = program_frame(trace, stack) {
+        let own = label(program).unwrap_or_default();
+        return match library_call(trace, stack, index, hide_noise).and_then(label) {
+            Some(library) => format!("{own} via {library}"),
+            None => own,
+        };
+    }
+    site_frame(trace, stack, hide_noise).and_then(label).unwrap_or_else(|| "(no stack recorded)".to_owned())
+}
+
+/// A stack as a person reads it, innermost first, one line each: with `hide_noise`, the program's
+/// own frame first, with the library call it made (as [`allocation_site`] names it), then its
+/// callers, the allocator's, the interpreter's and the library's frames inside it folded away;
+/// a stack that never reaches the program keeps its frames but the noise. Without
+/// `hide_noise`, every frame.
+pub fn stack_lines(trace: &Trace, stack: StackId, hide_noise: bool) -> Vec<String> {
+    let interner = &trace.interner;
+    let frames = interner.frames_of(stack);
+    let text = |f: &Frame| frame_text(interner.resolve(f.function), interner.resolve(f.file), f.line);
+    let shown = |f: &&Frame| !hide_noise || !is_noise_frame(interner.resolve(f.file), interner.resolve(f.function));
+    let program = if hide_noise { program_frame(trace, stack) } else { None };
+    let Some((index, own)) = program else {
+        return frames.iter().filter_map(|&f| interner.frame_of(f)).filter(shown).map(text).collect();
+    };
+    let mut lines = Vec::with_capacity(frames.len().saturating_sub(index));
+    let own_text = interner.frame_of(own).map(text).unwrap_or_default();
+    lines.push(match library_call(trace, stack, index, hide_noise).and_then(|id| interner.frame_of(id)) {
+        Some(library) => format!("{own_text} via {}", text(library)),
+        None => own_text,
+    });
+    lines.extend(frames.iter().skip(index + 1).filter_map(|&f| interner.frame_of(f)).filter(shown).map(text));
+    lines
 }
 
 /// Live bytes and blocks of one allocation site.
@@ -507,6 +592,34 @@ pub fn is_noise_frame(file: &str, function: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_programs_files_are_told_from_the_libraries() {
+        for program in [
+            "/home/user/llm/model.py",
+            "train.py",
+            "C:\\Users\\me\\proj\\train.py",
+            "/tmp/ipykernel_4242/3912.py",
+            "/workspace/src/my_torch_utils.py",
+        ] {
+            assert!(is_program_file(program), "{program}");
+        }
+        for library in [
+            "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/linear.py",
+            "/usr/local/lib/python3.10/dist-packages/transformers/models/gpt2/modeling_gpt2.py",
+            "/usr/lib/python3.11/threading.py",
+            "torch/nn/functional.py",
+            "/home/user/src/pytorch/torch/nn/functional.py",
+            "C:\\Python311\\Lib\\runpy.py",
+            "C:\\Users\\me\\venv\\Lib\\site-packages\\torch\\functional.py",
+            "<frozen runpy>",
+            "/tmp/torchinductor_me/ab/cabc.py",
+            "/home/user/llm/model.cpp",
+            "??",
+        ] {
+            assert!(!is_program_file(library), "{library}");
+        }
+    }
 
     #[test]
     fn a_recording_has_segments_from_its_events() {

@@ -98,13 +98,8 @@ pub fn postmortem(trace: &Trace, index: usize) -> Option<PostMortem> {
         bytes: at.total.reserved_bytes.saturating_sub(at.total.allocated_bytes),
         largest_range_bytes: has_segments.then_some(at.total.largest_free_bytes),
     };
-    let interner = &trace.interner;
-    let stack = interner
-        .frames_of(oom.stack)
-        .iter()
-        .filter_map(|&f| interner.frame_of(f))
-        .map(|f| instant::frame_text(interner.resolve(f.function), interner.resolve(f.file), f.line))
-        .collect();
+    // The program's own line first, the allocator's and the interpreter's frames folded away.
+    let stack = instant::stack_lines(trace, oom.stack, true);
     let phase = trace
         .annotations
         .iter()

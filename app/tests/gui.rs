@@ -628,12 +628,12 @@ fn a_stretch_not_recorded_is_said_above_the_timeline_and_under_the_pointer() {
     harness.get_by_label_contains(hover);
     harness.hover_at(at(200.0));
     for _ in 0..120 {
-        if harness.query_by_label_contains("t = 200").is_some() {
+        if harness.query_by_label_contains("t = +200").is_some() {
             break;
         }
         harness.step();
     }
-    harness.get_by_label_contains("t = 200");
+    harness.get_by_label_contains("t = +200");
     assert_eq!(harness.query_all_by_label_contains("not recorded here").count(), 0);
 }
 

@@ -70,12 +70,30 @@ pub(super) fn classify_stack(trace: &Trace, stack: StackId) -> Attribution {
                 if rule.function == "forward" && (function != "forward" || !file.ends_with(".py")) {
                     continue;
                 }
+                // A module's forward in a library (torch's Linear) called from the program's
+                // own forward: the evidence names the program's, the line a user can change.
+                let frame = if rule.function == "forward" && !crate::instant::is_program_file(file) {
+                    program_forward(trace, stack).unwrap_or(frame_id)
+                } else {
+                    frame_id
+                };
                 return Attribution {
                     category: rule.category,
-                    evidence: Evidence::Frame { rule: rule.describe, frame: frame_id },
+                    evidence: Evidence::Frame { rule: rule.describe, frame },
                 };
             }
         }
     }
     Attribution::UNKNOWN
+}
+
+/// The innermost `forward` of a stack in the program's own files, if it has one.
+fn program_forward(trace: &Trace, stack: StackId) -> Option<vramscope_trace_format::FrameId> {
+    let interner = &trace.interner;
+    interner.frames_of(stack).iter().copied().find(|&f| {
+        interner.frame_of(f).is_some_and(|frame| {
+            interner.resolve(frame.function) == "forward"
+                && crate::instant::is_program_file(interner.resolve(frame.file))
+        })
+    })
 }

@@ -342,6 +342,7 @@ fn stacks_at_peak(run: &RunPeak) -> Vec<StackBytes> {
             relaxed: vec![s.site.clone()],
             bytes: s.bytes,
             blocks: s.blocks,
+            site: s.site.clone(),
         })
         .collect()
 }

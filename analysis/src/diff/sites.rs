@@ -8,7 +8,8 @@
 //! both runs. Of those left, a path whose frames are equal but for line numbers (code that moved)
 //! is paired when it is the only such one on each side. The rest are in one run only.
 //!
-//! What users see is grouped by the innermost site (`function  file:line`): a row per site,
+//! What users see is grouped by the site (the program's line, with the library call beside it:
+//! [`instant::allocation_site`]): a row per site,
 //! with its paths under it when several call paths reach it, each told apart by the first
 //! caller where they part.
 
@@ -35,12 +36,16 @@ pub struct StackBytes {
     pub bytes: u64,
     /// Blocks live there.
     pub blocks: usize,
+    /// Where it allocated, as sites are named ([`instant::allocation_site`]: the program's line,
+    /// with the library call beside it); empty: its innermost frame.
+    #[serde(skip)]
+    pub site: String,
 }
 
 impl StackBytes {
-    /// The innermost site, as the app shows it.
+    /// The site, as the app shows it.
     pub fn site(&self) -> &str {
-        self.frames.first().map_or(NO_STACK, String::as_str)
+        if self.site.is_empty() { self.frames.first().map_or(NO_STACK, String::as_str) } else { &self.site }
     }
 }
 
@@ -80,7 +85,13 @@ pub fn by_stack(trace: &Trace, blocks: impl IntoIterator<Item = LiveBlock>) -> V
     let mut by_key: BTreeMap<Vec<String>, StackBytes> = BTreeMap::new();
     for (stack, (bytes, blocks)) in by_id {
         let (frames, relaxed) = stack_key(trace, stack);
-        let entry = by_key.entry(frames.clone()).or_insert(StackBytes { frames, relaxed, bytes: 0, blocks: 0 });
+        let entry = by_key.entry(frames.clone()).or_insert_with(|| StackBytes {
+            frames,
+            relaxed,
+            bytes: 0,
+            blocks: 0,
+            site: if stack == StackId(0) { String::new() } else { instant::allocation_site(trace, stack, true) },
+        });
         entry.bytes += bytes;
         entry.blocks += blocks;
     }
@@ -289,7 +300,7 @@ mod tests {
     fn path(frames: &[&str], bytes: u64) -> StackBytes {
         let frames: Vec<String> = frames.iter().map(|f| (*f).to_owned()).collect();
         let relaxed = frames.iter().map(|f| f.rsplit_once(':').map_or(f.clone(), |(x, _)| x.to_owned())).collect();
-        StackBytes { frames, relaxed, bytes, blocks: 1 }
+        StackBytes { frames, relaxed, bytes, blocks: 1, site: String::new() }
     }
 
     #[test]

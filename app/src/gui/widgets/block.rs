@@ -71,22 +71,17 @@ pub fn block_details_ui(ui: &mut egui::Ui, trace: &Trace, b: &AttributedBlock, n
     });
 }
 
-/// The frames of a stack, innermost first, `path:line` shown.
+/// The frames of a stack, innermost first, `path:line` shown: with `hide_noise`, the program's
+/// own line first (with the library call it made) and its callers ([`instant::stack_lines`]).
 pub fn stack_ui(ui: &mut egui::Ui, trace: &Trace, stack: StackId, hide_noise: bool, limit: usize) {
-    let interner = &trace.interner;
-    let frames: Vec<_> = interner
-        .frames_of(stack)
-        .iter()
-        .filter_map(|&f| interner.frame_of(f))
-        .filter(|f| !hide_noise || !instant::is_noise_frame(interner.resolve(f.file), interner.resolve(f.function)))
-        .collect();
-    if frames.is_empty() {
+    let lines = instant::stack_lines(trace, stack, hide_noise);
+    if lines.is_empty() {
         ui.weak("(no stack recorded)");
     }
-    for f in frames.iter().take(limit) {
-        ui.monospace(instant::frame_text(interner.resolve(f.function), interner.resolve(f.file), f.line));
+    for line in lines.iter().take(limit) {
+        ui.monospace(line);
     }
-    if frames.len() > limit {
-        ui.weak(format!("… {} more frames", frames.len() - limit));
+    if lines.len() > limit {
+        ui.weak(format!("… {} more frames", lines.len() - limit));
     }
 }
