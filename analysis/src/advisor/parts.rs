@@ -274,7 +274,8 @@ pub fn parts_at(
     for block in peak::live_at(trace, device, event) {
         let alloc_ns = block.alloc_event.and_then(|i| trace.events.get(i)).map_or(i64::MIN, |e| e.time_ns);
         let bytes = block.size_bytes as f64;
-        let Attribution { category, evidence } = attributor.block(block.address, alloc_ns, time_ns, block.stack);
+        let attribution = attributor.block(block.address, alloc_ns, time_ns, block.stack);
+        let Attribution { category, evidence } = attribution;
         let known = &mut parts.evidence;
         *match evidence {
             Evidence::Tag(_) => &mut known.tagged,
@@ -319,6 +320,8 @@ pub fn parts_at(
                 }
             }
             Category::Temporary => parts.temporary += bytes,
+            // A dataset held whole stays whatever the batch: it is not scaled with it.
+            Category::Input if attribution.is_resident_input(trace) => parts.other += bytes,
             Category::Input => parts.input += bytes,
             _ => parts.other += bytes,
         }

@@ -85,6 +85,8 @@ struct Block {
     in_step: bool,
     /// The start of the forward it was allocated after (the gradients' move under accumulation).
     forward_ns: Option<i64>,
+    /// A dataset the program holds whole: input no smaller batch shrinks.
+    resident: bool,
 }
 
 /// What the rules add to a replay: autocast's weight copies, ZeRO-3's gathered block.
@@ -153,7 +155,8 @@ impl Replayer {
         // The activations of each repeated block in each forward: (forward, block) -> blocks.
         let mut groups: HashMap<(usize, String), Vec<usize>> = HashMap::default();
         let mut add = |r: &mut Self, address: u64, size_bytes: u64, time_ns: i64, stack: StackId, freed: bool| {
-            let Attribution { category, evidence } = attributor.block(address, time_ns, i64::MAX, stack);
+            let attribution = attributor.block(address, time_ns, i64::MAX, stack);
+            let Attribution { category, evidence } = attribution;
             let forward = forwards.partition_point(|&f| f <= time_ns);
             let b = r.blocks.len();
             r.blocks.push(Block {
@@ -165,6 +168,7 @@ impl Replayer {
                 upcast: upcasts_its_input(trace, device, stack),
                 in_step: time_ns != i64::MIN && in_step(spans, time_ns),
                 forward_ns: forward.checked_sub(1).map(|f| forwards[f]),
+                resident: attribution.is_resident_input(trace),
             });
             if let Evidence::Phase { module: Some(module), .. } = evidence
                 && category == Category::Activation
@@ -308,7 +312,8 @@ impl Replayer {
         };
         let size = |b: &Block| -> i64 {
             let mut f = factor[b.category as usize];
-            let scales = matches!(b.category, Category::Activation | Category::Temporary | Category::Input);
+            let scales =
+                matches!(b.category, Category::Activation | Category::Temporary | Category::Input) && !b.resident;
             if scales && !b.in_step {
                 f *= batch;
             }

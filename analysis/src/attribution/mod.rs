@@ -65,6 +65,13 @@ pub struct Attribution {
 }
 
 impl Attribution {
+    /// Whether the block is data the program holds whole: input its recorder tagged as a data
+    /// loader's dataset (`dataset...`), which no smaller batch shrinks.
+    pub fn is_resident_input(&self, trace: &Trace) -> bool {
+        self.category == Category::Input
+            && matches!(self.evidence, Evidence::Tag(name) if trace.interner.resolve(name).starts_with("dataset"))
+    }
+
     const UNKNOWN: Self = Self { category: Category::Unknown, evidence: Evidence::Nothing };
 }
 

@@ -162,6 +162,13 @@ class _Recorder:
         self.roots = []
         # Last tag written per (device, address): (category, name).
         self.tagged = {}
+        # When each parameter's gradient was last tagged (by the parameter's id): the backward
+        # and the iteration then. A gradient is tagged at the end of every backward, and at an
+        # optimizer step's start unless that backward's end did already.
+        self.grad_tagged = {}
+        self.backwards = 0
+        # Datasets (by id) whose tensors are tagged.
+        self.datasets_seen = set()
         self.parameter_dtypes = {}
         self.depth = threading.local()
         self.module_starts = threading.local()
@@ -504,12 +511,55 @@ class _Recorder:
             batch = real_next(iterator)
             if not recorder.closed and os.getpid() == recorder.pid:
                 recorder.safe(recorder.tag_batch, batch)
+                recorder.safe(recorder.tag_dataset, getattr(iterator, "_dataset", None))
             return batch
 
         __next__._vramscope = True
         __next__.__wrapped__ = real_next
         base.__next__ = __next__
         self.undo.append(lambda: _restore(base, "__next__", __next__, real_next))
+
+    def tag_dataset(self, dataset):
+        """Tags the tensors a DataLoader's dataset holds whole (a `TensorDataset`'s, through
+        `Subset` and `ConcatDataset`, and the tensor attributes of a dataset class of the
+        program's) as the input data they are, once per dataset."""
+        if dataset is None or id(dataset) in self.datasets_seen:
+            return
+        self.datasets_seen.add(id(dataset))
+        self.tag_data(dataset, "dataset", 0)
+
+    def tag_data(self, value, name, depth):
+        torch = self.torch
+        if depth > 3:
+            return
+        if isinstance(value, torch.Tensor):
+            self.tag(value, "input", name)
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value[:64]):
+                self.tag_data(item, f"{name}[{index}]", depth + 1)
+        elif isinstance(value, dict):
+            for index, (key, item) in enumerate(value.items()):
+                if index >= 64:
+                    break
+                self.tag_data(item, f"{name}[{key!r}]", depth + 1)
+        elif isinstance(value, torch.utils.data.Dataset):
+            # Subset and ConcatDataset hold theirs in `dataset` and `datasets`; a dataset class
+            # holds its tensors in its attributes.
+            for key, item in list(vars(value).items())[:64]:
+                if key.startswith("__"):
+                    continue
+                label = "tensors" if key == "tensors" else key
+                self.tag_data(item, name if key in ("dataset", "datasets") else f"{name}.{label}", depth + 1)
+            # A dataset class defined where its data is (a closure over a TensorDataset or a
+            # tensor) reads it from its __getitem__'s closure.
+            getitem = getattr(type(value), "__getitem__", None)
+            for cell in (getattr(getitem, "__closure__", None) or ())[:16]:
+                try:
+                    item = cell.cell_contents
+                except ValueError:
+                    continue
+                if isinstance(item, (torch.Tensor, torch.utils.data.Dataset, list, tuple)) and item is not value:
+                    self.tag_data(item, name, depth + 1)
 
     def tag_batch(self, batch, name="batch", depth=0):
         """Tags the tensors of a batch (in tuples, lists and dicts, three deep) as input."""
@@ -623,6 +673,12 @@ class _Recorder:
 
     def backward_end(self):
         self.backward_depth = max(self.backward_depth - 1, 0)
+        if self.backward_depth == 0:
+            # The gradients backward made, tagged as it ends: an optimizer stepping with a
+            # closure (LBFGS, Lightning) runs backward after its step's start, and a run's last
+            # gradients may be freed before any step sees them.
+            self.backwards += 1
+            self.safe(self.tag_root_gradients)
         if self.backward_depth == 0 and self.backward_start is not None:
             self.write({"t": "span", "kind": "backward", "name": "backward", "begin": self.backward_start,
                         "end": self.now()})
@@ -634,15 +690,34 @@ class _Recorder:
         self.step_start = self.now()
         for group in optimizer.param_groups:
             for param in group["params"]:
-                if param.grad is not None:
-                    self.tag(param.grad, "gradient", self.param_name(param) + ".grad")
+                self.tag_gradient(param)
+
+    def tag_gradient(self, param):
+        """Tags `param`'s gradient, unless it was tagged since the last backward in this
+        iteration (a new gradient often takes the freed one's place, so its address says
+        nothing)."""
+        grad = param.grad
+        if grad is None:
+            return
+        when = (self.backwards, self.iteration)
+        if self.grad_tagged.get(id(param)) == when:
+            return
+        self.grad_tagged[id(param)] = when
+        self.tag(grad, "gradient", self.param_name(param) + ".grad")
+
+    def tag_root_gradients(self):
+        for reference in self.roots:
+            root = reference()
+            if root is not None:
+                for param in _unwrapped(root).parameters():
+                    self.tag_gradient(param)
 
     def step_post(self, optimizer, args, kwargs):
         end = self.now()
         for param, state in optimizer.state.items():
             name = self.param_name(param)
             for key, value in state.items():
-                self.tag(value, "optimizer_state", f"{name}.{key}")
+                self.tag_state(value, f"{name}.{key}")
         begin = self.step_start if self.step_start is not None else end
         self.write({"t": "span", "kind": "optimizer_step", "name": type(optimizer).__name__, "begin": begin,
                     "end": end})
@@ -653,6 +728,15 @@ class _Recorder:
         self.iteration += 1
         self.iteration_start = end
         self.drain_if_due()
+
+    def tag_state(self, value, name, depth=0):
+        """Tags optimizer state: a tensor, or the tensors of a list or tuple of them (LBFGS keeps
+        its history of directions and steps in lists), two deep."""
+        if isinstance(value, self.torch.Tensor):
+            self.tag(value, "optimizer_state", name)
+        elif isinstance(value, (list, tuple)) and depth < 2:
+            for index, item in enumerate(value[:1024]):
+                self.tag_state(item, f"{name}[{index}]", depth + 1)
 
     def drain_if_due(self):
         if time.monotonic() - self.last_drain < _DRAIN_EVERY_S:
