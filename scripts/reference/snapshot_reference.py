@@ -457,35 +457,42 @@ def categories_at(trace, segments, targets):
             best, best_live = total, dict(live)
     if targets is None:
         kept = {None: best_live}
-    named = parameters_by_size(trace, segments, open_alloc)
+    named = model_state_by_size(trace, segments, open_alloc)
     result = {}
     for key, alive in kept.items():
         out = {}
         for addr, (size, frames) in alive.items():
             c = category_of(frames)
             if c == "unknown" and addr in named:
-                c = "parameter"
+                c = named[addr]
             out[c] = out.get(c, 0) + size
         result[key] = {k: v for k, v in sorted(out.items()) if v > 0}
     return result
 
 
-def parameters_by_size(trace, segments, open_at_end):
-    """Addresses of blocks held from before the trace to its end that are parameters by size.
+def model_state_by_size(trace, segments, open_at_end):
+    """Blocks held from before the trace to its end named by their sizes: address -> category.
 
-    DESIGN.md's rule: when the gradients (by the stack rules) are most in requested bytes,
-    take how many of each requested size are alive; a size held by exactly that many blocks
-    from before the trace (half as many for optimizer state, two per parameter under Adam)
-    names those blocks parameters, when at least 4 blocks and nine tenths of the parameters'
-    bytes are matched. Gradients first, then optimizer state.
+    DESIGN.md's rule, from how PyTorch keeps a model: one gradient per parameter, and an
+    optimizer's state as so many tensors of each parameter's size. When the gradients (by the
+    stack rules) are most in requested bytes, take how many of each requested size are alive; a
+    size the blocks from before the trace hold r times as often (the same r for nine tenths of
+    the gradients' bytes, at least 4 blocks) is a parameter and r - 1 state tensors a gradient:
+    blocks the stack rules name keep their names, and of the rest the lowest addresses are the
+    parameters. Without gradients: a size held by half as many blocks as optimizer state tensors
+    (Adam's two moments) names those blocks parameters.
     """
     two_step = frees_in_two_steps(trace)
     held = {}
     for seg in segments:
         for addr, block in iter_blocks(seg):
             if block["state"] == "active_allocated" and addr not in open_at_end:
-                held.setdefault(block_requested(block), []).append(addr)
-    for category, per_parameter in (("gradient", 1), ("optimizer_state", 2)):
+                frames = block.get("frames")
+                if frames is None and block.get("history"):
+                    frames = block["history"][0].get("frames")
+                held.setdefault(block_requested(block), []).append((addr, category_of(frames)))
+
+    def most_alive(category):
         alive, counts, total, most, at_most = {}, {}, 0, 0, {}
         for e in trace:
             if e["action"] == "alloc" and category_of(e.get("frames")) == category:
@@ -498,17 +505,40 @@ def parameters_by_size(trace, segments, open_at_end):
                 size = alive.pop(e["addr"])
                 counts[size] -= 1
                 total -= size
-        matched = []
-        for size, n in at_most.items():
-            blocks = held.get(size, [])
-            if len(blocks) * per_parameter == n:
-                matched.extend(blocks)
-        matched_bytes = sum(size * len(held[size]) for size, n in at_most.items()
-                            if len(held.get(size, [])) * per_parameter == n)
-        wanted = most // per_parameter
-        if len(matched) >= 4 and wanted > 0 and matched_bytes * 10 >= wanted * 9:
-            return set(matched)
-    return set()
+        return most, at_most
+
+    most, at_most = most_alive("gradient")
+    by_ratio = {}
+    for size, n in at_most.items():
+        h = len(held.get(size, []))
+        if n and h and h % n == 0:
+            by_ratio[h // n] = by_ratio.get(h // n, 0) + size * n
+    if by_ratio and most:
+        ratio, explained = max(by_ratio.items(), key=lambda kv: (kv[1], -kv[0]))
+        if explained * 10 >= most * 9:
+            named = {}
+            for size, n in at_most.items():
+                blocks = held.get(size, [])
+                if len(blocks) != n * ratio:
+                    continue
+                want_p = n - sum(1 for _, c in blocks if c == "parameter")
+                want_s = n * (ratio - 1) - sum(1 for _, c in blocks if c == "optimizer_state")
+                unknown = sorted(a for a, c in blocks if c == "unknown")
+                if want_p < 0 or want_s < 0 or len(unknown) != want_p + want_s:
+                    continue
+                named.update((a, "parameter") for a in unknown[:want_p])
+                named.update((a, "optimizer_state") for a in unknown[want_p:])
+            if len(named) >= 4:
+                return named
+    most, at_most = most_alive("optimizer_state")
+    matched = {}
+    for size, n in at_most.items():
+        unknown = [a for a, c in held.get(size, []) if c == "unknown"]
+        if unknown and len(unknown) * 2 == n:
+            matched.update((a, size) for a in unknown)
+    if len(matched) >= 4 and most // 2 > 0 and sum(matched.values()) * 10 >= (most // 2) * 9:
+        return {a: "parameter" for a in matched}
+    return {}
 
 
 # ---------------------------------------------------------------------------

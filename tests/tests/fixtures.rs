@@ -406,3 +406,42 @@ fn a_range_of_a_snapshot_peaks_where_the_whole_trace_does_there() {
         }
     }
 }
+
+/// One training script (a small GPT, AdamW) recorded at four context lengths, history turned on
+/// before the first step at one and after warm-up at the others (`tests/scripts/adamw_window.py`):
+/// the model's state from before the window is named by what the window shows (the gradients'
+/// sizes held three times over: a parameter and AdamW's two moments each), the same at every
+/// length, to the byte of the tensors' sizes.
+#[test]
+fn model_state_from_before_the_window_is_named_the_same_at_every_length() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let said = vramscope_e2e::run_python(
+        &vramscope_e2e::repo_root().join("tests/scripts/adamw_window.py"),
+        &[dir.path().as_os_str()],
+    );
+    let expect: Value = serde_json::from_str(said.trim()).unwrap_or_else(|e| panic!("{e}: {said}"));
+    let files = expect["files"].as_array().cloned().unwrap_or_default();
+    assert_eq!(files.len(), 4);
+    for f in files {
+        let file = dir.path().join(f["file"].as_str().unwrap_or_default());
+        let at = format!("+{}us", f["update_offset_us"]);
+        let ours = info_json_with(&file, &["--at", &at]);
+        let categories = &ours["at"]["devices"][0]["categories"];
+        for (category, key) in [
+            ("parameter", "parameter_bytes"),
+            ("gradient", "gradient_bytes"),
+            ("optimizer_state", "optimizer_state_bytes"),
+        ] {
+            assert_eq!(categories[category], expect[key], "{}: {category} in {categories}", file.display());
+        }
+        assert!(categories.get("unknown").is_none(), "{}: {categories}", file.display());
+        // At the peak, as the independent reference names them.
+        let theirs = reference(&file);
+        assert_eq!(
+            ours["devices"][0]["categories_at_peak"],
+            theirs["devices"][0]["categories_at_peak"],
+            "{}",
+            file.display()
+        );
+    }
+}

@@ -281,7 +281,7 @@ pub fn parts_at(
             Evidence::Tag(_) => &mut known.tagged,
             Evidence::Phase { .. } if category == Category::Unknown => &mut known.unknown,
             Evidence::Phase { .. } => &mut known.phase,
-            Evidence::SizeMatches { .. } => &mut known.size_match,
+            Evidence::SizeMatches { .. } | Evidence::StateSizeMatches { .. } => &mut known.size_match,
             Evidence::Frame { .. } => &mut known.stack_rule,
             Evidence::BeforeRecording { .. } => &mut known.before_recording,
             Evidence::Nothing | Evidence::Unreported => &mut known.unknown,

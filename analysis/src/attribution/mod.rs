@@ -48,6 +48,14 @@ pub enum Evidence {
         /// Whose sizes it matched.
         of: Category,
     },
+    /// Allocated before the recording began and never freed, and its size one of the gradients'
+    /// held once more than `per_parameter` times among such blocks: a parameter and
+    /// `per_parameter` optimizer state tensors of each (inferred from the sizes, the parameters taken to be the
+    /// lowest addresses where the tags and rules do not say).
+    StateSizeMatches {
+        /// State tensors per parameter.
+        per_parameter: u8,
+    },
     /// Memory the source's running totals count but none of its events allocate (a profiler
     /// that reports allocations only on the threads it follows).
     Unreported,
@@ -119,6 +127,61 @@ struct Persistent {
     alive_throughout: rustc_hash::FxHashSet<u64>,
     parameters: rustc_hash::FxHashSet<u64>,
     matched: Category,
+    /// Blocks named optimizer state by their sizes: the gradients' sizes held once more than
+    /// `per_parameter` times among the blocks from before the recording (a parameter and its
+    /// optimizer's tensors of each).
+    state: rustc_hash::FxHashSet<u64>,
+    per_parameter: u8,
+}
+
+/// The blocks of each size from before the recording, with what the tags and rules say of each.
+type BeforeBySize = BTreeMap<u64, Vec<(u64, Category)>>;
+
+/// Names blocks from before the recording by the gradients' sizes (`at_most`: how many gradients
+/// of each size were alive when they were most, `most_bytes` in all). PyTorch keeps one gradient
+/// per parameter, and an optimizer as many state tensors of each parameter's size for every
+/// parameter (Adam's two moments, SGD's momentum), so a size the model's parameters have is held
+/// `r` times as often as its gradients: a parameter and `r` - 1 state tensors each, for the same
+/// `r` at every size, whatever the optimizer. Where one `r` holds for nine tenths of the
+/// gradients' bytes, each size's blocks are named so: those the tags and rules name keep their
+/// names, and of the rest the lowest addresses (the model, allocated before its optimizer's first
+/// step) are taken as the parameters. Returns the parameters, the state and `r`.
+fn match_by_gradients(
+    before: &BeforeBySize,
+    at_most: &BTreeMap<u64, usize>,
+    most_bytes: u64,
+) -> Option<(Vec<u64>, Vec<u64>, usize)> {
+    // Bytes of gradients each ratio explains.
+    let mut by_ratio: BTreeMap<usize, u64> = BTreeMap::new();
+    for (size, &count) in at_most {
+        let held = before.get(size).map_or(0, Vec::len);
+        if count > 0 && held > 0 && held.is_multiple_of(count) {
+            *by_ratio.entry(held / count).or_default() += size * count as u64;
+        }
+    }
+    let (&ratio, &explained) = by_ratio.iter().max_by_key(|&(r, b)| (*b, std::cmp::Reverse(*r)))?;
+    if most_bytes == 0 || explained * 10 < most_bytes * 9 {
+        return None;
+    }
+    let (mut parameters, mut state) = (Vec::new(), Vec::new());
+    for (size, &count) in at_most {
+        let Some(blocks) = before.get(size).filter(|b| b.len() == count * ratio) else { continue };
+        let named = |c: Category| blocks.iter().filter(|b| b.1 == c).count();
+        let (Some(want_parameters), Some(want_state)) = (
+            count.checked_sub(named(Category::Parameter)),
+            (count * (ratio - 1)).checked_sub(named(Category::OptimizerState)),
+        ) else {
+            continue;
+        };
+        let mut unknown: Vec<u64> = blocks.iter().filter(|b| b.1 == Category::Unknown).map(|b| b.0).collect();
+        if unknown.len() != want_parameters + want_state {
+            continue;
+        }
+        unknown.sort_unstable();
+        parameters.extend_from_slice(&unknown[..want_parameters]);
+        state.extend_from_slice(&unknown[want_parameters..]);
+    }
+    (parameters.len() + state.len() >= MIN_SIZE_MATCHES).then_some((parameters, state, ratio))
 }
 
 /// Fewer model tensors than this are not matched by size: a handful of equal sizes can meet by
@@ -289,12 +352,13 @@ impl<'a> Attributor<'a> {
 
     fn find_persistent_with(&mut self, events: &crate::replay::DeviceEvents, initial: &crate::replay::Initial) {
         let trace = self.trace;
-        let mut before: Vec<(u64, u64)> = initial
-            .blocks
-            .iter()
-            .filter(|b| b.freed_by.is_none() && !b.awaiting)
-            .map(|b| (b.address, b.requested_bytes))
-            .collect();
+        // The blocks from before the recording that live to its end, with what the tags and
+        // rules say of each.
+        let mut before: Vec<(u64, u64, Category)> = Vec::new();
+        for b in initial.blocks.iter().filter(|b| b.freed_by.is_none() && !b.awaiting) {
+            let category = self.known(b.address, i64::MIN, i64::MAX, b.stack(trace)).category;
+            before.push((b.address, b.requested_bytes, category));
+        }
         // A range of a trace shows what was alive at its start allocated there.
         if !self.before_range.is_empty() {
             let mut alive: HashMap<u64, (u64, StackId)> = HashMap::default();
@@ -316,7 +380,7 @@ impl<'a> Attributor<'a> {
             for (address, (size, stack)) in alive {
                 let known = self.known(address, i64::MIN, i64::MAX, stack);
                 if known.category == Category::Unknown {
-                    before.push((address, size));
+                    before.push((address, size, Category::Unknown));
                 }
             }
         }
@@ -324,29 +388,41 @@ impl<'a> Attributor<'a> {
             alive_throughout: before.iter().map(|b| b.0).collect(),
             parameters: Default::default(),
             matched: Category::Gradient,
+            state: Default::default(),
+            per_parameter: 0,
         };
-        let mut before_by_size: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-        for &(address, size) in &before {
-            before_by_size.entry(size).or_default().push(address);
+        let mut before_by_size: BeforeBySize = BTreeMap::new();
+        for &(address, size, category) in &before {
+            before_by_size.entry(size).or_default().push((address, category));
         }
         let [gradients, optimizer_state] = self.most_alive(events);
-        for (category, per_parameter, (most_bytes, at_most)) in
-            [(Category::Gradient, 1, gradients), (Category::OptimizerState, 2, optimizer_state)]
-        {
-            let mut matched = Vec::new();
-            let mut matched_bytes = 0u64;
-            for (size, &count) in &at_most {
-                if let Some(addresses) = before_by_size.get(size).filter(|a| a.len() * per_parameter == count) {
-                    matched.extend_from_slice(addresses);
-                    matched_bytes += size * addresses.len() as u64;
-                }
+        // By the gradients: a parameter and its optimizer's state tensors of each size.
+        if let Some((parameters, state, ratio)) = match_by_gradients(&before_by_size, &gradients.1, gradients.0) {
+            persistent.parameters = parameters.into_iter().collect();
+            persistent.state = state.into_iter().collect();
+            persistent.per_parameter = u8::try_from(ratio - 1).unwrap_or(u8::MAX);
+            self.persistent = Some(persistent);
+            return;
+        }
+        // Without gradients to go by, by the optimizer state the recording shows: two a
+        // parameter (Adam's moments), the unknown blocks of those sizes being the parameters.
+        let (most_bytes, at_most) = optimizer_state;
+        let mut matched = Vec::new();
+        let mut matched_bytes = 0u64;
+        for (size, &count) in &at_most {
+            let unknown: Vec<u64> = before_by_size
+                .get(size)
+                .map(|b| b.iter().filter(|b| b.1 == Category::Unknown).map(|b| b.0).collect())
+                .unwrap_or_default();
+            if !unknown.is_empty() && unknown.len() * 2 == count {
+                matched_bytes += size * unknown.len() as u64;
+                matched.extend(unknown);
             }
-            let parameter_bytes = most_bytes / per_parameter as u64;
-            if matched.len() >= MIN_SIZE_MATCHES && parameter_bytes > 0 && matched_bytes * 10 >= parameter_bytes * 9 {
-                persistent.parameters = matched.into_iter().collect();
-                persistent.matched = category;
-                break;
-            }
+        }
+        let parameter_bytes = most_bytes / 2;
+        if matched.len() >= MIN_SIZE_MATCHES && parameter_bytes > 0 && matched_bytes * 10 >= parameter_bytes * 9 {
+            persistent.parameters = matched.into_iter().collect();
+            persistent.matched = Category::OptimizerState;
         }
         self.persistent = Some(persistent);
     }
@@ -498,6 +574,12 @@ impl<'a> Attributor<'a> {
             return Attribution {
                 category: Category::Parameter,
                 evidence: Evidence::SizeMatches { of: persistent.matched },
+            };
+        }
+        if persistent.state.contains(&address) {
+            return Attribution {
+                category: Category::OptimizerState,
+                evidence: Evidence::StateSizeMatches { per_parameter: persistent.per_parameter },
             };
         }
         let persistent = persistent.alive_throughout.contains(&address);

@@ -301,6 +301,12 @@ pub fn evidence(trace: &Trace, evidence: Evidence) -> String {
                 _ => "gradients",
             }
         ),
+        Evidence::StateSizeMatches { per_parameter } => format!(
+            "allocated before the recording and never freed; the gradients' sizes are held {} times over among \
+             such blocks, a parameter and {per_parameter} optimizer state {} of each (inferred from the sizes)",
+            u32::from(per_parameter) + 1,
+            if per_parameter == 1 { "tensor" } else { "tensors" }
+        ),
         Evidence::Unreported => "counted in the profiler's running totals, but no event reported its allocation \
                                  (made on a thread the profiler did not follow, most likely)"
             .to_owned(),

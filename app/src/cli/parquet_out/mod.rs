@@ -71,7 +71,7 @@ fn evidence_name(e: &Evidence) -> &'static str {
         Evidence::Frame { .. } => "stack_rule",
         Evidence::Phase { .. } => "phase",
         Evidence::BeforeRecording { .. } => "before_recording",
-        Evidence::SizeMatches { .. } => "size_match",
+        Evidence::SizeMatches { .. } | Evidence::StateSizeMatches { .. } => "size_match",
         Evidence::Unreported => "unreported",
         Evidence::Nothing => "none",
     }
