@@ -50,8 +50,9 @@ pub fn caveats_given(trace: &Trace, event_devices: &[DeviceId]) -> Vec<Caveat> {
     if !unseen.is_empty() {
         notes.push(Caveat::UnseenBeforeStart(unseen));
     }
-    if let Some(range) = trace.metadata.range {
-        notes.push(Caveat::Range(range));
+    if let Some(range) = &trace.metadata.range {
+        // What it says of the part, without the part's lists of what came before it.
+        notes.push(Caveat::Range(RangeInfo { alive_since: Vec::new(), spans_before: Vec::new(), ..*range }));
     }
     let differ: Vec<(DeviceId, TotalsAgreement)> =
         trace.metadata.devices.iter().filter_map(|d| Some((d.device, d.totals?))).collect();

@@ -118,7 +118,7 @@ fn a_range_of_a_real_trace_shows_the_memory_of_the_whole_there() {
         let mut compared = 0;
         for range in ranges(&whole) {
             let part = import_range(&bytes, &NoProgress, Some(range)).expect("import a range").trace;
-            let info = part.metadata.range.expect("the trace says it is a range");
+            let info = part.metadata.range.clone().expect("the trace says it is a range");
             assert_eq!(info.range, range);
             let kept = part.events.iter().filter(|e| e.flags & event_flags::BEFORE_RANGE == 0).count() as u64;
             assert!(kept < whole.events.len() as u64, "{name} {range}: a range keeps less than the whole");
@@ -138,5 +138,60 @@ fn a_range_of_a_real_trace_shows_the_memory_of_the_whole_there() {
             compared += check(name, &whole, &part, range);
         }
         assert!(compared > 100, "{name}: only {compared} events compared");
+    }
+}
+
+/// A range never changes what a block is: at the range's allocated peak (and at its last event),
+/// the bytes of each category are the whole trace's at the same instant, for blocks the range
+/// shows allocated at its start (a recording's tags and phases, a snapshot's stack rules and
+/// the parameters named by their sizes) as for the rest. Ranges that run to the trace's end:
+/// one that ends before it leaves out what came after (the gradients a snapshot's model state is
+/// named by, a backward that makes a forward's block an activation), which its caveat says.
+#[test]
+fn a_range_never_changes_what_a_block_is() {
+    use vramscope_analysis::peak;
+    let files = [
+        "gpt_ctx128_fullstep_fp32.pickle",
+        "stanford_cs336_a2_memory_snapshot.pickle",
+        "h200-torch-plain.vtrace",
+        "h200-torch-bf16.vtrace",
+        "cpu-ddp-gloo-2ranks.vtrace",
+    ];
+    for name in files {
+        let bytes = std::fs::read(fixture(name)).expect("fixture");
+        let whole = import(&bytes, &NoProgress).expect("import").trace;
+        let mut compared = 0;
+        for range in ranges(&whole) {
+            let part = import_range(&bytes, &NoProgress, Some(range)).expect("import a range").trace;
+            if part.metadata.range.as_ref().is_some_and(|r| r.final_state_dropped) {
+                continue;
+            }
+            for device in part.devices() {
+                let kept: Vec<usize> = (0..part.events.len())
+                    .filter(|&i| {
+                        part.events[i].device == device && part.events[i].flags & event_flags::BEFORE_RANGE == 0
+                    })
+                    .collect();
+                let peak_event = peak::peaks(&part, device).allocated.event;
+                for at in [peak_event.filter(|i| kept.contains(i)), kept.last().copied()].into_iter().flatten() {
+                    let event = part.events[at];
+                    let Some(in_whole) = whole.events.iter().position(|e| e.device == device && same_event(e, &event))
+                    else {
+                        panic!("{name} {range}: event {at} is not in the whole trace");
+                    };
+                    let categories = |t: &Trace, i: usize| {
+                        let live = peak::live_at(t, device, Some(i));
+                        peak::categories_at(t, device, event.time_ns, &live)
+                    };
+                    assert_eq!(
+                        categories(&part, at),
+                        categories(&whole, in_whole),
+                        "{name} {range}: the categories on {device} after event {at} of the range"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared >= 2, "{name}: only {compared} instants compared");
     }
 }

@@ -230,7 +230,7 @@ pub fn self_checking() -> bool {
 /// A range that holds none of the trace's events is refused: what it would show (what was alive
 /// before it, at one instant) is not the part asked for.
 fn range_holds_events(path: &Path, trace: &Trace) -> Result<()> {
-    let Some(info) = trace.metadata.range else { return Ok(()) };
+    let Some(info) = &trace.metadata.range else { return Ok(()) };
     let inside = (trace.events.len() as u64).saturating_sub(info.alive_at_start);
     if inside > 0 {
         return Ok(());

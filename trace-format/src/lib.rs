@@ -37,7 +37,8 @@ pub use model::event::{Event, EventKind, event_flags};
 pub use model::ids::{ContextId, DeviceId, FrameId, ProcessId, StackId, StringId};
 pub use model::interner::{Context, Frame, Interner};
 pub use model::metadata::{
-    AboveTotals, Clock, DeviceInfo, Metadata, ProcessInfo, RangeInfo, SourceFormat, TotalsAgreement, Unrecorded,
+    AboveTotals, AliveSince, Clock, DeviceInfo, Metadata, ProcessInfo, RangeInfo, SourceFormat, SpanBefore,
+    TotalsAgreement, Unrecorded,
 };
 pub use model::oom::Oom;
 pub use model::segment::{Block, BlockState, Segment, SegmentPool};

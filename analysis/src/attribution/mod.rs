@@ -119,6 +119,9 @@ pub struct Attributor<'a> {
     unreported: rustc_hash::FxHashSet<(u64, i64)>,
     /// Whether the device's frees come in two steps: a block's lifetime ends at the request.
     two_step: bool,
+    /// Of the blocks a range shows allocated at its start, when each was allocated in its
+    /// source, by address (those the source shows allocated).
+    allocated_before: HashMap<u64, i64>,
 }
 
 /// The blocks alive from before the recording to its end, and those of them whose sizes match
@@ -208,6 +211,29 @@ impl<'a> Attributor<'a> {
                 }
                 AnnotationKind::Module => modules.push((a.start_ns, a.end_ns, a.name)),
                 _ => {}
+            }
+        }
+        // A part of a trace (a range) keeps when the blocks alive at its start were allocated
+        // and the spans they were allocated in: they are what they were in the whole.
+        let mut allocated_before: HashMap<u64, i64> = HashMap::default();
+        if let Some(range) = &trace.metadata.range {
+            for a in range.alive_since.iter().filter(|a| a.device == device.0) {
+                allocated_before.insert(a.address, a.time_ns);
+            }
+            for span in range.spans_before.iter().filter(|s| s.device.is_none_or(|d| d == device.0)) {
+                let kind = match span.kind.as_str() {
+                    "forward" => AnnotationKind::Forward,
+                    "backward" => AnnotationKind::Backward,
+                    "optimizer_step" => AnnotationKind::OptimizerStep,
+                    "module" => {
+                        if let Some(name) = trace.interner.find_string(&span.name) {
+                            modules.push((span.start_ns, span.end_ns, name));
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                };
+                phases.push((span.start_ns, span.end_ns, kind));
             }
         }
         phases.sort_unstable_by_key(|p| p.0);
@@ -301,14 +327,15 @@ impl<'a> Attributor<'a> {
             before_range,
             unreported,
             two_step,
+            allocated_before,
         }
     }
 
-    /// When a block counts as allocated: `i64::MIN` (before the recording) for a block a range
-    /// shows allocated at its start.
+    /// When a block counts as allocated: for a block a range shows allocated at its start, when
+    /// its source allocated it, else `i64::MIN` (before the recording).
     fn alloc_time(&self, address: u64, alloc_ns: i64) -> i64 {
         if !self.before_range.is_empty() && self.before_range.contains(&(address, alloc_ns)) {
-            i64::MIN
+            self.allocated_before.get(&address).copied().unwrap_or(i64::MIN)
         } else {
             alloc_ns
         }
@@ -364,7 +391,12 @@ impl<'a> Attributor<'a> {
             let mut alive: HashMap<u64, (u64, StackId)> = HashMap::default();
             for e in events.iter().filter_map(|i| trace.events.get(i as usize)) {
                 match e.kind {
-                    EventKind::Alloc if self.before_range.contains(&(e.address, e.time_ns)) => {
+                    // Only what its source had from before it too: the rest were allocated in
+                    // the recording, as in the whole trace.
+                    EventKind::Alloc
+                        if self.before_range.contains(&(e.address, e.time_ns))
+                            && !self.allocated_before.contains_key(&e.address) =>
+                    {
                         alive.insert(e.address, (e.requested_bytes(), e.stack));
                     }
                     EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(self.two_step) => {

@@ -38,7 +38,7 @@ pub fn run(
             )?;
             name = format!("{name}, rank {}", chosen.rank);
         }
-        if let Some(range) = trace.metadata.range {
+        if let Some(range) = &trace.metadata.range {
             name = format!("{name}, {} only", range.range);
         }
         runs.push(ReportRun::new(&trace, &name));

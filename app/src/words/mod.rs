@@ -112,8 +112,9 @@ pub fn caveat(trace: &Trace, c: &Caveat) -> String {
         Caveat::Range(r) => {
             let mut text = format!(
                 "Only {} of the file is open: {} events before it are folded into the {} blocks and segments \
-                 alive when it starts (shown allocated at its start, with their stacks), {} events after it are \
-                 left out. Peaks and times are the range's, from its start.",
+                 alive when it starts (shown allocated at its start, with their stacks, each what it was allocated \
+                 as), {} events after it are left out. Peaks are the range's; times are from the whole trace's \
+                 first event.",
                 r.range,
                 count(r.events_before as usize),
                 count(r.alive_at_start as usize),
@@ -122,7 +123,9 @@ pub fn caveat(trace: &Trace, c: &Caveat) -> String {
             if r.final_state_dropped {
                 text.push_str(
                     " The allocator's segments at the end of the whole trace, after the range, are left out: \
-                     the fragmentation map shows the segments the trace's events build.",
+                     the fragmentation map shows the segments the trace's events build. What came after the range \
+                     is not read either: a block whose category follows from it (a forward's block that backward \
+                     needs, model state named by the gradients' sizes) may be named otherwise than in the whole.",
                 );
             }
             text

@@ -205,7 +205,7 @@ pub struct Unrecorded {
 }
 
 /// How a trace opened in part ([`crate::range`]) relates to its source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RangeInfo {
     /// The range asked for.
     pub range: crate::range::TraceRange,
@@ -223,6 +223,49 @@ pub struct RangeInfo {
     /// files written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin_ns: Option<i64>,
+    /// When the blocks the part shows allocated at its start were allocated in the source,
+    /// where the source shows it (a block alive since before the source has none): what a block
+    /// is follows from when it was allocated, and a part never changes what a block is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alive_since: Vec<AliveSince>,
+    /// The source's phase and module spans from before the part that those blocks were
+    /// allocated in or lived through (cut from the part's own annotations), for the same reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans_before: Vec<SpanBefore>,
+}
+
+/// When a block a part of a trace shows allocated at its start was allocated in its source
+/// ([`RangeInfo::alive_since`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AliveSince {
+    /// Its process.
+    pub process: u32,
+    /// Its device.
+    pub device: i16,
+    /// Its address.
+    pub address: u64,
+    /// When it was allocated, on the trace's clock.
+    pub time_ns: i64,
+}
+
+/// A phase or module span of a trace's source from before the part opened
+/// ([`RangeInfo::spans_before`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpanBefore {
+    /// `forward`, `backward`, `optimizer_step` or `module`.
+    pub kind: String,
+    /// Its process.
+    pub process: u32,
+    /// Its device; none: every device of its process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<i16>,
+    /// Its start and end, on the trace's clock.
+    pub start_ns: i64,
+    /// Its end.
+    pub end_ns: i64,
+    /// A module's qualified name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
 }
 
 #[cfg(test)]

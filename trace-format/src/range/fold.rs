@@ -5,9 +5,10 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{Classifier, Phase, TraceRange};
 use crate::error::{Error, Result};
+use crate::model::annotation::AnnotationKind;
 use crate::model::event::{Event, EventKind, event_flags};
 use crate::model::ids::DeviceId;
-use crate::model::metadata::RangeInfo;
+use crate::model::metadata::{AliveSince, RangeInfo, SpanBefore};
 use crate::model::segment::BlockState;
 use crate::model::trace::Trace;
 
@@ -388,6 +389,7 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
     let before_start = start_ns.saturating_sub(1);
 
     let mut synthetic = at_range_start(trace, &folded, before_start, cut);
+    let (allocated_at, spans_before) = context_before(trace, &folded, start_ns);
     // Running totals reported for the trace's start move to the range's start, less what the
     // allocations at the start now show.
     for info in &mut trace.metadata.devices {
@@ -464,6 +466,69 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
         alive_at_start,
         final_state_dropped: cut,
         origin_ns: classifier.origin_ns(),
+        alive_since: allocated_at,
+        spans_before,
     });
     Ok(())
+}
+
+/// When the blocks alive at a range's start (`start_ns`) were allocated in the source, and the
+/// source's phase and module spans before the range that the untagged ones among them were
+/// allocated in or lived through: what their categories follow from
+/// ([`RangeInfo::alive_since`], [`RangeInfo::spans_before`]).
+pub(crate) fn context_before(
+    trace: &Trace,
+    folded: &Folded<Event>,
+    start_ns: i64,
+) -> (Vec<AliveSince>, Vec<SpanBefore>) {
+    let alive_since: Vec<AliveSince> = folded
+        .alive
+        .iter()
+        .filter(|a| !a.from_free && !is_segment(a.item.kind))
+        .map(|a| AliveSince {
+            process: a.item.process.0,
+            device: a.item.device.0,
+            address: a.item.address,
+            time_ns: a.item.time_ns,
+        })
+        .collect();
+    // Blocks a tag names need no span; the others' categories follow from the phase they were
+    // allocated in and what came after it.
+    let tagged: FxHashSet<Key> = trace.tags.iter().map(|t| (t.process.0, t.device.0, t.address)).collect();
+    let mut times: Vec<i64> =
+        alive_since.iter().filter(|a| !tagged.contains(&(a.process, a.device, a.address))).map(|a| a.time_ns).collect();
+    times.sort_unstable();
+    let Some(&earliest) = times.first() else { return (alive_since, Vec::new()) };
+    let holds_one = |from: i64, to: i64| {
+        let i = times.partition_point(|&t| t < from);
+        times.get(i).is_some_and(|&t| t <= to)
+    };
+    let spans_before = trace
+        .annotations
+        .iter()
+        .filter(|a| a.start_ns < start_ns && a.end_ns >= earliest)
+        .filter_map(|a| {
+            let kind = match a.kind {
+                AnnotationKind::Forward => "forward",
+                AnnotationKind::Backward => "backward",
+                AnnotationKind::OptimizerStep => "optimizer_step",
+                // A module's span only where a block was allocated inside it.
+                AnnotationKind::Module if holds_one(a.start_ns, a.end_ns) => "module",
+                _ => return None,
+            };
+            Some(SpanBefore {
+                kind: kind.to_owned(),
+                process: a.process.0,
+                device: a.device.map(|d| d.0),
+                start_ns: a.start_ns,
+                end_ns: a.end_ns,
+                name: if a.kind == AnnotationKind::Module {
+                    trace.interner.resolve(a.name).to_owned()
+                } else {
+                    String::new()
+                },
+            })
+        })
+        .collect();
+    (alive_since, spans_before)
 }

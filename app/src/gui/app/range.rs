@@ -42,7 +42,7 @@ fn parse(text: &str) -> Result<TraceRange, String> {
 impl VramscopeApp {
     /// Opens the window, filled with the range the open trace was read at.
     pub(super) fn open_range_dialog(&mut self) {
-        let current = self.session.doc.as_ref().and_then(|d| d.trace.metadata.range).map(|r| r.range);
+        let current = self.session.doc.as_ref().and_then(|d| d.trace.metadata.range.as_ref()).map(|r| r.range);
         self.range_dialog = Some(RangeDialog::new(current));
     }
 

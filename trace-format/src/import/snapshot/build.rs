@@ -257,6 +257,8 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>, entries: &Entries
     let RangeBuild { folded: RangeFolded { range, classifier, folded }, spans } = range;
     let cut = folded.after > 0;
     let mut per_device: FxHashMap<i16, Vec<Entry>> = FxHashMap::default();
+    // When each block alive at the start was allocated, where the trace shows it.
+    let mut alive_since = Vec::new();
     for alive in &folded.alive {
         let order = alive.order;
         let Some(&(device, _, _)) =
@@ -274,6 +276,13 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>, entries: &Entries
         if alive.from_free {
             entry.stack = StackId(0);
             entry.context = crate::model::ids::ContextId(0);
+        } else if let (Action::Event(EventKind::Alloc), Some(us)) = (entry.action, entry.time_us) {
+            alive_since.push(crate::model::metadata::AliveSince {
+                process: 0,
+                device,
+                address: entry.addr,
+                time_ns: us.saturating_mul(1000),
+            });
         }
         let waiting = alive.requested && entry.action == Action::Event(EventKind::Alloc);
         per_device.entry(device).or_default().push(entry);
@@ -346,6 +355,8 @@ fn range_start(range: RangeBuild, segments: &mut Vec<Segment>, entries: &Entries
             .count() as u64,
         final_state_dropped: cut,
         origin_ns: classifier.origin_ns(),
+        alive_since,
+        spans_before: Vec::new(),
     };
     RangeStart {
         per_device,
