@@ -506,7 +506,7 @@ fn a_part_of_a_trace_opens_from_the_file_menu() {
     {
         let app = harness.state();
         let doc = app.session.doc.as_ref().expect("opened");
-        assert_eq!(doc.trace.metadata.range.map(|r| r.range), Some(range));
+        assert_eq!(doc.trace.metadata.range.as_ref().map(|r| r.range), Some(range));
         assert_eq!(doc.trace.events.len(), part.events.len());
     }
     harness.get_by_label(&format!("Jump to peak ({})", units::bytes(expected.peak_allocated_bytes)));
@@ -527,7 +527,7 @@ fn a_part_of_a_trace_opens_from_the_file_menu() {
     settle(&mut harness);
     let app = harness.state();
     let doc = app.session.doc.as_ref().expect("opened");
-    assert_eq!(doc.trace.metadata.range.map(|r| r.range), Some("+100ms..".parse().expect("range")));
+    assert_eq!(doc.trace.metadata.range.as_ref().map(|r| r.range), Some("+100ms..".parse().expect("range")));
 }
 
 /// A run that ran out of memory (recorded on the fake driver, which refuses 2 GiB): the banner
