@@ -412,6 +412,17 @@ fn record_leaves_the_workloads_output_as_it_is() {
     assert!(bytes(&peak["parameter"]) > 0, "{peak}");
 }
 
+/// Records `script MODE` into `dir`: the JSON line the script prints last (the bytes it computed)
+/// and the categories at the peak.
+fn record_mode(dir: &Path, script: &Path, mode: &str) -> (serde_json::Value, serde_json::Value) {
+    let trace = dir.join(format!("{mode}.vtrace"));
+    let output = record_command(&trace, torch_python()).arg(script).arg(mode).output().expect("record runs");
+    assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));
+    let line = String::from_utf8_lossy(&output.stdout).lines().last().unwrap_or_default().to_owned();
+    let exact: serde_json::Value = serde_json::from_str(&line).expect("the script's JSON line");
+    (exact, categories(&trace, None).0)
+}
+
 #[test]
 fn closures_compiled_models_and_trainers_attribute_as_the_plain_loop_does() {
     // The same model, data and Adam in six loop shapes: written out, `optimizer.step(closure)`
@@ -424,12 +435,7 @@ fn closures_compiled_models_and_trainers_attribute_as_the_plain_loop_does() {
     let script = repo_root().join("tests/workloads/trainers.py");
     let mut results = Vec::new();
     for mode in ["plain", "closure", "compiled", "lightning", "accelerate", "hf-trainer"] {
-        let trace = dir.path().join(format!("{mode}.vtrace"));
-        let output = record_command(&trace, torch_python()).arg(&script).arg(mode).output().expect("record runs");
-        assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));
-        let line = String::from_utf8_lossy(&output.stdout).lines().last().unwrap_or_default().to_owned();
-        let exact: serde_json::Value = serde_json::from_str(&line).expect("the script's JSON line");
-        let (peak, _) = categories(&trace, None);
+        let (exact, peak) = record_mode(dir.path(), &script, mode);
         // Parameters, gradients and Adam's two moments: exact in every shape.
         let parameters = bytes(&exact["parameter_bytes"]);
         assert_eq!(bytes(&peak["parameter"]), parameters, "{mode}: {peak}");
@@ -471,12 +477,7 @@ fn trainers_as_people_use_them_leave_at_most_five_percent_unknown() {
         "lbfgs",
         "accelerate-accumulate",
     ] {
-        let trace = dir.path().join(format!("{mode}.vtrace"));
-        let output = record_command(&trace, torch_python()).arg(&script).arg(mode).output().expect("record runs");
-        assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));
-        let line = String::from_utf8_lossy(&output.stdout).lines().last().unwrap_or_default().to_owned();
-        let exact: serde_json::Value = serde_json::from_str(&line).expect("the script's JSON line");
-        let (peak, _) = categories(&trace, None);
+        let (exact, peak) = record_mode(dir.path(), &script, mode);
         let total: u64 = peak.as_object().expect("categories").values().map(bytes).sum();
         let unknown = bytes(&peak["unknown"]);
         assert!(unknown * 20 <= total, "{mode}: {unknown} of {total} unknown: {peak}");

@@ -529,6 +529,8 @@ class _Recorder:
         self.tag_data(dataset, "dataset", 0)
 
     def tag_data(self, value, name, depth):
+        """Tags the tensors in `value` as input: a tensor, those in tuples, lists and dicts, and
+        a dataset's (its attributes, and what its __getitem__ closes over), three deep."""
         torch = self.torch
         if depth > 3:
             return
@@ -561,20 +563,9 @@ class _Recorder:
                 if isinstance(item, (torch.Tensor, torch.utils.data.Dataset, list, tuple)) and item is not value:
                     self.tag_data(item, name, depth + 1)
 
-    def tag_batch(self, batch, name="batch", depth=0):
+    def tag_batch(self, batch, name="batch"):
         """Tags the tensors of a batch (in tuples, lists and dicts, three deep) as input."""
-        if depth > 3:
-            return
-        if isinstance(batch, self.torch.Tensor):
-            self.tag(batch, "input", name)
-        elif isinstance(batch, (list, tuple)):
-            for index, value in enumerate(batch[:64]):
-                self.tag_batch(value, f"{name}[{index}]", depth + 1)
-        elif isinstance(batch, dict):
-            for index, (key, value) in enumerate(batch.items()):
-                if index >= 64:
-                    break
-                self.tag_batch(value, f"{name}[{key!r}]", depth + 1)
+        self.tag_data(batch, name, 0)
 
     def safe(self, function, *args):
         try:
