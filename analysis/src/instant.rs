@@ -12,6 +12,7 @@ use vramscope_trace_format::{
 };
 
 use super::attribution::{Attribution, Attributor, Evidence};
+pub use super::frames::{is_generated_code, is_program_file};
 use super::peak::{self, LiveBlock};
 use super::segments::Fragmentation;
 
@@ -352,25 +353,6 @@ pub fn site_frame(trace: &Trace, stack: StackId, hide_noise: bool) -> Option<Fra
     python.or_else(operator).or_else(|| frames.iter().find(worth)).map(|&(id, _)| id)
 }
 
-/// Whether a source file is the program's own: a Python file that is not PyTorch's, not an
-/// installed package's (`site-packages`, `dist-packages`), not the standard library's and not
-/// code `torch.compile` wrote. What a user can change is there.
-pub fn is_program_file(file: &str) -> bool {
-    let path = file.replace('\\', "/");
-    let lower = path.to_ascii_lowercase();
-    if !lower.ends_with(".py") || is_generated_code(&path) {
-        return false;
-    }
-    let library = ["/site-packages/", "/dist-packages/", "/lib/python", "/lib64/python"];
-    // A Windows install keeps its standard library in `Lib`: `C:\Python311\Lib\runpy.py`.
-    let windows = file.contains('\\') || lower.get(1..3) == Some(":/");
-    !(library.iter().any(|l| lower.contains(l))
-        || lower.starts_with("torch/")
-        || lower.contains("/torch/")
-        || lower.starts_with("<frozen")
-        || (windows && lower.contains("/lib/")))
-}
-
 /// The program's own frame of a stack: its innermost frame in the program's files
 /// ([`is_program_file`]), with its index among the stack's frames (innermost first).
 pub fn program_frame(trace: &Trace, stack: StackId) -> Option<(usize, FrameId)> {
@@ -546,12 +528,6 @@ pub fn frame_label(function: &str, file: &str, line: u32) -> String {
     if line > 0 { format!("{function}  {short}:{line}") } else { format!("{function}  {short}") }
 }
 
-/// Python files that `torch.compile` wrote: FX's generated graph code and Inductor's output.
-pub fn is_generated_code(file: &str) -> bool {
-    let name = file.rsplit(['/', '\\']).next().unwrap_or(file);
-    name.starts_with("fx_generated_") || file.contains("/torchinductor_") || file.contains("\\torchinductor_")
-}
-
 /// Native frames that only pass an allocation along: ATen's `empty*` factories, output
 /// allocation, the dispatcher's wrappers.
 pub fn is_plumbing_frame(function: &str) -> bool {
@@ -592,34 +568,6 @@ pub fn is_noise_frame(file: &str, function: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_programs_files_are_told_from_the_libraries() {
-        for program in [
-            "/home/user/llm/model.py",
-            "train.py",
-            "C:\\Users\\me\\proj\\train.py",
-            "/tmp/ipykernel_4242/3912.py",
-            "/workspace/src/my_torch_utils.py",
-        ] {
-            assert!(is_program_file(program), "{program}");
-        }
-        for library in [
-            "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/linear.py",
-            "/usr/local/lib/python3.10/dist-packages/transformers/models/gpt2/modeling_gpt2.py",
-            "/usr/lib/python3.11/threading.py",
-            "torch/nn/functional.py",
-            "/home/user/src/pytorch/torch/nn/functional.py",
-            "C:\\Python311\\Lib\\runpy.py",
-            "C:\\Users\\me\\venv\\Lib\\site-packages\\torch\\functional.py",
-            "<frozen runpy>",
-            "/tmp/torchinductor_me/ab/cabc.py",
-            "/home/user/llm/model.cpp",
-            "??",
-        ] {
-            assert!(!is_program_file(library), "{library}");
-        }
-    }
 
     #[test]
     fn a_recording_has_segments_from_its_events() {

@@ -27,6 +27,7 @@ pub mod allocsim;
 pub mod attribution;
 pub mod caveats;
 pub mod diff;
+pub mod frames;
 pub mod growth;
 pub mod instant;
 pub mod invariants;

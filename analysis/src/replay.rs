@@ -3,8 +3,9 @@
 //! allocated(t) counts blocks from their alloc until the program frees them (PyTorch's
 //! `memory_allocated()`: a two-step free's request, else the free), active(t) until the free
 //! completes (PyTorch's `active_bytes`: blocks freed and still waiting for their streams too);
-//! requested(t) is allocated(t) with requested sizes; reserved(t) counts mapped segments. A snapshot's trace is often only
-//! the last part of a run (a ring buffer), so the replay starts from what was already there:
+//! requested(t) is allocated(t) with requested sizes; reserved(t) counts mapped segments. A
+//! snapshot's trace is often only the last part of a run (a ring buffer), so the replay starts
+//! from what was already there:
 //! blocks freed in the window without their alloc, blocks alive in the final segment state whose
 //! alloc is not in the window, and for profiler traces the running total the source reports.
 

@@ -72,7 +72,7 @@ pub(super) fn classify_stack(trace: &Trace, stack: StackId) -> Attribution {
                 }
                 // A module's forward in a library (torch's Linear) called from the program's
                 // own forward: the evidence names the program's, the line a user can change.
-                let frame = if rule.function == "forward" && !crate::instant::is_program_file(file) {
+                let frame = if rule.function == "forward" && !crate::frames::is_program_file(file) {
                     program_forward(trace, stack).unwrap_or(frame_id)
                 } else {
                     frame_id
@@ -93,7 +93,7 @@ fn program_forward(trace: &Trace, stack: StackId) -> Option<vramscope_trace_form
     interner.frames_of(stack).iter().copied().find(|&f| {
         interner.frame_of(f).is_some_and(|frame| {
             interner.resolve(frame.function) == "forward"
-                && crate::instant::is_program_file(interner.resolve(frame.file))
+                && crate::frames::is_program_file(interner.resolve(frame.file))
         })
     })
 }
