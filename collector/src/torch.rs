@@ -201,6 +201,10 @@ fn category(name: &str) -> Option<Category> {
 
 /// The span kinds the shim writes: the phases and module spans.
 fn annotation_kind(kind: &str) -> Option<AnnotationKind> {
+    // An evaluation (validation inside a training run) is a range named so.
+    if kind == "evaluation" {
+        return Some(AnnotationKind::UserRange);
+    }
     AnnotationKind::from_name(kind).filter(|k| k.is_phase() || *k == AnnotationKind::Module)
 }
 

@@ -204,10 +204,16 @@ impl<'a> Attributor<'a> {
         }
         let mut phases = Vec::new();
         let mut modules = Vec::new();
+        // An evaluation inside a training run (what the recorder names so, or a range the program
+        // names so) is a phase too: what it allocates and drops are its temporaries.
+        let evaluation = trace.interner.find_string("evaluation");
         for a in &trace.annotations {
             match a.kind {
                 AnnotationKind::Forward | AnnotationKind::Backward | AnnotationKind::OptimizerStep => {
                     phases.push((a.start_ns, a.end_ns, a.kind));
+                }
+                AnnotationKind::UserRange if Some(a.name) == evaluation => {
+                    phases.push((a.start_ns, a.end_ns, AnnotationKind::UserRange));
                 }
                 AnnotationKind::Module => modules.push((a.start_ns, a.end_ns, a.name)),
                 _ => {}
@@ -570,7 +576,12 @@ impl<'a> Attributor<'a> {
             }
             (AnnotationKind::Forward, false) => (Category::Temporary, "allocated and freed inside forward"),
             (AnnotationKind::Backward, false) => (Category::Temporary, "allocated and freed inside backward"),
-            (_, false) => (Category::Temporary, "allocated and freed inside an optimizer step"),
+            (AnnotationKind::UserRange, false) => {
+                (Category::Temporary, "allocated and freed inside an evaluation (validation, a trainer's evaluation loop)")
+            }
+            (AnnotationKind::OptimizerStep, false) => {
+                (Category::Temporary, "allocated and freed inside an optimizer step")
+            }
             _ => return None,
         };
         // The innermost module running then: the latest-starting span that contains it.

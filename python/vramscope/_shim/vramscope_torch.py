@@ -167,6 +167,9 @@ class _Recorder:
         # optimizer step's start unless that backward's end did already.
         self.grad_tagged = {}
         self.backwards = 0
+        # When an evaluation began (forwards without gradients after training started: a
+        # trainer's validation or evaluation loop), while one runs.
+        self.evaluation_start = None
         # Datasets (by id) whose tensors are tagged.
         self.datasets_seen = set()
         self.parameter_dtypes = {}
@@ -595,6 +598,7 @@ class _Recorder:
             starts = self.module_starts.value = []
         starts.append(self.now())
         if depth == 0 and self.backward_depth == 0 and next(module.parameters(), None) is not None:
+            self.note_evaluation()
             self.learn_root(module)
             if self.iteration_start is None:
                 self.iteration_start = self.now()
@@ -657,7 +661,25 @@ class _Recorder:
                 # Programs without an optimizer step (inference) drain here.
                 self.drain_if_due()
 
+    def note_evaluation(self):
+        """At a model's call: an evaluation begins at a call without gradients once training has
+        run a backward (validation, a trainer's evaluation loop), and ends at the next call with
+        them, a backward or an optimizer step. Its span lets what it gathers and drops (the
+        predictions of every batch) be told as its temporaries."""
+        grad = self.torch.is_grad_enabled() and not self.torch.is_inference_mode_enabled()
+        if not grad and self.evaluation_start is None and self.backwards > 0:
+            self.evaluation_start = self.now()
+        elif grad:
+            self.end_evaluation()
+
+    def end_evaluation(self):
+        if self.evaluation_start is not None:
+            self.write({"t": "span", "kind": "evaluation", "name": "evaluation", "begin": self.evaluation_start,
+                        "end": self.now()})
+            self.evaluation_start = None
+
     def backward_begin(self):
+        self.end_evaluation()
         self.backward_depth += 1
         if self.backward_depth == 1:
             self.backward_start = self.now()
@@ -678,6 +700,7 @@ class _Recorder:
             self.cpu.at_safe_point()
 
     def step_pre(self, optimizer, args, kwargs):
+        self.end_evaluation()
         self.step_start = self.now()
         for group in optimizer.param_groups:
             for param in group["params"]:
@@ -743,6 +766,7 @@ class _Recorder:
     def close(self):
         if self.closed:
             return
+        self.safe(self.end_evaluation)
         self.drain(restart=False)
         if self.cpu is not None:
             self.safe(self.cpu.close)
