@@ -576,9 +576,10 @@ impl<'a> Attributor<'a> {
             }
             (AnnotationKind::Forward, false) => (Category::Temporary, "allocated and freed inside forward"),
             (AnnotationKind::Backward, false) => (Category::Temporary, "allocated and freed inside backward"),
-            (AnnotationKind::UserRange, false) => {
-                (Category::Temporary, "allocated and freed inside an evaluation (validation, a trainer's evaluation loop)")
-            }
+            (AnnotationKind::UserRange, false) => (
+                Category::Temporary,
+                "allocated and freed inside an evaluation (validation, a trainer's evaluation loop)",
+            ),
             (AnnotationKind::OptimizerStep, false) => {
                 (Category::Temporary, "allocated and freed inside an optimizer step")
             }
