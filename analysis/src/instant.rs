@@ -363,8 +363,10 @@ pub fn program_frame(trace: &Trace, stack: StackId) -> Option<(usize, FrameId)> 
     })
 }
 
-/// The library call a stack's program frame made ([`program_frame`]): the innermost Python frame
-/// inside it (a library's function the program called). A native frame is not one: which ATen
+/// The library call under a stack's program frame ([`program_frame`]): the innermost Python
+/// frame inside it, where in the library the memory was asked for (what sites were named by
+/// before; the call the program made is often the same, `einsum`, `Linear.forward`). A native
+/// frame is not one: which ATen
 /// kernel ran says less than the program's own line, and changes with dtypes and devices; nor is
 /// code `torch.compile` generated.
 fn library_call(trace: &Trace, stack: StackId, program: usize, hide_noise: bool) -> Option<FrameId> {

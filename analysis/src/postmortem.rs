@@ -17,8 +17,11 @@ use crate::phases::PhaseKind;
 /// What the allocator held free when the request failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct HeldFree {
-    /// Reserved but not allocated (inside blocks and between them).
+    /// Reserved, not allocated and not waiting for streams (inside blocks and between them).
     pub bytes: u64,
+    /// Blocks the program freed that wait for the streams that used them: neither allocated
+    /// nor free (nothing can use them until those streams are done).
+    pub awaiting_bytes: u64,
     /// The largest free range in one segment, where the trace has the segments.
     pub largest_range_bytes: Option<u64>,
 }
@@ -95,7 +98,12 @@ pub fn postmortem(trace: &Trace, index: usize) -> Option<PostMortem> {
     by_site.truncate(10);
     let has_segments = !at.segments.is_empty();
     let held_free = HeldFree {
-        bytes: at.total.reserved_bytes.saturating_sub(at.total.allocated_bytes),
+        bytes: at
+            .total
+            .reserved_bytes
+            .saturating_sub(at.total.allocated_bytes)
+            .saturating_sub(at.total.awaiting_free_bytes),
+        awaiting_bytes: at.total.awaiting_free_bytes,
         largest_range_bytes: has_segments.then_some(at.total.largest_free_bytes),
     };
     // The program's own line first, the allocator's and the interpreter's frames folded away.
@@ -202,7 +210,7 @@ mod tests {
         assert_eq!(pm.stream, 7);
         assert_eq!((pm.allocated_bytes, pm.reserved_bytes), (70 * MIB, 100 * MIB));
         // Free in the segment: 60..80 MiB and 90..100 MiB.
-        assert_eq!(pm.held_free, HeldFree { bytes: 30 * MIB, largest_range_bytes: Some(20 * MIB) });
+        assert_eq!(pm.held_free, HeldFree { bytes: 30 * MIB, awaiting_bytes: 0, largest_range_bytes: Some(20 * MIB) });
         assert!(!pm.fragmentation, "no free range held could take 50 MiB");
         assert_eq!(pm.phase, Some(PhaseKind::Backward));
         assert_eq!(pm.iteration, None);

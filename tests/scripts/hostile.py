@@ -117,6 +117,14 @@ def main(out_dir):
     gigabyte_of_records(os.path.join(out_dir, "short.raw.json.gz"), b"[1,2,3,4]")
     manifest.append({"file": "short.raw.json.gz", "exit": 0, "expect": "it is shown as device 0", "seconds": 60,
                      "rss_mib": 200})
+    # A memory timeline export ([times, rows]) of 300,000 rows, read within 128 MiB: each row is
+    # read in place, not charged as a list of its own.
+    rows = 300_000
+    with open(os.path.join(out_dir, "rows.json"), "w") as f:
+        f.write("[[" + ",".join(str(1_000_000 + t) for t in range(rows)) + "],[")
+        f.write(",".join(f"[0,{t},0,0,0,{t % 977},0,0,0]" for t in range(rows)) + "]]")
+    manifest.append({"file": "rows.json", "exit": 0, "env": {"VRAMSCOPE_MEMORY_LIMIT": "128M"},
+                     "expect": "it is shown as device 0", "seconds": 30, "rss_mib": 400})
     # Records at distinct times (each one a sample) past the memory a read may take: refused,
     # naming what needed it.
     with gzip.open(os.path.join(out_dir, "distinct.raw.json.gz"), "wb", compresslevel=6) as f:

@@ -140,6 +140,25 @@ fn snapshots_of_every_vintage_and_shape() {
     check_generated("snapshot_vintages.py", &[], 12);
 }
 
+/// An OOM with a block the program freed that still waits for its stream (the private-pool
+/// snapshot of `snapshot_vintages.py`, at its OOM: 44 MiB reserved, 8 MiB allocated, the 2 MiB
+/// block freed at 140 and never completed): the allocator held 44 - 8 - 2 = 34 MiB free, and the
+/// 2 MiB are said apart, as neither allocated nor free.
+#[test]
+fn an_oom_says_memory_awaiting_its_free_apart_from_free_memory() {
+    let dir = tempdir();
+    generate("snapshot_vintages.py", dir.path(), &[]);
+    let file = dir.path().join("cuda_graph_private_pool.pickle");
+    let output = vramscope(&["info".as_ref(), "--oom".as_ref(), "--json".as_ref(), file.as_os_str()]);
+    let oom: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let pm = &oom["ooms"][0];
+    const MIB: u64 = 1 << 20;
+    assert_eq!(pm["allocated_bytes"].as_u64(), Some(8 * MIB));
+    assert_eq!(pm["held_free"]["bytes"].as_u64(), Some(34 * MIB), "{pm}");
+    assert_eq!(pm["held_free"]["awaiting_bytes"].as_u64(), Some(2 * MIB), "{pm}");
+    assert!(pm["words"].to_string().contains("2.00 MiB more was freed by the program but still waiting"), "{pm}");
+}
+
 /// Property test over generated files: random consistent allocator histories (several devices,
 /// ring-buffer windows, pending frees, released segments, no times, no history at all) agree with
 /// the reference on every number, and no peak is below the end (checked by `info_json`).

@@ -122,6 +122,8 @@ pub struct Attributor<'a> {
     /// Of the blocks a range shows allocated at its start, when each was allocated in its
     /// source, by address (those the source shows allocated).
     allocated_before: HashMap<u64, i64>,
+    /// Evaluations inside a training run (validation, a trainer's evaluation loop), by start.
+    evaluations: Vec<(i64, i64)>,
 }
 
 /// The blocks alive from before the recording to its end, and those of them whose sizes match
@@ -204,44 +206,55 @@ impl<'a> Attributor<'a> {
         }
         let mut phases = Vec::new();
         let mut modules = Vec::new();
-        // An evaluation inside a training run (what the recorder names so, or a range the program
-        // names so) is a phase too: what it allocates and drops are its temporaries.
-        let evaluation = trace.interner.find_string("evaluation");
-        for a in &trace.annotations {
-            match a.kind {
-                AnnotationKind::Forward | AnnotationKind::Backward | AnnotationKind::OptimizerStep => {
-                    phases.push((a.start_ns, a.end_ns, a.kind));
-                }
-                AnnotationKind::UserRange if Some(a.name) == evaluation => {
-                    phases.push((a.start_ns, a.end_ns, AnnotationKind::UserRange));
-                }
-                AnnotationKind::Module => modules.push((a.start_ns, a.end_ns, a.name)),
-                _ => {}
-            }
-        }
+        let mut evaluations = Vec::new();
         // A part of a trace (a range) keeps when the blocks alive at its start were allocated
-        // and the spans they were allocated in: they are what they were in the whole.
+        // and the spans they were allocated in: they are what they were in the whole. A span
+        // that ran across the part's start is there whole; the part's own copy, cut at the
+        // start, is left out (it would read as a later phase).
         let mut allocated_before: HashMap<u64, i64> = HashMap::default();
+        let mut whole_spans: rustc_hash::FxHashSet<(&str, i64)> = rustc_hash::FxHashSet::default();
         if let Some(range) = &trace.metadata.range {
             for a in range.alive_since.iter().filter(|a| a.device == device.0) {
                 allocated_before.insert(a.address, a.time_ns);
             }
             for span in range.spans_before.iter().filter(|s| s.device.is_none_or(|d| d == device.0)) {
-                let kind = match span.kind.as_str() {
-                    "forward" => AnnotationKind::Forward,
-                    "backward" => AnnotationKind::Backward,
-                    "optimizer_step" => AnnotationKind::OptimizerStep,
+                whole_spans.insert((span.kind.as_str(), span.end_ns));
+                match span.kind.as_str() {
+                    "forward" => phases.push((span.start_ns, span.end_ns, AnnotationKind::Forward)),
+                    "backward" => phases.push((span.start_ns, span.end_ns, AnnotationKind::Backward)),
+                    "optimizer_step" => phases.push((span.start_ns, span.end_ns, AnnotationKind::OptimizerStep)),
+                    "evaluation" => evaluations.push((span.start_ns, span.end_ns)),
                     "module" => {
                         if let Some(name) = trace.interner.find_string(&span.name) {
                             modules.push((span.start_ns, span.end_ns, name));
                         }
-                        continue;
                     }
-                    _ => continue,
-                };
-                phases.push((span.start_ns, span.end_ns, kind));
+                    _ => {}
+                }
             }
         }
+        // An evaluation inside a training run (what the recorder names so, or a range the program
+        // names so) is a phase too: what it allocates and drops are its temporaries.
+        let evaluation = trace.interner.find_string("evaluation");
+        for a in &trace.annotations {
+            let kind = match a.kind {
+                AnnotationKind::Forward => "forward",
+                AnnotationKind::Backward => "backward",
+                AnnotationKind::OptimizerStep => "optimizer_step",
+                AnnotationKind::UserRange if Some(a.name) == evaluation => "evaluation",
+                AnnotationKind::Module => "module",
+                _ => continue,
+            };
+            if !whole_spans.is_empty() && whole_spans.contains(&(kind, a.end_ns)) {
+                continue;
+            }
+            match a.kind {
+                AnnotationKind::Module => modules.push((a.start_ns, a.end_ns, a.name)),
+                AnnotationKind::UserRange => evaluations.push((a.start_ns, a.end_ns)),
+                kind => phases.push((a.start_ns, a.end_ns, kind)),
+            }
+        }
+        evaluations.sort_unstable();
         phases.sort_unstable_by_key(|p| p.0);
         // What runs between the end of forward and backward (the loss, usually) is forward too:
         // an activation is what is still alive when backward starts.
@@ -334,6 +347,7 @@ impl<'a> Attributor<'a> {
             unreported,
             two_step,
             allocated_before,
+            evaluations,
         }
     }
 
@@ -347,14 +361,11 @@ impl<'a> Attributor<'a> {
         }
     }
 
-    /// Works out which blocks alive from before the recording to its end are parameters by
-    /// their sizes. A model has one gradient of each parameter's size (and, under Adam, two
-    /// optimizer-state tensors): when the gradients are most (in bytes), the blocks alive
-    /// throughout that have a size exactly as often as those gradients have it are the
-    /// parameters, provided they hold nine tenths of the gradients' bytes. Sizes are the ones
-    /// asked for (what a snapshot records exactly). Where a size is held more often (the
-    /// optimizer's state from before the recording too), which is which cannot be told, and none
-    /// of that size is named.
+    /// Works out which blocks alive from before the recording to its end are parameters and
+    /// optimizer state by their sizes ([`match_by_gradients`]: a parameter and `r` - 1 state
+    /// tensors per gradient of each size, the same `r` at every size), else, without gradients,
+    /// parameters by the optimizer state the recording shows (two a parameter). Sizes are the
+    /// ones asked for (what a snapshot records exactly).
     fn find_persistent(&mut self) {
         if self.persistent.is_some() {
             return;
@@ -540,7 +551,10 @@ impl<'a> Attributor<'a> {
         // runs forward and backward inside the step; what the step allocates after them is the
         // step's. A bounded walk back past the phases that ended before it.
         let i = self.phases.partition_point(|p| p.0 <= alloc_ns);
-        let index = (i.saturating_sub(8)..i).rev().find(|&k| self.phases.get(k).is_some_and(|p| p.1 >= alloc_ns))?;
+        let Some(index) = (i.saturating_sub(8)..i).rev().find(|&k| self.phases.get(k).is_some_and(|p| p.1 >= alloc_ns))
+        else {
+            return self.in_evaluation(alloc_ns, free_ns);
+        };
         let &(_, end, kind) = self.phases.get(index)?;
         let kept = free_ns > end;
         // Activations die with their iteration, or soon after when the program still holds the
@@ -576,10 +590,6 @@ impl<'a> Attributor<'a> {
             }
             (AnnotationKind::Forward, false) => (Category::Temporary, "allocated and freed inside forward"),
             (AnnotationKind::Backward, false) => (Category::Temporary, "allocated and freed inside backward"),
-            (AnnotationKind::UserRange, false) => (
-                Category::Temporary,
-                "allocated and freed inside an evaluation (validation, a trainer's evaluation loop)",
-            ),
             (AnnotationKind::OptimizerStep, false) => {
                 (Category::Temporary, "allocated and freed inside an optimizer step")
             }
@@ -602,6 +612,20 @@ impl<'a> Attributor<'a> {
             }
         }
         Some(Attribution { category, evidence: Evidence::Phase { rule, module } })
+    }
+
+    /// What a block allocated outside forward, backward and the optimizer step is when an
+    /// evaluation runs then: a temporary of it when freed before it ends.
+    fn in_evaluation(&self, alloc_ns: i64, free_ns: i64) -> Option<Attribution> {
+        let i = self.evaluations.partition_point(|e| e.0 <= alloc_ns);
+        let &(_, end) = i.checked_sub(1).and_then(|k| self.evaluations.get(k)).filter(|e| e.1 >= alloc_ns)?;
+        (free_ns <= end).then_some(Attribution {
+            category: Category::Temporary,
+            evidence: Evidence::Phase {
+                rule: "allocated and freed inside an evaluation (validation, a trainer's evaluation loop)",
+                module: None,
+            },
+        })
     }
 
     /// The category of a block at `address` alive from `alloc_ns` (`i64::MIN` when allocated

@@ -69,6 +69,13 @@ pub fn postmortem_sections(pm: &PostMortem) -> Vec<(&'static str, Vec<String>)> 
         ),
     };
     lines.push(format!("{device}; {held}"));
+    if pm.held_free.awaiting_bytes > 0 {
+        lines.push(format!(
+            "{} more was freed by the program but still waiting for the streams that used it (record_stream, \
+             NCCL): not free until they are done",
+            bytes(pm.held_free.awaiting_bytes)
+        ));
+    }
     sections.push(("Free", std::mem::take(&mut lines)));
     let categories: Vec<String> = pm.by_category.iter().map(|(c, b)| format!("{} {}", c.name(), bytes(*b))).collect();
     lines.push(format!(

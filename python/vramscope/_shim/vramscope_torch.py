@@ -310,9 +310,14 @@ class _Recorder:
             offset = address
             for block in segment.get("blocks", []):
                 size = block.get("size", 0)
-                if block.get("state") in ("active_allocated", "active_pending_free"):
-                    self.write({"t": "alloc", "time": now, "dev": device, "addr": block.get("address", offset),
-                                "size": size, "stream": stream, "stack": []})
+                state = block.get("state")
+                if state in ("active_allocated", "active_pending_free"):
+                    record = {"t": "alloc", "time": now, "dev": device, "addr": block.get("address", offset),
+                              "size": size, "stream": stream, "stack": []}
+                    self.write(record)
+                    # Freed by the program already, waiting for its streams: not allocated.
+                    if state == "active_pending_free":
+                        self.write(dict(record, t="free_requested"))
                 offset += size
 
     def frame_ids(self, frames):
@@ -513,8 +518,9 @@ class _Recorder:
         def __next__(iterator):
             batch = real_next(iterator)
             if not recorder.closed and os.getpid() == recorder.pid:
-                recorder.safe(recorder.tag_batch, batch)
+                # The dataset first: a batch that is a view of it is the dataset's memory.
                 recorder.safe(recorder.tag_dataset, getattr(iterator, "_dataset", None))
+                recorder.safe(recorder.tag_batch, batch)
             return batch
 
         __next__._vramscope = True
@@ -598,7 +604,6 @@ class _Recorder:
             starts = self.module_starts.value = []
         starts.append(self.now())
         if depth == 0 and self.backward_depth == 0 and next(module.parameters(), None) is not None:
-            self.note_evaluation()
             self.learn_root(module)
             if self.iteration_start is None:
                 self.iteration_start = self.now()
@@ -608,6 +613,7 @@ class _Recorder:
             for index, value in enumerate(args if isinstance(args, tuple) else (args,)):
                 for j, tensor in enumerate(value if isinstance(value, (list, tuple)) else (value,)):
                     self.tag(tensor, "input", f"input[{index}]" + (f"[{j}]" if isinstance(value, (list, tuple)) else ""))
+            self.safe(self.note_evaluation)
 
     def note_allocator_conf(self):
         """Records the caching allocator's configuration as the program has it (the environment

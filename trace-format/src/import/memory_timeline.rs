@@ -221,22 +221,24 @@ impl<'de> DeserializeSeed<'de> for SecondSeed<'_> {
     }
 }
 
-/// A row (a list) or a number, whichever comes.
+/// A row (a list: its first numbers, as many as a row of sizes has, and how many it had) or a
+/// number, whichever comes. A row is read into place, without a list of its own: a timeline has
+/// millions of them.
 enum Item {
-    Row(Vec<i64>),
+    Row([i64; COLUMNS.len() + 1], usize),
     Number(i64),
 }
 
-struct ItemSeed<'b>(&'b Budget);
+struct ItemSeed;
 
-impl<'de> DeserializeSeed<'de> for ItemSeed<'_> {
+impl<'de> DeserializeSeed<'de> for ItemSeed {
     type Value = Item;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> std::result::Result<Item, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for ItemSeed<'_> {
+impl<'de> Visitor<'de> for ItemSeed {
     type Value = Item;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a row or a number")
@@ -250,8 +252,16 @@ impl<'de> Visitor<'de> for ItemSeed<'_> {
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Item, E> {
         integer(v).map(Item::Number)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> std::result::Result<Item, A::Error> {
-        Integers(self.0).visit_seq(seq).map(Item::Row)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Item, A::Error> {
+        let mut values = [0i64; COLUMNS.len() + 1];
+        let mut len = 0usize;
+        while let Some(Number(v)) = seq.next_element::<Number>()? {
+            if let Some(slot) = values.get_mut(len) {
+                *slot = v;
+            }
+            len += 1;
+        }
+        Ok(Item::Row(values, len))
     }
 }
 
@@ -263,20 +273,20 @@ impl<'de> Visitor<'de> for SecondSeed<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Second, A::Error> {
         let mut rows = Vec::new();
         let mut numbers = Vec::new();
-        while let Some(item) = seq.next_element_seed(ItemSeed(self.0))? {
+        while let Some(item) = seq.next_element_seed(ItemSeed)? {
             match item {
-                Item::Row(row) if numbers.is_empty() => {
+                Item::Row(row, len) if numbers.is_empty() => {
                     let i = rows.len();
-                    let [_, values @ ..] = row.as_slice() else {
+                    if len == 0 {
                         return Err(serde::de::Error::custom(format!("sizes row {i} is empty")));
-                    };
-                    let values: [i64; COLUMNS.len()] = values.try_into().map_err(|_| {
-                        serde::de::Error::custom(format!(
-                            "sizes row {i} has {} columns, expected {}",
-                            row.len(),
-                            COLUMNS.len() + 1
-                        ))
-                    })?;
+                    }
+                    let [_, values @ ..] = row;
+                    if len != row.len() {
+                        return Err(serde::de::Error::custom(format!(
+                            "sizes row {i} has {len} columns, expected {}",
+                            row.len()
+                        )));
+                    }
                     push(self.0, &mut rows, values, "memory timeline rows")?;
                 }
                 Item::Number(v) if rows.is_empty() => push(self.0, &mut numbers, v, "a list of numbers")?,

@@ -473,23 +473,31 @@ pub fn apply(trace: &mut Trace, range: TraceRange) -> Result<()> {
 }
 
 /// When the blocks alive at a range's start (`start_ns`) were allocated in the source, and the
-/// source's phase and module spans before the range that the untagged ones among them were
-/// allocated in or lived through: what their categories follow from
-/// ([`RangeInfo::alive_since`], [`RangeInfo::spans_before`]).
+/// source's phase and module spans before the range that the untagged ones among them need: the
+/// phase each was allocated in and the phases after it up to the second forward (what decides
+/// an activation from a workspace), the modules each was allocated in
+/// ([`RangeInfo::alive_since`], [`RangeInfo::spans_before`]). A part cut again keeps what the
+/// first cut knew of the blocks it showed allocated at its own start.
 pub(crate) fn context_before(
     trace: &Trace,
     folded: &Folded<Event>,
     start_ns: i64,
 ) -> (Vec<AliveSince>, Vec<SpanBefore>) {
+    let earlier = trace.metadata.range.as_ref();
+    let known: FxHashMap<Key, i64> = earlier
+        .map(|r| r.alive_since.iter().map(|a| ((a.process, a.device, a.address), a.time_ns)).collect())
+        .unwrap_or_default();
     let alive_since: Vec<AliveSince> = folded
         .alive
         .iter()
         .filter(|a| !a.from_free && !is_segment(a.item.kind))
-        .map(|a| AliveSince {
-            process: a.item.process.0,
-            device: a.item.device.0,
-            address: a.item.address,
-            time_ns: a.item.time_ns,
+        .filter_map(|a| {
+            let key = a.item.key();
+            // What an earlier cut showed allocated at its start was allocated when it says, or
+            // before its source.
+            let time_ns =
+                if a.item.flags & event_flags::BEFORE_RANGE != 0 { *known.get(&key)? } else { a.item.time_ns };
+            Some(AliveSince { process: key.0, device: key.1, address: key.2, time_ns })
         })
         .collect();
     // Blocks a tag names need no span; the others' categories follow from the phase they were
@@ -498,37 +506,73 @@ pub(crate) fn context_before(
     let mut times: Vec<i64> =
         alive_since.iter().filter(|a| !tagged.contains(&(a.process, a.device, a.address))).map(|a| a.time_ns).collect();
     times.sort_unstable();
+    times.dedup();
     let Some(&earliest) = times.first() else { return (alive_since, Vec::new()) };
     let holds_one = |from: i64, to: i64| {
         let i = times.partition_point(|&t| t < from);
         times.get(i).is_some_and(|&t| t <= to)
     };
-    let spans_before = trace
+    let evaluation = trace.interner.find_string("evaluation");
+    let kind_of = |a: &crate::model::annotation::Annotation| match a.kind {
+        AnnotationKind::Forward => Some("forward"),
+        AnnotationKind::Backward => Some("backward"),
+        AnnotationKind::OptimizerStep => Some("optimizer_step"),
+        AnnotationKind::UserRange if Some(a.name) == evaluation => Some("evaluation"),
+        AnnotationKind::Module => Some("module"),
+        _ => None,
+    };
+    // The phases before the range, by start; of them, those a block was allocated in, and after
+    // each such one the phases up to the second forward.
+    let phases: Vec<&crate::model::annotation::Annotation> = trace
         .annotations
         .iter()
         .filter(|a| a.start_ns < start_ns && a.end_ns >= earliest)
-        .filter_map(|a| {
-            let kind = match a.kind {
-                AnnotationKind::Forward => "forward",
-                AnnotationKind::Backward => "backward",
-                AnnotationKind::OptimizerStep => "optimizer_step",
-                // A module's span only where a block was allocated inside it.
-                AnnotationKind::Module if holds_one(a.start_ns, a.end_ns) => "module",
-                _ => return None,
-            };
-            Some(SpanBefore {
-                kind: kind.to_owned(),
-                process: a.process.0,
-                device: a.device.map(|d| d.0),
-                start_ns: a.start_ns,
-                end_ns: a.end_ns,
-                name: if a.kind == AnnotationKind::Module {
-                    trace.interner.resolve(a.name).to_owned()
-                } else {
-                    String::new()
-                },
-            })
-        })
+        .filter(|a| kind_of(a).is_some_and(|k| k != "module"))
         .collect();
+    let mut keep = vec![false; phases.len()];
+    let mut last_marked = None;
+    for &t in &times {
+        let i = phases.partition_point(|p| p.start_ns <= t);
+        let Some(inside) = (i.saturating_sub(8)..i).rev().find(|&k| phases.get(k).is_some_and(|p| p.end_ns >= t))
+        else {
+            continue;
+        };
+        if last_marked == Some(inside) {
+            continue;
+        }
+        last_marked = Some(inside);
+        let mut forwards = 0;
+        for (k, p) in phases.iter().enumerate().skip(inside) {
+            keep[k] = true;
+            if k > inside && p.kind == AnnotationKind::Forward {
+                forwards += 1;
+                if forwards == 2 {
+                    break;
+                }
+            }
+        }
+    }
+    let span = |a: &crate::model::annotation::Annotation, kind: &str| SpanBefore {
+        kind: kind.to_owned(),
+        process: a.process.0,
+        device: a.device.map(|d| d.0),
+        start_ns: a.start_ns,
+        end_ns: a.end_ns,
+        name: if a.kind == AnnotationKind::Module { trace.interner.resolve(a.name).to_owned() } else { String::new() },
+    };
+    let mut spans_before: Vec<SpanBefore> =
+        phases.iter().zip(&keep).filter(|(_, k)| **k).filter_map(|(a, _)| Some(span(a, kind_of(a)?))).collect();
+    // A module's span only where a block was allocated inside it.
+    spans_before.extend(
+        trace
+            .annotations
+            .iter()
+            .filter(|a| a.kind == AnnotationKind::Module && a.start_ns < start_ns && holds_one(a.start_ns, a.end_ns))
+            .map(|a| span(a, "module")),
+    );
+    // What an earlier cut kept of its own source's spans, where the blocks still need them.
+    if let Some(r) = earlier {
+        spans_before.extend(r.spans_before.iter().filter(|s| s.end_ns >= earliest).cloned());
+    }
     (alive_since, spans_before)
 }
