@@ -35,17 +35,25 @@ pub fn all_fixtures() -> Vec<PathBuf> {
     files
 }
 
-/// Newest modification time of the files under `dir`.
-fn newest_source(dir: &Path) -> Option<std::time::SystemTime> {
+/// Newest modification time of the file at `path`, or of the files under it (Python's byte
+/// code caches left out: importing the shim writes them, after any build).
+fn newest_source(path: &Path) -> Option<std::time::SystemTime> {
+    if path.is_file() {
+        return std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    }
     let mut newest = None;
-    let mut stack = vec![dir.to_path_buf()];
+    let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         for entry in entries.filter_map(Result::ok) {
             let path = entry.path();
             if path.is_dir() {
-                stack.push(path);
-            } else if let Ok(modified) = entry.metadata().and_then(|m| m.modified()) {
+                if path.file_name().is_some_and(|n| n != "__pycache__") {
+                    stack.push(path);
+                }
+            } else if path.extension().is_none_or(|e| e != "pyc")
+                && let Ok(modified) = entry.metadata().and_then(|m| m.modified())
+            {
                 newest = newest.max(Some(modified));
             }
         }
@@ -69,7 +77,21 @@ pub fn vramscope_bin() -> PathBuf {
     assert!(bin.exists(), "{} is missing: run `cargo build --workspace` first", bin.display());
     let hook = profile_dir.join("libvramscope_hook.so");
     for (built, sources) in [
-        (&bin, &["app/src", "trace-format/src", "collector/src", "collector/wire/src"][..]),
+        // Every source the binary is built from or embeds: the crates, the PyTorch shim, the
+        // built-in sample, the hook library it carries.
+        (
+            &bin,
+            &[
+                "app/src",
+                "analysis/src",
+                "trace-format/src",
+                "collector/src",
+                "collector/wire/src",
+                "collector/hook/src",
+                "python/vramscope/_shim",
+                "samples/traces/h200-torch-plain.vtrace",
+            ][..],
+        ),
         (&hook, &["collector/wire/src", "collector/hook/src"][..]),
     ] {
         let modified = std::fs::metadata(built).and_then(|m| m.modified()).ok();
