@@ -232,6 +232,12 @@ pub fn focus_device(trace: &Trace, peaks: impl IntoIterator<Item = (DeviceId, u6
     if let Some(first_oom) = trace.ooms.iter().min_by_key(|o| o.time_ns) {
         return Some(first_oom.device);
     }
+    highest_peak(peaks)
+}
+
+/// The device with the highest peak, the first of equals (in the order given); none when there
+/// are none. The one tie-break every face uses.
+pub fn highest_peak(peaks: impl IntoIterator<Item = (DeviceId, u64)>) -> Option<DeviceId> {
     let mut best: Option<(DeviceId, u64)> = None;
     for (device, peak) in peaks {
         if best.is_none_or(|(_, b)| peak > b) {

@@ -351,7 +351,9 @@ pub const NO_CHANGE: f64 = 0.005;
 pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target: Option<u64>) -> Option<Advice> {
     let device = match device {
         Some(d) => d,
-        None => trace.devices().into_iter().max_by_key(|&d| peak::peaks(trace, d).allocated.bytes)?,
+        None => crate::summary::highest_peak(
+            trace.devices().into_iter().map(|d| (d, peak::peaks(trace, d).allocated.bytes)),
+        )?,
     };
     let b = breakdown(trace, device);
     let base = b.instants.first()?;

@@ -257,7 +257,7 @@ pub fn run(path: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<()
     if let Some(range) = range {
         writeln!(out, "  {}", words::range_note(range))?;
     }
-    let device = if b.device.0 < 0 { "host (CPU)".to_owned() } else { trace.metadata.device_label(b.device) };
+    let device = words::device_name(b.device, &trace.metadata.device_label(b.device));
     let phase = words::phase(b.peak_phase).map_or_else(String::new, |p| format!(", its peak in {p}"));
     let blocks = match b.repeated_blocks {
         0 => String::new(),

@@ -62,8 +62,12 @@ impl Compare {
     }
 }
 
+/// The device to compare on: the one to look at first, as the rest of the app chooses it.
 fn best_device(doc: &Document) -> usize {
-    doc.devices.iter().enumerate().max_by_key(|(_, d)| d.timeline.values(d.peak_point).0).map_or(0, |(i, _)| i)
+    let peaks = doc.devices.iter().map(|d| (d.device, d.timeline.values(d.peak_point).0));
+    crate::analysis::summary::focus_device(&doc.trace, peaks)
+        .and_then(|f| doc.devices.iter().position(|d| d.device == f))
+        .unwrap_or(0)
 }
 
 /// Names of annotations both runs have, for the alignment menu.

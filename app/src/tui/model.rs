@@ -114,7 +114,7 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
             let growth = d.growth.as_ref().map(|g| (g.alarms(), crate::words::growth_lines(g, &d.label)));
             let oom = ooms.get(&d.device).cloned().unwrap_or_default();
             DeviceScreen {
-                label: if d.device.0 < 0 { "host (CPU)".to_owned() } else { d.label.clone() },
+                label: crate::words::device_name(d.device, &d.label),
                 total_memory_bytes: d.total_memory_bytes,
                 allocated_now: d.final_state.allocated_bytes,
                 reserved_now: d.final_state.reserved_bytes,

@@ -333,6 +333,12 @@ pub fn context_lines(trace: &Trace, block: &LiveBlock) -> Vec<String> {
     lines
 }
 
+/// How the text faces (`info`, `advise`, `top`) name a device: its label (`cuda:0`, `hip:1`),
+/// and host memory `host (CPU)`.
+pub fn device_name(device: DeviceId, label: &str) -> String {
+    if device.is_host() { "host (CPU)".to_owned() } else { label.to_owned() }
+}
+
 #[cfg(test)]
 mod tests {
     use vramscope_trace_format::{Block, BlockState, DeviceInfo, Event, EventKind, Segment, SourceFormat};

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Result, bail};
-use vramscope_trace_format::{DeviceId, TraceRange};
+use vramscope_trace_format::TraceRange;
 
 use crate::load::LoadedTrace;
 use crate::units::{bytes, counted, duration_ns};
@@ -120,7 +120,7 @@ fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) 
         }
         if all_phases {
             for d in summary.devices.iter().filter(|d| !d.phases.is_empty()) {
-                let name = if d.device < DeviceId(0) { "host (CPU)" } else { d.label.as_str() };
+                let name = crate::words::device_name(d.device, &d.label);
                 writeln!(out, "\nphases of {name}, the high point of each")?;
                 for line in crate::words::phase_table(&d.phases) {
                     writeln!(out, "  {line}")?;

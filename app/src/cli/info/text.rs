@@ -38,7 +38,7 @@ fn format_name(format: SourceFormat) -> &'static str {
 }
 
 pub(super) fn device_name(trace: &Trace, device: DeviceId) -> String {
-    if device < DeviceId(0) { "host (CPU)".to_owned() } else { trace.metadata.device_label(device) }
+    crate::words::device_name(device, &trace.metadata.device_label(device))
 }
 
 pub(super) fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn Write) -> Result<()> {
@@ -106,7 +106,7 @@ fn write_device(clock: Clock, start_ns: i64, d: &DeviceSummary, out: &mut dyn Wr
         (None, Some(total)) => format!(" ({})", bytes(total)),
         (None, None) => String::new(),
     };
-    let name = if d.device < DeviceId(0) { "host (CPU)" } else { d.label.as_str() };
+    let name = crate::words::device_name(d.device, &d.label);
     writeln!(out, "\n{name}{facts} — {} allocator events", count(d.events))?;
     writeln!(
         out,
