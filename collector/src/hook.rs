@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use vramscope_wire::env;
 
-use crate::session::Error;
+use crate::error::Error;
 
 /// The hook library's file name.
 pub const HOOK_FILE: &str = "libvramscope_hook.so";

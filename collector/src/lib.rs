@@ -8,6 +8,7 @@
 
 pub mod cleanup;
 pub mod devices;
+mod error;
 pub mod hook;
 pub mod live;
 pub mod merge;

@@ -4,38 +4,15 @@
 //! thin front over [`record`]: it checks its output, writes the trace and says what it got.
 
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitStatus};
 
 use vramscope_trace_format::Trace;
 use vramscope_wire::env;
 
+pub use crate::error::Error;
+use crate::error::io;
 use crate::{live, merge, signals, torch};
-
-/// Why a recording could not be made (the workload's own failure is not one: it is in
-/// [`Recording::status`]).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// `VRAMSCOPE_HOOK` names no file.
-    #[error(
-        "VRAMSCOPE_HOOK names {0}, which is not a file: point it at a build of libvramscope_hook.so \
-         (`cargo build -p vramscope-hook`), or unset it to use the library this binary carries"
-    )]
-    MissingHook(PathBuf),
-    /// Something around the workload failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The cause.
-        source: std::io::Error,
-    },
-}
-
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Io { what, source }
-}
 
 /// A finished recording.
 #[derive(Debug)]

@@ -208,7 +208,7 @@ pub struct Unrecorded {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RangeInfo {
     /// The range asked for.
-    pub range: crate::range::TraceRange,
+    pub range: super::range::TraceRange,
     /// Events of the source before the range, folded into what was alive at its start.
     pub events_before: u64,
     /// Events of the source after the range, left out.

@@ -8,6 +8,7 @@ pub mod ids;
 pub mod interner;
 pub mod metadata;
 pub mod oom;
+pub mod range;
 pub mod segment;
 pub mod stream;
 pub mod tag;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use super::store::{RecordKind, Value};
+use super::value::{RecordKind, Value};
 use crate::model::ids::{ContextId, FrameId, StackId, StringId};
 
 /// How a piece's ids map to the ids of the machine that took it in.

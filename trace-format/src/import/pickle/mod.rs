@@ -22,6 +22,7 @@ mod parallel;
 mod record;
 mod scalars;
 mod store;
+mod value;
 mod walk;
 
 use rustc_hash::FxHashMap;

@@ -9,9 +9,9 @@ use std::sync::mpsc;
 
 use rustc_hash::FxHashMap;
 
-use super::build::{EXACT, UNPAIRED, mark_exact, settle_free, settle_part, settle_waiting};
 use super::entries::{ChunkReader, Entries, Entry};
 use super::listed::Listed;
+use super::settle::{EXACT, UNPAIRED, mark_exact, settle_free, settle_part, settle_waiting};
 use crate::model::event::{Event, EventKind};
 use crate::model::ids::{DeviceId, StringId};
 use crate::model::oom::Oom;

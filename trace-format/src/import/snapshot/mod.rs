@@ -16,6 +16,7 @@ mod halves;
 pub use self::halves::BUILT_IN_HALVES;
 mod keys;
 mod listed;
+mod settle;
 mod sink;
 
 use self::build::{RangeBuild, build_trace};
