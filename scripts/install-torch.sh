@@ -63,6 +63,8 @@ extra_requirements=(
     accelerate==1.12.0
     transformers==4.57.1
     mcp==2.3.0
+    # jsonschema: validates every JSON answer against `vramscope schema` (tests/scripts/validate_documents.py).
+    jsonschema==4.26.0
 )
 
 py="$venv/bin/python"

@@ -7,7 +7,7 @@ use serde::Serialize;
 use vramscope_trace_format::{DeviceId, EventKind, Trace};
 
 /// Where a setting's value came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
     /// The snapshot's `allocator_settings`.
@@ -19,7 +19,7 @@ pub enum Source {
 }
 
 /// A setting whose value the trace may or may not tell.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Known<T> {
     /// The value.
     pub value: T,
@@ -28,7 +28,7 @@ pub struct Known<T> {
 }
 
 /// The allocator's settings, each `None` where the trace does not say.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct AllocatorSettings {
     /// `expandable_segments`.
     pub expandable_segments: Option<Known<bool>>,

@@ -48,7 +48,7 @@ pub const MIN_LARGE_ALLOC_BYTES: u64 = 10 << 20;
 pub const ROUND_LARGE_BYTES: u64 = 2 << 20;
 
 /// The settings the model follows.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Settings {
     /// `max_split_size_mb` in bytes (`None`: unlimited, the default).
     pub max_split_size_bytes: Option<u64>,
@@ -211,7 +211,7 @@ impl Expandable {
 }
 
 /// What the model reserved.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Simulation {
     /// The highest reserved bytes.
     pub peak_reserved_bytes: u64,

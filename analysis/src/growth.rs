@@ -27,7 +27,7 @@ use crate::instant::allocation_site;
 pub const MIN_BYTES_PER_ITERATION: u64 = 64 << 10;
 
 /// Where the iterations came from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Iterations {
     /// The recorded iteration spans.
@@ -43,7 +43,7 @@ pub enum Iterations {
 }
 
 /// What the growth is, as far as the trace tells.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Nature {
     /// Blocks allocated in one iteration are kept past the next: a leak, unless the program
@@ -59,7 +59,7 @@ pub enum Nature {
 }
 
 /// A site whose blocks accumulate.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct GrowingSite {
     /// `function  file:line` (or the operator, where the source records no Python stack).
     pub site: String,
@@ -73,7 +73,7 @@ pub struct GrowingSite {
 }
 
 /// When the device's memory would be reached at the rate of growth.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Reach {
     /// The device's memory.
     pub device_bytes: u64,
@@ -84,7 +84,7 @@ pub struct Reach {
 }
 
 /// What the iterations of a device show.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Growth {
     /// The device.
     pub device: DeviceId,

@@ -432,7 +432,7 @@ pub fn stack_lines(trace: &Trace, stack: StackId, hide_noise: bool) -> Vec<Strin
 }
 
 /// Live bytes and blocks of one allocation site.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct SiteBytes {
     /// The site: `function  file:line`.
     pub site: String,

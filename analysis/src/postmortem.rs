@@ -15,7 +15,7 @@ use crate::instant::{self, SiteBytes};
 use crate::phases::PhaseKind;
 
 /// What the allocator held free when the request failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct HeldFree {
     /// Reserved, not allocated and not waiting for streams (inside blocks and between them).
     pub bytes: u64,
@@ -27,7 +27,7 @@ pub struct HeldFree {
 }
 
 /// The smallest change projected to have fitted.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Fix {
     /// The remedy (or pair), as the advisor names it.
     pub id: String,
@@ -40,7 +40,7 @@ pub struct Fix {
 }
 
 /// One OOM explained.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct PostMortem {
     /// Index in `Trace::ooms`.
     pub index: usize,

@@ -16,7 +16,7 @@ use vramscope_trace_format::{AnnotationKind, Category, Clock, DeviceId, ProcessI
 use crate::diff::{self, RunPeak};
 
 /// Where a rank's number came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RankFrom {
     /// The recorder or the profiler trace (`distributedInfo`) gave the process its rank.
@@ -52,7 +52,7 @@ pub struct Run {
 }
 
 /// Something about how the run was put together that its reader should know.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum RunNote {
     /// A rank held in two files: the later one was left out.
@@ -252,7 +252,7 @@ impl Run {
 }
 
 /// Where in the step an instant is, by the recorded phases.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PhaseAt {
     /// Forward.
@@ -274,7 +274,7 @@ fn phase_at(trace: &Trace, time_ns: i64) -> Option<PhaseAt> {
 
 /// One rank's numbers: its peak on its busiest device, when and in which phase, by category,
 /// and its first OOM.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RankSummary {
     /// The rank.
     pub rank: u32,
@@ -304,7 +304,7 @@ pub struct RankSummary {
 }
 
 /// A category in which the ranks differ most at their peaks.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Spread {
     /// The category.
     pub category: Category,
@@ -319,7 +319,7 @@ pub struct Spread {
 }
 
 /// An allocation site whose live bytes at the peak differ most between the ranks.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct SiteSpread {
     /// The site: `function  file:line`.
     pub site: String,
@@ -334,7 +334,7 @@ pub struct SiteSpread {
 }
 
 /// The run summed up.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RunSummary {
     /// Each rank.
     pub ranks: Vec<RankSummary>,

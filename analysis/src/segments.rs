@@ -12,7 +12,7 @@
 use vramscope_trace_format::{BlockState, DeviceId, Segment, Trace};
 
 /// Fragmentation of one segment (or of all of a device's, added up).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct Fragmentation {
     /// Bytes reserved.
     pub reserved_bytes: u64,

@@ -11,7 +11,7 @@ use super::peak::{self, Peak};
 use super::segments;
 
 /// What `info` says about one device.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct DeviceSummary {
     /// Device index; -1 for host memory.
     pub device: DeviceId,
@@ -80,6 +80,7 @@ pub struct DeviceSummary {
     /// the trace shows them (in the JSON, their [`crate::phases::Outline`]: the same size at
     /// any length of run).
     #[serde(skip_serializing_if = "crate::phases::Phases::is_empty", serialize_with = "outline")]
+    #[schemars(with = "crate::phases::Outline<'static>")]
     pub phases: crate::phases::Phases,
 }
 
@@ -88,7 +89,7 @@ fn outline<S: serde::Serializer>(phases: &crate::phases::Phases, s: S) -> Result
 }
 
 /// What `info` says about a trace.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Summary {
     /// Format of the file (`pytorch-snapshot`, `vtrace`, `chrome-trace`, `memory-timeline`).
     pub format: &'static str,

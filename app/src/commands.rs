@@ -466,4 +466,17 @@ pub enum Command {
     /// `{"mcpServers": {"vramscope": {"command": "vramscope", "args": ["mcp"]}}}`. It runs until
     /// the client closes its input; paths are relative to the directory it was started in.
     Mcp,
+    /// Print the JSON Schema of what the commands print as JSON.
+    ///
+    /// Every JSON answer is a document with a `schema_version`: `info --json` (info, or run for
+    /// several ranks), `info --oom --json` (oom), `diff --json` (diff, or ranks-diff for runs of
+    /// ranks), `advise --json` (advise) and the MCP tools, which answer with the same documents.
+    /// Without DOCUMENT, every document's schema by name; `--list` names them.
+    Schema {
+        /// The document: info, run, oom, diff, ranks-diff, advise or growth.
+        document: Option<String>,
+        /// Name the documents and what prints each, instead of a schema.
+        #[arg(long, conflicts_with = "document")]
+        list: bool,
+    },
 }

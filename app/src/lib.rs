@@ -7,6 +7,8 @@
 
 /// The analysis (the `vramscope-analysis` crate), under the name the app has always used.
 pub use vramscope_analysis as analysis;
+/// Units and words: the query layer's, under the names the app has always used.
+pub use vramscope_analysis::query::{units, words};
 pub mod atomic;
 pub mod cli;
 pub mod colors;
@@ -21,6 +23,4 @@ pub mod runs;
 pub mod sample;
 pub mod serve;
 pub mod tui;
-pub mod units;
 pub mod vtrace_out;
-pub mod words;

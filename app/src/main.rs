@@ -173,6 +173,7 @@ fn main() -> ExitCode {
         }
         // Standard output is the protocol's: nothing else is written to it.
         Some(Command::Mcp) => vramscope::mcp::serve_stdio(),
+        Some(Command::Schema { document, list }) => vramscope::cli::schema::run(document.as_deref(), list, &mut stdout),
     };
     match result.and_then(|()| stdout.flush().map_err(anyhow::Error::from)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -307,14 +307,7 @@ pub fn for_each_rank(
     Ok(count)
 }
 
-/// The rank looked at when a file is a run of several: the one that peaks highest.
-#[derive(serde::Serialize)]
-pub struct RankChosen {
-    /// The rank.
-    pub rank: u32,
-    /// Each rank's allocated peak.
-    pub peaks: Vec<(u32, u64)>,
-}
+pub use crate::analysis::query::documents::RankChosen;
 
 /// The one trace to look at in what `path` holds (`advise`, `report`): the file's; of a run of
 /// several ranks (a directory of rank files, or a recording of several), the rank that peaks

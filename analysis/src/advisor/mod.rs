@@ -38,7 +38,7 @@ use super::peak;
 use super::replay;
 
 /// Where in the step an instant is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Forward (and the loss after it).
@@ -52,7 +52,7 @@ pub enum Phase {
 }
 
 /// What the advisor starts from.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Baseline {
     /// The device.
     pub device: DeviceId,
@@ -153,7 +153,7 @@ pub struct Advice {
 }
 
 /// Checkpointing only the first `blocks` of the model's repeated blocks, replayed.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SomeBlocksCheckpointed {
     /// Blocks checkpointed, the first of the model's.
     pub blocks: usize,
@@ -168,7 +168,7 @@ pub struct SomeBlocksCheckpointed {
 }
 
 /// How many GPUs to shard over, and where that number came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Gpus {
     /// The count.
     pub count: u32,
@@ -177,7 +177,7 @@ pub struct Gpus {
 }
 
 /// Where a GPU count came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GpusFrom {
     /// The user gave it (`--gpus`).

@@ -46,7 +46,7 @@ pub struct Parts {
 }
 
 /// Bytes of an instant by how their category was known.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct EvidenceBytes {
     /// Tagged by the recorder.
     pub tagged: f64,

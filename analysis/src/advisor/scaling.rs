@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 /// What a fit is over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Dimension {
     /// Samples per step.
@@ -21,7 +21,7 @@ pub enum Dimension {
 }
 
 /// The peak as a function of the size, and the largest size under a target.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ScalingFit {
     /// What was varied.
     pub dimension: Dimension,

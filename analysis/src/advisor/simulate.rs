@@ -40,7 +40,7 @@ use crate::attribution::{Attribution, Attributor, Evidence};
 use crate::replay;
 
 /// How a projection was made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
     /// The changed event stream, replayed.

@@ -34,7 +34,7 @@ pub struct Alive {
 }
 
 /// One run at its allocated peak, and at the high point of each phase.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct RunPeak {
     /// The file it was read from.
     pub file: String,
@@ -191,7 +191,7 @@ fn for_gates<'t>(trace: &'t Trace, file: &str, device: Option<DeviceId>) -> (Run
 }
 
 /// A category in both runs.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct CategoryDelta {
     /// The category's name.
     pub category: Category,
@@ -206,7 +206,7 @@ pub struct CategoryDelta {
 }
 
 /// Two runs compared.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Diff {
     /// The first run.
     pub a: RunPeak,
@@ -235,7 +235,7 @@ pub struct Diff {
 }
 
 /// A named range in both runs.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct RangeDelta {
     /// Its name.
     pub name: String,
@@ -254,7 +254,7 @@ pub struct RangeDelta {
 }
 
 /// A tag or module name in both runs.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct NameDelta {
     /// The name (`layers.3.attn`, `tok_emb.weight`).
     pub name: String,
@@ -267,7 +267,7 @@ pub struct NameDelta {
 }
 
 /// What the sentence on top of a comparison says, as data.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Headline {
     /// B's allocated peak minus A's.
     pub delta_bytes: i64,

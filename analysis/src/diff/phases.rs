@@ -14,7 +14,7 @@ use super::{CategoryDelta, RunPeak, category_deltas, percent, signed};
 use crate::phases::{PhaseHigh, PhaseKind};
 
 /// One run's side of a phase.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct PhaseSide {
     /// The iteration it is in (its highest, for a kind's row).
     pub iteration: u32,
@@ -44,7 +44,7 @@ impl PhaseSide {
 }
 
 /// A phase in both runs.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct PhaseDelta {
     /// The phase; none for a whole iteration.
     pub phase: Option<PhaseKind>,
@@ -70,7 +70,7 @@ pub struct PhaseDelta {
 pub const SITES_PER_PHASE: usize = 10;
 
 /// The phase the sentence on top leads with, and why.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct PhaseChange {
     /// The phase.
     pub kind: PhaseKind,

@@ -25,7 +25,7 @@ use crate::peak::LiveBlock;
 pub const NO_STACK: &str = "(no stack recorded)";
 
 /// Live bytes of one allocation path.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct StackBytes {
     /// The frames compared, innermost first, as `function  file:line`.
     pub frames: Vec<String>,
@@ -106,7 +106,7 @@ pub fn by_stack_attributed(trace: &Trace, blocks: &[AttributedBlock]) -> Vec<Sta
 }
 
 /// One allocation path in both runs.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct PathDelta {
     /// Its frames (B's when it is in B), innermost first.
     pub stack: Vec<String>,
@@ -125,7 +125,7 @@ pub struct PathDelta {
 }
 
 /// An allocation site in both runs: the paths that reach it, summed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SiteDelta {
     /// `function  file:line` (B's line when it moved).
     pub site: String,

@@ -43,7 +43,7 @@ use self::windows::{
 };
 
 /// A phase of a training step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PhaseKind {
     /// The forward pass (and the loss after it).
@@ -79,7 +79,7 @@ impl PhaseKind {
 }
 
 /// How the phases were found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PhasesFrom {
     /// The recorder's spans.
@@ -91,7 +91,7 @@ pub enum PhasesFrom {
 }
 
 /// A phase of one iteration (or, with `kind` none, the whole iteration) and its high point.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct PhaseHigh {
     /// The phase; none for the whole iteration.
     pub kind: Option<PhaseKind>,
@@ -126,7 +126,7 @@ pub struct PhaseHigh {
 pub const MAX_WITH_CATEGORIES: usize = 256;
 
 /// A device's phases and iterations.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Phases {
     /// How they were found; none when the trace shows no phase.
     pub from: Option<PhasesFrom>,
@@ -134,6 +134,9 @@ pub struct Phases {
     pub phases: Vec<PhaseHigh>,
     /// Each iteration as a whole.
     pub iterations: Vec<PhaseHigh>,
+    /// Whether a summary lists every phase and iteration, not only the outline (`--all-phases`).
+    #[serde(skip)]
+    pub listed: bool,
 }
 
 impl Phases {
@@ -187,6 +190,8 @@ impl Phases {
             phase_count: self.phases.len(),
             highest: self.kinds().into_iter().filter_map(|k| self.highest(k)).collect(),
             highest_iterations,
+            phases: self.listed.then_some(self.phases.as_slice()),
+            iterations: self.listed.then_some(self.iterations.as_slice()),
         }
     }
 }
@@ -195,7 +200,7 @@ impl Phases {
 pub const OUTLINE_ITERATIONS: usize = 5;
 
 /// A summary of a device's [`Phases`] whose size does not grow with the run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Outline<'a> {
     /// How they were found.
     pub from: Option<PhasesFrom>,
@@ -207,6 +212,12 @@ pub struct Outline<'a> {
     pub highest: Vec<&'a PhaseHigh>,
     /// The iterations with the highest high points, at most [`OUTLINE_ITERATIONS`], in time order.
     pub highest_iterations: Vec<&'a PhaseHigh>,
+    /// Every phase, when they are listed ([`Phases::listed`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phases: Option<&'a [PhaseHigh]>,
+    /// Every iteration, when they are listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<&'a [PhaseHigh]>,
 }
 
 /// Whether the run went backward: a recorded backward phase, or autograd's backward in a stack
@@ -313,7 +324,7 @@ pub fn phases_and_ranges(
     }
     with_categories(trace, events, initial, attributor, &mut highs, phase_count);
     let iterations = highs.split_off(phase_count);
-    (Phases { from: Some(from), phases: highs, iterations }, ranges)
+    (Phases { from: Some(from), phases: highs, iterations, listed: false }, ranges)
 }
 
 /// The first of each user range by name (at most [`MAX_RANGES`]) and its window of events.
@@ -350,7 +361,7 @@ fn first_ranges(trace: &Trace, device: DeviceId, events: &replay::DeviceEvents, 
 pub const MAX_RANGES: usize = 64;
 
 /// A named range's first occurrence and its high point.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct RangeHigh {
     /// Its name.
     pub name: String,

@@ -58,7 +58,7 @@ pub fn parse_category_gate(text: &str) -> Result<(Category, f64), String> {
 }
 
 /// How a gate came out.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct GateResult {
     /// What was checked, e.g. `peak_allocated_bytes` or `category:activation`.
     pub gate: String,

@@ -70,6 +70,9 @@ pub fn parse_when(text: &str) -> Result<When, String> {
 /// Why an instant is not in a trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NotInTrace {
+    /// The trace has no allocator events (a memory timeline's categories are sampled totals):
+    /// nothing is known to be alive at any instant.
+    NoEvents,
     /// After the trace's last event, which is this long after its first.
     AfterEnd {
         /// The trace's length.
@@ -92,8 +95,11 @@ pub enum NotInTrace {
 /// When `when` is in `trace` (ns on its clock): a phase as `info` finds it, on the first device
 /// that shows its kind.
 pub fn resolve(trace: &Trace, when: &When) -> Result<i64, NotInTrace> {
+    let Some(last) = trace.events.last() else {
+        return Err(NotInTrace::NoEvents);
+    };
     let start = trace.origin_ns();
-    let end = trace.events.last().map_or(0, |e| e.time_ns);
+    let end = last.time_ns;
     match *when {
         When::After(ns) => {
             let time = start.saturating_add(ns);
@@ -127,7 +133,7 @@ pub fn resolve(trace: &Trace, when: &When) -> Result<i64, NotInTrace> {
 }
 
 /// What was alive on one device at an instant.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct AtDevice {
     /// The device.
     pub device: DeviceId,
@@ -140,7 +146,7 @@ pub struct AtDevice {
 }
 
 /// What was alive at an instant, on every device.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct At {
     /// The instant as it was asked for.
     pub when: String,

@@ -21,9 +21,12 @@
 //! module that calls these.
 
 pub mod compare;
+pub mod documents;
 pub mod gates;
 pub mod instant;
 pub mod oom;
+pub mod units;
+pub mod words;
 
 use vramscope_trace_format::import::Wrapper;
 use vramscope_trace_format::{DeviceId, SourceFormat, Trace};

@@ -5,44 +5,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
-use serde::Serialize;
 use vramscope_trace_format::{DeviceId, TraceRange};
 
 use crate::analysis::advisor::scaling::{self, Dimension, ScalingFit};
-use crate::analysis::advisor::{self, Advice, Baseline, Projection};
-use crate::analysis::allocator::AllocatorSettings;
+use crate::analysis::advisor::{Advice, Projection};
 use crate::analysis::peak;
 use crate::load;
 use crate::units::{bytes, count};
 use crate::words;
-
-/// `advise --json`: the advice with its words.
-#[derive(Serialize)]
-struct Json<'a> {
-    baseline: &'a Baseline,
-    target_bytes: Option<u64>,
-    baseline_fits: bool,
-    remedies: Vec<ProjectionJson<'a>>,
-    combinations: Vec<ProjectionJson<'a>>,
-    /// Remedies that apply but would not change the peak (left out of `remedies`).
-    without_effect: Vec<&'a str>,
-    smallest_change_that_fits: Option<&'a str>,
-    fragmentation: Option<String>,
-    autocast: Option<&'a str>,
-    /// The share of the parameters' bytes in 32 bits, when the recorder saw their dtypes.
-    fp32_parameter_share: Option<f64>,
-    gpus: Option<advisor::Gpus>,
-    training: bool,
-    sequence: bool,
-    allocator: &'a AllocatorSettings,
-    evidence_at_peak: advisor::EvidenceBytes,
-    batch_scale_that_fits: Option<f64>,
-    plan: Vec<PlanJson>,
-    checkpointing_by_blocks: &'a [advisor::SomeBlocksCheckpointed],
-    /// With recordings at other sizes: how the peak scales, and the largest size that fits.
-    scaling: Option<&'a ScalingFit>,
-    notes: Vec<String>,
-}
 
 /// Recordings of the same run at other batch sizes or sequence lengths: what is varied, the
 /// size of the file advised on and of each other file, and the other files.
@@ -54,88 +24,6 @@ pub struct Scaling {
     pub sizes: Vec<u64>,
     /// The other recordings.
     pub others: Vec<PathBuf>,
-}
-
-/// A step of the plan: the remedy added, what to change, and what it and those before project.
-#[derive(Serialize)]
-struct PlanJson {
-    id: &'static str,
-    change: String,
-    projected_peak_allocated_bytes: u64,
-    projected_peak_reserved_bytes: u64,
-    uncertainty: f64,
-    fits: bool,
-}
-
-#[derive(Serialize)]
-struct ProjectionJson<'a> {
-    id: &'a str,
-    change: String,
-    projected_peak_allocated_bytes: u64,
-    projected_peak_reserved_bytes: u64,
-    saving_bytes: i64,
-    uncertainty: f64,
-    /// `replay`, `replay_and_rule` or `rule`.
-    method: advisor::Method,
-    /// Where in the step the projected peak is, when the replay tells.
-    projected_peak_phase: Option<advisor::Phase>,
-    cost: String,
-    reason: String,
-    fits: bool,
-}
-
-fn projections<'a>(list: &'a [Projection], advice: &Advice) -> Vec<ProjectionJson<'a>> {
-    list.iter()
-        .map(|p| ProjectionJson {
-            id: &p.id,
-            change: words::change(p, advice),
-            projected_peak_allocated_bytes: p.projected_peak_allocated_bytes,
-            projected_peak_reserved_bytes: p.projected_peak_reserved_bytes,
-            saving_bytes: p.saving_bytes,
-            uncertainty: p.uncertainty,
-            method: p.method,
-            projected_peak_phase: p.projected_peak_phase,
-            cost: words::cost(p, advice),
-            reason: words::reason(p, advice),
-            fits: p.fits,
-        })
-        .collect()
-}
-
-fn with_words<'a>(advice: &'a Advice, scaling: Option<&'a ScalingFit>) -> Json<'a> {
-    Json {
-        baseline: &advice.baseline,
-        target_bytes: advice.target_bytes,
-        baseline_fits: advice.baseline_fits,
-        remedies: projections(&advice.remedies, advice),
-        combinations: projections(&advice.combinations, advice),
-        without_effect: advice.without_effect.iter().map(|p| p.id.as_str()).collect(),
-        smallest_change_that_fits: advice.smallest_change_that_fits.as_deref(),
-        fragmentation: advice.fragmentation.as_ref().map(words::fragmentation),
-        autocast: advice.autocast.as_deref(),
-        fp32_parameter_share: advice.fp32_parameter_share,
-        gpus: advice.gpus,
-        training: advice.training,
-        sequence: advice.sequence,
-        allocator: &advice.allocator,
-        evidence_at_peak: advice.evidence,
-        batch_scale_that_fits: advice.batch_scale_that_fits,
-        plan: advice
-            .plan
-            .iter()
-            .map(|s| PlanJson {
-                id: s.remedy.id(),
-                change: words::remedy_change(s.remedy, advice),
-                projected_peak_allocated_bytes: s.projected_peak_allocated_bytes,
-                projected_peak_reserved_bytes: s.projected_peak_reserved_bytes,
-                uncertainty: s.uncertainty,
-                fits: s.fits,
-            })
-            .collect(),
-        checkpointing_by_blocks: &advice.checkpointing_by_blocks,
-        scaling,
-        notes: words::advice_notes(advice, "--gpus N"),
-    }
 }
 
 /// Reads a size: a number of bytes, or with a unit (`80GiB`, `512M`, `40GB`: the one reading
@@ -223,22 +111,15 @@ pub fn run(path: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<()
     // Memory that grows every iteration comes first: no remedy holds while it does.
     let growth = crate::analysis::query::growth(&trace, advice.baseline.device).filter(|g| g.alarms());
     if json {
-        let mut value = serde_json::to_value(with_words(&advice, fitted.as_ref()))?;
-        if let (Some(growth), Some(object)) = (&growth, value.as_object_mut()) {
-            let mut found = serde_json::to_value(growth)?;
-            if let Some(found) = found.as_object_mut() {
-                let label = trace.metadata.device_label(growth.device);
-                found.insert("words".to_owned(), serde_json::to_value(words::growth_lines(growth, &label))?);
-            }
-            object.insert("growth".to_owned(), found);
-        }
-        if let (Some(chosen), Some(object)) = (&chosen, value.as_object_mut()) {
-            object.insert("rank".to_owned(), serde_json::to_value(chosen)?);
-        }
-        if let (Some(range), Some(object)) = (range, value.as_object_mut()) {
-            object.insert("range".to_owned(), serde_json::Value::String(range.to_string()));
-        }
-        serde_json::to_writer_pretty(&mut *out, &value)?;
+        let doc = crate::analysis::query::documents::advice_document(
+            &trace,
+            &advice,
+            fitted.as_ref(),
+            growth.as_ref(),
+            chosen.as_ref(),
+            range,
+        );
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
         return Ok(());
     }

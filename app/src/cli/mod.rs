@@ -8,6 +8,7 @@ pub mod info;
 pub mod parquet_out;
 pub mod record;
 pub mod report;
+pub mod schema;
 pub mod serve;
 
 /// Refuses a device the user asked for that `trace` does not hold, naming the ones it does.

@@ -350,31 +350,10 @@ fn compare(args: &Args<'_>) -> Result<Value> {
 fn growth(args: &Args<'_>) -> Result<Value> {
     let path = args.path("path")?;
     let (trace, chosen) = crate::runs::highest_rank(&path, args.opt_parsed::<TraceRange>("range")?)?;
-    let devices: Vec<Value> = trace
-        .devices()
-        .into_iter()
-        .map(|device| {
-            let label = trace.metadata.device_label(device);
-            match crate::analysis::query::growth(&trace, device) {
-                Some(g) => json!({
-                    "device": device,
-                    "label": label,
-                    "alarms": g.alarms(),
-                    "words": crate::words::growth_lines(&g, &label),
-                    "growth": g,
-                }),
-                None => json!({
-                    "device": device,
-                    "label": label,
-                    "growth": null,
-                    "words": ["too few iterations (or no repeating pattern) to tell whether memory grows"],
-                }),
-            }
-        })
-        .collect();
-    let mut value = json!({ "file": path.display().to_string(), "devices": devices });
-    if let Some(chosen) = chosen {
-        value["rank"] = serde_json::to_value(chosen)?;
+    let doc =
+        crate::analysis::query::documents::GrowthDocument::new(&trace, path.display().to_string(), chosen.as_ref());
+    let mut value = serde_json::to_value(doc)?;
+    if value.get("rank").is_some() {
         paginate(&mut value, &["/rank/peaks"], (0, super::args::MAX_PAGE));
     }
     Ok(value)

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// What a block of memory is used for.
 ///
 /// The discriminants are stored in `.vtrace` files: never renumber them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[repr(u8)]
 pub enum Category {

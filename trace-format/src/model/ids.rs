@@ -39,7 +39,20 @@ typed_id!(
 
 /// A device of a trace: a GPU by its index (`0`, `1`, …, as the framework numbers it), or the
 /// host's pinned memory ([`DeviceId::HOST`]). In JSON it is the plain number (-1 for the host).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    schemars::JsonSchema,
+    serde::Deserialize,
+)]
 #[serde(transparent)]
 pub struct DeviceId(pub i16);
 

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::ids::DeviceId;
 
 /// The kind of file a trace was read from or recorded as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum SourceFormat {
     /// A `.vtrace` recorded by `vramscope record`.
@@ -32,7 +32,7 @@ impl SourceFormat {
 }
 
 /// What the trace's timestamps mean.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Clock {
     /// Nanoseconds since the Unix epoch.
@@ -45,7 +45,7 @@ pub enum Clock {
 }
 
 /// A device seen in the trace.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize, Default)]
 pub struct DeviceInfo {
     /// Device index; -1 for host memory.
     pub device: DeviceId,
@@ -83,7 +83,7 @@ pub struct DeviceInfo {
 
 /// How a device's allocated curve was made to agree with the source's running totals
 /// ([`DeviceInfo::totals`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize, Default)]
 pub struct TotalsAgreement {
     /// The most memory at once that the totals count and no event allocates (shown as blocks
     /// flagged [`UNREPORTED`](crate::event_flags::UNREPORTED)).
@@ -100,7 +100,7 @@ pub struct TotalsAgreement {
 
 /// A stretch where the allocated curve is above the source's running totals
 /// ([`TotalsAgreement::above`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize, Default)]
 pub struct AboveTotals {
     /// The first event above, on the trace's clock.
     pub from_ns: i64,
@@ -124,7 +124,7 @@ impl Metadata {
 }
 
 /// A process seen in the trace.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize, Default)]
 pub struct ProcessInfo {
     /// Operating-system process id, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,7 +153,7 @@ pub struct ProcessInfo {
 
 /// Facts about the whole trace. Stored as JSON in a `.vtrace`, so it can grow without a new
 /// format version.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema, Deserialize, Default)]
 pub struct Metadata {
     /// The format the trace was first read from.
     #[serde(default)]
@@ -187,7 +187,7 @@ pub struct Metadata {
 /// A stretch in which a recorded process's tensor allocations were not seen: on the CPU,
 /// PyTorch's profiler (the shim's source) was off, because the program's own profiler ran or
 /// because it could not yet be restarted without risk to the program.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 pub struct Unrecorded {
     /// The process: its index in [`Metadata::processes`] (a [`crate::ProcessId`]).
     pub process: u32,
@@ -205,7 +205,7 @@ pub struct Unrecorded {
 }
 
 /// How a trace opened in part ([`crate::range`]) relates to its source.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 pub struct RangeInfo {
     /// The range asked for.
     pub range: super::range::TraceRange,
@@ -236,7 +236,7 @@ pub struct RangeInfo {
 
 /// When a block a part of a trace shows allocated at its start was allocated in its source
 /// ([`RangeInfo::alive_since`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 pub struct AliveSince {
     /// Its process.
     pub process: u32,
@@ -250,7 +250,7 @@ pub struct AliveSince {
 
 /// A phase or module span of a trace's source from before the part opened
 /// ([`RangeInfo::spans_before`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 pub struct SpanBefore {
     /// `forward`, `backward`, `optimizer_step` or `module`.
     pub kind: String,

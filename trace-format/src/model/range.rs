@@ -8,7 +8,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// A part of a trace to open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 #[serde(tag = "by", rename_all = "snake_case")]
 pub enum TraceRange {
     /// Nanoseconds after the trace's first event; the end is included.

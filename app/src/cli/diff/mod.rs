@@ -6,102 +6,17 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Result, bail};
-use serde::Serialize;
-use vramscope_trace_format::{Category, DeviceId, TraceRange};
+use vramscope_trace_format::{DeviceId, TraceRange};
 
-use crate::analysis::diff::{self, PhaseDelta, SiteDelta, percent};
-use crate::analysis::phases::PhaseKind;
+use crate::analysis::diff;
 
 mod ranks;
 mod text;
 
 use self::ranks::ranks;
-use self::text::{ITERATIONS_SHOWN, write_text};
+use self::text::write_text;
 
 pub use crate::analysis::query::gates::{Gate, GateResult, PhaseGate, parse_category_gate, parse_phase_gate};
-
-#[derive(Serialize)]
-struct Side<'a> {
-    file: &'a str,
-    device: DeviceId,
-    peak_allocated_bytes: u64,
-    #[serde(rename = "peak_allocated_time_us", serialize_with = "crate::analysis::micros::opt_ns_as_us")]
-    peak_allocated_time_ns: Option<i64>,
-    peak_reserved_bytes: u64,
-    categories_at_peak: &'a std::collections::BTreeMap<Category, u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    growth: Option<&'a crate::analysis::growth::Growth>,
-}
-
-#[derive(Serialize)]
-struct Delta {
-    peak_allocated_bytes: i64,
-    peak_reserved_bytes: i64,
-    peak_allocated_percent: Option<f64>,
-    categories_at_peak: std::collections::BTreeMap<Category, i64>,
-}
-
-#[derive(Serialize)]
-struct Json<'a> {
-    a: Side<'a>,
-    b: Side<'a>,
-    delta: Delta,
-    summary: &'a str,
-    /// The phase the summary leads with, when a phase changed much more than the peak.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    summary_phase: Option<&'a diff::PhaseChange>,
-    top_grown: &'a [SiteDelta],
-    top_shrunk: &'a [SiteDelta],
-    only_in_a: &'a [SiteDelta],
-    only_in_b: &'a [SiteDelta],
-    /// Live bytes at each peak by tag or module name, when both runs have names.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    names: Option<&'a [diff::NameDelta]>,
-    phases: Phases<'a>,
-    gates: &'a [GateResult],
-    /// The part of both read (`--range`), if only a part.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    range: Option<String>,
-}
-
-/// The phases of both runs, paired.
-#[derive(Serialize)]
-struct Phases<'a> {
-    /// How A's phases were found (`recorded`, `annotations`, `stacks`), null when it shows none.
-    a_from: Option<crate::analysis::phases::PhasesFrom>,
-    /// How B's were.
-    b_from: Option<crate::analysis::phases::PhasesFrom>,
-    /// The phase A's peak is in.
-    a_peak_phase: Option<PhaseKind>,
-    /// The phase B's peak is in.
-    b_peak_phase: Option<PhaseKind>,
-    /// Each kind's highest (`iteration` null), then each iteration (`phase` null) and its phases:
-    /// the first [`ITERATIONS_SHOWN`], or with `--all-phases` all of them.
-    rows: Vec<&'a PhaseDelta>,
-    /// Iterations in the longer run (the last one's number).
-    iterations: u32,
-    /// When either run shows no phases: the named ranges both have, the high point inside the
-    /// first of each.
-    ranges: &'a [diff::RangeDelta],
-}
-
-fn side(run: &diff::RunPeak) -> Side<'_> {
-    Side {
-        file: &run.file,
-        device: run.device,
-        peak_allocated_bytes: run.peak_allocated_bytes,
-        peak_allocated_time_ns: run.peak_allocated_clock_ns,
-        peak_reserved_bytes: run.peak_reserved_bytes,
-        categories_at_peak: &run.categories_at_peak,
-        growth: run.growth.as_ref(),
-    }
-}
-
-pub(super) const TOP: usize = 10;
-
-pub(super) fn top(list: &[SiteDelta]) -> &[SiteDelta] {
-    list.get(..TOP.min(list.len())).unwrap_or_default()
-}
 
 /// What `diff` is asked.
 #[derive(Clone, Copy, Debug, Default)]
@@ -130,48 +45,14 @@ pub fn run(a: &Path, b: &Path, options: &Options<'_>, out: &mut dyn Write) -> Re
     }
     let compared = crate::analysis::query::compare::compare(side_a.single(a)?, side_b.single(b)?, gates)
         .map_err(|why| anyhow::anyhow!(crate::words::gate_unchecked(&why)))?;
-    let (d, results) = (compared.diff, compared.gates);
     if json {
-        let delta = Delta {
-            peak_allocated_bytes: d.b.peak_allocated_bytes as i64 - d.a.peak_allocated_bytes as i64,
-            peak_reserved_bytes: d.b.peak_reserved_bytes as i64 - d.a.peak_reserved_bytes as i64,
-            peak_allocated_percent: percent(d.a.peak_allocated_bytes, d.b.peak_allocated_bytes),
-            categories_at_peak: d.categories.iter().map(|c| (c.category, c.delta)).collect(),
-        };
-        let summary = crate::words::diff_summary(&d);
-        let doc = Json {
-            a: side(&d.a),
-            b: side(&d.b),
-            delta,
-            summary: &summary,
-            summary_phase: d.headline.phase.as_ref(),
-            top_grown: top(&d.grown),
-            top_shrunk: top(&d.shrunk),
-            only_in_a: top(&d.only_in_a),
-            only_in_b: top(&d.only_in_b),
-            names: d.names.as_deref().map(|n| n.get(..TOP.min(n.len())).unwrap_or_default()),
-            phases: Phases {
-                a_from: d.a.phases.from,
-                b_from: d.b.phases.from,
-                a_peak_phase: d.a.peak_phase,
-                b_peak_phase: d.b.peak_phase,
-                rows: d
-                    .phases
-                    .iter()
-                    .filter(|r| all_phases || r.iteration.is_none_or(|i| i <= ITERATIONS_SHOWN))
-                    .collect(),
-                iterations: d.phases.iter().filter_map(|r| r.iteration).max().unwrap_or(0),
-                ranges: &d.ranges,
-            },
-            gates: &results,
-            range: range.map(|r| r.to_string()),
-        };
+        let doc = crate::analysis::query::documents::diff_document(&compared, all_phases, range);
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
     } else {
-        write_text(&d, &results, all_phases, range, out)?;
+        write_text(&compared.diff, &compared.gates, all_phases, range, out)?;
     }
-    Ok(results.iter().all(|r| r.passed))
+    Ok(compared.gates.iter().all(|r| r.passed))
 }
 
 /// Where a rank of a side of a comparison is, the name it is compared under, and whether it

@@ -68,28 +68,12 @@ pub(super) fn ranks(
         .collect();
     let (a_max, b_max) = compared.highest_peak;
     if json {
-        let gates: Vec<serde_json::Value> = results
-            .iter()
-            .map(|(g, rank)| {
-                let mut v = serde_json::to_value(g).unwrap_or_default();
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("worst_rank".to_owned(), (*rank).into());
-                }
-                v
-            })
-            .collect();
-        let doc = serde_json::json!({
-            "a": a.display().to_string(),
-            "b": b.display().to_string(),
-            "ranks": rows,
-            "only_in_a": only_a,
-            "only_in_b": only_b,
-            "highest_peak": { "a": a_max, "b": b_max, "percent": percent(a_max, b_max) },
-            "most_grown_rank": worst_rank,
-            "most_grown": { "summary": crate::words::diff_summary(worst) },
-            "gates": gates,
-            "range": range.map(|r| r.to_string()),
-        });
+        let doc = crate::analysis::query::documents::ranks_diff_document(
+            a.display().to_string(),
+            b.display().to_string(),
+            &compared,
+            range,
+        );
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
     } else {

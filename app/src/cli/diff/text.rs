@@ -8,7 +8,12 @@ use vramscope_trace_format::TraceRange;
 use crate::analysis::diff::{self, Diff, SiteDelta, percent};
 use crate::units::{bytes, signed_bytes};
 
-use super::{GateResult, TOP, top};
+use super::GateResult;
+use crate::analysis::query::documents::{ITERATIONS_SHOWN, TOP_SITES as TOP};
+
+fn top(list: &[SiteDelta]) -> &[SiteDelta] {
+    list.get(..TOP.min(list.len())).unwrap_or_default()
+}
 
 /// A site's line, and its paths under it when several reach it or its code moved.
 fn write_site(s: &SiteDelta, out: &mut dyn Write) -> Result<()> {
@@ -26,9 +31,6 @@ fn write_site(s: &SiteDelta, out: &mut dyn Write) -> Result<()> {
     }
     Ok(())
 }
-
-/// Iterations shown one by one in the text (all of them are in the JSON).
-pub(super) const ITERATIONS_SHOWN: u32 = 4;
 
 /// The phases side by side: each kind's highest, then the first iterations.
 fn write_phases(d: &Diff, all_phases: bool, out: &mut dyn Write) -> Result<()> {

@@ -17,7 +17,6 @@ mod ranks;
 mod text;
 
 pub use self::at::{When, parse_when, parse_when_arg};
-use self::at::{at_instant, largest_blocks};
 pub use self::oom::run_oom;
 use self::ranks::run_of_ranks;
 use self::text::{device_name, write_text};
@@ -60,45 +59,25 @@ pub struct Options<'a> {
     pub range: Option<TraceRange>,
 }
 
-/// `info` on one loaded trace.
+/// `info` on one loaded trace: its document, printed as JSON or as text.
 fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
     let Options { json, at, blocks, all_phases, .. } = *options;
-    let summary = crate::analysis::query::summary(&loaded.trace, loaded.format, &loaded.wrappers);
-    let largest = (blocks > 0)
-        .then(|| largest_blocks(&loaded.trace, at.map(|a| a.1), at.map_or("peak", |a| a.0), blocks))
-        .transpose()?;
-    let at = at.map(|(text, when)| at_instant(&loaded.trace, when, text)).transpose()?;
+    let doc = crate::analysis::query::documents::info_document(
+        &loaded.trace,
+        loaded.format,
+        &loaded.wrappers,
+        at,
+        blocks,
+        all_phases,
+    )
+    .map_err(|(text, why)| anyhow::anyhow!(crate::words::not_in_trace(&text, &why)))?;
     if json {
-        let mut value = serde_json::to_value(&summary)?;
-        if let Some(object) = value.as_object_mut() {
-            let notes = crate::words::caveats(&loaded.trace, &summary.caveats);
-            object.insert("notes".to_owned(), serde_json::to_value(notes)?);
-        }
-        if let (Some(at), Some(object)) = (&at, value.as_object_mut()) {
-            object.insert("at".to_owned(), serde_json::to_value(at)?);
-        }
-        if let (Some(largest), Some(object)) = (&largest, value.as_object_mut()) {
-            let devices: Vec<serde_json::Value> = largest
-                .devices
-                .iter()
-                .map(|(device, blocks)| serde_json::json!({ "device": device, "blocks": blocks }))
-                .collect();
-            object.insert("largest_blocks".to_owned(), serde_json::json!({ "when": largest.when, "devices": devices }));
-        }
-        if all_phases {
-            let devices = value.get_mut("devices").and_then(serde_json::Value::as_array_mut);
-            for (json, d) in devices.into_iter().flatten().zip(&summary.devices) {
-                if let Some(phases) = json.get_mut("phases").and_then(serde_json::Value::as_object_mut) {
-                    phases.insert("phases".to_owned(), serde_json::to_value(&d.phases.phases)?);
-                    phases.insert("iterations".to_owned(), serde_json::to_value(&d.phases.iterations)?);
-                }
-            }
-        }
-        serde_json::to_writer_pretty(&mut *out, &value)?;
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
     } else {
-        write_text(loaded, &summary, out)?;
-        if let Some(at) = &at {
+        let summary = &doc.summary;
+        write_text(loaded, summary, out)?;
+        if let Some(at) = &doc.at {
             let start = loaded.trace.origin_ns();
             // Said to the µs, as the JSON gives it.
             let time_ns = at.time_ns.div_euclid(1000) * 1000;
@@ -127,11 +106,11 @@ fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) 
                 }
             }
         }
-        if let Some(largest) = &largest {
+        if let Some(largest) = &doc.largest_blocks {
             writeln!(out, "\nlargest blocks at {}", largest.when)?;
-            for (device, blocks) in &largest.devices {
-                writeln!(out, "  {}:", device_name(&loaded.trace, *device))?;
-                for b in blocks {
+            for d in &largest.devices {
+                writeln!(out, "  {}:", device_name(&loaded.trace, d.device))?;
+                for b in &d.blocks {
                     writeln!(out, "    {:>10}  {:<15} {}  [{}]", bytes(b.size_bytes), b.category, b.site, b.why)?;
                     for line in &b.context {
                         writeln!(out, "    {:>10}  {line}", "")?;

@@ -17,30 +17,8 @@ pub fn run_oom(paths: &[std::path::PathBuf], json: bool, range: Option<TraceRang
     // The first OOM of each device (of each process: no view mixes two processes' blocks).
     let explained = crate::analysis::query::oom::explain_firsts(trace);
     if json {
-        let ooms: Vec<serde_json::Value> = explained
-            .iter()
-            .map(|crate::analysis::query::oom::Explained { postmortem: pm, part, .. }| {
-                let t = part.as_ref().unwrap_or(trace);
-                let mut value = serde_json::to_value(pm).unwrap_or_default();
-                if let Some(object) = value.as_object_mut() {
-                    object.insert("heading".to_owned(), crate::words::postmortem_heading(t, pm).into());
-                    object.insert(
-                        "words".to_owned(),
-                        serde_json::to_value(crate::words::postmortem_lines(pm)).unwrap_or_default(),
-                    );
-                }
-                value
-            })
-            .collect();
-        let origin_us = (trace.metadata.clock != vramscope_trace_format::Clock::EventIndex)
-            .then(|| trace.origin_ns().div_euclid(1000));
-        let value = serde_json::json!({
-            "file": path.display().to_string(),
-            "time_origin_us": origin_us,
-            "oom_count": trace.ooms.len(),
-            "ooms": ooms
-        });
-        serde_json::to_writer_pretty(&mut *out, &value)?;
+        let doc = crate::analysis::query::documents::oom_document(trace, path.display().to_string(), &explained);
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
         return Ok(());
     }

@@ -25,13 +25,8 @@ pub(super) fn run_of_ranks(
         notes.insert(0, crate::words::range_note(range));
     }
     if json {
-        let events: usize = summary.ranks.iter().map(|r| r.events).sum();
-        let value = serde_json::json!({
-            "run": summary,
-            "allocator_events": events,
-            "notes": notes,
-        });
-        serde_json::to_writer_pretty(&mut *out, &value)?;
+        let doc = crate::analysis::query::documents::RunDocument::new(summary, notes);
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
         return Ok(());
     }

@@ -2,11 +2,11 @@
 //! notes on what the trace told before advising, the plan, fits over recordings, selective
 //! checkpointing and fragmentation.
 
-use crate::analysis::advisor::scaling::{Dimension, ScalingFit};
-use crate::analysis::advisor::{
+use crate::advisor::scaling::{Dimension, ScalingFit};
+use crate::advisor::{
     Advice, FreeAtOom, Gpus, GpusFrom, Method, Phase, Projection, Reason, Remedy, SomeBlocksCheckpointed, Unused,
 };
-use crate::units::bytes;
+use crate::query::units::bytes;
 
 /// What to change for one remedy.
 pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
@@ -40,7 +40,7 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
             format!(
                 "pipeline parallel over {k} stages (torch.distributed.pipelining, the blocks split evenly, 1F1B over \
                  {} micro-batches)",
-                (crate::analysis::advisor::PIPELINE_MICRO_BATCHES_PER_STAGE * f64::from(k)) as u32
+                (crate::advisor::PIPELINE_MICRO_BATCHES_PER_STAGE * f64::from(k)) as u32
             )
         }
         Remedy::ExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
@@ -55,7 +55,7 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
 /// settings (what is on is not proposed), the GPUs sharding is projected over (`set_gpus` says
 /// how to change them: `--gpus N` on the command line), and whether the run trained.
 pub fn advice_notes(advice: &Advice, set_gpus: &str) -> Vec<String> {
-    use crate::analysis::allocator::Source;
+    use crate::allocator::Source;
     let from = |source: Source| match source {
         Source::Snapshot => "the snapshot's allocator_settings",
         Source::Conf => "the run's PYTORCH_CUDA_ALLOC_CONF",
@@ -242,7 +242,7 @@ pub fn method(p: &Projection) -> String {
 
 /// The baseline's reserved peak after its allocated one: `, 7.12 GiB reserved`, or what the
 /// projections take where the trace does not record it.
-pub fn baseline_reserved(b: &crate::analysis::advisor::Baseline) -> String {
+pub fn baseline_reserved(b: &crate::advisor::Baseline) -> String {
     if b.reserved_recorded {
         format!(", {} reserved", bytes(b.peak_reserved_bytes))
     } else {
@@ -318,7 +318,7 @@ pub fn smallest_change(advice: &Advice) -> Option<String> {
 
 /// How a gate came out, a line: `gate peak_allocated_bytes: grew +3.2%, limit +5%: ok`; on a run
 /// of ranks, with the rank where it came out worst.
-pub fn gate_line(g: &crate::analysis::query::gates::GateResult, worst_rank: Option<u32>) -> String {
+pub fn gate_line(g: &crate::query::gates::GateResult, worst_rank: Option<u32>) -> String {
     let verdict = if g.passed { "ok" } else { "FAILED" };
     let actual = gate_change(g.actual_percent);
     let ranks = worst_rank.map_or_else(String::new, |rank| format!(" (on every rank; worst: rank {rank})"));

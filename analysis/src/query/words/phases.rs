@@ -1,9 +1,9 @@
 //! Phases in words: their names, where they came from, and the sentence on top of a comparison
 //! when a phase changed much more than the peak.
 
-use crate::analysis::diff::{Headline, PhaseChange, PhaseDelta};
-use crate::analysis::phases::{PhaseKind, Phases, PhasesFrom};
-use crate::units::{bytes, count, signed_bytes};
+use crate::diff::{Headline, PhaseChange, PhaseDelta};
+use crate::phases::{PhaseKind, Phases, PhasesFrom};
+use crate::query::units::{bytes, count, duration_ns, signed_bytes};
 
 /// A phase as a sentence names it: `the forward pass`, `the optimizer step`.
 pub fn phase_phrase(kind: PhaseKind) -> &'static str {
@@ -128,8 +128,8 @@ pub fn phases_line(phases: &Phases) -> Option<String> {
 }
 
 /// Why a gate could not be checked.
-pub fn gate_unchecked(why: &crate::analysis::query::gates::Unchecked) -> String {
-    use crate::analysis::query::gates::Unchecked;
+pub fn gate_unchecked(why: &crate::query::gates::Unchecked) -> String {
+    use crate::query::gates::Unchecked;
     match *why {
         Unchecked::NoPhase { phase, missing, from } => {
             let sides: Vec<(&str, Option<PhasesFrom>)> =
@@ -151,6 +151,35 @@ pub fn gate_unchecked(why: &crate::analysis::query::gates::Unchecked) -> String 
             "the gate on {}:{} cannot be checked: the categories at the phase's high points were not worked out",
             phase.name(),
             category.name()
+        ),
+    }
+}
+
+/// Why the instant named `text` is not in the trace, in words.
+pub fn not_in_trace(text: &str, why: &crate::query::instant::NotInTrace) -> String {
+    use crate::query::instant::NotInTrace;
+    let what = |kind: Option<PhaseKind>| kind.map_or("iteration", PhaseKind::name);
+    match *why {
+        NotInTrace::NoEvents => format!(
+            "{text}: the trace has no allocator events (its categories are sampled totals), so what was alive at an \
+             instant is not known"
+        ),
+        NotInTrace::AfterEnd { length_ns } => {
+            format!(
+                "{text} is after the trace's last event (at +{}): give an instant inside it",
+                duration_ns(length_ns)
+            )
+        }
+        NotInTrace::NotInIteration { kind, iterations: (first, last) } if first == last => {
+            format!("{text}: the trace shows {} in iteration {first} only (numbered from 1)", what(kind))
+        }
+        NotInTrace::NotInIteration { kind, iterations: (first, last) } => {
+            format!("{text}: the trace shows {} in iterations {first} to {last} (numbered from 1)", what(kind))
+        }
+        NotInTrace::NoPhase { kind } => format!(
+            "{text}: the trace shows no {} phase (none recorded, none in ranges named like phases, none told by the \
+             allocations' stacks); give +DURATION instead",
+            what(kind)
         ),
     }
 }

@@ -2,9 +2,9 @@
 
 use vramscope_trace_format::Trace;
 
-use crate::analysis::phases::PhaseKind;
-use crate::analysis::postmortem::PostMortem;
-use crate::units::{bytes, duration_ns};
+use crate::phases::PhaseKind;
+use crate::postmortem::PostMortem;
+use crate::query::units::{bytes, duration_ns};
 
 /// The heading: where and when it failed.
 pub fn postmortem_heading(trace: &Trace, pm: &PostMortem) -> String {
@@ -132,14 +132,16 @@ mod tests {
 
     use vramscope_trace_format::{DeviceId, NoProgress, Oom, ProcessId, StackId};
 
-    use crate::analysis::{peak, postmortem};
+    use crate::{peak, postmortem};
 
     /// The built-in H200 recording, made to fail one allocation at its peak asking 2 GiB more
     /// than the device had left: the advisor's smallest change must bring the projected peak
     /// under the device's memory less the request, and the words say so.
     #[test]
     fn an_oom_that_a_change_would_have_avoided_names_it() {
-        let mut trace = vramscope_trace_format::import(crate::sample::BYTES, &NoProgress).unwrap().trace;
+        let sample =
+            std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/traces/h200-torch-plain.vtrace")).unwrap();
+        let mut trace = vramscope_trace_format::import(&sample, &NoProgress).unwrap().trace;
         let device = DeviceId(0);
         let total = trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.total_memory_bytes);
         let total = total.expect("the sample knows its H200's memory");

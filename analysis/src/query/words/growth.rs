@@ -1,8 +1,8 @@
 //! Memory that grows every iteration, in words: the finding `info`, `advise`, `diff` and the
 //! app say the same way.
 
-use crate::analysis::growth::{Growth, Iterations, Nature};
-use crate::units::{bytes, count, rough_duration};
+use crate::growth::{Growth, Iterations, Nature};
+use crate::query::units::{bytes, count, rough_duration};
 
 /// Where the iterations came from, as a parenthesis.
 fn source(g: &Growth) -> String {
@@ -55,6 +55,9 @@ pub fn growth_headline(g: &Growth) -> String {
     }
 }
 
+/// What is said of a device whose growth cannot be told.
+pub const GROWTH_UNTOLD: &str = "too few iterations (or no repeating pattern) to tell whether memory grows";
+
 /// The finding in full: the headline, what accumulates, and when the device would be full.
 /// `device` names the device ("cuda:0").
 pub fn growth_lines(g: &Growth, device: &str) -> Vec<String> {
@@ -105,7 +108,7 @@ pub fn growth_lines(g: &Growth, device: &str) -> Vec<String> {
             bytes(r.device_bytes),
             count(usize::try_from(r.iterations).unwrap_or(usize::MAX)),
             rough_duration(r.after_ns),
-            crate::units::duration_ns(g.iteration_ns)
+            crate::query::units::duration_ns(g.iteration_ns)
         )),
         None => lines
             .push(format!("when {device} would be full cannot be said: the trace does not say how much memory it has")),

@@ -4,11 +4,11 @@
 
 use vramscope_trace_format::{Category, DeviceId, Trace, Unrecorded};
 
-use crate::analysis::attribution::Evidence;
-use crate::analysis::caveats::Caveat;
-use crate::analysis::diff::{Diff, Headline};
-use crate::analysis::peak::LiveBlock;
-use crate::units::{bytes, count, counted, duration_ns, seconds, signed_bytes};
+use crate::attribution::Evidence;
+use crate::caveats::Caveat;
+use crate::diff::{Diff, Headline};
+use crate::peak::LiveBlock;
+use crate::query::units::{bytes, count, counted, duration_ns, seconds, signed_bytes};
 
 mod advice;
 mod growth;
@@ -320,7 +320,7 @@ pub fn evidence(trace: &Trace, evidence: Evidence) -> String {
 /// The parts of a block's context worth showing, as `label: text` lines (`N/A`, PyTorch's
 /// default compile context, is not).
 pub fn context_lines(trace: &Trace, block: &LiveBlock) -> Vec<String> {
-    let context = crate::analysis::instant::block_context(trace, block);
+    let context = crate::instant::block_context(trace, block);
     let mut lines = Vec::new();
     let metadata = trace.interner.resolve(context.user_metadata);
     if !metadata.is_empty() {
@@ -344,9 +344,9 @@ mod tests {
     use vramscope_trace_format::{Block, BlockState, DeviceInfo, Event, EventKind, Segment, SourceFormat};
 
     use super::*;
-    use crate::analysis::caveats;
-    use crate::analysis::diff::{self, RunPeak};
-    use crate::analysis::instant::SiteBytes;
+    use crate::caveats;
+    use crate::diff::{self, RunPeak};
+    use crate::instant::SiteBytes;
 
     fn run(peak: u64, categories: &[(Category, u64)], sites: &[(&str, u64)]) -> RunPeak {
         RunPeak {

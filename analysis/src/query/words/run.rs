@@ -1,7 +1,7 @@
 //! A run of several ranks in words: its headline and the notes on how its ranks were numbered.
 
-use crate::analysis::run::{PhaseAt, RankFrom, RunNote, RunSummary};
-use crate::units::bytes;
+use crate::query::units::bytes;
+use crate::run::{PhaseAt, RankFrom, RunNote, RunSummary};
 
 /// A run's headline: how many ranks, which peaks highest, and how far the ranks differ.
 pub fn run_headline(s: &RunSummary) -> String {
@@ -49,7 +49,7 @@ fn times(ratio: f64) -> String {
         format!("{ratio:.2}x")
     } else {
         // Saturates far beyond any ratio of two byte counts.
-        format!("{}x", crate::units::count(ratio.round() as usize))
+        format!("{}x", crate::query::units::count(ratio.round() as usize))
     }
 }
 

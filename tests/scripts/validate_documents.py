@@ -1,0 +1,161 @@
+"""Validates every JSON answer of the CLI and the MCP server against the schema `vramscope schema`
+publishes, with the `jsonschema` package (an implementation of JSON Schema independent of ours).
+
+    python validate_documents.py VRAMSCOPE_BIN WORK_DIR FIXTURES_DIR SAMPLES_DIR
+
+Answers: `info --json` (with --blocks, --all-phases, --at) and `info --oom --json` and
+`advise --json` on every fixture and sample, on a snapshot with an OOM and on runs of ranks;
+`diff --json` of pairs of traces and of two runs of ranks; the MCP tools that answer with a
+document. Each is validated against the document its shape names (`run` when it holds a run of
+ranks, `ranks-diff` when it pairs ranks). Fails on the first answer that does not validate, and
+when any document was never seen: a check that saw nothing does not pass.
+"""
+
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from jsonschema import Draft202012Validator
+
+BIN, WORK, FIXTURES, SAMPLES = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+
+published = json.loads(subprocess.run([BIN, "schema"], capture_output=True, text=True, check=True).stdout)
+validators = {}
+for name, schema in published["documents"].items():
+    Draft202012Validator.check_schema(schema)
+    validators[name] = Draft202012Validator(schema)
+seen = {name: 0 for name in validators}
+
+
+def validate(document, value, what):
+    if value.get("schema_version") != published["schema_version"]:
+        sys.exit(f"FAILED: {what}: schema_version {value.get('schema_version')!r}, "
+                 f"the schema's is {published['schema_version']}")
+    errors = sorted(validators[document].iter_errors(value), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"  at /{'/'.join(map(str, e.absolute_path))}: {e.message[:300]}" for e in errors[:10]]
+        sys.exit(f"FAILED: {what} does not validate against the schema of {document}:\n" + "\n".join(lines))
+    seen[document] += 1
+
+
+def cli(*args, status=(0,)):
+    run = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True)
+    if run.returncode not in status:
+        sys.exit(f"FAILED: vramscope {' '.join(map(str, args))} exited {run.returncode}:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout)
+
+
+def make_oom_snapshot():
+    """A snapshot as PyTorch writes it: two blocks, then an allocation that fails."""
+    mb = 1 << 20
+    frames = [{"name": "forward", "filename": "model.py", "line": 7}]
+
+    def event(action, addr, size, t, **kw):
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames, **kw}
+
+    base = 0x7F0000000000
+    trace = [
+        event("segment_alloc", base, 20 * mb, 100),
+        event("alloc", base, 8 * mb, 110),
+        event("alloc", base + 8 * mb, 4 * mb, 120),
+        event("oom", 0, 64 * mb, 130, device_free=mb),
+    ]
+    blocks = [
+        {"address": base, "size": 8 * mb, "requested_size": 8 * mb, "state": "active_allocated", "frames": frames},
+        {"address": base + 8 * mb, "size": 4 * mb, "requested_size": 4 * mb, "state": "active_allocated",
+         "frames": frames},
+        {"address": base + 12 * mb, "size": 8 * mb, "requested_size": 0, "state": "inactive", "frames": []},
+    ]
+    segment = {"device": 0, "address": base, "total_size": 20 * mb, "allocated_size": 12 * mb,
+               "active_size": 12 * mb, "requested_size": 12 * mb, "stream": 0, "segment_type": "large",
+               "segment_pool_id": (0, 0), "is_expandable": False, "frames": frames, "blocks": blocks}
+    path = WORK / "oom.pickle"
+    with open(path, "wb") as f:
+        pickle.dump({"segments": [segment], "device_traces": [trace]}, f, protocol=4)
+    return path
+
+
+def rank_dir(name, source, ranks):
+    directory = WORK / name
+    directory.mkdir()
+    for rank in range(ranks):
+        shutil.copy(source, directory / f"snap_rank{rank}.pickle")
+    return directory
+
+
+snapshots = FIXTURES / "pytorch-snapshots"
+traces = sorted(SAMPLES.glob("*.vtrace")) + sorted(snapshots.glob("*.pickle"))
+traces += sorted((FIXTURES / "torch-profiler").iterdir())
+oom = make_oom_snapshot()
+traces.append(oom)
+for trace in traces:
+    info = cli("info", "--json", trace)
+    one = "run" not in info
+    validate("info" if one else "run", info, f"info --json {trace.name}")
+    if one:
+        validate("info", cli("info", "--json", "--blocks", "5", "--all-phases", trace), f"info --blocks {trace.name}")
+        # A trace shorter than 1 ms, or without allocator events, refuses the instant (exit 2).
+        at = subprocess.run([BIN, "info", "--json", "--at", "+1ms", "--blocks", "3", str(trace)], capture_output=True,
+                            text=True)
+        if at.returncode == 0:
+            validate("info", json.loads(at.stdout), f"info --at {trace.name}")
+        elif "give an instant inside it" not in at.stderr and "no allocator events" not in at.stderr:
+            sys.exit(f"FAILED: info --at +1ms {trace.name}: {at.stderr}")
+        validate("oom", cli("info", "--oom", "--json", trace), f"info --oom {trace.name}")
+    advice = cli("advise", "--json", trace, status=(0, 1))
+    if "baseline" in advice:
+        validate("advise", advice, f"advise --json {trace.name}")
+
+if not cli("info", "--oom", "--json", oom)["ooms"]:
+    sys.exit(f"FAILED: {oom} holds an OOM, and info --oom --json explained none")
+
+gates = ["--fail-if-peak-grows", "5", "--fail-if-category-grows", "activation=10", "--fail-if-phase-grows", "forward=5"]
+pairs = [
+    (SAMPLES / "h200-torch-plain.vtrace", SAMPLES / "h200-torch-bf16.vtrace"),
+    (snapshots / "gpt_ctx128_forward_fp32.pickle", snapshots / "gpt_ctx128_forward_mixed.pickle"),
+    (snapshots / "gpt_ctx128_forward_fp32.pickle", snapshots / "gpt_ctx128_fullstep_fp32.pickle"),
+]
+for a, b in pairs:
+    validate("diff", cli("diff", "--json", *gates, a, b, status=(0, 1)), f"diff {a.name} {b.name}")
+    validate("diff", cli("diff", "--json", "--all-phases", a, b), f"diff --all-phases {a.name} {b.name}")
+ranks_a = rank_dir("ranks_a", snapshots / "gpt_ctx128_forward_fp32.pickle", 3)
+ranks_b = rank_dir("ranks_b", snapshots / "gpt_ctx128_forward_mixed.pickle", 2)
+validate("run", cli("info", "--json", ranks_a), "info --json on a run of ranks")
+validate("ranks-diff", cli("diff", "--json", "--fail-if-peak-grows", "1", ranks_a, ranks_b, status=(0, 1)),
+         "diff of two runs of ranks")
+
+# The MCP server answers with the same documents.
+calls = [
+    ("growth", "growth", {"path": str(SAMPLES / "h200-torch-plain.vtrace")}),
+    ("growth", "growth", {"path": str(SAMPLES / "cpu-ddp-gloo-2ranks.vtrace")}),
+    ("summary", "info", {"paths": str(snapshots / "gpt_ctx128_fullstep_fp32.pickle")}),
+    ("summary", "run", {"paths": str(ranks_a)}),
+    ("compare", "diff", {"a": str(pairs[0][0]), "b": str(pairs[0][1]), "fail_if_peak_grows": 5}),
+    ("compare", "ranks-diff", {"a": str(ranks_a), "b": str(ranks_b)}),
+    ("oom", "oom", {"path": str(oom)}),
+    ("advise", "advise", {"path": str(snapshots / "gpt_ctx128_fullstep_fp32.pickle")}),
+]
+lines = [
+    {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "validate", "version": "0"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+]
+lines += [{"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+          for i, (tool, _, arguments) in enumerate(calls)]
+served = subprocess.run([BIN, "mcp"], input="".join(json.dumps(line) + "\n" for line in lines),
+                        capture_output=True, text=True, timeout=600)
+replies = {r["id"]: r for r in map(json.loads, served.stdout.splitlines())}
+for i, (tool, document, _) in enumerate(calls):
+    reply = replies.get(i + 1, {})
+    result = reply.get("result", {})
+    if result.get("isError") or "structuredContent" not in result:
+        sys.exit(f"FAILED: the MCP tool {tool} gave no structured answer: {json.dumps(reply)[:2000]}")
+    validate(document, result["structuredContent"], f"the MCP tool {tool} ({document})")
+
+unseen = [name for name, count in seen.items() if count == 0]
+if unseen:
+    sys.exit(f"FAILED: no answer was validated against {', '.join(unseen)}")
+print(f"all {sum(seen.values())} answers validate: " + ", ".join(f"{n} {c}" for n, c in seen.items()))
