@@ -32,7 +32,7 @@ pub fn caveats(trace: &Trace) -> Vec<Caveat> {
     caveats_given(trace, &trace.event_devices())
 }
 
-/// [`caveats`], given the devices that have events ([`Trace::event_devices`]).
+/// `caveats`, given the devices that have events ([`Trace::event_devices`]).
 pub fn caveats_given(trace: &Trace, event_devices: &[DeviceId]) -> Vec<Caveat> {
     let mut notes = Vec::new();
     let devices = trace.devices_given(event_devices);

@@ -391,7 +391,7 @@ fn library_call(trace: &Trace, stack: StackId, program: usize, hide_noise: bool)
 /// Where a stack allocated, the name sites are grouped and compared by: the program's own line
 /// first, with the library call it made beside it (`forward  llm/attention.py:41 via forward
 /// nn/modules/linear.py:125`), else, for a stack that never leaves the library, its
-/// [`site_frame`] (each as [`frame_label`] says a frame).
+/// `site_frame` (each as `frame_label` says a frame).
 pub fn allocation_site(trace: &Trace, stack: StackId, hide_noise: bool) -> String {
     let interner = &trace.interner;
     let label = |id: FrameId| {

@@ -212,7 +212,7 @@ pub fn category_counters(trace: &Trace, device: DeviceId) -> Vec<(Category, &Cou
 }
 
 /// Bytes by category at an instant: from the source's category counters when it has them (the
-/// profiler's memory timeline), else from [`attribution`](super::attribution) of the live blocks.
+/// profiler's memory timeline), else from `attribution` of the live blocks.
 pub fn categories_at(trace: &Trace, device: DeviceId, time_ns: i64, live: &[LiveBlock]) -> BTreeMap<Category, u64> {
     categories_at_with(trace, device, time_ns, live, &mut Attributor::new(trace, device))
 }

@@ -77,7 +77,7 @@ pub struct DeviceSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub growth: Option<crate::growth::Growth>,
     /// Forward, backward and the optimizer step of each iteration and their high points, when
-    /// the trace shows them (in the JSON, their [`crate::phases::Outline`]: the same size at
+    /// the trace shows them (in the JSON, their `crate::phases::Outline`: the same size at
     /// any length of run).
     #[serde(skip_serializing_if = "crate::phases::Phases::is_empty", serialize_with = "outline")]
     #[schemars(with = "crate::phases::Outline<'static>")]

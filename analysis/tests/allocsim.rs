@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use vramscope_analysis::allocsim::{Settings, simulate};
-use vramscope_analysis::peak;
+use vramscope_analysis::query::allocsim::{Settings, simulate};
+use vramscope_analysis::query::peak;
 use vramscope_trace_format::{DeviceId, EventKind, NoProgress, import};
 
 fn fixture(name: &str) -> PathBuf {
@@ -130,7 +130,7 @@ fn the_model_maps_what_the_expandable_run_mapped() {
 /// reserved peak the model projects, and not where the run already limits splitting.
 #[test]
 fn the_advisor_projects_max_split_size_by_replaying() {
-    use vramscope_analysis::advisor::{Remedy, advise};
+    use vramscope_analysis::query::advisor::{Remedy, advise};
     use vramscope_trace_format::{Event, Trace};
     let mut trace = Trace::default();
     let mut push = |kind, t, address, size: u64| trace.events.push(Event::new(kind, t, 0, address, size));

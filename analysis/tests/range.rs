@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use vramscope_analysis::replay::{Point, replay};
+use vramscope_analysis::query::replay::{Point, replay};
 use vramscope_trace_format::{
     DeviceId, Event, EventKind, NoProgress, Trace, TraceRange, event_flags, import, import_range,
 };
@@ -157,7 +157,7 @@ fn a_range_of_a_real_trace_shows_the_memory_of_the_whole_there() {
 /// named by, a backward that makes a forward's block an activation), which its caveat says.
 #[test]
 fn a_range_never_changes_what_a_block_is() {
-    use vramscope_analysis::peak;
+    use vramscope_analysis::query::peak;
     let files = [
         "gpt_ctx128_fullstep_fp32.pickle",
         "stanford_cs336_a2_memory_snapshot.pickle",

@@ -220,7 +220,7 @@ pub fn load_range_with(path: &Path, range: Option<TraceRange>, progress: &dyn Pr
     })
 }
 
-/// Whether every trace read is held to [`crate::analysis::invariants`] and every `.vtrace`
+/// Whether every trace read is held to [`crate::query::invariants`] and every `.vtrace`
 /// written is read back (`VRAMSCOPE_SELF_CHECK=1`; the end-to-end tests set it).
 pub fn self_checking() -> bool {
     std::env::var_os("VRAMSCOPE_SELF_CHECK").is_some_and(|v| v == "1")
@@ -256,7 +256,7 @@ fn self_check(path: &Path, trace: &Trace) -> Result<()> {
     if !self_checking() {
         return Ok(());
     }
-    let found = crate::analysis::invariants::violations(trace);
+    let found = crate::query::invariants::violations(trace);
     if !found.is_empty() {
         bail!("{}: self-check failed: {}", path.display(), found.join("; "));
     }

@@ -139,7 +139,7 @@ fn main() -> ExitCode {
             },
         },
         Some(Command::Advise { file, json, gpus, target_bytes, device, with, batch, seq_len, range }) => {
-            use vramscope::analysis::advisor::scaling::Dimension;
+            use vramscope::query::advisor::scaling::Dimension;
             let scaling = (!with.is_empty()).then(|| {
                 let (dimension, sizes) =
                     if batch.is_empty() { (Dimension::Sequence, seq_len) } else { (Dimension::Batch, batch) };

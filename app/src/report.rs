@@ -9,9 +9,9 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use vramscope_trace_format::{Category, Trace};
 
-use crate::analysis::diff::{self, Diff, RunPeak};
-use crate::analysis::timeline::{CATEGORIES, Timeline};
 use crate::colors;
+use crate::query::diff::{self, Diff, RunPeak};
+use crate::query::timeline::{CATEGORIES, Timeline};
 use crate::units;
 
 /// One run to draw: its timeline (of the compared device) and its peak.

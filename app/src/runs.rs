@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Result, bail};
 
-use crate::analysis::run::Run;
 use crate::load::{self, LoadedTrace};
+use crate::query::run::Run;
 
 /// The names a directory's trace files end in.
 const TRACE_ENDINGS: [&str; 7] = [".vtrace", ".pickle", ".pkl", ".pickle.gz", ".json", ".json.gz", ".html"];
@@ -128,9 +128,9 @@ pub fn read_all<T: Send>(
 /// holds one trace per reader at a time), the notes on its numbering, and the files left out.
 pub struct Summed {
     /// The run summed up.
-    pub summary: Option<crate::analysis::run::RunSummary>,
+    pub summary: Option<crate::query::run::RunSummary>,
     /// How its ranks were numbered.
-    pub notes: Vec<crate::analysis::run::RunNote>,
+    pub notes: Vec<crate::query::run::RunNote>,
     /// `file: why` for each file of a directory left out.
     pub skipped: Vec<String>,
     /// Where each rank is: its file, and its process there when the file holds several.
@@ -150,8 +150,7 @@ pub struct Origin {
 
 /// Each rank's item by rank, with where the rank is; the notes on the numbering; the files left
 /// out.
-pub type EachRank<T> =
-    (Vec<crate::analysis::run::Numbered<(Origin, T)>>, Vec<crate::analysis::run::RunNote>, Vec<String>);
+pub type EachRank<T> = (Vec<crate::query::run::Numbered<(Origin, T)>>, Vec<crate::query::run::RunNote>, Vec<String>);
 
 /// What `pick` takes of each rank of the run the paths hold, read in parallel and each trace
 /// dropped once taken: by rank, with where each rank is, the notes on the numbering, and the
@@ -161,7 +160,7 @@ pub fn each_rank<T: Send>(
     range: Option<vramscope_trace_format::TraceRange>,
     pick: impl Fn(&Path, &vramscope_trace_format::Trace, &str) -> T + Sync,
 ) -> Result<EachRank<T>> {
-    use crate::analysis::run;
+    use crate::query::run;
     let (parts, warnings, skipped) = read_all(paths, range, |l| {
         let name = l.path.display().to_string();
         let path = l.path.clone();
@@ -182,7 +181,7 @@ pub fn each_rank<T: Send>(
 
 /// The figures of the run the paths hold, read in parallel and summed up as they come.
 pub fn summaries(paths: &[PathBuf], range: Option<vramscope_trace_format::TraceRange>) -> Result<Summed> {
-    use crate::analysis::run::{self, RankSummary};
+    use crate::query::run::{self, RankSummary};
     let (numbered, notes, skipped) = each_rank(paths, range, |_, trace, source| run::figures(trace, source))?;
     let mut origins = Vec::with_capacity(numbered.len());
     let mut ranks = Vec::with_capacity(numbered.len());
@@ -205,7 +204,7 @@ pub enum Held {
 /// up with each rank's file dropped once its figures are taken. What `info` and every face that
 /// summarises a file or a run start from.
 pub fn open_for_summary(paths: &[PathBuf], range: Option<vramscope_trace_format::TraceRange>) -> Result<Held> {
-    use crate::analysis::run;
+    use crate::query::run;
     if let [one] = paths
         && !one.is_dir()
     {
@@ -268,9 +267,9 @@ pub fn open(paths: &[PathBuf], range: Option<vramscope_trace_format::TraceRange>
 pub fn for_each_rank(
     paths: &[PathBuf],
     range: Option<vramscope_trace_format::TraceRange>,
-    mut each: impl FnMut(&crate::analysis::run::Rank, usize) -> Result<()>,
+    mut each: impl FnMut(&crate::query::run::Rank, usize) -> Result<()>,
 ) -> Result<usize> {
-    use crate::analysis::run::Rank;
+    use crate::query::run::Rank;
     if let [one] = paths
         && !one.is_dir()
     {
@@ -307,7 +306,7 @@ pub fn for_each_rank(
     Ok(count)
 }
 
-pub use crate::analysis::query::documents::RankChosen;
+pub use crate::query::documents::RankChosen;
 
 /// The one trace to look at in what `path` holds (`advise`, `report`): the file's; of a run of
 /// several ranks (a directory of rank files, or a recording of several), the rank that peaks
@@ -333,11 +332,11 @@ pub fn highest_rank(
         for warning in &loaded.warnings {
             eprintln!("warning: {}: {warning}", path.display());
         }
-        if !crate::analysis::run::holds_ranks(&loaded.trace) {
+        if !crate::query::run::holds_ranks(&loaded.trace) {
             return Ok((loaded.trace, None));
         }
         let mut run = Run::of(vec![(path.display().to_string(), loaded.trace)]);
-        let Some(summary) = crate::analysis::run::summarize(&run) else {
+        let Some(summary) = crate::query::run::summarize(&run) else {
             bail!("{}: no rank holds memory events to advise on", path.display());
         };
         let Some(at) = run.ranks.iter().position(|r| r.rank == summary.worst_rank) else {
@@ -361,7 +360,7 @@ pub fn highest_process(trace: &vramscope_trace_format::Trace) -> usize {
     (0..trace.metadata.processes.len())
         .max_by_key(|&p| {
             let one = trace.of_process(vramscope_trace_format::ProcessId(p as u32));
-            let peak = one.devices().into_iter().map(|d| crate::analysis::peak::peaks(&one, d).allocated.bytes).max();
+            let peak = one.devices().into_iter().map(|d| crate::query::peak::peaks(&one, d).allocated.bytes).max();
             (peak.unwrap_or(0), std::cmp::Reverse(p))
         })
         .unwrap_or(0)

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use egui_kittest::kittest::Queryable;
-use vramscope::analysis::{peak, replay, segments, summary};
 use vramscope::gui::VramscopeApp;
+use vramscope::query::{peak, replay, segments, summary};
 use vramscope::units;
 use vramscope_trace_format::{Category, DeviceId, NoProgress, SourceFormat};
 
@@ -66,13 +66,13 @@ fn the_timeline_is_drawn_first_and_its_categories_follow() {
     assert!(!harness.state().session.working_out_categories());
     assert!(harness.query_by_label(PENDING).is_none(), "still said once the categories are there");
     let trace = reference(name);
-    let whole = vramscope::analysis::timeline::Timeline::build(&trace, DeviceId(0));
+    let whole = vramscope::query::timeline::Timeline::build(&trace, DeviceId(0));
     let shown = &harness.state().session.device().unwrap().timeline;
     assert!(shown.has_categories());
     assert_eq!(shown.len(), whole.len());
     let mut with_bytes = 0;
     for i in 0..whole.len() {
-        let p = vramscope::analysis::timeline::Point(i);
+        let p = vramscope::query::timeline::Point(i);
         assert_eq!(shown.categories(p), whole.categories(p), "categories at point {i}");
         with_bytes += usize::from(whole.categories(p).iter().filter(|&&b| b > 0).count() > 1);
     }
@@ -276,14 +276,14 @@ fn ddp_recording() -> (PathBuf, vramscope_trace_format::Trace) {
 }
 
 /// Each rank's peak as `info` would work it out, from the analysis alone.
-fn rank_peaks(run: &vramscope::analysis::run::Run) -> Vec<(u32, u64)> {
-    let summary = vramscope::analysis::run::summarize(run).expect("ranks");
+fn rank_peaks(run: &vramscope::query::run::Run) -> Vec<(u32, u64)> {
+    let summary = vramscope::query::run::summarize(run).expect("ranks");
     summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect()
 }
 
 #[test]
 fn a_recording_of_two_ranks_shows_one_at_a_time_and_side_by_side() {
-    use vramscope::analysis::run::Run;
+    use vramscope::query::run::Run;
     let (file, trace) = ddp_recording();
     let mut harness = harness(Some(file.clone()));
     harness.get_by_label("Open a trace…").click();
@@ -339,7 +339,7 @@ fn processes_without_ranks_are_shown_one_at_a_time_too() {
     assert_eq!(doc.trace.metadata.processes.len(), 1);
     let peak_of = |p: u32| {
         let one = trace.of_process(vramscope_trace_format::ProcessId(p));
-        vramscope::analysis::diff::run_peak(&one, "", None).peak_allocated_bytes
+        vramscope::query::diff::run_peak(&one, "", None).peak_allocated_bytes
     };
     let shown = app.session.processes().expect("its processes").1 as u32;
     assert!(peak_of(shown) >= peak_of(1 - shown));
@@ -350,7 +350,7 @@ fn processes_without_ranks_are_shown_one_at_a_time_too() {
 
 #[test]
 fn a_folder_of_rank_files_opens_as_one_run_and_a_click_opens_a_rank() {
-    use vramscope::analysis::run::Run;
+    use vramscope::query::run::Run;
     let (_, trace) = ddp_recording();
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
@@ -407,7 +407,7 @@ fn the_advisor_lists_the_remedies_with_the_cli_numbers() {
     let mut harness = open_sample();
     harness.get_by_label("Advisor").click();
     let trace = vramscope_trace_format::import(vramscope::sample::BYTES, &NoProgress).expect("import").trace;
-    let advice = vramscope::analysis::advisor::advise(&trace, Some(DeviceId(0)), None, None).expect("advice");
+    let advice = vramscope::query::advisor::advise(&trace, Some(DeviceId(0)), None, None).expect("advice");
     let checkpointing = advice.remedies.iter().find(|r| r.id == "activation_checkpointing").expect("remedy");
     let started = Instant::now();
     // The advice is worked out on its own thread.

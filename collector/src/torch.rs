@@ -22,10 +22,17 @@ mod alive_before;
 
 /// The shim's files, written into the recording directory's `python/` folder, which `record`
 /// puts first on `PYTHONPATH`.
-pub const SHIM_FILES: [(&str, &str); 4] = [
+pub const SHIM_FILES: [(&str, &str); 11] = [
     ("sitecustomize.py", include_str!("../../python/vramscope/_shim/sitecustomize.py")),
     ("vramscope_torch.py", include_str!("../../python/vramscope/_shim/vramscope_torch.py")),
+    ("vramscope_patches.py", include_str!("../../python/vramscope/_shim/vramscope_patches.py")),
+    ("vramscope_recorder.py", include_str!("../../python/vramscope/_shim/vramscope_recorder.py")),
+    ("vramscope_log.py", include_str!("../../python/vramscope/_shim/vramscope_log.py")),
+    ("vramscope_cuda.py", include_str!("../../python/vramscope/_shim/vramscope_cuda.py")),
     ("vramscope_cpu.py", include_str!("../../python/vramscope/_shim/vramscope_cpu.py")),
+    ("vramscope_tags.py", include_str!("../../python/vramscope/_shim/vramscope_tags.py")),
+    ("vramscope_phases.py", include_str!("../../python/vramscope/_shim/vramscope_phases.py")),
+    ("vramscope_hooks.py", include_str!("../../python/vramscope/_shim/vramscope_hooks.py")),
     ("vramscope_oom.py", include_str!("../../python/vramscope/_shim/vramscope_oom.py")),
 ];
 

@@ -137,23 +137,40 @@ calls = [
     ("compare", "ranks-diff", {"a": str(ranks_a), "b": str(ranks_b)}),
     ("oom", "oom", {"path": str(oom)}),
     ("advise", "advise", {"path": str(snapshots / "gpt_ctx128_fullstep_fp32.pickle")}),
+    ("peak_breakdown", "breakdown", {"path": str(snapshots / "gpt_ctx128_fullstep_fp32.pickle"), "blocks": 3}),
+    ("memory_at", "instant", {"path": str(snapshots / "gpt_ctx128_fullstep_fp32.pickle"), "when": "backward"}),
+    ("memory_at", "instant", {"path": str(SAMPLES / "h200-torch-plain.vtrace"), "when": "+1ms", "blocks": 2}),
 ]
 lines = [
     {"jsonrpc": "2.0", "id": 0, "method": "initialize",
      "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "validate", "version": "0"}}},
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
 ]
+lines.append({"jsonrpc": "2.0", "id": 1000, "method": "tools/list"})
 lines += [{"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
           for i, (tool, _, arguments) in enumerate(calls)]
 served = subprocess.run([BIN, "mcp"], input="".join(json.dumps(line) + "\n" for line in lines),
                         capture_output=True, text=True, timeout=600)
 replies = {r["id"]: r for r in map(json.loads, served.stdout.splitlines())}
+# Each tool's own output schema (what a client validates its answers against) holds its answers.
+listed = {tool["name"]: tool for tool in replies.get(1000, {}).get("result", {}).get("tools", [])}
+if set(listed) != {c[0] for c in calls}:
+    sys.exit(f"FAILED: tools/list lists {sorted(listed)}; the calls here cover {sorted({c[0] for c in calls})}")
+for name, tool in listed.items():
+    schema = tool.get("outputSchema", {})
+    if schema.get("type") != "object" or ("properties" not in schema and "anyOf" not in schema):
+        sys.exit(f"FAILED: the tool {name}'s output schema says nothing of its answer: {json.dumps(schema)[:500]}")
+    Draft202012Validator.check_schema(schema)
 for i, (tool, document, _) in enumerate(calls):
     reply = replies.get(i + 1, {})
     result = reply.get("result", {})
     if result.get("isError") or "structuredContent" not in result:
         sys.exit(f"FAILED: the MCP tool {tool} gave no structured answer: {json.dumps(reply)[:2000]}")
     validate(document, result["structuredContent"], f"the MCP tool {tool} ({document})")
+    errors = list(Draft202012Validator(listed[tool]["outputSchema"]).iter_errors(result["structuredContent"]))
+    if errors:
+        sys.exit(f"FAILED: the MCP tool {tool}'s answer does not validate against its own output schema: "
+                 f"{errors[0].message[:500]}")
 
 unseen = [name for name, count in seen.items() if count == 0]
 if unseen:

@@ -106,7 +106,7 @@ pub fn vramscope_bin() -> PathBuf {
 }
 
 /// The environment variable under which `vramscope` holds every trace it reads to the
-/// invariants (`analysis::invariants`) and reads back every `.vtrace` it writes.
+/// invariants (`query::invariants`) and reads back every `.vtrace` it writes.
 pub const SELF_CHECK: &str = "VRAMSCOPE_SELF_CHECK";
 
 /// A command that runs `vramscope` with [`SELF_CHECK`] on: every file the suite opens through

@@ -113,7 +113,7 @@ pub struct Advice {
     /// two alone.
     pub combinations: Vec<Projection>,
     /// Remedies that apply but would not change the peak (allocated or reserved, by
-    /// [`NO_CHANGE`] of it or more): what they shrink is not alive at the peak.
+    /// `NO_CHANGE` of it or more): what they shrink is not alive at the peak.
     pub without_effect: Vec<Projection>,
     /// The cheapest change that fits under the target, if one does.
     pub smallest_change_that_fits: Option<String>,

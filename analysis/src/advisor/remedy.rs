@@ -44,7 +44,7 @@ pub enum Remedy {
     /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
     ExpandableSegments,
     /// `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N`, projected by replaying the trace through
-    /// the allocator's model ([`crate::allocsim`]).
+    /// the allocator's model (`crate::allocsim`).
     MaxSplitSize,
 }
 

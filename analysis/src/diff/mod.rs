@@ -21,7 +21,7 @@ pub mod phases;
 pub mod sites;
 
 pub use self::phases::{PhaseChange, PhaseDelta, PhaseSide};
-pub use self::sites::{PathDelta, SiteDelta, StackBytes};
+pub use self::sites::{SiteDelta, StackBytes};
 
 /// What was alive at one instant, as the comparison groups it.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -61,7 +61,7 @@ pub struct PhaseDelta {
     /// Bytes by category at each high point, largest change first (when both have them).
     pub categories: Vec<CategoryDelta>,
     /// For a kind's row: the sites that changed most at the two high points (at most
-    /// [`SITES_PER_PHASE`]).
+    /// `SITES_PER_PHASE`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sites: Vec<SiteDelta>,
 }

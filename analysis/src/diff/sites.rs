@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use vramscope_trace_format::{StackId, Trace};
 
-use crate::instant::{self, AttributedBlock};
+use crate::instant;
 use crate::peak::LiveBlock;
 
 /// What a site is called when its allocations recorded no stack.
@@ -98,11 +98,6 @@ pub fn by_stack(trace: &Trace, blocks: impl IntoIterator<Item = LiveBlock>) -> V
     let mut out: Vec<StackBytes> = by_key.into_values().collect();
     out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.frames.cmp(&b.frames)));
     out
-}
-
-/// [`by_stack`] of attributed blocks.
-pub fn by_stack_attributed(trace: &Trace, blocks: &[AttributedBlock]) -> Vec<StackBytes> {
-    by_stack(trace, blocks.iter().map(|b| b.block))
 }
 
 /// One allocation path in both runs.

@@ -37,7 +37,8 @@ mod highs;
 mod windows;
 
 use self::highs::high_points;
-pub use self::windows::phase_of_name;
+#[cfg(test)]
+use self::windows::phase_of_name;
 use self::windows::{
     Clock, Span, Window, from_spans, from_stacks, iterations_of, merge_overlapping, number_iterations, spans,
 };
@@ -118,7 +119,7 @@ pub struct PhaseHigh {
     #[serde(skip)]
     pub high_event: Option<usize>,
     /// Bytes by category at the high point (none when not worked out: past the first
-    /// [`MAX_WITH_CATEGORIES`] phases, only each kind's highest has them).
+    /// `MAX_WITH_CATEGORIES` phases, only each kind's highest has them).
     pub categories: Option<BTreeMap<Category, u64>>,
 }
 
@@ -177,7 +178,7 @@ impl Phases {
     }
 
     /// What a summary says of them, the same size however long the run: the counts, each kind's
-    /// highest instance and the [`OUTLINE_ITERATIONS`] highest iterations.
+    /// highest instance and the `OUTLINE_ITERATIONS` highest iterations.
     pub fn outline(&self) -> Outline<'_> {
         let mut highest_iterations: Vec<&PhaseHigh> = self.iterations.iter().collect();
         // The highest first (the first of equals), then back in time order.

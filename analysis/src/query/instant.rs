@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use vramscope_trace_format::{Category, DeviceId, Trace};
 
-use crate::instant::{self, AttributedBlock};
+/// What was alive at an instant, block by block, and the views' helpers over it.
+pub use crate::instant::{
+    AttributedBlock, Instant, SegmentAt, SiteBytes, StackNode, allocation_site, by_site, instant, is_noise_frame,
+    stack_lines, stack_tree,
+};
 use crate::peak;
 use crate::phases::{self, PhaseKind};
 
@@ -198,7 +202,7 @@ pub fn largest_blocks(
                 }
                 Some(time_ns) => (trace.events.partition_point(|e| e.time_ns < time_ns).checked_sub(1), time_ns),
             };
-            let mut state = instant::instant(trace, device, event, time_ns);
+            let mut state = instant(trace, device, event, time_ns);
             state.blocks.truncate(n);
             (device, state.blocks)
         })

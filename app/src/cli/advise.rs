@@ -7,10 +7,10 @@ use anyhow::{Result, bail};
 
 use vramscope_trace_format::{DeviceId, TraceRange};
 
-use crate::analysis::advisor::scaling::{self, Dimension, ScalingFit};
-use crate::analysis::advisor::{Advice, Projection};
-use crate::analysis::peak;
 use crate::load;
+use crate::query::advisor::scaling::{self, Dimension, ScalingFit};
+use crate::query::advisor::{Advice, Projection};
+use crate::query::peak;
 use crate::units::{bytes, count};
 use crate::words;
 
@@ -101,28 +101,29 @@ pub struct Options<'a> {
 
 /// Runs `advise` on `path`; with `scaling`, also fits the peak over recordings at other sizes.
 pub fn run(path: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
-    let Options { json, gpus, target, device, scaling, range } = *options;
+    answer(path, options, &mut super::To::new(options.json, out))
+}
+
+/// [`run`], its answer given `to` a writer or a keeper of the document.
+pub fn answer(path: &Path, options: &Options<'_>, to: &mut super::To<'_>) -> Result<()> {
+    let Options { gpus, target, device, scaling, range, .. } = *options;
     let (trace, chosen) = crate::runs::highest_rank(path, range)?;
     super::check_device(path, &trace, device)?;
-    let Some(advice) = crate::analysis::query::advice(&trace, device, gpus, target) else {
+    let Some(advice) = crate::query::advice(&trace, device, gpus, target) else {
         bail!("{}: the trace holds no memory events to advise on", path.display());
     };
     let fitted = scaling.map(|s| fit(path, &advice, s, range)).transpose()?;
     // Memory that grows every iteration comes first: no remedy holds while it does.
-    let growth = crate::analysis::query::growth(&trace, advice.baseline.device).filter(|g| g.alarms());
-    if json {
-        let doc = crate::analysis::query::documents::advice_document(
-            &trace,
-            &advice,
-            fitted.as_ref(),
-            growth.as_ref(),
-            chosen.as_ref(),
-            range,
-        );
-        serde_json::to_writer_pretty(&mut *out, &doc)?;
-        writeln!(out)?;
-        return Ok(());
-    }
+    let growth = crate::query::growth(&trace, advice.baseline.device).filter(|g| g.alarms());
+    let doc = crate::query::documents::advice_document(
+        &trace,
+        &advice,
+        fitted.as_ref(),
+        growth.as_ref(),
+        chosen.as_ref(),
+        range,
+    );
+    let Some(out) = to.document(crate::query::documents::Document::Advice(&doc))? else { return Ok(()) };
     if let Some(chosen) = &chosen {
         let others: Vec<String> = chosen.peaks.iter().map(|(r, b)| format!("rank {r} {}", bytes(*b))).collect();
         writeln!(

@@ -11,9 +11,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 use vramscope_trace_format::{AnnotationKind, Clock, Trace};
 
-use crate::analysis::replay;
-use crate::analysis::run::Rank;
 use crate::atomic;
+use crate::query::replay;
+use crate::query::run::Rank;
 
 /// What `export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -29,3 +29,41 @@ pub fn check_device(
     }
     anyhow::bail!("{} has no device {want}; its devices: {}", path.display(), held.join(", "))
 }
+
+/// Where a command's answer goes: its text or its JSON to a writer, or its document to a
+/// keeper (the MCP server, which answers with the document itself).
+pub enum To<'o> {
+    /// The answer in words, for people.
+    Text(&'o mut dyn std::io::Write),
+    /// The document as indented JSON.
+    Json(&'o mut dyn std::io::Write),
+    /// The document, given to this function.
+    Keep(&'o mut dyn FnMut(crate::query::documents::Document<'_>) -> anyhow::Result<()>),
+}
+
+impl<'o> To<'o> {
+    /// Text, or with `json` the JSON, to `out`.
+    pub fn new(json: bool, out: &'o mut dyn std::io::Write) -> Self {
+        if json { To::Json(out) } else { To::Text(out) }
+    }
+
+    /// Gives `document` to be printed as JSON or kept; for text, the writer to say it in
+    /// (`None`: nothing more to do).
+    pub fn document(
+        &mut self,
+        document: crate::query::documents::Document<'_>,
+    ) -> anyhow::Result<Option<&mut dyn std::io::Write>> {
+        match self {
+            To::Text(out) => Ok(Some(&mut **out)),
+            To::Json(out) => {
+                serde_json::to_writer_pretty(&mut **out, &document)?;
+                writeln!(out)?;
+                Ok(None)
+            }
+            To::Keep(keep) => {
+                keep(document)?;
+                Ok(None)
+            }
+        }
+    }
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use vramscope_collector::session;
 
-use crate::analysis::peak;
+use crate::query::peak;
 use crate::units::{bytes, count};
 
 /// Where a recording is watched as it goes.

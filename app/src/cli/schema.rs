@@ -1,11 +1,11 @@
 //! `vramscope schema [DOCUMENT]`: the JSON Schema of what the commands print as JSON, derived
-//! from the documents' types ([`crate::analysis::query::documents`]).
+//! from the documents' types ([`crate::query::documents`]).
 
 use std::io::Write;
 
 use anyhow::{Result, bail};
 
-use crate::analysis::query::documents::{DOCUMENTS, SCHEMA_VERSION, schema};
+use crate::query::documents::{DOCUMENTS, SCHEMA_VERSION, schema};
 
 /// Prints the schema of `document`; without one, every document's, by name.
 pub fn run(document: Option<&str>, list: bool, out: &mut dyn Write) -> Result<()> {

@@ -1,5 +1,5 @@
 //! The Advisor: what each remedy would do to the peak of the open trace (see
-//! [`crate::analysis::advisor`]), worked out on a thread of its own.
+//! [`crate::query::advisor`]), worked out on a thread of its own.
 
 use std::sync::Arc;
 
@@ -8,7 +8,7 @@ use vramscope_trace_format::{DeviceId, Trace};
 
 use super::context::ViewCtx;
 use super::jobs::Job;
-use crate::analysis::advisor::{Advice, Projection};
+use crate::query::advisor::{Advice, Projection};
 use crate::{units, words};
 
 /// The advice shown, and the one being worked out.
@@ -42,7 +42,7 @@ impl AdvisorState {
             self.pending = Some(Job::spawn(
                 "advise",
                 move || ctx.request_repaint(),
-                move |_| crate::analysis::query::advice(&trace, Some(device), gpus, target),
+                move |_| crate::query::advice(&trace, Some(device), gpus, target),
                 |_| None,
             ));
         }

@@ -153,7 +153,7 @@ impl VramscopeApp {
     }
 
     /// Selects a timeline point and asks for its analysis (a run followed stays there).
-    pub fn select(&mut self, point: crate::analysis::timeline::Point) {
+    pub fn select(&mut self, point: crate::query::timeline::Point) {
         self.views.breakdown.picked = None;
         self.session.follow_newest = false;
         self.session.select(point);

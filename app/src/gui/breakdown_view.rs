@@ -10,7 +10,7 @@ use super::palette;
 use super::widgets::block::{allocation_site, block_details_ui, categories_ui};
 use super::widgets::swatch;
 use super::worker::InstantView;
-use crate::analysis::instant::StackNode;
+use crate::query::instant::StackNode;
 use crate::units;
 
 /// The breakdown's own state.

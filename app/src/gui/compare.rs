@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::document::Document;
 use super::jobs::Job;
-use crate::analysis::diff::{self, Diff};
+use crate::query::diff::{self, Diff};
 
 /// The second run and what comparing it takes.
 pub struct Compare {
@@ -65,7 +65,7 @@ impl Compare {
 /// The device to compare on: the one to look at first, as the rest of the app chooses it.
 fn best_device(doc: &Document) -> usize {
     let peaks = doc.devices.iter().map(|d| (d.device, d.timeline.values(d.peak_point).0));
-    crate::analysis::summary::focus_device(&doc.trace, peaks)
+    crate::query::summary::focus_device(&doc.trace, peaks)
         .and_then(|f| doc.devices.iter().position(|d| d.device == f))
         .unwrap_or(0)
 }

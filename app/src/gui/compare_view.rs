@@ -11,7 +11,7 @@ use super::document::{DeviceData, Document};
 use super::palette;
 use super::widgets::swatch;
 use super::widgets::timeline::{self, TimelineState};
-use crate::analysis::diff::{self, Diff, PhaseDelta, SiteDelta};
+use crate::query::diff::{self, Diff, PhaseDelta, SiteDelta};
 use crate::units;
 
 /// Where the two timelines are lined up.
@@ -79,8 +79,8 @@ pub fn compare_ui(
     a_device: usize,
     compare: &Compare,
     view: &mut CompareState,
-    selected_a: Option<crate::analysis::timeline::Point>,
-) -> Option<crate::analysis::timeline::Point> {
+    selected_a: Option<crate::query::timeline::Point>,
+) -> Option<crate::query::timeline::Point> {
     let (Some(da), Some(db)) = (a.devices.get(a_device), compare.doc.devices.get(compare.device_index)) else {
         ui.label("One of the runs holds no memory events.");
         return None;

@@ -28,7 +28,7 @@ pub struct ViewCtx<'a> {
     /// The device shown.
     pub device: &'a DeviceData,
     /// The selected timeline point.
-    pub selected_point: Option<crate::analysis::timeline::Point>,
+    pub selected_point: Option<crate::query::timeline::Point>,
     /// The selected instant's analysis, when ready.
     pub instant: Option<&'a InstantView>,
     /// The second run, when comparing.
@@ -43,7 +43,7 @@ pub struct ViewCtx<'a> {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Command {
     /// Select this timeline point of the open document (it drives the other views).
-    Select(crate::analysis::timeline::Point),
+    Select(crate::query::timeline::Point),
     /// Move the selection by this many events.
     Step(i64),
     /// Select the allocated peak of the device shown.

@@ -7,8 +7,8 @@ use std::time::Duration;
 use vramscope_trace_format::import::Wrapper;
 use vramscope_trace_format::{Clock, DeviceId, SourceFormat, Trace};
 
-use crate::analysis::timeline::Timeline;
 use crate::load::LoadedTrace;
+use crate::query::timeline::Timeline;
 
 /// One device's precomputed data.
 #[derive(Debug)]
@@ -18,7 +18,7 @@ pub struct DeviceData {
     /// Memory over time with its level-of-detail index.
     pub timeline: Timeline,
     /// The point of the allocated peak.
-    pub peak_point: crate::analysis::timeline::Point,
+    pub peak_point: crate::query::timeline::Point,
     /// Whether the trace records reserved memory on it (a profiler's CPU trace and a memory
     /// timeline do not).
     pub reserved_recorded: bool,
@@ -31,7 +31,7 @@ pub struct DeviceData {
     pub name: Option<String>,
     /// Whether memory grows from one iteration to the next (three iterations or more): worked
     /// out on a job once the document is shown (`Session` fills it in), not while it loads.
-    pub growth: Option<crate::analysis::growth::Growth>,
+    pub growth: Option<crate::query::growth::Growth>,
 }
 
 /// A loaded trace, ready to show.
@@ -96,7 +96,7 @@ impl Document {
     fn build_with(trace: Arc<Trace>, origin: Origin, outline: bool) -> Self {
         // One pass over the events finds the devices that have some, for both.
         let event_devices = trace.event_devices();
-        let caveats = crate::analysis::caveats::caveats_given(&trace, &event_devices);
+        let caveats = crate::query::caveats::caveats_given(&trace, &event_devices);
         let devices = trace
             .devices_given(&event_devices)
             .into_iter()

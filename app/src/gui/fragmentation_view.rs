@@ -9,9 +9,9 @@ use super::palette;
 use super::settings::SegmentOrder;
 use super::widgets::block::{allocation_site, stack_ui};
 use super::worker::InstantView;
-use crate::analysis::instant::SegmentAt;
-use crate::analysis::segments::Fragmentation;
-use crate::analysis::timeline::Point;
+use crate::query::instant::SegmentAt;
+use crate::query::segments::Fragmentation;
+use crate::query::timeline::Point;
 use crate::units;
 
 const LABEL_PX: f32 = 232.0;

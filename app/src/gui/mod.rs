@@ -1,6 +1,6 @@
 //! The desktop app (egui/eframe): timeline, peak breakdown and fragmentation map of a trace.
 //!
-//! The analysis it shows comes from [`crate::analysis`]; this module only lays out and paints.
+//! The analysis it shows comes from [`crate::query`]; this module only lays out and paints.
 //! Loading and the analysis of a selected instant run on background threads.
 
 pub mod advisor_view;

@@ -1,5 +1,5 @@
 //! Out of memory: the trace's out-of-memory error explained on one screen (see
-//! [`crate::analysis::postmortem`]): the request, what the device and the allocator had free,
+//! [`crate::query::postmortem`]): the request, what the device and the allocator had free,
 //! what was alive by category and site, when, and the smallest change projected to have fitted.
 //! Worked out on a thread of its own (the last part asks the advisor).
 
@@ -10,7 +10,7 @@ use vramscope_trace_format::Trace;
 use super::context::{Command, ViewCtx};
 use super::jobs::Job;
 use super::palette;
-use crate::analysis::postmortem::{self, PostMortem};
+use crate::query::postmortem::{self, PostMortem};
 use crate::{units, words};
 
 /// The OOM shown, and the one being worked out.
@@ -50,7 +50,7 @@ impl OomState {
 /// Draws the view.
 pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, state: &mut OomState, out: &mut Vec<Command>) {
     let trace = &ctx.doc.trace;
-    let ooms = crate::analysis::query::oom::on_device(trace, ctx.device.device);
+    let ooms = crate::query::oom::on_device(trace, ctx.device.device);
     let Some(&first) = ooms.first() else {
         let elsewhere: Vec<String> = trace.ooms.iter().map(|o| trace.metadata.device_label(o.device)).collect();
         ui.label(format!(

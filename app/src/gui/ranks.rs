@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use vramscope_trace_format::{Clock, DeviceId, Trace};
 
 use super::jobs::Job;
-use crate::analysis::replay;
-use crate::analysis::run::{self, Part, RankFrom, RankSummary, RunSummary};
+use crate::query::replay;
+use crate::query::run::{self, Part, RankFrom, RankSummary, RunSummary};
 
 /// How many columns a rank's outline keeps: enough for a row of the ranks view, small enough
 /// for a thousand ranks.

@@ -34,11 +34,11 @@ struct Switch {
 }
 
 /// The growth of each device of a document, worked out on a job.
-type GrowthJob = Job<Vec<Option<crate::analysis::growth::Growth>>>;
+type GrowthJob = Job<Vec<Option<crate::query::growth::Growth>>>;
 
 /// The categories of a document's timelines built without them, worked out on a job: for each
 /// device (by index), its categories, when they were pending.
-type CategoriesJob = Job<Vec<Option<crate::analysis::timeline::Categories>>>;
+type CategoriesJob = Job<Vec<Option<crate::query::timeline::Categories>>>;
 
 /// What changed in a poll, for the window to follow.
 #[derive(Debug, PartialEq, Eq)]
@@ -78,7 +78,7 @@ pub struct Session {
     /// Index into the document's devices.
     pub device_index: usize,
     /// The selected timeline point (`None`: none yet).
-    pub selected_point: Option<crate::analysis::timeline::Point>,
+    pub selected_point: Option<crate::query::timeline::Point>,
     worker: Option<Worker>,
     /// The analysis of the selected instant, once ready.
     pub instant: Option<Arc<InstantView>>,
@@ -142,7 +142,7 @@ impl Session {
         let job = Job::spawn(
             "growth",
             repainter(ctx),
-            move |_| devices.iter().map(|&d| crate::analysis::query::growth(&for_job, d)).collect(),
+            move |_| devices.iter().map(|&d| crate::query::growth(&for_job, d)).collect(),
             |_| Vec::new(),
         );
         self.growth = Some((trace, job));
@@ -485,7 +485,7 @@ impl Session {
         ctx.send_viewport_cmd(egui::ViewportCommand::Title(title));
         // The device that ran out of memory first, else the one with the highest peak.
         let peaks = doc.devices.iter().map(|d| (d.device, d.timeline.values(d.peak_point).0));
-        let focus = crate::analysis::summary::focus_device(&doc.trace, peaks);
+        let focus = crate::query::summary::focus_device(&doc.trace, peaks);
         self.device_index = doc.devices.iter().position(|d| Some(d.device) == focus).unwrap_or(0);
         self.growth_wanted = true;
         self.doc = Some(doc);
@@ -603,7 +603,7 @@ impl Session {
     }
 
     /// Selects a timeline point and asks for its analysis.
-    pub fn select(&mut self, point: crate::analysis::timeline::Point) {
+    pub fn select(&mut self, point: crate::query::timeline::Point) {
         let Some(device) = self.device() else { return };
         let point = point.min(device.timeline.last_point());
         let request = Request {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use vramscope_trace_format::{DeviceId, Trace};
 
 use super::jobs::Job;
-use crate::analysis::instant::{self, Instant, StackNode};
+use crate::query::instant::{self, Instant, StackNode};
 
 /// What an instant's analysis is asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,7 +18,7 @@ pub struct Request {
     /// The device.
     pub device: DeviceId,
     /// The timeline point.
-    pub point: crate::analysis::timeline::Point,
+    pub point: crate::query::timeline::Point,
     /// The event the point follows.
     pub event: Option<usize>,
     /// The point's time.

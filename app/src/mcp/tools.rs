@@ -6,12 +6,13 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use serde_json::{Map, Value, json};
 use vramscope_trace_format::{DeviceId, TraceRange};
 
 use super::args::{Args, page_schema, paginate};
-use crate::cli::{advise, diff, info};
+use crate::cli::{To, advise, diff, info};
+use crate::query::documents::{self, BreakdownDocument, Document, InstantDocument};
 
 /// The longest answer, as JSON text. The summaries are far below it; a list that would pass it
 /// is paged.
@@ -28,6 +29,8 @@ pub struct Tool {
     description: &'static str,
     /// Its arguments: (name, schema, required).
     arguments: fn() -> Vec<(&'static str, Value, bool)>,
+    /// The documents it answers with (`vramscope schema NAME`): its output schema.
+    output: &'static [&'static str],
     answer: fn(&Args<'_>) -> Result<Value>,
 }
 
@@ -50,7 +53,7 @@ impl Tool {
             "annotations": { "readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false },
         });
         if with_output_schema {
-            tool["outputSchema"] = json!({ "type": "object" });
+            tool["outputSchema"] = output_schema(self.output);
         }
         tool
     }
@@ -88,6 +91,7 @@ pub const TOOLS: [Tool; 7] = [
             a
         },
         answer: summary,
+        output: &["info", "run"],
     },
     Tool {
         name: "peak_breakdown",
@@ -99,6 +103,7 @@ pub const TOOLS: [Tool; 7] = [
             vec![("path", path_schema(), true), ("blocks", blocks_schema(), false), ("range", range_schema(), false)]
         },
         answer: peak_breakdown,
+        output: &["breakdown"],
     },
     Tool {
         name: "memory_at",
@@ -120,6 +125,7 @@ pub const TOOLS: [Tool; 7] = [
             ]
         },
         answer: memory_at,
+        output: &["instant"],
     },
     Tool {
         name: "compare",
@@ -166,6 +172,7 @@ pub const TOOLS: [Tool; 7] = [
             a
         },
         answer: compare,
+        output: &["diff", "ranks-diff"],
     },
     Tool {
         name: "growth",
@@ -175,6 +182,7 @@ pub const TOOLS: [Tool; 7] = [
             what it found said in words. Of a run of ranks, the rank that peaks highest.",
         arguments: || vec![("path", path_schema(), true), ("range", range_schema(), false)],
         answer: growth,
+        output: &["growth"],
     },
     Tool {
         name: "oom",
@@ -185,6 +193,7 @@ pub const TOOLS: [Tool; 7] = [
             smallest change projected to fit. A trace with no OOM says so (oom_count 0).",
         arguments: || vec![("path", path_schema(), true), ("range", range_schema(), false)],
         answer: oom,
+        output: &["oom"],
     },
     Tool {
         name: "advise",
@@ -214,8 +223,34 @@ pub const TOOLS: [Tool; 7] = [
             ]
         },
         answer: advise,
+        output: &["advise"],
     },
 ];
+
+/// The output schema of a tool that answers with `names`: the document's schema, or (answering
+/// with one of several) an object that is any of them, their definitions merged (a name is one
+/// Rust type whichever document it comes from).
+fn output_schema(names: &[&str]) -> Value {
+    let mut schemas: Vec<Value> = names.iter().filter_map(|n| documents::schema(n)).collect();
+    if schemas.len() == 1 {
+        return schemas.remove(0);
+    }
+    let mut defs = Map::new();
+    let mut any_of = Vec::new();
+    for (name, mut schema) in names.iter().zip(schemas) {
+        let Some(object) = schema.as_object_mut() else { continue };
+        if let Some(Value::Object(d)) = object.remove("$defs") {
+            defs.extend(d);
+        }
+        for key in ["$schema", "$id"] {
+            object.remove(key);
+        }
+        let title = format!("{name} document");
+        defs.insert(title.clone(), schema);
+        any_of.push(json!({ "$ref": format!("#/$defs/{title}") }));
+    }
+    json!({ "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "anyOf": any_of, "$defs": defs })
+}
 
 fn paths_schema() -> Value {
     json!({
@@ -240,26 +275,32 @@ fn device_schema() -> Value {
     json!({ "type": ["integer", "string"], "description": "The device: its index (0), cuda:N or host. Default: the one that peaks highest." })
 }
 
-/// What a CLI command prints as JSON, read back.
-fn cli_json(write: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> Result<Value> {
-    let mut out = Vec::new();
-    write(&mut out)?;
-    serde_json::from_slice(&out).map_err(|e| anyhow!("vramscope's own JSON did not read back ({e}): a bug"))
+/// The document a command answers with, as JSON (`convert` picks what of it to give).
+fn document(
+    ask: impl FnOnce(&mut To<'_>) -> Result<()>,
+    mut convert: impl FnMut(Document<'_>) -> Result<Value>,
+) -> Result<Value> {
+    let mut kept = None;
+    {
+        let mut keep = |d: Document<'_>| -> Result<()> {
+            kept = Some(convert(d)?);
+            Ok(())
+        };
+        ask(&mut To::Keep(&mut keep))?;
+    }
+    kept.ok_or_else(|| anyhow!("the command gave no document: a bug"))
 }
 
-/// Keeps only `keys` of an object.
-fn keep(mut value: Value, keys: &[&str]) -> Value {
-    if let Some(object) = value.as_object_mut() {
-        object.retain(|k, _| keys.contains(&k.as_str()));
-    }
-    value
+/// The whole document.
+fn whole(d: Document<'_>) -> Result<Value> {
+    Ok(serde_json::to_value(d)?)
 }
 
 fn summary(args: &Args<'_>) -> Result<Value> {
     let paths = args.paths("paths")?;
     let range = args.opt_parsed::<TraceRange>("range")?;
-    let options = info::Options { json: true, all_phases: args.flag("all_phases")?, range, ..Default::default() };
-    let mut value = cli_json(|out| info::run_paths(&paths, &options, out))?;
+    let options = info::Options { all_phases: args.flag("all_phases")?, range, ..Default::default() };
+    let mut value = document(|to| info::answer(&paths, &options, to), whole)?;
     paginate(&mut value, &["/run/ranks", "/devices/*/phases/phases", "/devices/*/phases/iterations"], args.page()?);
     Ok(value)
 }
@@ -271,30 +312,15 @@ fn blocks(args: &Args<'_>) -> Result<usize> {
 
 fn peak_breakdown(args: &Args<'_>) -> Result<Value> {
     let path = args.path("path")?;
-    let options = info::Options {
-        json: true,
-        blocks: blocks(args)?,
-        range: args.opt_parsed::<TraceRange>("range")?,
-        ..Default::default()
-    };
-    let mut value = cli_json(|out| info::run_paths(&[path], &options, out))?;
-    const AT_PEAK: [&str; 9] = [
-        "device",
-        "label",
-        "peak_allocated_bytes",
-        "peak_allocated_time_us",
-        "peak_reserved_bytes",
-        "peak_reserved_time_us",
-        "categories_at_peak",
-        "live_blocks_at_peak",
-        "unknown_from_before_recording_bytes",
-    ];
-    if let Some(devices) = value.get_mut("devices").and_then(Value::as_array_mut) {
-        for device in devices.iter_mut() {
-            *device = keep(device.take(), &AT_PEAK);
-        }
-    }
-    Ok(keep(value, &["format", "time_origin_us", "devices", "largest_blocks", "notes"]))
+    let options =
+        info::Options { blocks: blocks(args)?, range: args.opt_parsed::<TraceRange>("range")?, ..Default::default() };
+    document(
+        |to| info::answer(&[path], &options, to),
+        |d| match d {
+            Document::Info(info) => Ok(serde_json::to_value(BreakdownDocument::from(info))?),
+            other => bail!("info gave a {} document for one trace: a bug", other.name()),
+        },
+    )
 }
 
 fn memory_at(args: &Args<'_>) -> Result<Value> {
@@ -302,14 +328,18 @@ fn memory_at(args: &Args<'_>) -> Result<Value> {
     let text = args.string("when")?;
     let when = info::parse_when(text).map_err(|e| anyhow!("the argument \"when\" ({text:?}): {e}"))?;
     let options = info::Options {
-        json: true,
         at: Some((text, &when)),
         blocks: blocks(args)?,
         range: args.opt_parsed::<TraceRange>("range")?,
         ..Default::default()
     };
-    let value = cli_json(|out| info::run_paths(&[path], &options, out))?;
-    Ok(keep(value, &["format", "time_origin_us", "at", "largest_blocks", "notes"]))
+    document(
+        |to| info::answer(&[path], &options, to),
+        |d| match d {
+            Document::Info(info) => Ok(serde_json::to_value(InstantDocument::from(info))?),
+            other => bail!("info gave a {} document for one trace: a bug", other.name()),
+        },
+    )
 }
 
 fn compare(args: &Args<'_>) -> Result<Value> {
@@ -332,14 +362,13 @@ fn compare(args: &Args<'_>) -> Result<Value> {
         all_phases: args.flag("all_phases")?,
         range: args.opt_parsed::<TraceRange>("range")?,
     };
-    let mut held = true;
-    let mut value = cli_json(|out| {
-        held = diff::run(&a, &b, &options, out)?;
-        Ok(())
-    })?;
-    if let Some(object) = value.as_object_mut() {
-        object.insert("gates_hold".to_owned(), Value::Bool(held));
-    }
+    let mut value = document(
+        |to| {
+            diff::answer(&a, &b, &options, to)?;
+            Ok(())
+        },
+        whole,
+    )?;
     // Of two runs of ranks, the lists of ranks; of two traces, every iteration's phases.
     let lists: &[&str] =
         if value.get("ranks").is_some() { &["/ranks", "/only_in_a", "/only_in_b"] } else { &["/phases/rows"] };
@@ -350,8 +379,7 @@ fn compare(args: &Args<'_>) -> Result<Value> {
 fn growth(args: &Args<'_>) -> Result<Value> {
     let path = args.path("path")?;
     let (trace, chosen) = crate::runs::highest_rank(&path, args.opt_parsed::<TraceRange>("range")?)?;
-    let doc =
-        crate::analysis::query::documents::GrowthDocument::new(&trace, path.display().to_string(), chosen.as_ref());
+    let doc = documents::GrowthDocument::new(&trace, path.display().to_string(), chosen.as_ref());
     let mut value = serde_json::to_value(doc)?;
     if value.get("rank").is_some() {
         paginate(&mut value, &["/rank/peaks"], (0, super::args::MAX_PAGE));
@@ -362,7 +390,7 @@ fn growth(args: &Args<'_>) -> Result<Value> {
 fn oom(args: &Args<'_>) -> Result<Value> {
     let path = args.path("path")?;
     let range = args.opt_parsed::<TraceRange>("range")?;
-    cli_json(|out| info::run_oom(&[path], true, range, out))
+    document(|to| info::answer_oom(&[path], range, to), whole)
 }
 
 fn advise(args: &Args<'_>) -> Result<Value> {
@@ -380,7 +408,7 @@ fn advise(args: &Args<'_>) -> Result<Value> {
         scaling: None,
         range: args.opt_parsed::<TraceRange>("range")?,
     };
-    let mut value = cli_json(|out| advise::run(&path, &options, out))?;
+    let mut value = document(|to| advise::answer(&path, &options, to), whole)?;
     if value.get("rank").is_some() {
         paginate(&mut value, &["/rank/peaks"], (0, super::args::MAX_PAGE));
     }

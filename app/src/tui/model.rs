@@ -1,16 +1,16 @@
 //! What the terminal view shows of a trace, worked out on the following thread (the drawing
 //! only lays it out): per device the memory now and at the peak, the timeline, the categories
 //! and allocation sites alive now, the growth finding, the OOMs' post-mortems, and the phase.
-//! The numbers are `info`'s: the same summary (`analysis::query::summary`), the same words.
+//! The numbers are `info`'s: the same summary (`query::summary`), the same words.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use vramscope_trace_format::{Category, DeviceId, ProcessId, Trace};
 
-use crate::analysis::instant::SiteBytes;
-use crate::analysis::timeline::Timeline;
 use crate::load::Origin;
+use crate::query::instant::SiteBytes;
+use crate::query::timeline::Timeline;
 
 /// The allocation sites listed.
 const SITES: usize = 8;
@@ -91,7 +91,7 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
         part = whole.of_process(ProcessId(process as u32));
         &part
     };
-    let summary = crate::analysis::query::summary(trace, origin.format, &origin.wrappers);
+    let summary = crate::query::summary(trace, origin.format, &origin.wrappers);
     let ooms = cache.ooms.entry((process, trace.ooms.len())).or_insert_with(|| post_mortems(trace)).clone();
     let last_event = trace.events.len().checked_sub(1);
     let end_ns = trace.events.last().map_or(0, |e| e.time_ns);
@@ -99,7 +99,7 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
         .devices
         .iter()
         .map(|d| {
-            let now = crate::analysis::instant::instant(trace, d.device, last_event, end_ns);
+            let now = crate::query::instant::instant(trace, d.device, last_event, end_ns);
             let mut categories: Vec<(Category, u64, u64)> = Category::ALL
                 .iter()
                 .map(|&c| {
@@ -109,7 +109,7 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
                 .filter(|&(_, now, peak)| now > 0 || peak > 0)
                 .collect();
             categories.sort_by_key(|&(c, now, peak)| (std::cmp::Reverse(now.max(peak)), c));
-            let mut sites_now = crate::analysis::instant::by_site(trace, &now.blocks);
+            let mut sites_now = crate::query::instant::by_site(trace, &now.blocks);
             sites_now.truncate(SITES);
             let growth = d.growth.as_ref().map(|g| (g.alarms(), crate::words::growth_lines(g, &d.label)));
             let oom = ooms.get(&d.device).cloned().unwrap_or_default();
@@ -156,7 +156,7 @@ fn process_label(p: &vramscope_trace_format::ProcessInfo) -> String {
 
 /// The first OOM of each device, its heading and first lines (as `info --oom` says them).
 fn post_mortems(trace: &Trace) -> BTreeMap<DeviceId, Vec<String>> {
-    crate::analysis::query::oom::explain_firsts(trace)
+    crate::query::oom::explain_firsts(trace)
         .into_iter()
         .map(|e| {
             let t = e.part.as_ref().unwrap_or(trace);
@@ -169,9 +169,9 @@ fn post_mortems(trace: &Trace) -> BTreeMap<DeviceId, Vec<String>> {
 
 /// The phase the last event is in (else the last one before it), with its iteration (numbered
 /// from 1, as `info` numbers them).
-fn phase_now(phases: &crate::analysis::phases::Phases, last_event: Option<usize>) -> Option<String> {
+fn phase_now(phases: &crate::query::phases::Phases, last_event: Option<usize>) -> Option<String> {
     let last = last_event?;
-    let of = |p: &crate::analysis::phases::PhaseHigh| match p.kind {
+    let of = |p: &crate::query::phases::PhaseHigh| match p.kind {
         Some(kind) => format!("{} of iteration {}", kind.name(), p.iteration),
         None => format!("iteration {}", p.iteration),
     };

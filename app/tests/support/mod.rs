@@ -97,10 +97,7 @@ pub fn python_reference(file: &Path) -> serde_json::Value {
 }
 
 /// The app with `a` open (File > Open) and compared with `b` (Ctrl+Shift+O), and the comparison.
-pub fn comparing(
-    a: &Path,
-    b: &Path,
-) -> (Harness<'static, VramscopeApp>, std::sync::Arc<vramscope::analysis::diff::Diff>) {
+pub fn comparing(a: &Path, b: &Path) -> (Harness<'static, VramscopeApp>, std::sync::Arc<vramscope::query::diff::Diff>) {
     let mut harness = harness_picking(vec![a.to_path_buf(), b.to_path_buf()]);
     harness.get_by_label("Open a trace…").click();
     harness.run_steps(2);

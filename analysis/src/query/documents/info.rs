@@ -137,3 +137,114 @@ impl<'a> RunDocument<'a> {
         Self { schema_version: SCHEMA_VERSION, run, allocator_events, notes }
     }
 }
+
+/// What was alive at each device's peak: the MCP tool `peak_breakdown`, the peak's part of
+/// [`InfoDocument`].
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct BreakdownDocument<'a> {
+    /// The version of the documents' shape.
+    pub schema_version: u32,
+    /// Format of the file.
+    pub format: &'static str,
+    /// What every time is said from (the trace's first event, µs on its clock).
+    #[serde(rename = "time_origin_us", serialize_with = "crate::micros::opt_ns_as_us")]
+    pub time_origin_ns: Option<i64>,
+    /// Each device at its allocated peak.
+    pub devices: Vec<DeviceAtPeak<'a>>,
+    /// The largest blocks alive at each device's peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_blocks: Option<&'a LargestBlocks>,
+    /// What the trace cannot show, in words.
+    pub notes: &'a [String],
+}
+
+/// A device at its allocated peak.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct DeviceAtPeak<'a> {
+    /// The device.
+    pub device: DeviceId,
+    /// Its name in the trace (`cuda:0`).
+    pub label: &'a str,
+    /// The allocated peak.
+    pub peak_allocated_bytes: u64,
+    /// When (µs on the trace's clock).
+    #[serde(rename = "peak_allocated_time_us", serialize_with = "crate::micros::opt_ns_as_us")]
+    pub peak_allocated_time_ns: Option<i64>,
+    /// The reserved peak.
+    pub peak_reserved_bytes: u64,
+    /// When.
+    #[serde(rename = "peak_reserved_time_us", serialize_with = "crate::micros::opt_ns_as_us")]
+    pub peak_reserved_time_ns: Option<i64>,
+    /// Bytes by category at the allocated peak.
+    pub categories_at_peak: &'a std::collections::BTreeMap<vramscope_trace_format::Category, u64>,
+    /// Blocks alive at the allocated peak.
+    pub live_blocks_at_peak: usize,
+    /// Of the unknown bytes at the peak, those alive from before the recording to its end.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unknown_from_before_recording_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl<'a> From<&'a InfoDocument> for BreakdownDocument<'a> {
+    fn from(info: &'a InfoDocument) -> Self {
+        let devices = info
+            .summary
+            .devices
+            .iter()
+            .map(|d| DeviceAtPeak {
+                device: d.device,
+                label: &d.label,
+                peak_allocated_bytes: d.peak_allocated_bytes,
+                peak_allocated_time_ns: d.peak_allocated_time_ns,
+                peak_reserved_bytes: d.peak_reserved_bytes,
+                peak_reserved_time_ns: d.peak_reserved_time_ns,
+                categories_at_peak: &d.categories_at_peak,
+                live_blocks_at_peak: d.live_blocks_at_peak,
+                unknown_from_before_recording_bytes: d.unknown_from_before_recording_bytes,
+            })
+            .collect();
+        Self {
+            schema_version: SCHEMA_VERSION,
+            format: info.summary.format,
+            time_origin_ns: info.summary.time_origin_ns,
+            devices,
+            largest_blocks: info.largest_blocks.as_ref(),
+            notes: &info.notes,
+        }
+    }
+}
+
+/// What was alive at an instant: the MCP tool `memory_at`, the instant's part of [`InfoDocument`].
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct InstantDocument<'a> {
+    /// The version of the documents' shape.
+    pub schema_version: u32,
+    /// Format of the file.
+    pub format: &'static str,
+    /// What every time is said from (the trace's first event, µs on its clock).
+    #[serde(rename = "time_origin_us", serialize_with = "crate::micros::opt_ns_as_us")]
+    pub time_origin_ns: Option<i64>,
+    /// What was alive at the instant, per device.
+    pub at: Option<&'a At>,
+    /// The largest blocks alive then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_blocks: Option<&'a LargestBlocks>,
+    /// What the trace cannot show, in words.
+    pub notes: &'a [String],
+}
+
+impl<'a> From<&'a InfoDocument> for InstantDocument<'a> {
+    fn from(info: &'a InfoDocument) -> Self {
+        Self {
+            schema_version: SCHEMA_VERSION,
+            format: info.summary.format,
+            time_origin_ns: info.summary.time_origin_ns,
+            at: info.at.as_ref(),
+            largest_blocks: info.largest_blocks.as_ref(),
+            notes: &info.notes,
+        }
+    }
+}

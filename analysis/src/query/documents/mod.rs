@@ -11,6 +11,8 @@
 //! | [`RanksDiffDocument`] | How do two runs of several ranks differ, rank by rank? | `diff --json` on runs |
 //! | [`AdviceDocument`] | What would each remedy do to the peak? | `advise --json` |
 //! | [`GrowthDocument`] | Does memory grow every iteration, on each device? | the `growth` tool |
+//! | [`BreakdownDocument`] | What was alive at each device's peak? | the `peak_breakdown` tool |
+//! | [`InstantDocument`] | What was alive at an instant? | the `memory_at` tool |
 //!
 //! Every document carries [`SCHEMA_VERSION`]; a change to a document's shape changes the golden
 //! schema (`tests/tests/schema.rs`), so it is a reviewed change, and one that removes or renames
@@ -28,7 +30,10 @@ pub use self::diff::{
     DiffDelta, DiffDocument, DiffPhases, DiffSide, GateOut, HighestPeak, MostGrown, RankRow, RanksDiffDocument,
     TOP_SITES, diff_document, ranks_diff_document,
 };
-pub use self::info::{BlockOut, DeviceBlocks, InfoDocument, LargestBlocks, RunDocument, info_document, largest_blocks};
+pub use self::info::{
+    BlockOut, BreakdownDocument, DeviceAtPeak, DeviceBlocks, InfoDocument, InstantDocument, LargestBlocks, RunDocument,
+    info_document, largest_blocks,
+};
 pub use self::oom::{OomDocument, OomExplained, oom_document};
 
 /// The version of the documents' shape: raised when a field is removed, renamed or changes its
@@ -39,7 +44,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub const ITERATIONS_SHOWN: u32 = 4;
 
 /// The documents by the name `vramscope schema NAME` knows them by, each with what it answers.
-pub const DOCUMENTS: [(&str, &str); 7] = [
+pub const DOCUMENTS: [(&str, &str); 9] = [
     ("info", "what a trace holds: `info --json`"),
     ("run", "what each rank of a run holds: `info --json` on several ranks"),
     ("oom", "the out-of-memory errors explained: `info --oom --json`"),
@@ -47,6 +52,8 @@ pub const DOCUMENTS: [(&str, &str); 7] = [
     ("ranks-diff", "two runs of several ranks compared rank by rank: `diff --json`"),
     ("advise", "what each remedy would do to the peak: `advise --json`"),
     ("growth", "memory growing every iteration: the MCP tool `growth`"),
+    ("breakdown", "what was alive at each device's peak: the MCP tool `peak_breakdown`"),
+    ("instant", "what was alive at an instant: the MCP tool `memory_at`"),
 ];
 
 /// The JSON Schema of the document named `name` (one of [`DOCUMENTS`]).
@@ -62,6 +69,8 @@ pub fn schema(name: &str) -> Option<serde_json::Value> {
         "ranks-diff" => generator().into_root_schema_for::<RanksDiffDocument<'static>>(),
         "advise" => generator().into_root_schema_for::<AdviceDocument<'static>>(),
         "growth" => generator().into_root_schema_for::<GrowthDocument<'static>>(),
+        "breakdown" => generator().into_root_schema_for::<BreakdownDocument<'static>>(),
+        "instant" => generator().into_root_schema_for::<InstantDocument<'static>>(),
         _ => return None,
     };
     let mut value = schema.to_value();
@@ -70,4 +79,52 @@ pub fn schema(name: &str) -> Option<serde_json::Value> {
         object.insert("$id".to_owned(), serde_json::Value::String(id));
     }
     Some(value)
+}
+
+/// Any document, as a command gives it to be printed or kept (the MCP server keeps it).
+#[derive(Clone, Copy, Debug)]
+pub enum Document<'d> {
+    /// `info` of one trace.
+    Info(&'d InfoDocument),
+    /// `info` of a run of ranks.
+    Run(&'d RunDocument<'d>),
+    /// `info --oom`.
+    Oom(&'d OomDocument<'d>),
+    /// `diff` of two traces.
+    Diff(&'d DiffDocument<'d>),
+    /// `diff` of two runs of ranks.
+    RanksDiff(&'d RanksDiffDocument<'d>),
+    /// `advise`.
+    Advice(&'d AdviceDocument<'d>),
+    /// The growth of every device.
+    Growth(&'d GrowthDocument<'d>),
+}
+
+impl Document<'_> {
+    /// Its name in [`DOCUMENTS`] (and `vramscope schema NAME`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Document::Info(_) => "info",
+            Document::Run(_) => "run",
+            Document::Oom(_) => "oom",
+            Document::Diff(_) => "diff",
+            Document::RanksDiff(_) => "ranks-diff",
+            Document::Advice(_) => "advise",
+            Document::Growth(_) => "growth",
+        }
+    }
+}
+
+impl serde::Serialize for Document<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Document::Info(d) => d.serialize(s),
+            Document::Run(d) => d.serialize(s),
+            Document::Oom(d) => d.serialize(s),
+            Document::Diff(d) => d.serialize(s),
+            Document::RanksDiff(d) => d.serialize(s),
+            Document::Advice(d) => d.serialize(s),
+            Document::Growth(d) => d.serialize(s),
+        }
+    }
 }

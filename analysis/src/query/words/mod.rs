@@ -1,6 +1,6 @@
 //! The analysis in words, for people: the sentence on top of a comparison, each remedy's change,
-//! cost and reasoning, fragmentation, and what a trace cannot show. The analysis crate returns
-//! numbers and ids; the CLI, the app and the report word them here, once, in the same words.
+//! cost and reasoning, fragmentation, and what a trace cannot show. The analyses return numbers
+//! and ids; the documents, the CLI, the app and the report word them here, once, in the same words.
 
 use vramscope_trace_format::{Category, DeviceId, Trace, Unrecorded};
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use vramscope_trace_format::{DeviceId, TraceRange};
 
-use crate::analysis::diff;
+use crate::query::diff;
 
 mod ranks;
 mod text;
@@ -16,7 +16,7 @@ mod text;
 use self::ranks::ranks;
 use self::text::write_text;
 
-pub use crate::analysis::query::gates::{Gate, GateResult, PhaseGate, parse_category_gate, parse_phase_gate};
+pub use crate::query::gates::{Gate, GateResult, PhaseGate, parse_category_gate, parse_phase_gate};
 
 /// What `diff` is asked.
 #[derive(Clone, Copy, Debug, Default)]
@@ -35,21 +35,24 @@ pub struct Options<'a> {
 
 /// Compares the traces at `a` and `b`. Returns whether every gate held.
 pub fn run(a: &Path, b: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<bool> {
-    let Options { json, gates, device, all_phases, range } = *options;
+    answer(a, b, options, &mut super::To::new(options.json, out))
+}
+
+/// [`run`], its answer given `to` a writer or a keeper of the document. Returns whether every
+/// gate held.
+pub fn answer(a: &Path, b: &Path, options: &Options<'_>, to: &mut super::To<'_>) -> Result<bool> {
+    let Options { gates, device, all_phases, range, .. } = *options;
     if a == b {
         bail!("{} is compared with itself: give two different traces", a.display());
     }
     let (side_a, side_b) = (RunSide::open(a, device, range)?, RunSide::open(b, device, range)?);
     if side_a.peaks.len() > 1 || side_b.peaks.len() > 1 {
-        return ranks(a, b, &side_a, &side_b, options, out);
+        return ranks(a, b, &side_a, &side_b, options, to);
     }
-    let compared = crate::analysis::query::compare::compare(side_a.single(a)?, side_b.single(b)?, gates)
+    let compared = crate::query::compare::compare(side_a.single(a)?, side_b.single(b)?, gates)
         .map_err(|why| anyhow::anyhow!(crate::words::gate_unchecked(&why)))?;
-    if json {
-        let doc = crate::analysis::query::documents::diff_document(&compared, all_phases, range);
-        serde_json::to_writer_pretty(&mut *out, &doc)?;
-        writeln!(out)?;
-    } else {
+    let doc = crate::query::documents::diff_document(&compared, all_phases, range);
+    if let Some(out) = to.document(crate::query::documents::Document::Diff(&doc))? {
         write_text(&compared.diff, &compared.gates, all_phases, range, out)?;
     }
     Ok(compared.gates.iter().all(|r| r.passed))

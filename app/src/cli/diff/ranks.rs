@@ -1,26 +1,14 @@
 //! `diff` of two runs of several ranks: ranks paired by number, each gate on every rank.
 
-use std::io::Write;
 use std::path::Path;
 
 use anyhow::Result;
-use serde::Serialize;
 
-use crate::analysis::diff::{self, percent};
+use crate::query::diff::{self, percent};
 use crate::units::{bytes, signed_bytes};
 
 use super::text::{pct_text, write_text};
 use super::{Options, RunSide};
-
-/// A rank's comparison.
-#[derive(Serialize)]
-struct RankRow {
-    rank: u32,
-    a_peak_allocated_bytes: u64,
-    b_peak_allocated_bytes: u64,
-    delta_bytes: i64,
-    percent: Option<f64>,
-}
 
 /// `diff` of two runs of several ranks: ranks paired by number; each gate must hold on every
 /// rank, and says the rank where it came out worst; the full comparison of the rank whose peak
@@ -31,10 +19,10 @@ pub(super) fn ranks(
     side_a: &RunSide,
     side_b: &RunSide,
     options: &Options<'_>,
-    out: &mut dyn Write,
+    to: &mut crate::cli::To<'_>,
 ) -> Result<bool> {
-    let Options { json, gates, range, .. } = *options;
-    use crate::analysis::query::compare::{RanksNotCompared, compare_ranks, peak_growth};
+    let Options { gates, range, .. } = *options;
+    use crate::query::compare::{RanksNotCompared, compare_ranks, peak_growth};
     let mut compared = compare_ranks(&side_a.peaks, &side_b.peaks, gates).map_err(|why| match why {
         RanksNotCompared::NoRankInCommon(ranks_a, ranks_b) => {
             anyhow::anyhow!(
@@ -55,28 +43,14 @@ pub(super) fn ranks(
     let (worst_rank, worst) = compared.most_grown();
     let (only_a, only_b, results) = (&compared.only_in_a, &compared.only_in_b, &compared.gates);
     let grew = peak_growth;
-    let rows: Vec<RankRow> = compared
-        .pairs
-        .iter()
-        .map(|(rank, d)| RankRow {
-            rank: *rank,
-            a_peak_allocated_bytes: d.a.peak_allocated_bytes,
-            b_peak_allocated_bytes: d.b.peak_allocated_bytes,
-            delta_bytes: grew(d),
-            percent: percent(d.a.peak_allocated_bytes, d.b.peak_allocated_bytes),
-        })
-        .collect();
     let (a_max, b_max) = compared.highest_peak;
-    if json {
-        let doc = crate::analysis::query::documents::ranks_diff_document(
-            a.display().to_string(),
-            b.display().to_string(),
-            &compared,
-            range,
-        );
-        serde_json::to_writer_pretty(&mut *out, &doc)?;
-        writeln!(out)?;
-    } else {
+    let doc = crate::query::documents::ranks_diff_document(
+        a.display().to_string(),
+        b.display().to_string(),
+        &compared,
+        range,
+    );
+    if let Some(out) = to.document(crate::query::documents::Document::RanksDiff(&doc))? {
         writeln!(out, "A  {} ({} ranks)", a.display(), side_a.peaks.len())?;
         writeln!(out, "B  {} ({} ranks)", b.display(), side_b.peaks.len())?;
         if let Some(range) = range {
@@ -95,7 +69,7 @@ pub(super) fn ranks(
             pct_text(percent(a_max, b_max))
         )?;
         writeln!(out, "\n  {:>5}{:>14}{:>14}{:>13}{:>10}", "rank", "A", "B", "B - A", "")?;
-        for r in &rows {
+        for r in &doc.ranks {
             writeln!(
                 out,
                 "  {:>5}{:>14}{:>14}{:>13}{:>10}",

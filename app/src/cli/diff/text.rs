@@ -5,11 +5,11 @@ use std::io::Write;
 use anyhow::Result;
 use vramscope_trace_format::TraceRange;
 
-use crate::analysis::diff::{self, Diff, SiteDelta, percent};
+use crate::query::diff::{self, Diff, SiteDelta, percent};
 use crate::units::{bytes, signed_bytes};
 
 use super::GateResult;
-use crate::analysis::query::documents::{ITERATIONS_SHOWN, TOP_SITES as TOP};
+use crate::query::documents::{ITERATIONS_SHOWN, TOP_SITES as TOP};
 
 fn top(list: &[SiteDelta]) -> &[SiteDelta] {
     list.get(..TOP.min(list.len())).unwrap_or_default()

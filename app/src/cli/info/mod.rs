@@ -8,7 +8,9 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use vramscope_trace_format::TraceRange;
 
+use super::To;
 use crate::load::LoadedTrace;
+use crate::query::documents::Document;
 use crate::units::{bytes, counted, duration_ns};
 
 mod at;
@@ -17,16 +19,22 @@ mod ranks;
 mod text;
 
 pub use self::at::{When, parse_when, parse_when_arg};
-pub use self::oom::run_oom;
+pub use self::oom::{answer_oom, run_oom};
 use self::ranks::run_of_ranks;
 use self::text::{device_name, write_text};
 
 /// `info` on what the paths hold: one trace, or a run of several ranks (several files, a
 /// directory of them, or one recording of several ranks): per-rank rows and the run's summary.
 pub fn run_paths(paths: &[std::path::PathBuf], options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
-    let Options { json, at, blocks, all_phases, range } = *options;
+    answer(paths, options, &mut To::new(options.json, out))
+}
+
+/// [`run_paths`], its answer given `to` a writer or a keeper of the document (`options.json`
+/// aside: `to` says it).
+pub fn answer(paths: &[std::path::PathBuf], options: &Options<'_>, to: &mut To<'_>) -> Result<()> {
+    let Options { at, blocks, all_phases, range, .. } = *options;
     let summed = match crate::runs::open_for_summary(paths, range)? {
-        crate::runs::Held::Trace(loaded) => return run_loaded(&loaded, options, out),
+        crate::runs::Held::Trace(loaded) => return answer_loaded(&loaded, options, to),
         crate::runs::Held::Run(summed) => summed,
     };
     if at.is_some() || blocks > 0 || all_phases {
@@ -35,7 +43,7 @@ pub fn run_paths(paths: &[std::path::PathBuf], options: &Options<'_>, out: &mut 
              RUN.rankN.vtrace beside it)"
         );
     }
-    run_of_ranks(paths, &summed, json, range, out)
+    run_of_ranks(paths, &summed, range, to)
 }
 
 /// `info` on one file: its summary and, with `at`, what was alive at that instant (its text as
@@ -59,22 +67,13 @@ pub struct Options<'a> {
     pub range: Option<TraceRange>,
 }
 
-/// `info` on one loaded trace: its document, printed as JSON or as text.
-fn run_loaded(loaded: &LoadedTrace, options: &Options<'_>, out: &mut dyn Write) -> Result<()> {
-    let Options { json, at, blocks, all_phases, .. } = *options;
-    let doc = crate::analysis::query::documents::info_document(
-        &loaded.trace,
-        loaded.format,
-        &loaded.wrappers,
-        at,
-        blocks,
-        all_phases,
-    )
-    .map_err(|(text, why)| anyhow::anyhow!(crate::words::not_in_trace(&text, &why)))?;
-    if json {
-        serde_json::to_writer_pretty(&mut *out, &doc)?;
-        writeln!(out)?;
-    } else {
+/// `info` on one loaded trace: its document, given as JSON or as text.
+fn answer_loaded(loaded: &LoadedTrace, options: &Options<'_>, to: &mut To<'_>) -> Result<()> {
+    let Options { at, blocks, all_phases, .. } = *options;
+    let doc =
+        crate::query::documents::info_document(&loaded.trace, loaded.format, &loaded.wrappers, at, blocks, all_phases)
+            .map_err(|(text, why)| anyhow::anyhow!(crate::words::not_in_trace(&text, &why)))?;
+    if let Some(out) = to.document(Document::Info(&doc))? {
         let summary = &doc.summary;
         write_text(loaded, summary, out)?;
         if let Some(at) = &doc.at {

@@ -1,7 +1,5 @@
 //! `info` on a run of several ranks: a row per rank and what the run says.
 
-use std::io::Write;
-
 use anyhow::{Result, bail};
 use vramscope_trace_format::TraceRange;
 
@@ -10,9 +8,8 @@ use crate::units::{bytes, duration_ns};
 pub(super) fn run_of_ranks(
     paths: &[std::path::PathBuf],
     summed: &crate::runs::Summed,
-    json: bool,
     range: Option<TraceRange>,
-    out: &mut dyn Write,
+    to: &mut super::To<'_>,
 ) -> Result<()> {
     let Some(summary) = &summed.summary else {
         bail!(
@@ -24,12 +21,10 @@ pub(super) fn run_of_ranks(
     if let Some(range) = range {
         notes.insert(0, crate::words::range_note(range));
     }
-    if json {
-        let doc = crate::analysis::query::documents::RunDocument::new(summary, notes);
-        serde_json::to_writer_pretty(&mut *out, &doc)?;
-        writeln!(out)?;
-        return Ok(());
-    }
+    use crate::query::documents::{Document, RunDocument};
+    let doc = RunDocument::new(summary, notes);
+    let Some(out) = to.document(Document::Run(&doc))? else { return Ok(()) };
+    let notes = &doc.notes;
     writeln!(out, "{}", crate::words::run_headline(summary))?;
     let nodes = summary.ranks.iter().any(|r| r.node.is_some());
     writeln!(

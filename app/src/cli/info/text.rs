@@ -5,8 +5,8 @@ use std::io::Write;
 use anyhow::Result;
 use vramscope_trace_format::{Clock, DeviceId, SourceFormat, Trace};
 
-use crate::analysis::summary::{DeviceSummary, Summary};
 use crate::load::LoadedTrace;
+use crate::query::summary::{DeviceSummary, Summary};
 use crate::units::{bytes, count, counted, duration_ns};
 
 /// Splits text into lines of at most `width` characters at spaces (a longer word stays whole).

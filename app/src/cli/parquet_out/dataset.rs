@@ -18,7 +18,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 
 use super::{TABLES, Table, Values, tables};
-use crate::analysis::run::Rank;
+use crate::query::run::Rank;
 
 /// Rows per row group.
 const ROW_GROUP_ROWS: usize = 1 << 20;
@@ -184,7 +184,7 @@ mod tests {
     use vramscope_trace_format::{Event, EventKind, ProcessInfo, Trace};
 
     use super::*;
-    use crate::analysis::run::RankFrom;
+    use crate::query::run::RankFrom;
 
     fn rank(rank: u32, node: Option<u32>) -> Rank {
         let mut trace = Trace::default();

@@ -8,10 +8,10 @@ mod dataset;
 use rustc_hash::FxHashMap as HashMap;
 use vramscope_trace_format::{Clock, DeviceId, EventKind, SegmentPool, StackId, Trace};
 
-use crate::analysis::attribution::{Attribution, Attributor, Evidence};
-use crate::analysis::instant::allocation_site;
-use crate::analysis::run::Rank;
-use crate::analysis::{peak, replay};
+use crate::query::attribution::{Attribution, Attributor, Evidence};
+use crate::query::instant::allocation_site;
+use crate::query::run::Rank;
+use crate::query::{peak, replay};
 
 /// A column's values.
 enum Values {

@@ -5,9 +5,9 @@ use egui::Sense;
 use vramscope_trace_format::{Category, StackId, Trace};
 
 use super::swatch;
-use crate::analysis::instant::{self, AttributedBlock};
 use crate::gui::palette;
 use crate::gui::worker::InstantView;
+use crate::query::instant::{self, AttributedBlock};
 use crate::units;
 
 /// Bytes by category as bars, largest first.

@@ -10,9 +10,9 @@ use vramscope_trace_format::{AnnotationKind, Category, Trace};
 
 use super::axis::{self, x_span};
 use super::{line_swatch, swatch, unrecorded};
-use crate::analysis::timeline::{CATEGORIES, Column, Point};
 use crate::gui::document::{DeviceData, Document};
 use crate::gui::palette;
+use crate::query::timeline::{CATEGORIES, Column, Point};
 use crate::units;
 
 /// The timeline's view state (what persists while a trace is open).
