@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole check, as CI runs it: formatting, lints (warnings denied), every test, the pip wheel
+# The whole check, as CI runs it: formatting, lints (warnings denied; ruff and mypy --strict for
+# the Python side), every test, the pip wheel
 # (built, installed into a fresh venv, used from there), the docs, and a short fuzz run of each
 # importer. Run from anywhere; it works on a fresh machine and reuses the
 # build directories under /var/tmp when they are there.
@@ -31,6 +32,9 @@ mapfile -t module_dirs < <(find app analysis trace-format collector tests sample
 for dir in "${module_dirs[@]}"; do
     python3 scripts/module_cycles.py "$dir"
 done
+
+step "the Python side: ruff (lint and format) and mypy --strict over python/"
+scripts/check_python.sh
 
 step "clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings

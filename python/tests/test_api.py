@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import vramscope
+from vramscope._sizes import parse_size
 
 FIXTURES = Path(os.environ.get("VRAMSCOPE_FIXTURES", Path(__file__).resolve().parents[3] / "shared" / "fixtures"))
 SNAPSHOT = FIXTURES / "pytorch-snapshots" / "gpt_ctx128_fullstep_fp32.pickle"
@@ -21,17 +22,21 @@ FORWARD_MIXED = FIXTURES / "pytorch-snapshots" / "gpt_ctx128_forward_mixed.pickl
 PROFILE = FIXTURES / "torch-profiler" / "mlp_adam_cpu.chrome_trace.json"
 
 
-def command_json(*args: str) -> dict:
+def command_json(*args: str) -> dict[str, object]:
     done = subprocess.run([vramscope.binary(), *args], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)
+    answer: dict[str, object] = json.loads(done.stdout)
+    return answer
 
 
 def test_the_package_uses_the_command_installed_with_it() -> None:
     # The wheel puts the command in the environment's scripts folder, beside this interpreter.
     assert Path(vramscope.binary()).parent == Path(sys.executable).parent
-    assert vramscope.version() == subprocess.run(
-        [vramscope.binary(), "--version"], capture_output=True, text=True, check=True
-    ).stdout.split()[-1]
+    assert (
+        vramscope.version()
+        == subprocess.run([vramscope.binary(), "--version"], capture_output=True, text=True, check=True).stdout.split()[
+            -1
+        ]
+    )
 
 
 def test_summary_is_what_info_json_says() -> None:
@@ -60,22 +65,46 @@ def test_errors_name_the_file_and_the_problem(tmp_path: Path) -> None:
         vramscope.summary(bad)
     assert str(bad) in str(caught.value)
     assert "not a format vramscope reads" in str(caught.value)
-    assert caught.value.returncode == 2
+    assert caught.value.exit_status == 2
+    assert caught.value.returncode == 2, "the exit status under its earlier name"
+    assert "error:" in caught.value.stderr
     with pytest.raises(vramscope.VramscopeError, match="cannot read"):
         vramscope.summary(tmp_path / "missing.pickle")
 
 
 def test_a_wrong_vramscope_bin_is_said(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("VRAMSCOPE_BIN", str(tmp_path / "nothing"))
-    with pytest.raises(vramscope.VramscopeNotFound, match="VRAMSCOPE_BIN"):
+    with pytest.raises(vramscope.VramscopeNotFound, match="VRAMSCOPE_BIN") as caught:
         vramscope.summary(SNAPSHOT)
+    assert isinstance(caught.value, vramscope.VramscopeError)
+    assert caught.value.exit_status is None, "no command ran"
+
+
+def test_every_error_raised_on_purpose_is_a_vramscope_error(tmp_path: Path) -> None:
+    # Each is also the built-in error it was, for code that catches that.
+    with pytest.raises(vramscope.VramscopeUsageError, match="source must be") as usage:
+        vramscope.record(tmp_path / "a.vtrace", source="tpu")
+    with pytest.raises(vramscope.VramscopeUsageError, match="not a size") as size:
+        parse_size("lots")
+    (tmp_path / "kept.vtrace").write_bytes(b"mine")
+    with (
+        pytest.raises(vramscope.VramscopeFileExists, match="force=True") as exists,
+        vramscope.record(tmp_path / "kept.vtrace"),
+    ):
+        pass
+    for error, builtin in ((usage, ValueError), (size, ValueError), (exists, FileExistsError)):
+        assert isinstance(error.value, vramscope.VramscopeError)
+        assert isinstance(error.value, builtin)
+        assert error.value.exit_status is None
 
 
 def test_python_dash_m_is_the_command() -> None:
     done = subprocess.run([sys.executable, "-m", "vramscope", "--version"], capture_output=True, text=True)
     assert done.returncode == 0
     assert done.stdout.split()[-1] == vramscope.version()
-    done = subprocess.run([sys.executable, "-m", "vramscope", "info", "/nonexistent.pickle"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "vramscope", "info", "/nonexistent.pickle"], capture_output=True, text=True
+    )
     assert done.returncode == 2
     assert "/nonexistent.pickle" in done.stderr
 
@@ -84,5 +113,6 @@ def test_help_explains_every_function() -> None:
     for name in vramscope.__all__:
         item = getattr(vramscope, name)
         if inspect.isfunction(item) or inspect.isclass(item):
-            assert item.__doc__ and len(item.__doc__) > 40, name
+            assert item.__doc__, name
+            assert len(item.__doc__) > 40, name
     assert "summary" in (vramscope.__doc__ or "")

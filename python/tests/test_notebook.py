@@ -36,9 +36,13 @@ def test_a_recorded_cell_shows_the_image_and_info_s_numbers(tmp_path: Path) -> N
         nbformat.v4.new_code_cell("%load_ext vramscope"),
         nbformat.v4.new_code_cell(SETUP),
         nbformat.v4.new_code_cell(TRAIN),
-        nbformat.v4.new_code_cell("vramscope_summary = __import__('vramscope').summary('cell.vtrace')\nvramscope_summary"),
+        nbformat.v4.new_code_cell(
+            "vramscope_summary = __import__('vramscope').summary('cell.vtrace')\nvramscope_summary"
+        ),
     ]
-    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     nbformat.write(notebook, str(tmp_path / "ran.ipynb"))
 
     trace = tmp_path / "cell.vtrace"
@@ -59,5 +63,6 @@ def test_a_recorded_cell_shows_the_image_and_info_s_numbers(tmp_path: Path) -> N
         page = data["text/html"]
         numbers = {int(n) for n in re.findall(r"data-bytes='(\d+)'", page)}
         assert expected <= numbers, (expected, numbers)
-        assert "optimizer state" in page and "largest alive at the peak" in page
+        assert "optimizer state" in page
+        assert "largest alive at the peak" in page
         assert "Recorded inside the program" in page

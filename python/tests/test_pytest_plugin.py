@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-
 TESTS = """
 import pytest
 import torch
@@ -49,7 +48,9 @@ def test_a_limit_fails_only_the_test_over_it(pytester: pytest.Pytester) -> None:
     write(pytester, 256)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*test_over_its_limit*", "*peak allocated memory * passed the limit 97.7 KiB (100,000 bytes)*"])
+    result.stdout.fnmatch_lines(
+        ["*test_over_its_limit*", "*peak allocated memory * passed the limit 97.7 KiB (100,000 bytes)*"]
+    )
     result.stdout.no_fnmatch_line("*test_small*passed the limit*")
 
 
@@ -77,7 +78,9 @@ def test_a_gate_sees_tensors_made_without_a_model_and_fails_on_nothing(pytester:
     pytester.makepyfile(test_tensors=TENSORS_ONLY)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*test_holds_64_mib*", "*peak allocated memory 64.0 MiB (67,108,864 bytes) passed the limit 8.00 MiB*"])
+    result.stdout.fnmatch_lines(
+        ["*test_holds_64_mib*", "*peak allocated memory 64.0 MiB (67,108,864 bytes) passed the limit 8.00 MiB*"]
+    )
     result.stdout.fnmatch_lines(["*test_allocates_nothing*", "*vramscope recorded no allocations in this test*"])
 
 
@@ -93,11 +96,18 @@ def test_a_baseline_is_stored_then_holds_growth_to_the_gates(pytester: pytest.Py
     write(pytester, 512)
     grown = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "small", f"--vramscope-baseline={baseline}")
     grown.assert_outcomes(failed=1, deselected=2)
-    grown.stdout.fnmatch_lines(["*memory grew past the baseline*", "*B's peak is * higher*", "*gate peak_allocated_bytes: grew*FAILED*"])
+    grown.stdout.fnmatch_lines(
+        ["*memory grew past the baseline*", "*B's peak is * higher*", "*gate peak_allocated_bytes: grew*FAILED*"]
+    )
 
     # A gate wide enough passes; so does updating the baseline, which then holds.
     wide = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-k", "small", f"--vramscope-baseline={baseline}", "--vramscope-fail-if-peak-grows=1000"
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "small",
+        f"--vramscope-baseline={baseline}",
+        "--vramscope-fail-if-peak-grows=1000",
     )
     wide.assert_outcomes(passed=1, deselected=2)
     update = pytester.runpytest_subprocess(
@@ -109,7 +119,7 @@ def test_a_baseline_is_stored_then_holds_growth_to_the_gates(pytester: pytest.Py
 
 
 def test_sizes_read_as_people_write_them() -> None:
-    from vramscope.pytest_plugin import parse_size
+    from vramscope._sizes import parse_size
 
     assert parse_size("512 MiB") == 512 << 20
     assert parse_size(4096) == 4096
@@ -123,7 +133,7 @@ def test_sizes_read_as_people_write_them() -> None:
             continue
         text, expected = line.split("\t", 1)
         if expected == "error":
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match="not a size"):
                 parse_size(text)
         else:
             assert parse_size(text) == int(expected), text

@@ -3,24 +3,27 @@ tagged as ``vramscope record`` tags it, and recording never changes what the pro
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 import vramscope
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 
 # An MLP whose parameter bytes are known exactly: (64*256 + 256) + (256*256 + 256) + (256*10 + 10)
 # float32 values.
 PARAMETER_BYTES = 4 * ((64 * 256 + 256) + (256 * 256 + 256) + (256 * 10 + 10))
 
 
-def model_and_optimizer() -> tuple:
+def model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
@@ -28,7 +31,7 @@ def model_and_optimizer() -> tuple:
     return model, torch.optim.Adam(model.parameters(), lr=1e-3)
 
 
-def train(model, optimizer, steps: int = 3) -> float:
+def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int = 3) -> float:
     loss = torch.zeros(())
     for _ in range(steps):
         x = torch.randn(32, 64)
@@ -104,9 +107,8 @@ def test_as_a_decorator_and_through_an_exception(tmp_path: Path) -> None:
 def test_an_existing_file_is_kept_unless_forced(tmp_path: Path) -> None:
     path = tmp_path / "kept.vtrace"
     path.write_bytes(b"mine")
-    with pytest.raises(FileExistsError):
-        with vramscope.record(path):
-            pass
+    with pytest.raises(FileExistsError), vramscope.record(path):
+        pass
     assert path.read_bytes() == b"mine"
 
 

@@ -18,7 +18,8 @@ shows the timeline, the peak's breakdown and the top remedies under it.
 
 Every file vramscope reads works here too: PyTorch memory snapshots (``.pickle``), profiler
 traces and memory timelines (``.json``, ``.json.gz``), ``.vtrace`` recordings, and folders of
-per-rank files. Errors from the command are raised as :class:`VramscopeError` with its message.
+per-rank files. Every error the package raises on purpose is a :class:`VramscopeError`: when the
+command refused or failed, with its message and its ``exit_status``.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from typing import Any, Dict, List, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
-from ._binary import VramscopeNotFound, binary
-from ._oom import capture_oom
+from ._binary import binary
+from ._errors import VramscopeError, VramscopeFileExists, VramscopeNotFound, VramscopeUsageError
 from ._notebook import load_ipython_extension
+from ._oom import capture_oom
 from ._record import record
 from ._summary import Summary, format_bytes
 
@@ -38,7 +41,9 @@ __all__ = [
     "PathLike",
     "Summary",
     "VramscopeError",
+    "VramscopeFileExists",
     "VramscopeNotFound",
+    "VramscopeUsageError",
     "binary",
     "capture_oom",
     "compare",
@@ -53,20 +58,6 @@ __all__ = [
 #: A path to a trace: a string, a :class:`pathlib.Path`, or anything with ``__fspath__``
 #: (a recording returned by :func:`record` among them).
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-class VramscopeError(RuntimeError):
-    """The ``vramscope`` command refused or failed; ``str(error)`` is its message.
-
-    Attributes:
-        returncode: the command's exit status (2 for a file it cannot read or bad arguments).
-        stderr: everything it wrote to its standard error.
-    """
-
-    def __init__(self, message: str, returncode: int, stderr: str) -> None:
-        super().__init__(message)
-        self.returncode = returncode
-        self.stderr = stderr
 
 
 def _run(args: Sequence[str], ok: Sequence[int] = (0,)) -> str:
@@ -103,7 +94,8 @@ def summary(trace: PathLike, *, all_phases: bool = False) -> Summary:
         itself: the timeline by category, the peak's breakdown and the top remedies.
 
     Raises:
-        VramscopeError: the file cannot be read (the message names it and the problem).
+        VramscopeError: the file cannot be read (the message names it and the problem,
+            ``exit_status`` is the command's).
 
     >>> facts = vramscope.summary("run.vtrace")  # doctest: +SKIP
     >>> facts["devices"][0]["categories_at_peak"]  # doctest: +SKIP
@@ -116,8 +108,8 @@ def summary(trace: PathLike, *, all_phases: bool = False) -> Summary:
 
 
 def compare(
-    before: PathLike, after: PathLike, *, all_phases: bool = False, device: Union[int, str, None] = None
-) -> Dict[str, Any]:
+    before: PathLike, after: PathLike, *, all_phases: bool = False, device: int | str | None = None
+) -> dict[str, Any]:
     """What ``vramscope diff --json`` says: two runs side by side, phase by phase.
 
     Args:
@@ -139,10 +131,11 @@ def compare(
         args.append("--all-phases")
     if device is not None:
         args += ["--device", str(device)]
-    return json.loads(_run(args))
+    change: dict[str, Any] = json.loads(_run(args))
+    return change
 
 
-def open(trace: PathLike, *, view: Optional[str] = None) -> "subprocess.Popen[bytes]":  # noqa: A001
+def open(trace: PathLike, *, view: str | None = None) -> subprocess.Popen[bytes]:  # noqa: A001
     """Opens the vramscope app on a trace, in a window of its own, and returns at once.
 
     Args:
@@ -154,7 +147,7 @@ def open(trace: PathLike, *, view: Optional[str] = None) -> "subprocess.Popen[by
 
     >>> vramscope.open("run.vtrace", view="peak")  # doctest: +SKIP
     """
-    args: List[str] = [binary(), os.fspath(trace)]
+    args: list[str] = [binary(), os.fspath(trace)]
     if view is not None:
         args += ["--view", view]
     return subprocess.Popen(args, start_new_session=True, stdin=subprocess.DEVNULL)

@@ -9,15 +9,13 @@ import sys
 import sysconfig
 from pathlib import Path
 
-__all__ = ["binary", "VramscopeNotFound"]
+from ._errors import VramscopeNotFound
 
-
-class VramscopeNotFound(RuntimeError):
-    """The ``vramscope`` command that goes with this package cannot be found."""
+__all__ = ["VramscopeNotFound", "binary"]
 
 
 def _candidates() -> list[Path]:
-    found = []
+    found: list[Path] = []
     schemes = [None, f"{os.name}_user"]
     for scheme in schemes:
         try:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 __all__ = ["load_ipython_extension"]
 
@@ -20,7 +23,7 @@ def _free_name(stem: str) -> str:
     return candidate
 
 
-def load_ipython_extension(ipython: Any) -> None:
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     """Registers the ``%%vramscope`` cell magic (``%load_ext vramscope``).
 
     ``%%vramscope`` records the PyTorch memory of the cell it heads (in this kernel, as
@@ -40,14 +43,18 @@ def load_ipython_extension(ipython: Any) -> None:
     from IPython.core.magic import Magics, cell_magic, magics_class
     from IPython.display import display
 
-    from ._record import record
     from . import summary
+    from ._record import record
 
     parser = argparse.ArgumentParser(prog="%%vramscope", add_help=True)
     parser.add_argument("-o", "--output", help="the .vtrace to write (default: vramscope-cell<N>.vtrace)")
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
-    parser.add_argument("--source", choices=["auto", "cuda", "cpu"], default="auto",
-                        help="where tensors live: CUDA when available, else the CPU")
+    parser.add_argument(
+        "--source",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="where tensors live: CUDA when available, else the CPU",
+    )
 
     @magics_class
     class VramscopeMagics(Magics):
@@ -57,9 +64,9 @@ def load_ipython_extension(ipython: Any) -> None:
                 options = parser.parse_args(shlex.split(line))
             except SystemExit:
                 return
-            path = options.output or _free_name(f"vramscope-cell{self.shell.execution_count}")
+            path = options.output or _free_name(f"vramscope-cell{ipython.execution_count}")
             with record(path, source=options.source, force=options.force):
-                result = self.shell.run_cell(cell)
+                result = ipython.run_cell(cell)
             if os.path.exists(path):
                 display(summary(path))
             if result is not None and result.error_in_exec is not None:

@@ -7,7 +7,7 @@ import os
 __all__ = ["capture_oom"]
 
 
-def capture_oom(directory: "str | os.PathLike[str]" = "vramscope-oom") -> str:
+def capture_oom(directory: str | os.PathLike[str] = "vramscope-oom") -> str:
     """From now on, a CUDA out-of-memory error in this process leaves a snapshot of what led to
     it in ``directory`` and prints the post-mortem's first lines on stderr, before the exception
     goes on as it would.

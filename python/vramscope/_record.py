@@ -11,9 +11,13 @@ import sys
 import tempfile
 import threading
 from types import TracebackType
-from typing import Any, Optional, Type
+from typing import TYPE_CHECKING
 
 from ._binary import binary
+from ._errors import VramscopeError, VramscopeFileExists, VramscopeUsageError
+
+if TYPE_CHECKING:
+    from ._shim.vramscope_recorder import Recorder
 
 __all__ = ["record"]
 
@@ -37,6 +41,11 @@ class record(contextlib.ContextDecorator):
         source: ``"auto"`` (CUDA when available, else the CPU), ``"cuda"`` or ``"cpu"``.
         force: replace ``path`` if it exists.
 
+    Raises:
+        VramscopeUsageError: ``source`` is none of those (at construction).
+        VramscopeFileExists: ``path`` exists and ``force`` is not set (as the block begins).
+        VramscopeError: this recording is recording already (one per block).
+
     Example::
 
         import torch, vramscope
@@ -54,27 +63,27 @@ class record(contextlib.ContextDecorator):
     and the code inside runs as it would without it.
     """
 
-    def __init__(self, path: "str | os.PathLike[str]", *, source: str = "auto", force: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, source: str = "auto", force: bool = False) -> None:
         if source not in ("auto", "cuda", "cpu"):
-            raise ValueError(f"source must be 'auto', 'cuda' or 'cpu', not {source!r}")
+            raise VramscopeUsageError(f"source must be 'auto', 'cuda' or 'cpu', not {source!r}")
         self.path = os.path.abspath(os.fspath(path))
         self.source = source
         self.force = force
         self._lock = threading.Lock()
-        self._recorder: Any = None
-        self._dir: Optional[str] = None
+        self._recorder: Recorder | None = None
+        self._dir: str | None = None
         #: What ``vramscope`` said when it wrote the trace (its closing line).
         self.message: str = ""
 
     def __fspath__(self) -> str:
         return self.path
 
-    def __enter__(self) -> "record":
+    def __enter__(self) -> record:
         with self._lock:
             if self._recorder is not None:
-                raise RuntimeError("this vramscope.record is already recording; make one per block")
+                raise VramscopeError("this vramscope.record is already recording; make one per block")
             if os.path.exists(self.path) and not self.force:
-                raise FileExistsError(f"{self.path} exists: pass force=True to replace it")
+                raise VramscopeFileExists(f"{self.path} exists: pass force=True to replace it")
             try:
                 self._start()
             except Exception as error:  # never break the program
@@ -84,14 +93,14 @@ class record(contextlib.ContextDecorator):
 
     def __exit__(
         self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        traceback: Optional[TracebackType],
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
     ) -> None:
         self._finish()
 
     def _start(self) -> None:
-        import torch
+        import torch  # noqa: F401  (first: without torch, nothing is made)
 
         from ._shim import vramscope_torch
 
@@ -100,7 +109,7 @@ class record(contextlib.ContextDecorator):
         manifest = {"recorder_pid": os.getpid(), "command": list(sys.argv), "output": self.path}
         with open(os.path.join(self._dir, "recording.json"), "w", encoding="utf-8") as file:
             json.dump(manifest, file)
-        self._recorder = vramscope_torch.record_in_process(torch, self._dir, self.source)
+        self._recorder = vramscope_torch.record_in_process(self._dir, self.source)
         atexit.register(self._finish)
 
     def _finish(self) -> None:
@@ -127,11 +136,15 @@ class record(contextlib.ContextDecorator):
                 self.message = str(error)
             if done.returncode == 0:
                 _remove_tree(directory)
-                print(self.message.splitlines()[-1] if self.message else f"vramscope: wrote {self.path}",
-                      file=sys.stderr)
+                print(
+                    self.message.splitlines()[-1] if self.message else f"vramscope: wrote {self.path}", file=sys.stderr
+                )
             else:
-                print(f"vramscope: the trace was not written ({self.message}); what was recorded is kept in "
-                      f"{directory}: `vramscope convert {directory} -o {self.path}` writes it", file=sys.stderr)
+                print(
+                    f"vramscope: the trace was not written ({self.message}); what was recorded is kept in "
+                    f"{directory}: `vramscope convert {directory} -o {self.path}` writes it",
+                    file=sys.stderr,
+                )
 
 
 def _remove_tree(directory: str) -> None:

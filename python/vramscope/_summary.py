@@ -8,9 +8,12 @@ import json
 import os
 import subprocess
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any
 
 from ._binary import binary
+
+if TYPE_CHECKING:
+    from IPython.lib.pretty import RepresentationPrinter
 
 __all__ = ["Summary", "format_bytes"]
 
@@ -46,7 +49,7 @@ def format_bytes(value: int) -> str:
     return f"{amount:.2f} {unit}"
 
 
-class Summary(Dict[str, Any]):
+class Summary(dict[str, Any]):
     """What ``vramscope info --json`` says about a trace: a dict (``devices``, ``notes``, ...)
     that also draws itself in Jupyter: the timeline by category (the ``report`` image), the peak,
     what was alive then by category and by allocation site, growth, and the remedies that would
@@ -59,15 +62,15 @@ class Summary(Dict[str, Any]):
     >>> facts                                    # in a notebook cell: the picture and the tables
     """
 
-    def __init__(self, path: str, facts: Dict[str, Any]) -> None:
+    def __init__(self, path: str, facts: dict[str, Any]) -> None:
         super().__init__(facts)
         self.path = path
-        self._png: Optional[bytes] = None
+        self._png: bytes | None = None
 
-    def _command(self, *args: str) -> subprocess.CompletedProcess:
+    def _command(self, *args: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run([binary(), *args], capture_output=True, text=False, check=False)
 
-    def _repr_png_(self) -> Optional[bytes]:
+    def _repr_png_(self) -> bytes | None:
         """The timeline by category and the breakdown at the peak (``vramscope report``)."""
         if self._png is None:
             with tempfile.TemporaryDirectory(prefix="vramscope-") as directory:
@@ -79,21 +82,24 @@ class Summary(Dict[str, Any]):
                     self._png = file.read()
         return self._png
 
-    def _json(self, *args: str) -> Optional[Dict[str, Any]]:
+    def _json(self, *args: str) -> dict[str, Any] | None:
         done = self._command(*args)
         if done.returncode != 0:
             return None
         try:
-            return json.loads(done.stdout)
+            answer: dict[str, Any] = json.loads(done.stdout)
         except ValueError:
             return None
+        return answer
 
     def _repr_html_(self) -> str:
-        parts: List[str] = [f"<div class='vramscope-summary'><h4>vramscope: {html.escape(self.path)}</h4>"]
+        parts: list[str] = [f"<div class='vramscope-summary'><h4>vramscope: {html.escape(self.path)}</h4>"]
         png = self._repr_png_()
         if png is not None:
             encoded = base64.b64encode(png).decode("ascii")
-            parts.append(f"<img alt='timeline by category' style='max-width:100%' src='data:image/png;base64,{encoded}'/>")
+            parts.append(
+                f"<img alt='timeline by category' style='max-width:100%' src='data:image/png;base64,{encoded}'/>"
+            )
         blocks = self._json("info", "--json", "--blocks", "8", self.path) or {}
         largest = {d.get("device"): d.get("blocks", []) for d in blocks.get("largest_blocks", {}).get("devices", [])}
         for device in self.get("devices", []):
@@ -116,7 +122,7 @@ class Summary(Dict[str, Any]):
             )
         return "\n".join(lines)
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+    def _repr_pretty_(self, printer: RepresentationPrinter, cycle: bool) -> None:
         printer.text(repr(self))
 
 
@@ -125,14 +131,16 @@ def _bytes_cell(value: int) -> str:
     return f"<td style='text-align:right' data-bytes='{value}' title='{value:,} bytes'>{format_bytes(value)}</td>"
 
 
-def _device_html(device: Dict[str, Any], blocks: List[Dict[str, Any]]) -> str:
+def _device_html(device: dict[str, Any], blocks: list[dict[str, Any]]) -> str:
     label = html.escape(str(device.get("label", device.get("device"))))
     peak = device.get("peak_allocated_bytes", 0)
     rows = [
-        f"<h5>{label}: peak allocated <span data-bytes='{peak}'>{format_bytes(peak)}</span>, "
-        f"reserved <span data-bytes='{device.get('peak_reserved_bytes', 0)}'>"
-        f"{format_bytes(device.get('peak_reserved_bytes', 0))}</span>"
-        f"{'' if device.get('reserved_recorded', True) else ' (not recorded)'}</h5>",
+        (
+            f"<h5>{label}: peak allocated <span data-bytes='{peak}'>{format_bytes(peak)}</span>, "
+            f"reserved <span data-bytes='{device.get('peak_reserved_bytes', 0)}'>"
+            f"{format_bytes(device.get('peak_reserved_bytes', 0))}</span>"
+            f"{'' if device.get('reserved_recorded', True) else ' (not recorded)'}</h5>"
+        ),
         "<table><tr><th>at the peak</th><th>bytes</th><th>share</th><th></th></tr>",
     ]
     categories = sorted(device.get("categories_at_peak", {}).items(), key=lambda kv: -kv[1])
@@ -165,7 +173,7 @@ def _device_html(device: Dict[str, Any], blocks: List[Dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def _remedies_html(advice: Dict[str, Any]) -> str:
+def _remedies_html(advice: dict[str, Any]) -> str:
     rows = ["<table><tr><th>remedy (projected by replaying the run)</th><th>peak</th><th>saves</th></tr>"]
     remedies = sorted(advice["remedies"], key=lambda r: -r.get("saving_bytes", 0))[:3]
     for remedy in remedies:

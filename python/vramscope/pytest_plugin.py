@@ -19,29 +19,51 @@ instead. Every recorded trace is kept (the failure message says where) for openi
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any, Generator, List, Optional
 
 import pytest
 
 from ._sizes import parse_size
 
+# Where a marked test's trace goes (the folder), set by the fixture below for the hook.
+_TRACES = pytest.StashKey[Path]()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("vramscope", "GPU memory gates (vramscope)")
-    group.addoption("--vramscope-baseline", metavar="DIR",
-                    help="store each marked test's trace in DIR once, then fail tests whose memory grows past the gates")
-    group.addoption("--vramscope-update-baseline", action="store_true",
-                    help="with --vramscope-baseline: store this run's traces as the new baseline")
-    group.addoption("--vramscope-fail-if-peak-grows", metavar="PCT",
-                    help="fail when a test's allocated peak is more than PCT percent above its baseline's (default 5)")
-    group.addoption("--vramscope-fail-if-category-grows", metavar="CAT=PCT", action="append", default=[],
-                    help="fail when a category's bytes at the peak grow more than PCT percent (repeatable)")
-    group.addoption("--vramscope-fail-if-phase-grows", metavar="PHASE[:CAT]=PCT", action="append", default=[],
-                    help="fail when a phase's high point grows more than PCT percent (repeatable)")
+    group.addoption(
+        "--vramscope-baseline",
+        metavar="DIR",
+        help="store each marked test's trace in DIR once, then fail tests whose memory grows past the gates",
+    )
+    group.addoption(
+        "--vramscope-update-baseline",
+        action="store_true",
+        help="with --vramscope-baseline: store this run's traces as the new baseline",
+    )
+    group.addoption(
+        "--vramscope-fail-if-peak-grows",
+        metavar="PCT",
+        help="fail when a test's allocated peak is more than PCT percent above its baseline's (default 5)",
+    )
+    group.addoption(
+        "--vramscope-fail-if-category-grows",
+        metavar="CAT=PCT",
+        action="append",
+        default=[],
+        help="fail when a category's bytes at the peak grow more than PCT percent (repeatable)",
+    )
+    group.addoption(
+        "--vramscope-fail-if-phase-grows",
+        metavar="PHASE[:CAT]=PCT",
+        action="append",
+        default=[],
+        help="fail when a phase's high point grows more than PCT percent (repeatable)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,19 +78,19 @@ def _name(item: pytest.Item) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:200]
 
 
-def _peak(path: str) -> "tuple[int, int]":
+def _peak(path: str) -> tuple[int, int]:
     """The highest allocated peak of any device in the trace, and how many allocator events the
     trace holds (0: it saw nothing, and no gate may pass on it)."""
     from . import summary
 
     facts = summary(path)
     devices = facts.get("devices", [])
-    peak = max((d.get("peak_allocated_bytes", 0) for d in devices), default=0)
+    peak = max((int(d.get("peak_allocated_bytes", 0)) for d in devices), default=0)
     return peak, int(facts.get("allocator_events", 0))
 
 
-def _gates(config: pytest.Config) -> List[str]:
-    args: List[str] = []
+def _gates(config: pytest.Config) -> list[str]:
+    args: list[str] = []
     peak = config.getoption("--vramscope-fail-if-peak-grows")
     categories = config.getoption("--vramscope-fail-if-category-grows")
     phases = config.getoption("--vramscope-fail-if-phase-grows")
@@ -83,18 +105,31 @@ def _gates(config: pytest.Config) -> List[str]:
     return args
 
 
+@pytest.fixture(autouse=True)
+def _vramscope_traces(request: pytest.FixtureRequest) -> None:
+    """For a marked test: where its trace goes, in pytest's own base temporary folder (so it is
+    kept as pytest keeps its temporary folders), for `pytest_runtest_call` below."""
+    if request.node.get_closest_marker("vramscope") is not None:
+        factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
+        request.node.stash[_TRACES] = factory.getbasetemp() / "vramscope"
+
+
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     marker = item.get_closest_marker("vramscope")
     if marker is None:
         return (yield)
     from . import binary, format_bytes, record
 
-    limit: Optional[int] = None
+    folder = item.stash.get(_TRACES, None)
+    if folder is None:  # not a test function, which fixtures (the one above) are for
+        raise pytest.fail.Exception(
+            f"vramscope records test functions only, not {type(item).__name__} items", pytrace=False
+        )
+    limit: int | None = None
     if marker.kwargs.get("max_peak") is not None:
         limit = parse_size(marker.kwargs["max_peak"])
     config = item.config
-    folder = config._tmp_path_factory.getbasetemp() / "vramscope"  # kept as pytest keeps its temp folders
     folder.mkdir(parents=True, exist_ok=True)
     trace = folder / f"{_name(item)}.vtrace"
     recording = record(trace, force=True)
@@ -104,8 +139,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     finally:
         recording.__exit__(None, None, None)
     if not trace.exists():
-        raise pytest.fail.Exception(f"vramscope could not record this test: {recording.message or 'no trace written'}",
-                                    pytrace=False)
+        raise pytest.fail.Exception(
+            f"vramscope could not record this test: {recording.message or 'no trace written'}", pytrace=False
+        )
     peak, events = _peak(str(trace))
     if events == 0:
         # A gate that saw nothing must not pass: the memory may have been allocated where the
@@ -115,13 +151,12 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
             f"nothing the test did went through PyTorch's allocator while it was recorded (the trace: {trace})",
             pytrace=False,
         )
-    if limit is not None:
-        if peak > limit:
-            raise pytest.fail.Exception(
-                f"peak allocated memory {format_bytes(peak)} ({peak:,} bytes) passed the limit "
-                f"{format_bytes(limit)} ({limit:,} bytes); the trace: {trace} (`vramscope {trace}` opens it)",
-                pytrace=False,
-            )
+    if limit is not None and peak > limit:
+        raise pytest.fail.Exception(
+            f"peak allocated memory {format_bytes(peak)} ({peak:,} bytes) passed the limit "
+            f"{format_bytes(limit)} ({limit:,} bytes); the trace: {trace} (`vramscope {trace}` opens it)",
+            pytrace=False,
+        )
     baseline_dir = config.getoption("--vramscope-baseline")
     if baseline_dir:
         baseline = Path(baseline_dir) / f"{_name(item)}.vtrace"
@@ -129,8 +164,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
             baseline.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(trace, baseline)
             return result
-        done = subprocess.run([binary(), "diff", *_gates(config), str(baseline), str(trace)],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [binary(), "diff", *_gates(config), str(baseline), str(trace)], capture_output=True, text=True, check=False
+        )
         if done.returncode != 0:
             lines = [line for line in done.stdout.splitlines() if line.strip()]
             sentence = next((line for line in lines if not line.startswith(("A ", "B "))), "")

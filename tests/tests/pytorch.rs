@@ -557,7 +557,7 @@ fn a_snapshot_on_the_timer_thread_does_not_import_inductor_under_the_program() {
 import sys, threading, time
 sys.path.insert(0, sys.argv[1])
 import torch
-import vramscope_torch
+import vramscope_patches
 
 first = []
 class Watch:
@@ -568,7 +568,7 @@ class Watch:
 sys.meta_path.insert(0, Watch())
 
 original = torch.__dict__["__getattr__"]
-taking = vramscope_torch._WithoutLazyInductor()
+taking = vramscope_patches.WithoutLazyInductor()
 undo = taking.install(torch)
 looked = []
 stop = threading.Event()

@@ -1,16 +1,23 @@
 # vramscope record's Python start-up hook: `vramscope record` puts this directory first on
 # PYTHONPATH, so Python imports this file at start-up (the `site` module imports `sitecustomize`).
 # It arms vramscope_torch (which waits for the program to import torch and does nothing
-# otherwise) and, under `vramscope run`, the out-of-memory capture (vramscope_oom), then runs the program's own sitecustomize, if there is one further down the path.
+# otherwise) and, under `vramscope run`, the out-of-memory capture (vramscope_oom), then runs the
+# program's own sitecustomize, if there is one further down the path.
 
 
-def _vramscope_start():
+def _vramscope_start() -> None:
     import os
     import sys
 
+    # Not `typing.TYPE_CHECKING`: this runs at every interpreter start, which need not import typing.
+    TYPE_CHECKING = False
+
     here = os.path.dirname(os.path.abspath(__file__))
     try:
-        import vramscope_torch
+        if TYPE_CHECKING or "." in __name__:  # only ever top-level here; the other is for the checker
+            from . import vramscope_torch
+        else:
+            import vramscope_torch
 
         vramscope_torch.arm()
     except Exception as error:  # never break the program: say why and go on without tags
@@ -18,7 +25,10 @@ def _vramscope_start():
     # `vramscope run`: out-of-memory errors caught (vramscope_oom.py).
     if os.environ.get("VRAMSCOPE_CAPTURE_OOM"):
         try:
-            import vramscope_oom
+            if TYPE_CHECKING or "." in __name__:
+                from . import vramscope_oom
+            else:
+                import vramscope_oom
 
             vramscope_oom.arm(os.environ["VRAMSCOPE_CAPTURE_OOM"])
         except Exception as error:
