@@ -251,6 +251,13 @@ pub enum Command {
         /// Replace OUT if it exists.
         #[arg(long)]
         force: bool,
+        /// Also print what the picture shows as one JSON document (`vramscope schema report`):
+        /// each run's summary and the advisor's projections, instead of "wrote OUT".
+        #[arg(long)]
+        json: bool,
+        /// With --json, also list the N largest blocks alive at each device's peak.
+        #[arg(long, value_name = "N", default_value_t = 0, requires = "json")]
+        blocks: usize,
         #[command(flatten)]
         range: RangeArg,
     },

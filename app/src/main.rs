@@ -105,9 +105,10 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             }
         }
-        Some(Command::Report { file, file2, output, force, range }) => {
+        Some(Command::Report { file, file2, output, force, json, blocks, range }) => {
             let files: Vec<PathBuf> = std::iter::once(file).chain(file2).collect();
-            vramscope::cli::report::run(&files, &output, force, range.range, &mut stdout)
+            let options = vramscope::cli::report::Options { force, range: range.range, blocks };
+            vramscope::cli::report::run(&files, &output, options, &mut vramscope::cli::To::new(json, &mut stdout))
         }
         Some(Command::Record { output, live, serve, tui, force, torch, command }) => {
             let torch = match torch {

@@ -316,7 +316,7 @@ pub use crate::query::documents::RankChosen;
 pub fn highest_rank(
     path: &Path,
     range: Option<vramscope_trace_format::TraceRange>,
-) -> Result<(vramscope_trace_format::Trace, Option<RankChosen>)> {
+) -> Result<(LoadedTrace, Option<RankChosen>)> {
     let (summary, origin) = if path.is_dir() {
         let summed = summaries(&[path.to_path_buf()], range)?;
         for note in crate::words::run_notes(&summed.notes, &summed.skipped) {
@@ -328,31 +328,35 @@ pub fn highest_rank(
         let origin = summed.origins.iter().find(|o| o.0 == summary.worst_rank).map(|o| o.1.clone());
         (summary, origin)
     } else {
-        let loaded = load::load(path, range)?;
+        let mut loaded = load::load(path, range)?;
         for warning in &loaded.warnings {
             eprintln!("warning: {}: {warning}", path.display());
         }
         if !crate::query::run::holds_ranks(&loaded.trace) {
-            return Ok((loaded.trace, None));
+            return Ok((loaded, None));
         }
-        let mut run = Run::of(vec![(path.display().to_string(), loaded.trace)]);
+        let trace = std::mem::take(&mut loaded.trace);
+        let mut run = Run::of(vec![(path.display().to_string(), trace)]);
         let Some(summary) = crate::query::run::summarize(&run) else {
             bail!("{}: no rank holds memory events to advise on", path.display());
         };
         let Some(at) = run.ranks.iter().position(|r| r.rank == summary.worst_rank) else {
             bail!("rank {} is gone", summary.worst_rank)
         };
-        let rank = run.ranks.swap_remove(at);
+        loaded.trace = run.ranks.swap_remove(at).trace;
         let peaks = summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect();
-        return Ok((rank.trace, (summary.ranks.len() > 1).then_some(RankChosen { rank: summary.worst_rank, peaks })));
+        return Ok((loaded, (summary.ranks.len() > 1).then_some(RankChosen { rank: summary.worst_rank, peaks })));
     };
     let Some(origin) = origin else { bail!("rank {} is gone", summary.worst_rank) };
-    let trace = read_rank(&origin)?;
+    let mut loaded = load::load(&origin.path, origin.range)?;
+    if let Some(p) = origin.process {
+        loaded.trace = std::mem::take(&mut loaded.trace).of_process(vramscope_trace_format::ProcessId(p));
+    }
     if summary.ranks.len() == 1 {
-        return Ok((trace, None));
+        return Ok((loaded, None));
     }
     let peaks = summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect();
-    Ok((trace, Some(RankChosen { rank: summary.worst_rank, peaks })))
+    Ok((loaded, Some(RankChosen { rank: summary.worst_rank, peaks })))
 }
 
 /// The process of `trace` whose allocated peak is highest (the first, on ties).

@@ -116,3 +116,28 @@ def test_help_explains_every_function() -> None:
             assert item.__doc__, name
             assert len(item.__doc__) > 40, name
     assert "summary" in (vramscope.__doc__ or "")
+
+
+def test_the_notebook_display_runs_the_command_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    facts = vramscope.summary(FORWARD_FP32)
+    calls: list[list[str]] = []
+    real = subprocess.run
+
+    def counting(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append(list(args))
+        done: subprocess.CompletedProcess[str] = real(args, **kwargs)  # type: ignore[call-overload]
+        return done
+
+    monkeypatch.setattr(subprocess, "run", counting)
+    shown = facts._repr_html_()
+    png = facts._repr_png_()
+    assert [call[1] for call in calls] == ["report"], calls
+    assert png is not None
+    assert png.startswith(b"\x89PNG")
+    assert "<img" in shown
+    assert "largest alive at the peak" in shown
+    assert "remedy" in shown
+    # Its numbers are the command's: the largest block shown is info --blocks' largest.
+    largest = command_json("info", "--json", "--blocks", "1", str(FORWARD_FP32))["largest_blocks"]
+    first = largest["devices"][0]["blocks"][0]  # type: ignore[index]
+    assert f"data-bytes='{first['size_bytes']}'" in shown

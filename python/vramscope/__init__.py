@@ -27,10 +27,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Sequence
-from typing import Any, Union
+from collections.abc import Mapping, Sequence
+from typing import Union
 
 from ._binary import binary
+from ._documents import (
+    AdviceDocument,
+    DiffDocument,
+    InfoDocument,
+    OomDocument,
+    RanksDiffDocument,
+    ReportDocument,
+    RunDocument,
+)
 from ._errors import VramscopeError, VramscopeFileExists, VramscopeNotFound, VramscopeUsageError
 from ._notebook import load_ipython_extension
 from ._oom import capture_oom
@@ -38,7 +47,14 @@ from ._record import record
 from ._summary import Summary, format_bytes
 
 __all__ = [
+    "AdviceDocument",
+    "DiffDocument",
+    "InfoDocument",
+    "OomDocument",
     "PathLike",
+    "RanksDiffDocument",
+    "ReportDocument",
+    "RunDocument",
     "Summary",
     "VramscopeError",
     "VramscopeFileExists",
@@ -104,35 +120,63 @@ def summary(trace: PathLike, *, all_phases: bool = False) -> Summary:
     args = ["info", "--json", os.fspath(trace)]
     if all_phases:
         args.append("--all-phases")
-    return Summary(os.fspath(trace), json.loads(_run(args)))
+    facts: InfoDocument | RunDocument = json.loads(_run(args))
+    return Summary(os.fspath(trace), facts)
 
 
 def compare(
-    before: PathLike, after: PathLike, *, all_phases: bool = False, device: int | str | None = None
-) -> dict[str, Any]:
-    """What ``vramscope diff --json`` says: two runs side by side, phase by phase.
+    before: PathLike,
+    after: PathLike,
+    *,
+    all_phases: bool = False,
+    device: int | str | None = None,
+    fail_if_peak_grows: float | None = None,
+    fail_if_category_grows: Mapping[str, float] | None = None,
+    fail_if_phase_grows: Mapping[str, float] | None = None,
+) -> DiffDocument | RanksDiffDocument:
+    """What ``vramscope diff --json`` says: two runs side by side, phase by phase, with gates.
 
     Args:
-        before: the baseline trace.
+        before: the baseline trace (or a folder of per-rank files).
         after: the trace to compare with it.
-        all_phases: every phase row, not only the highest ones.
+        all_phases: every phase row, not only the first iterations'.
         device: compare this device: an index (``0``), ``"cuda:1"`` or ``"host"``.
+        fail_if_peak_grows: a gate: the allocated peak may grow at most this many percent.
+        fail_if_category_grows: gates by category at the peak, e.g. ``{"activation": 10}``.
+        fail_if_phase_grows: gates by phase's high point, e.g. ``{"forward": 5, "backward:activation": 10}``.
 
     Returns:
-        A dict with both runs' peaks, what changed most (categories, phases, allocation sites)
-        and the sentence ``diff`` prints.
+        A :class:`DiffDocument` (two traces: ``a`` and ``b`` at their peaks, ``delta``, the
+        ``summary`` sentence, the phases and sites that changed, each gate with its ``words``,
+        and ``gates_hold``), or a :class:`RanksDiffDocument` for two runs of several ranks. A gate
+        that fails is in the answer (``gates_hold`` is false), not an error.
 
-    >>> change = vramscope.compare("main.vtrace", "branch.vtrace")  # doctest: +SKIP
-    >>> change["devices"][0]["peak_allocated_delta_bytes"]  # doctest: +SKIP
-    25165824
+    Raises:
+        VramscopeError: a file cannot be read or a gate cannot be checked (``exit_status`` 2).
+
+    >>> change = vramscope.compare("main.vtrace", "branch.vtrace", fail_if_peak_grows=5)  # doctest: +SKIP
+    >>> change["delta"]["peak_allocated_bytes"], change["gates_hold"]  # doctest: +SKIP
+    (25165824, True)
     """
-    args = ["diff", "--json", os.fspath(before), os.fspath(after)]
+    args = [os.fspath(before), os.fspath(after)]
     if all_phases:
         args.append("--all-phases")
     if device is not None:
         args += ["--device", str(device)]
-    change: dict[str, Any] = json.loads(_run(args))
-    return change
+    if fail_if_peak_grows is not None:
+        args += ["--fail-if-peak-grows", str(fail_if_peak_grows)]
+    for name, percent in (fail_if_category_grows or {}).items():
+        args += ["--fail-if-category-grows", f"{name}={percent}"]
+    for name, percent in (fail_if_phase_grows or {}).items():
+        args += ["--fail-if-phase-grows", f"{name}={percent}"]
+    return _diff(args)
+
+
+def _diff(args: Sequence[str]) -> DiffDocument | RanksDiffDocument:
+    """`diff --json ARGS...` (the two traces and the gates): its document, a gate that failed
+    (exit status 1) included."""
+    document: DiffDocument | RanksDiffDocument = json.loads(_run(["diff", "--json", *args], ok=(0, 1)))
+    return document
 
 
 def open(trace: PathLike, *, view: str | None = None) -> subprocess.Popen[bytes]:  # noqa: A001

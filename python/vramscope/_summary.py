@@ -8,9 +8,10 @@ import json
 import os
 import subprocess
 import tempfile
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._binary import binary
+from ._documents import AdviceDocument, BlockOut, InfoDocument, ReportDocument, RunDocument
 
 if TYPE_CHECKING:
     from IPython.lib.pretty import RepresentationPrinter
@@ -53,7 +54,12 @@ class Summary(dict[str, Any]):
     """What ``vramscope info --json`` says about a trace: a dict (``devices``, ``notes``, ...)
     that also draws itself in Jupyter: the timeline by category (the ``report`` image), the peak,
     what was alive then by category and by allocation site, growth, and the remedies that would
-    lower the peak most (``advise``).
+    lower the peak most (``advise``). Drawing it runs the command once (``vramscope report
+    --json``), the first time it is shown.
+
+    Its keys are those of an :class:`~vramscope.InfoDocument` (one trace) or a
+    :class:`~vramscope.RunDocument` (a run of several ranks); :attr:`document` is the same dict,
+    typed as such.
 
     Attributes:
         path: the trace it describes.
@@ -62,50 +68,61 @@ class Summary(dict[str, Any]):
     >>> facts                                    # in a notebook cell: the picture and the tables
     """
 
-    def __init__(self, path: str, facts: dict[str, Any]) -> None:
+    def __init__(self, path: str, facts: InfoDocument | RunDocument) -> None:
         super().__init__(facts)
         self.path = path
-        self._png: bytes | None = None
+        self._report: tuple[bytes | None, ReportDocument | None] | None = None
 
-    def _command(self, *args: str) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run([binary(), *args], capture_output=True, text=False, check=False)
+    @property
+    def document(self) -> InfoDocument | RunDocument:
+        """This summary, typed: an :class:`~vramscope.InfoDocument`, or a
+        :class:`~vramscope.RunDocument` when it has a ``run`` key."""
+        return cast("InfoDocument | RunDocument", self)
+
+    def _drawn(self) -> tuple[bytes | None, ReportDocument | None]:
+        """The report's image and what it shows, from one run of the command (kept)."""
+        if self._report is None:
+            with tempfile.TemporaryDirectory(prefix="vramscope-") as directory:
+                image = os.path.join(directory, "report.png")
+                done = subprocess.run(
+                    [binary(), "report", self.path, "-o", image, "--json", "--blocks", "8"],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                png: bytes | None = None
+                shown: ReportDocument | None = None
+                if done.returncode == 0 and os.path.exists(image):
+                    with open(image, "rb") as file:
+                        png = file.read()
+                    try:
+                        shown = json.loads(done.stdout)
+                    except ValueError:
+                        shown = None
+                self._report = (png, shown)
+        return self._report
 
     def _repr_png_(self) -> bytes | None:
         """The timeline by category and the breakdown at the peak (``vramscope report``)."""
-        if self._png is None:
-            with tempfile.TemporaryDirectory(prefix="vramscope-") as directory:
-                image = os.path.join(directory, "report.png")
-                done = self._command("report", self.path, "-o", image)
-                if done.returncode != 0 or not os.path.exists(image):
-                    return None
-                with open(image, "rb") as file:
-                    self._png = file.read()
-        return self._png
-
-    def _json(self, *args: str) -> dict[str, Any] | None:
-        done = self._command(*args)
-        if done.returncode != 0:
-            return None
-        try:
-            answer: dict[str, Any] = json.loads(done.stdout)
-        except ValueError:
-            return None
-        return answer
+        return self._drawn()[0]
 
     def _repr_html_(self) -> str:
         parts: list[str] = [f"<div class='vramscope-summary'><h4>vramscope: {html.escape(self.path)}</h4>"]
-        png = self._repr_png_()
+        png, shown = self._drawn()
         if png is not None:
             encoded = base64.b64encode(png).decode("ascii")
             parts.append(
                 f"<img alt='timeline by category' style='max-width:100%' src='data:image/png;base64,{encoded}'/>"
             )
-        blocks = self._json("info", "--json", "--blocks", "8", self.path) or {}
-        largest = {d.get("device"): d.get("blocks", []) for d in blocks.get("largest_blocks", {}).get("devices", [])}
+        drawn = shown["runs"][0] if shown and shown["runs"] else None
+        largest: dict[int, list[BlockOut]] = {}
+        if drawn is not None:
+            blocks = drawn["info"].get("largest_blocks")
+            largest = {d["device"]: d["blocks"] for d in blocks["devices"]} if blocks else {}
         for device in self.get("devices", []):
             parts.append(_device_html(device, largest.get(device.get("device"), [])))
-        advice = self._json("advise", "--json", self.path)
-        if advice and advice.get("remedies"):
+        advice = drawn["advice"] if drawn is not None else None
+        if advice and advice["remedies"]:
             parts.append(_remedies_html(advice))
         for note in self.get("notes", []):
             parts.append(f"<p><i>{html.escape(note)}</i></p>")
@@ -131,7 +148,7 @@ def _bytes_cell(value: int) -> str:
     return f"<td style='text-align:right' data-bytes='{value}' title='{value:,} bytes'>{format_bytes(value)}</td>"
 
 
-def _device_html(device: dict[str, Any], blocks: list[dict[str, Any]]) -> str:
+def _device_html(device: dict[str, Any], blocks: list[BlockOut]) -> str:
     label = html.escape(str(device.get("label", device.get("device"))))
     peak = device.get("peak_allocated_bytes", 0)
     rows = [
@@ -157,11 +174,11 @@ def _device_html(device: dict[str, Any], blocks: list[dict[str, Any]]) -> str:
     if blocks:
         rows.append("<table><tr><th>largest alive at the peak</th><th>bytes</th><th>category</th><th>why</th></tr>")
         for block in blocks:
-            words = _CATEGORIES.get(block.get("category", ""), ("", block.get("category", "")))[1]
+            words = _CATEGORIES.get(block["category"], ("", block["category"]))[1]
             rows.append(
-                f"<tr><td><code>{html.escape(str(block.get('site', '')))}</code></td>"
-                f"{_bytes_cell(block.get('size_bytes', 0))}<td>{html.escape(words)}</td>"
-                f"<td>{html.escape(str(block.get('why', '')))}</td></tr>"
+                f"<tr><td><code>{html.escape(block['site'])}</code></td>"
+                f"{_bytes_cell(block['size_bytes'])}<td>{html.escape(words)}</td>"
+                f"<td>{html.escape(block['why'])}</td></tr>"
             )
         rows.append("</table>")
     growth = device.get("growth")
@@ -173,14 +190,14 @@ def _device_html(device: dict[str, Any], blocks: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def _remedies_html(advice: dict[str, Any]) -> str:
+def _remedies_html(advice: AdviceDocument) -> str:
     rows = ["<table><tr><th>remedy (projected by replaying the run)</th><th>peak</th><th>saves</th></tr>"]
-    remedies = sorted(advice["remedies"], key=lambda r: -r.get("saving_bytes", 0))[:3]
+    remedies = sorted(advice["remedies"], key=lambda r: -r["saving_bytes"])[:3]
     for remedy in remedies:
         rows.append(
-            f"<tr><td>{html.escape(str(remedy.get('change', remedy.get('id', ''))))}</td>"
-            f"{_bytes_cell(remedy.get('projected_peak_allocated_bytes', 0))}"
-            f"{_bytes_cell(remedy.get('saving_bytes', 0))}</tr>"
+            f"<tr><td>{html.escape(remedy['change'] or remedy['id'])}</td>"
+            f"{_bytes_cell(remedy['projected_peak_allocated_bytes'])}"
+            f"{_bytes_cell(remedy['saving_bytes'])}</tr>"
         )
     rows.append("</table>")
     return "\n".join(rows)

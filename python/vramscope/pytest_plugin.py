@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from collections.abc import Generator
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
 from ._sizes import parse_size
+
+if TYPE_CHECKING:
+    from ._documents import DiffDocument, RanksDiffDocument, RunDocument
 
 # Where a marked test's trace goes (the folder), set by the fixture below for the hook.
 _TRACES = pytest.StashKey[Path]()
@@ -83,10 +86,11 @@ def _peak(path: str) -> tuple[int, int]:
     trace holds (0: it saw nothing, and no gate may pass on it)."""
     from . import summary
 
-    facts = summary(path)
-    devices = facts.get("devices", [])
-    peak = max((int(d.get("peak_allocated_bytes", 0)) for d in devices), default=0)
-    return peak, int(facts.get("allocator_events", 0))
+    facts = summary(path).document
+    if "run" in facts:
+        run = cast("RunDocument", facts)
+        return max((r["peak_allocated_bytes"] for r in run["run"]["ranks"]), default=0), run["allocator_events"]
+    return max((d["peak_allocated_bytes"] for d in facts["devices"]), default=0), facts["allocator_events"]
 
 
 def _gates(config: pytest.Config) -> list[str]:
@@ -119,7 +123,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     marker = item.get_closest_marker("vramscope")
     if marker is None:
         return (yield)
-    from . import binary, format_bytes, record
+    from . import _diff, format_bytes, record
 
     folder = item.stash.get(_TRACES, None)
     if folder is None:  # not a test function, which fixtures (the one above) are for
@@ -142,7 +146,16 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         raise pytest.fail.Exception(
             f"vramscope could not record this test: {recording.message or 'no trace written'}", pytrace=False
         )
-    peak, events = _peak(str(trace))
+    baseline_dir = config.getoption("--vramscope-baseline")
+    baseline = Path(baseline_dir) / f"{_name(item)}.vtrace" if baseline_dir else None
+    compared = baseline is not None and baseline.exists() and not config.getoption("--vramscope-update-baseline")
+    # One run of the command: the comparison with the baseline says this run's peak too.
+    change: DiffDocument | RanksDiffDocument | None = None
+    if compared and baseline is not None:
+        change = _diff([*_gates(config), str(baseline), str(trace)])
+        peak, events = _compared_peak(change)
+    else:
+        peak, events = _peak(str(trace))
     if events == 0:
         # A gate that saw nothing must not pass: the memory may have been allocated where the
         # recording could not see it (another process, before the test, outside PyTorch).
@@ -157,24 +170,30 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
             f"{format_bytes(limit)} ({limit:,} bytes); the trace: {trace} (`vramscope {trace}` opens it)",
             pytrace=False,
         )
-    baseline_dir = config.getoption("--vramscope-baseline")
-    if baseline_dir:
-        baseline = Path(baseline_dir) / f"{_name(item)}.vtrace"
-        if not baseline.exists() or config.getoption("--vramscope-update-baseline"):
-            baseline.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(trace, baseline)
-            return result
-        done = subprocess.run(
-            [binary(), "diff", *_gates(config), str(baseline), str(trace)], capture_output=True, text=True, check=False
+    if baseline is not None and change is None:
+        baseline.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(trace, baseline)
+    elif change is not None and not change["gates_hold"]:
+        sentence = (
+            cast("RanksDiffDocument", change)["most_grown"]["summary"] if "ranks" in change else change["summary"]
         )
-        if done.returncode != 0:
-            lines = [line for line in done.stdout.splitlines() if line.strip()]
-            sentence = next((line for line in lines if not line.startswith(("A ", "B "))), "")
-            failed = [line for line in lines if line.startswith("gate ") and line.endswith("FAILED")]
-            why = done.stderr.strip() if done.returncode != 1 else "\n".join([sentence, *failed])
-            raise pytest.fail.Exception(
-                f"memory grew past the baseline {baseline}:\n{why}\nthis run's trace: {trace} "
-                f"(`vramscope compare {baseline} {trace}` shows both)",
-                pytrace=False,
-            )
+        failed = [gate["words"] for gate in change["gates"] if not gate["passed"]]
+        why = "\n".join([sentence, *failed])
+        raise pytest.fail.Exception(
+            f"memory grew past the baseline {baseline}:\n{why}\nthis run's trace: {trace} "
+            f"(`vramscope compare {baseline} {trace}` shows both)",
+            pytrace=False,
+        )
     return result
+
+
+def _compared_peak(change: DiffDocument | RanksDiffDocument) -> tuple[int, int]:
+    """This run's (B's) highest allocated peak and allocator events, as the comparison says them."""
+    if "ranks" in change:
+        # The test is recorded in its own process: a baseline of several ranks is another run's.
+        raise pytest.fail.Exception(
+            "the baseline is a run of several ranks; this test records one process: give a baseline folder "
+            "of this test's own traces",
+            pytrace=False,
+        )
+    return change["b"]["peak_allocated_bytes"], change["b"]["allocator_events"]

@@ -30,6 +30,39 @@ for name, schema in published["documents"].items():
 seen = {name: 0 for name in validators}
 
 
+def undescribed(value, schema, defs, path=""):
+    """The keys of `value` its schema does not name (a schema that leaves additional properties
+    open validates them whatever they are; the documents' schemas must still name every key)."""
+    while "$ref" in schema:
+        schema = defs[schema["$ref"].rsplit("/", 1)[-1]]
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            for variant in schema[key]:
+                if Draft202012Validator({**variant, "$defs": defs}).is_valid(value):
+                    return undescribed(value, variant, defs, path)
+            return []
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        if properties is None:
+            extra = schema.get("additionalProperties")
+            if not isinstance(extra, dict):
+                return []
+            return [p for k, v in value.items() for p in undescribed(v, extra, defs, f"{path}/{k}")]
+        found = [f"{path}/{k}" for k in value if k not in properties]
+        for k, v in value.items():
+            if k in properties:
+                found += undescribed(v, properties[k], defs, f"{path}/{k}")
+        return found
+    if isinstance(value, list):
+        prefix = schema.get("prefixItems")
+        found = []
+        for i, v in enumerate(value):
+            item = prefix[i] if prefix and i < len(prefix) else schema.get("items", {})
+            found += undescribed(v, item if isinstance(item, dict) else {}, defs, f"{path}/{i}")
+        return found
+    return []
+
+
 def validate(document, value, what):
     if value.get("schema_version") != published["schema_version"]:
         sys.exit(f"FAILED: {what}: schema_version {value.get('schema_version')!r}, "
@@ -38,6 +71,12 @@ def validate(document, value, what):
     if errors:
         lines = [f"  at /{'/'.join(map(str, e.absolute_path))}: {e.message[:300]}" for e in errors[:10]]
         sys.exit(f"FAILED: {what} does not validate against the schema of {document}:\n" + "\n".join(lines))
+    schema = published["documents"][document]
+    unnamed = undescribed(value, schema, schema.get("$defs", {}))
+    # The MCP server's paging says what it cut in a key of its own.
+    unnamed = [key for key in unnamed if key != "/page"]
+    if unnamed:
+        sys.exit(f"FAILED: {what} has keys the schema of {document} does not name: {unnamed[:10]}")
     seen[document] += 1
 
 
@@ -108,6 +147,14 @@ for trace in traces:
     advice = cli("advise", "--json", trace, status=(0, 1))
     if "baseline" in advice:
         validate("advise", advice, f"advise --json {trace.name}")
+
+for files in [[SAMPLES / "h200-torch-plain.vtrace"], [SAMPLES / "cpu-ddp-gloo-2ranks.vtrace"],
+              [snapshots / "gpt_ctx128_forward_fp32.pickle", snapshots / "gpt_ctx128_forward_mixed.pickle"]]:
+    image = WORK / f"report-{len(seen)}-{files[0].stem}.png"
+    report = cli("report", *files, "-o", image, "--json", "--blocks", "3")
+    if not image.is_file() or len(report["runs"]) != len(files):
+        sys.exit(f"FAILED: report --json of {files} did not write {image} or left out a run")
+    validate("report", report, f"report --json {' '.join(f.name for f in files)}")
 
 if not cli("info", "--oom", "--json", oom)["ooms"]:
     sys.exit(f"FAILED: {oom} holds an OOM, and info --oom --json explained none")

@@ -42,6 +42,8 @@ pub struct RunPeak {
     pub device: DeviceId,
     /// Its name (`cuda:0`, `hip:1`, `host`).
     pub label: String,
+    /// Allocator events in the trace, of every device (0: it saw nothing to compare).
+    pub allocator_events: usize,
     /// Peak of allocated bytes.
     pub peak_allocated_bytes: u64,
     /// When it was first reached on the trace's clock (µs in the JSON; none without a clock).
@@ -105,6 +107,7 @@ pub fn run_peak(trace: &Trace, file: &str, device: Option<DeviceId>) -> RunPeak 
         file: file.to_owned(),
         device,
         label: trace.metadata.device_label(device),
+        allocator_events: trace.events.len(),
         peak_allocated_bytes: peaks.allocated.bytes,
         peak_allocated_clock_ns: time_on_clock(trace, &peaks.allocated),
         peak_allocated_time_ns: peaks.allocated.time_ns,

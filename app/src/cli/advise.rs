@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 
 use vramscope_trace_format::{DeviceId, TraceRange};
 
-use crate::load;
+use crate::load::{self, LoadedTrace};
 use crate::query::advisor::scaling::{self, Dimension, ScalingFit};
 use crate::query::advisor::{Advice, Projection};
 use crate::query::peak;
@@ -107,7 +107,7 @@ pub fn run(path: &Path, options: &Options<'_>, out: &mut dyn Write) -> Result<()
 /// [`run`], its answer given `to` a writer or a keeper of the document.
 pub fn answer(path: &Path, options: &Options<'_>, to: &mut super::To<'_>) -> Result<()> {
     let Options { gpus, target, device, scaling, range, .. } = *options;
-    let (trace, chosen) = crate::runs::highest_rank(path, range)?;
+    let (LoadedTrace { trace, .. }, chosen) = crate::runs::highest_rank(path, range)?;
     super::check_device(path, &trace, device)?;
     let Some(advice) = crate::query::advice(&trace, device, gpus, target) else {
         bail!("{}: the trace holds no memory events to advise on", path.display());
@@ -125,14 +125,7 @@ pub fn answer(path: &Path, options: &Options<'_>, to: &mut super::To<'_>) -> Res
     );
     let Some(out) = to.document(crate::query::documents::Document::Advice(&doc))? else { return Ok(()) };
     if let Some(chosen) = &chosen {
-        let others: Vec<String> = chosen.peaks.iter().map(|(r, b)| format!("rank {r} {}", bytes(*b))).collect();
-        writeln!(
-            out,
-            "a run of {} ranks: advising rank {}, the one that peaks highest ({})",
-            chosen.peaks.len(),
-            chosen.rank,
-            others.join(", ")
-        )?;
+        writeln!(out, "{}", words::rank_chosen("advising", chosen))?;
     }
     let b = &advice.baseline;
     writeln!(out, "{}", path.display())?;

@@ -378,7 +378,8 @@ fn compare(args: &Args<'_>) -> Result<Value> {
 
 fn growth(args: &Args<'_>) -> Result<Value> {
     let path = args.path("path")?;
-    let (trace, chosen) = crate::runs::highest_rank(&path, args.opt_parsed::<TraceRange>("range")?)?;
+    let (crate::load::LoadedTrace { trace, .. }, chosen) =
+        crate::runs::highest_rank(&path, args.opt_parsed::<TraceRange>("range")?)?;
     let doc = documents::GrowthDocument::new(&trace, path.display().to_string(), chosen.as_ref());
     let mut value = serde_json::to_value(doc)?;
     if value.get("rank").is_some() {

@@ -166,6 +166,18 @@ pub fn advice_document<'a>(
     rank: Option<&'a RankChosen>,
     range: Option<TraceRange>,
 ) -> AdviceDocument<'a> {
+    let growth = growth.map(|g| GrowthFound::new(g, &trace.metadata.device_label(g.device)));
+    advice_document_with(advice, scaling, growth, rank, range)
+}
+
+/// [`advice_document`] with the growth found (and worded) already.
+pub fn advice_document_with<'a>(
+    advice: &'a Advice,
+    scaling: Option<&'a ScalingFit>,
+    growth: Option<GrowthFound<'a>>,
+    rank: Option<&'a RankChosen>,
+    range: Option<TraceRange>,
+) -> AdviceDocument<'a> {
     AdviceDocument {
         schema_version: SCHEMA_VERSION,
         baseline: &advice.baseline,
@@ -199,7 +211,7 @@ pub fn advice_document<'a>(
         checkpointing_by_blocks: &advice.checkpointing_by_blocks,
         scaling,
         notes: words::advice_notes(advice, "--gpus N"),
-        growth: growth.map(|g| GrowthFound::new(g, &trace.metadata.device_label(g.device))),
+        growth,
         rank,
         range: range.map(|r| r.to_string()),
     }

@@ -28,6 +28,8 @@ pub struct DiffSide<'a> {
     pub file: &'a str,
     /// The device compared.
     pub device: DeviceId,
+    /// Allocator events in the trace, of every device (0: it saw nothing to compare).
+    pub allocator_events: usize,
     /// Its allocated peak.
     pub peak_allocated_bytes: u64,
     /// When, on the run's clock.
@@ -137,6 +139,7 @@ fn side(run: &diff::RunPeak) -> DiffSide<'_> {
     DiffSide {
         file: &run.file,
         device: run.device,
+        allocator_events: run.allocator_events,
         peak_allocated_bytes: run.peak_allocated_bytes,
         peak_allocated_time_ns: run.peak_allocated_clock_ns,
         peak_reserved_bytes: run.peak_reserved_bytes,

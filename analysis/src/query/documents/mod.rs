@@ -13,6 +13,7 @@
 //! | [`GrowthDocument`] | Does memory grow every iteration, on each device? | the `growth` tool |
 //! | [`BreakdownDocument`] | What was alive at each device's peak? | the `peak_breakdown` tool |
 //! | [`InstantDocument`] | What was alive at an instant? | the `memory_at` tool |
+//! | [`ReportDocument`] | What does the report picture show? | `report --json` |
 //!
 //! Every document carries [`SCHEMA_VERSION`]; a change to a document's shape changes the golden
 //! schema (`tests/tests/schema.rs`), so it is a reviewed change, and one that removes or renames
@@ -22,9 +23,11 @@ mod advice;
 mod diff;
 mod info;
 mod oom;
+mod report;
 
 pub use self::advice::{
     AdviceDocument, DeviceGrowth, GrowthDocument, GrowthFound, PlanStep, ProjectionOut, RankChosen, advice_document,
+    advice_document_with,
 };
 pub use self::diff::{
     DiffDelta, DiffDocument, DiffPhases, DiffSide, GateOut, HighestPeak, MostGrown, RankRow, RanksDiffDocument,
@@ -35,6 +38,7 @@ pub use self::info::{
     info_document, largest_blocks,
 };
 pub use self::oom::{OomDocument, OomExplained, oom_document};
+pub use self::report::{ReportDocument, ReportedRun};
 
 /// The version of the documents' shape: raised when a field is removed, renamed or changes its
 /// meaning (fields may be added within a version).
@@ -44,7 +48,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub const ITERATIONS_SHOWN: u32 = 4;
 
 /// The documents by the name `vramscope schema NAME` knows them by, each with what it answers.
-pub const DOCUMENTS: [(&str, &str); 9] = [
+pub const DOCUMENTS: [(&str, &str); 10] = [
     ("info", "what a trace holds: `info --json`"),
     ("run", "what each rank of a run holds: `info --json` on several ranks"),
     ("oom", "the out-of-memory errors explained: `info --oom --json`"),
@@ -54,6 +58,7 @@ pub const DOCUMENTS: [(&str, &str); 9] = [
     ("growth", "memory growing every iteration: the MCP tool `growth`"),
     ("breakdown", "what was alive at each device's peak: the MCP tool `peak_breakdown`"),
     ("instant", "what was alive at an instant: the MCP tool `memory_at`"),
+    ("report", "what a report image shows, in numbers: `report --json`"),
 ];
 
 /// The JSON Schema of the document named `name` (one of [`DOCUMENTS`]).
@@ -71,6 +76,7 @@ pub fn schema(name: &str) -> Option<serde_json::Value> {
         "growth" => generator().into_root_schema_for::<GrowthDocument<'static>>(),
         "breakdown" => generator().into_root_schema_for::<BreakdownDocument<'static>>(),
         "instant" => generator().into_root_schema_for::<InstantDocument<'static>>(),
+        "report" => generator().into_root_schema_for::<ReportDocument<'static>>(),
         _ => return None,
     };
     let mut value = schema.to_value();
@@ -98,6 +104,8 @@ pub enum Document<'d> {
     Advice(&'d AdviceDocument<'d>),
     /// The growth of every device.
     Growth(&'d GrowthDocument<'d>),
+    /// What a report image shows.
+    Report(&'d ReportDocument<'d>),
 }
 
 impl Document<'_> {
@@ -111,6 +119,7 @@ impl Document<'_> {
             Document::RanksDiff(_) => "ranks-diff",
             Document::Advice(_) => "advise",
             Document::Growth(_) => "growth",
+            Document::Report(_) => "report",
         }
     }
 }
@@ -125,6 +134,7 @@ impl serde::Serialize for Document<'_> {
             Document::RanksDiff(d) => d.serialize(s),
             Document::Advice(d) => d.serialize(s),
             Document::Growth(d) => d.serialize(s),
+            Document::Report(d) => d.serialize(s),
         }
     }
 }

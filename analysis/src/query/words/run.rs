@@ -126,3 +126,16 @@ pub fn run_notes(run_notes: &[RunNote], skipped: &[String]) -> Vec<String> {
     }
     notes
 }
+
+/// Which rank of a run of several is looked at, and why: "a run of 2 ranks: advising rank 1,
+/// the one that peaks highest (rank 0 1.00 GiB, rank 1 1.50 GiB)"; `doing` says what is done
+/// with it (`advising`, `reporting`).
+pub fn rank_chosen(doing: &str, chosen: &crate::query::documents::RankChosen) -> String {
+    let peaks: Vec<String> = chosen.peaks.iter().map(|(r, b)| format!("rank {r} {}", bytes(*b))).collect();
+    format!(
+        "a run of {} ranks: {doing} rank {}, the one that peaks highest ({})",
+        chosen.peaks.len(),
+        chosen.rank,
+        peaks.join(", ")
+    )
+}
