@@ -468,6 +468,15 @@ pub fn sum_up(ranks: Vec<RankSummary>) -> Option<RunSummary> {
     })
 }
 
+/// The rank looked at when a file is a run of several: the one that peaks highest.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct RankChosen {
+    /// The rank.
+    pub rank: u32,
+    /// Each rank's allocated peak: `[rank, bytes]`.
+    pub peaks: Vec<(u32, u64)>,
+}
+
 #[cfg(test)]
 mod tests {
     use vramscope_trace_format::{Event, EventKind, ProcessInfo};

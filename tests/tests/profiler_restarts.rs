@@ -115,3 +115,60 @@ fn a_range_no_hook_sees_end_leaves_the_profiler_off_and_the_trace_says_so() {
     assert!(notes.contains("could not be restarted safely while raw range was open"), "{notes}");
     assert!(notes.contains("memory allocated after that is missing"), "{notes}");
 }
+
+/// Taking a snapshot looks up `torch._inductor`, which imports it; from the shim's timer thread
+/// that import raced the program's own import of torch._dynamo and broke it (PyTorch 2.11 on an
+/// H200). With the shim's guard on, a thread's lookup imports nothing: the program's own import
+/// is the one that brings inductor in, on the main thread; closing takes the guard out.
+#[test]
+fn a_snapshot_on_the_timer_thread_does_not_import_inductor_under_the_program() {
+    let shim = repo_root().join("python/vramscope/_shim");
+    let code = r#"
+import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import torch
+import vramscope_patches
+
+first = []
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch._inductor" and not first:
+            first.append(threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Watch())
+
+original = torch.__dict__["__getattr__"]
+taking = vramscope_patches.WithoutLazyInductor()
+undo = taking.install(torch)
+looked = []
+stop = threading.Event()
+def timer():
+    with taking:
+        while not stop.is_set():
+            looked.append(hasattr(torch, "_inductor"))
+            time.sleep(0.001)
+thread = threading.Thread(target=timer, name="vramscope-drain", daemon=True)
+thread.start()
+while not looked:
+    time.sleep(0.001)
+assert "torch._inductor" not in sys.modules, "the guarded lookup imported inductor"
+import torch._dynamo
+stop.set()
+thread.join()
+assert first == ["MainThread"], first
+assert looked[0] is False and looked[-1] is True, (looked[0], looked[-1])
+
+unguarded = []
+other = threading.Thread(target=lambda: unguarded.append(hasattr(torch, "_dynamo")))
+other.start(); other.join()
+assert unguarded == [True]
+undo()
+assert torch.__dict__["__getattr__"] is original
+print("ok")
+"#;
+    let output =
+        std::process::Command::new(torch_python()).arg("-c").arg(code).arg(&shim).output().expect("python runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "ok", "{stderr}");
+}

@@ -158,6 +158,8 @@ fn record_tui_switches_between_the_ranks_of_a_run() {
             .and_then(|l| l.split(']').next())
             .unwrap_or_default()
             .to_owned();
+        // `rank 1 (pid 7)`, as every face names a process.
+        let shown = shown.split(" (pid ").next().unwrap_or_default().to_owned();
         if let Some(rank) = shown.strip_prefix("rank ") {
             let part = dir.path().join(format!("ddp.rank{rank}.vtrace"));
             let expected = info(&part);

@@ -80,7 +80,7 @@ pub struct Cache {
 /// The screen of the process `process` of `whole` (the whole when it has one process).
 pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) -> Screen {
     let processes: Vec<String> = if whole.metadata.processes.len() > 1 {
-        whole.metadata.processes.iter().map(process_label).collect()
+        whole.metadata.processes.iter().enumerate().map(|(i, p)| crate::words::process_name(Some(p), i)).collect()
     } else {
         Vec::new()
     };
@@ -142,15 +142,6 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
         devices,
         focus,
         notes: crate::words::caveats(trace, &summary.caveats),
-    }
-}
-
-/// A process as the view names it: its rank, else its pid.
-fn process_label(p: &vramscope_trace_format::ProcessInfo) -> String {
-    match (p.rank, p.pid) {
-        (Some(rank), _) => format!("rank {rank}"),
-        (None, Some(pid)) => format!("pid {pid}"),
-        (None, None) => "process".to_owned(),
     }
 }
 

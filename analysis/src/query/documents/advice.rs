@@ -10,15 +10,7 @@ use crate::advisor::{self, Advice, Baseline, Projection};
 use crate::allocator::AllocatorSettings;
 use crate::growth::Growth;
 use crate::query::words;
-
-/// The rank looked at when a file is a run of several: the one that peaks highest.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
-pub struct RankChosen {
-    /// The rank.
-    pub rank: u32,
-    /// Each rank's allocated peak: `[rank, bytes]`.
-    pub peaks: Vec<(u32, u64)>,
-}
+pub use crate::run::RankChosen;
 
 /// What each remedy would do to the peak: `advise --json`.
 #[derive(Clone, Debug, Serialize, JsonSchema)]

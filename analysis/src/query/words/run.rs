@@ -130,7 +130,7 @@ pub fn run_notes(run_notes: &[RunNote], skipped: &[String]) -> Vec<String> {
 /// Which rank of a run of several is looked at, and why: "a run of 2 ranks: advising rank 1,
 /// the one that peaks highest (rank 0 1.00 GiB, rank 1 1.50 GiB)"; `doing` says what is done
 /// with it (`advising`, `reporting`).
-pub fn rank_chosen(doing: &str, chosen: &crate::query::documents::RankChosen) -> String {
+pub fn rank_chosen(doing: &str, chosen: &crate::run::RankChosen) -> String {
     let peaks: Vec<String> = chosen.peaks.iter().map(|(r, b)| format!("rank {r} {}", bytes(*b))).collect();
     format!(
         "a run of {} ranks: {doing} rank {}, the one that peaks highest ({})",
@@ -138,4 +138,15 @@ pub fn rank_chosen(doing: &str, chosen: &crate::query::documents::RankChosen) ->
         chosen.rank,
         peaks.join(", ")
     )
+}
+
+/// A process of a recording as every face names it: `rank 1 (pid 7)`, `rank 1`, `pid 7`, or by
+/// its place (`process 2`) when it says neither.
+pub fn process_name(process: Option<&vramscope_trace_format::ProcessInfo>, index: usize) -> String {
+    match process.map(|p| (p.rank, p.pid)) {
+        Some((Some(rank), Some(pid))) => format!("rank {rank} (pid {pid})"),
+        Some((Some(rank), None)) => format!("rank {rank}"),
+        Some((None, Some(pid))) => format!("pid {pid}"),
+        _ => format!("process {index}"),
+    }
 }

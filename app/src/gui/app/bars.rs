@@ -232,15 +232,7 @@ impl VramscopeApp {
 
 /// The menu of a recording's processes; the one picked this frame, if any.
 fn process_combo(ui: &mut egui::Ui, whole: &vramscope_trace_format::Trace, chosen: usize) -> Option<usize> {
-    let label = |index: usize| match whole.metadata.processes.get(index) {
-        None => format!("process {index}"),
-        Some(p) => match (p.rank, p.pid) {
-            (Some(rank), Some(pid)) => format!("rank {rank} (pid {pid})"),
-            (Some(rank), None) => format!("rank {rank}"),
-            (None, Some(pid)) => format!("pid {pid}"),
-            (None, None) => format!("process {index}"),
-        },
-    };
+    let label = |index: usize| crate::words::process_name(whole.metadata.processes.get(index), index);
     let mut picked = chosen;
     egui::ComboBox::from_id_salt("process")
         .selected_text(label(chosen))

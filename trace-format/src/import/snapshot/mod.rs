@@ -13,6 +13,7 @@ mod build;
 mod entries;
 mod fx;
 mod halves;
+mod json;
 pub use self::halves::BUILT_IN_HALVES;
 mod keys;
 mod listed;
@@ -21,6 +22,7 @@ mod sink;
 
 use self::build::{RangeBuild, build_trace};
 use self::entries::Entries;
+use self::json::{MAX_JSON_NODES, to_json};
 use self::listed::Listed;
 use self::sink::SnapshotSink;
 use super::Imported;
@@ -32,69 +34,6 @@ use crate::model::metadata::SourceFormat;
 use crate::model::segment::Segment;
 use crate::progress::Progress;
 use crate::range::TraceRange;
-
-/// Bound on nodes converted to JSON from generic parts of the pickle (settings, unknown keys).
-const MAX_JSON_NODES: usize = 1_000_000;
-/// Bound on the nesting of generic parts of the pickle.
-const MAX_JSON_DEPTH: usize = 64;
-
-/// Converts a generic part of the pickle to JSON, bounded in depth and size.
-fn to_json(store: &Store, value: Value, depth: usize, budget: &mut usize) -> Result<serde_json::Value, String> {
-    use serde_json::Value as J;
-    if *budget == 0 {
-        return Err("too many values in a generic part of the snapshot".to_owned());
-    }
-    *budget -= 1;
-    if depth > MAX_JSON_DEPTH {
-        return Err(format!("values nested deeper than {MAX_JSON_DEPTH} levels"));
-    }
-    Ok(match value {
-        Value::None | Value::Missing => J::Null,
-        Value::Bool(b) => J::Bool(b),
-        Value::Int(v) => J::from(v),
-        Value::UInt(v) => J::from(v),
-        Value::BigInt => J::String("<integer wider than 64 bits>".to_owned()),
-        Value::Float(v) => serde_json::Number::from_f64(v).map_or(J::Null, J::Number),
-        Value::Str(id) => J::String(store.interner.resolve(id).to_owned()),
-        Value::Bytes(n) => J::String(format!("<{n} bytes>")),
-        // The fast path reads an empty list as the empty stack.
-        Value::Stack(StackId(0)) => J::Array(Vec::new()),
-        Value::Frame(_) | Value::Stack(_) | Value::Record(..) => J::String("<converted>".to_owned()),
-        Value::Container(h) => match store.kind(h)? {
-            ContainerKind::Dict => {
-                let mut map = serde_json::Map::new();
-                let mut failure = None;
-                store.for_each_pair(h, |key, value| {
-                    let key = match key {
-                        Value::Str(id) => store.interner.resolve(id).to_owned(),
-                        other => match to_json(store, other, depth + 1, budget)? {
-                            J::String(s) => s,
-                            j => j.to_string(),
-                        },
-                    };
-                    match to_json(store, value, depth + 1, budget) {
-                        Ok(v) => {
-                            map.insert(key, v);
-                        }
-                        Err(e) => failure = Some(e),
-                    }
-                    Ok(())
-                })?;
-                if let Some(e) = failure {
-                    return Err(e);
-                }
-                J::Object(map)
-            }
-            _ => {
-                let mut list = Vec::new();
-                for item in store.items(h)? {
-                    list.push(to_json(store, item, depth + 1, budget)?);
-                }
-                J::Array(list)
-            }
-        },
-    })
-}
 
 /// One record of `external_annotations` (`record_function` ranges and the like): its fields
 /// that are there and of the right type.
@@ -601,25 +540,4 @@ fn parse_with_sink(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::Used;
-
-    #[test]
-    fn used_takes_runs_whole_or_not_at_all() {
-        let mut used = Used::new(200);
-        assert!(used.take_run(10, 100)); // across the first word boundary
-        assert!(!used.take(10) && !used.take(109));
-        assert!(used.take(110));
-        // Overlapping what was taken: nothing of it is taken.
-        assert!(!used.take_run(100, 20));
-        assert!(used.take(111) && used.take(119));
-        assert!(used.take_run(0, 10));
-        assert!(used.take_run(128, 64)); // one whole word
-        assert!(!used.take_run(192, 9)); // past the entries
-        assert!(used.take_run(192, 8));
-        assert!(!used.take_run(5, 0));
-        assert!(!used.take(200) && !used.take(u32::MAX));
-        let untaken: Vec<u32> = (0..200).filter(|&i| used.take(i)).collect();
-        assert_eq!(untaken, (112..119).chain(120..128).collect::<Vec<_>>());
-    }
-}
+mod tests;
