@@ -208,6 +208,18 @@ for name, tool in listed.items():
     if schema.get("type") != "object" or ("properties" not in schema and "anyOf" not in schema):
         sys.exit(f"FAILED: the tool {name}'s output schema says nothing of its answer: {json.dumps(schema)[:500]}")
     Draft202012Validator.check_schema(schema)
+# Each tool's input schema, derived from its arguments' type, takes the calls made here and
+# refuses what the server refuses.
+for tool, _, arguments in calls:
+    Draft202012Validator.check_schema(listed[tool]["inputSchema"])
+    errors = list(Draft202012Validator(listed[tool]["inputSchema"]).iter_errors(arguments))
+    if errors:
+        sys.exit(f"FAILED: the tool {tool}'s input schema refuses {arguments}: {errors[0].message}")
+for tool, arguments in [("summary", {"paths": "x", "bogus": 1}), ("advise", {"path": "x", "gpus": 0}),
+                        ("peak_breakdown", {"path": "x", "blocks": 101}), ("compare", {"a": "x"}),
+                        ("summary", {"paths": []}), ("memory_at", {"path": "x", "when": 5})]:
+    if Draft202012Validator(listed[tool]["inputSchema"]).is_valid(arguments):
+        sys.exit(f"FAILED: the tool {tool}'s input schema takes {arguments}, which the server refuses")
 for i, (tool, document, _) in enumerate(calls):
     reply = replies.get(i + 1, {})
     result = reply.get("result", {})

@@ -124,13 +124,6 @@ impl<'a> Args<'a> {
         };
         text.parse().map(Some).map_err(|e| anyhow!("the argument {name:?} ({text:?}): {e}"))
     }
-
-    /// The page asked for: (offset, limit).
-    pub fn page(&self) -> Result<(usize, usize)> {
-        let offset = self.opt_count("offset", 0, u64::from(u32::MAX))?.unwrap_or(0);
-        let limit = self.opt_count("limit", 1, MAX_PAGE as u64)?.unwrap_or(DEFAULT_PAGE as u64);
-        Ok((offset as usize, limit as usize))
-    }
 }
 
 /// A path given as an argument: not empty, and not `-` (standard input carries the protocol).
@@ -146,21 +139,6 @@ fn checked_path(name: &str, text: &str) -> Result<PathBuf> {
 pub const DEFAULT_PAGE: usize = 50;
 /// The most items of a long list one answer holds.
 pub const MAX_PAGE: usize = 500;
-
-/// The schema of the paging arguments, for a tool whose answer has long lists.
-pub fn page_schema() -> [(&'static str, Value); 2] {
-    [
-        (
-            "offset",
-            json!({ "type": "integer", "minimum": 0, "description": "Skip this many items of each long list (paging; default 0)." }),
-        ),
-        (
-            "limit",
-            json!({ "type": "integer", "minimum": 1, "maximum": MAX_PAGE,
-                    "description": format!("At most this many items of each long list (default {DEFAULT_PAGE}).") }),
-        ),
-    ]
-}
 
 /// Cuts each list at `patterns` (JSON pointers; `*` stands for every item of an array) to
 /// `offset..offset + limit`, and says in the answer's `page` what was cut: each list's length,
@@ -233,8 +211,9 @@ mod tests {
         let refused = Args::new(&given, &["path", "limit"]).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(refused.contains("\"extra\""), "{refused}");
         let args = Args::new(&given, &["path", "limit", "extra"]).ok();
-        let said = |r: Result<(usize, usize)>| r.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(said(args.as_ref().map_or(Ok((0, 0)), Args::page)).contains("\"limit\""));
+        let limit =
+            args.as_ref().map(|a| a.opt_count("limit", 1, 500).err().map(|e| e.to_string()).unwrap_or_default());
+        assert!(limit.unwrap_or_default().contains("\"limit\""));
         let path = args.as_ref().map(|a| a.path("path").err().map(|e| e.to_string()).unwrap_or_default());
         assert!(path.unwrap_or_default().contains("\"path\" is a string"));
     }

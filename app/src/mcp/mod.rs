@@ -15,6 +15,7 @@ use std::io::{BufRead, Write};
 use serde_json::{Value, json};
 
 mod args;
+mod inputs;
 mod tools;
 
 /// The longest message read; a longer line is skipped and answered with an error.

@@ -1,25 +1,21 @@
-//! The tools `vramscope mcp` offers: each one question the CLI answers, with the same numbers
-//! (each is the JSON of `info`, `diff` or `advise` with the same options, some of it kept), its
-//! arguments' schema and a short description for the model. Answers are bounded whatever the
-//! trace: the summaries are of fixed size, and the lists that grow with the run (iterations,
-//! ranks) come a page at a time.
-
-use std::path::PathBuf;
+//! The tools `vramscope mcp` offers: each one question the CLI answers, with the same document
+//! (`info`'s, `diff`'s, `advise`'s, or a part of `info`'s), its arguments' schema derived from their
+//! type ([`inputs`]), its output schema from its documents', and a short description for the model.
+//! Answers are bounded whatever the trace: the summaries are of fixed size, and the lists that grow
+//! with the run (iterations, ranks) come a page at a time.
 
 use anyhow::{Result, anyhow, bail};
 use serde_json::{Map, Value, json};
-use vramscope_trace_format::{DeviceId, TraceRange};
 
-use super::args::{Args, page_schema, paginate};
+use super::args::{Args, paginate};
+use super::inputs;
 use crate::cli::{To, advise, diff, info};
+use crate::load::LoadedTrace;
 use crate::query::documents::{self, BreakdownDocument, Document, InstantDocument};
 
 /// The longest answer, as JSON text. The summaries are far below it; a list that would pass it
 /// is paged.
 pub const MAX_ANSWER_BYTES: usize = 1 << 20;
-
-/// The most blocks a breakdown lists.
-const MAX_BLOCKS: u64 = 100;
 
 /// One tool: what it is called and does, what it takes, and how it answers.
 pub struct Tool {
@@ -27,8 +23,8 @@ pub struct Tool {
     pub name: &'static str,
     title: &'static str,
     description: &'static str,
-    /// Its arguments: (name, schema, required).
-    arguments: fn() -> Vec<(&'static str, Value, bool)>,
+    /// The JSON Schema of its arguments, derived from their type ([`inputs`]).
+    input: fn() -> Value,
     /// The documents it answers with (`vramscope schema NAME`): its output schema.
     output: &'static [&'static str],
     answer: fn(&Args<'_>) -> Result<Value>,
@@ -37,19 +33,11 @@ pub struct Tool {
 impl Tool {
     /// The tool as `tools/list` gives it.
     pub fn listing(&self, with_output_schema: bool) -> Value {
-        let arguments = (self.arguments)();
-        let properties: Map<String, Value> = arguments.iter().map(|(n, s, _)| ((*n).to_owned(), s.clone())).collect();
-        let required: Vec<&str> = arguments.iter().filter(|a| a.2).map(|a| a.0).collect();
         let mut tool = json!({
             "name": self.name,
             "title": self.title,
             "description": self.description,
-            "inputSchema": {
-                "type": "object",
-                "properties": properties,
-                "required": required,
-                "additionalProperties": false,
-            },
+            "inputSchema": (self.input)(),
             "annotations": { "readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false },
         });
         if with_output_schema {
@@ -60,8 +48,8 @@ impl Tool {
 
     /// The tool's answer to `given`.
     pub fn call(&self, given: &Map<String, Value>) -> Result<Value> {
-        let names: Vec<&str> = (self.arguments)().iter().map(|a| a.0).collect();
-        let args = Args::new(given, &names)?;
+        let schema = (self.input)();
+        let args = Args::new(given, &inputs::names(&schema))?;
         (self.answer)(&args)
     }
 }
@@ -77,19 +65,7 @@ pub const TOOLS: [Tool; 7] = [
             (forward, backward, optimizer_step; each kind's highest) and whether memory grows every iteration. \
             Given several files, a directory of one file per rank, or a recording of several ranks: a row per rank \
             and which rank peaks highest. Long lists (every iteration, every rank) come a page at a time.",
-        arguments: || {
-            let mut a = vec![
-                ("paths", paths_schema(), true),
-                (
-                    "all_phases",
-                    json!({ "type": "boolean", "description": "Also every iteration's phases and their high points (paged)." }),
-                    false,
-                ),
-                ("range", range_schema(), false),
-            ];
-            a.extend(page_schema().into_iter().map(|(n, s)| (n, s, false)));
-            a
-        },
+        input: inputs::schema::<inputs::Summary>,
         answer: summary,
         output: &["info", "run"],
     },
@@ -99,9 +75,7 @@ pub const TOOLS: [Tool; 7] = [
         description: "At each device's peak of allocated bytes: the bytes by category, how many blocks were alive, \
             and the largest blocks, each with its size, category, why it has that category, and the source line \
             that allocated it. One trace (for a run of ranks, give the rank's file).",
-        arguments: || {
-            vec![("path", path_schema(), true), ("blocks", blocks_schema(), false), ("range", range_schema(), false)]
-        },
+        input: inputs::schema::<inputs::Breakdown>,
         answer: peak_breakdown,
         output: &["breakdown"],
     },
@@ -112,18 +86,7 @@ pub const TOOLS: [Tool; 7] = [
             and the largest blocks with their category and the source line that allocated them. The instant is a \
             time after the first event (+40ms, +1.5s) or the start of a phase (forward, backward, optimizer_step, \
             iteration; #N for iteration N from 1, e.g. backward#2).",
-        arguments: || {
-            vec![
-                ("path", path_schema(), true),
-                (
-                    "when",
-                    json!({ "type": "string", "description": "+DURATION after the first event (+40ms) or PHASE[#N] (backward#2)." }),
-                    true,
-                ),
-                ("blocks", blocks_schema(), false),
-                ("range", range_schema(), false),
-            ]
-        },
+        input: inputs::schema::<inputs::Instant>,
         answer: memory_at,
         output: &["instant"],
     },
@@ -135,42 +98,7 @@ pub const TOOLS: [Tool; 7] = [
             sites that grew, shrank or exist in one run only, and one sentence on what changed most. Gates (for CI) \
             say whether memory grew more than a percentage: `gates_hold` is false when one fails. Two runs of several \
             ranks are paired rank by rank.",
-        arguments: || {
-            let mut a = vec![
-                (
-                    "a",
-                    json!({ "type": "string", "description": "The baseline run: a trace, or a directory of rank files." }),
-                    true,
-                ),
-                ("b", json!({ "type": "string", "description": "The run compared with it." }), true),
-                (
-                    "fail_if_peak_grows",
-                    json!({ "type": "number", "description": "Gate: B's allocated peak at most this many percent above A's." }),
-                    false,
-                ),
-                (
-                    "fail_if_category_grows",
-                    json!({ "type": "object", "additionalProperties": { "type": "number" },
-                            "description": "Gates by category at the peak, e.g. {\"activation\": 10}." }),
-                    false,
-                ),
-                (
-                    "fail_if_phase_grows",
-                    json!({ "type": "object", "additionalProperties": { "type": "number" },
-                            "description": "Gates by phase's high point: {\"forward\": 5, \"backward:activation\": 10}." }),
-                    false,
-                ),
-                ("device", device_schema(), false),
-                (
-                    "all_phases",
-                    json!({ "type": "boolean", "description": "Every iteration side by side (paged), not only the first 4." }),
-                    false,
-                ),
-                ("range", range_schema(), false),
-            ];
-            a.extend(page_schema().into_iter().map(|(n, s)| (n, s, false)));
-            a
-        },
+        input: inputs::schema::<inputs::Compare>,
         answer: compare,
         output: &["diff", "ranks-diff"],
     },
@@ -180,7 +108,7 @@ pub const TOOLS: [Tool; 7] = [
         description: "Whether memory on each device grows from one iteration to the next (a leak, or a cache \
             filling), by how much per iteration, where the growth is allocated, and when it would run out; with \
             what it found said in words. Of a run of ranks, the rank that peaks highest.",
-        arguments: || vec![("path", path_schema(), true), ("range", range_schema(), false)],
+        input: inputs::schema::<inputs::OneTrace>,
         answer: growth,
         output: &["growth"],
     },
@@ -191,7 +119,7 @@ pub const TOOLS: [Tool; 7] = [
             the request that failed (size, stack), what the device and the allocator had free and whether \
             fragmentation was to blame, what was alive by category and site, the phase and iteration, and the \
             smallest change projected to fit. A trace with no OOM says so (oom_count 0).",
-        arguments: || vec![("path", path_schema(), true), ("range", range_schema(), false)],
+        input: inputs::schema::<inputs::OneTrace>,
         answer: oom,
         output: &["oom"],
     },
@@ -203,25 +131,7 @@ pub const TOOLS: [Tool; 7] = [
             parallelism and the allocator's settings, the projected peak, saving, cost, reasoning and how it was \
             projected; the smallest change that fits under the target and the order to try them in. Of a run of \
             ranks, the rank that peaks highest.",
-        arguments: || {
-            vec![
-                ("path", path_schema(), true),
-                (
-                    "target_bytes",
-                    json!({ "type": ["integer", "string"],
-                            "description": "The memory to fit under: bytes, or with a unit (80GiB or 80G binary, 80GB decimal). Default: the device's." }),
-                    false,
-                ),
-                (
-                    "gpus",
-                    json!({ "type": "integer", "minimum": 1, "maximum": 65536,
-                            "description": "GPUs to shard over for ZeRO, tensor and pipeline parallelism." }),
-                    false,
-                ),
-                ("device", device_schema(), false),
-                ("range", range_schema(), false),
-            ]
-        },
+        input: inputs::schema::<inputs::Advise>,
         answer: advise,
         output: &["advise"],
     },
@@ -252,29 +162,6 @@ fn output_schema(names: &[&str]) -> Value {
     json!({ "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "anyOf": any_of, "$defs": defs })
 }
 
-fn paths_schema() -> Value {
-    json!({
-        "anyOf": [{ "type": "string" }, { "type": "array", "items": { "type": "string" }, "minItems": 1 }],
-        "description": "A trace (.pickle snapshot, profiler .json/.json.gz, .vtrace), several (one per rank), or a directory of them.",
-    })
-}
-
-fn path_schema() -> Value {
-    json!({ "type": "string", "description": "The trace: a .pickle snapshot, a profiler .json or .json.gz, a .vtrace." })
-}
-
-fn range_schema() -> Value {
-    json!({ "type": "string", "description": "Only this part of the trace: +2s..+3.5s, or #1000..#2000 by event index." })
-}
-
-fn blocks_schema() -> Value {
-    json!({ "type": "integer", "minimum": 1, "maximum": MAX_BLOCKS, "description": "How many of the largest blocks to list (default 10)." })
-}
-
-fn device_schema() -> Value {
-    json!({ "type": ["integer", "string"], "description": "The device: its index (0), cuda:N or host. Default: the one that peaks highest." })
-}
-
 /// The document a command answers with, as JSON (`convert` picks what of it to give).
 fn document(
     ask: impl FnOnce(&mut To<'_>) -> Result<()>,
@@ -297,25 +184,22 @@ fn whole(d: Document<'_>) -> Result<Value> {
 }
 
 fn summary(args: &Args<'_>) -> Result<Value> {
-    let paths = args.paths("paths")?;
-    let range = args.opt_parsed::<TraceRange>("range")?;
-    let options = info::Options { all_phases: args.flag("all_phases")?, range, ..Default::default() };
-    let mut value = document(|to| info::answer(&paths, &options, to), whole)?;
-    paginate(&mut value, &["/run/ranks", "/devices/*/phases/phases", "/devices/*/phases/iterations"], args.page()?);
+    let asked = inputs::Summary::read(args)?;
+    let options = info::Options { all_phases: asked.all_phases, range: asked.range, ..Default::default() };
+    let mut value = document(|to| info::answer(&asked.paths, &options, to), whole)?;
+    paginate(
+        &mut value,
+        &["/run/ranks", "/devices/*/phases/phases", "/devices/*/phases/iterations"],
+        asked.page.pair(),
+    );
     Ok(value)
 }
 
-/// The blocks asked for (10 unless said).
-fn blocks(args: &Args<'_>) -> Result<usize> {
-    Ok(args.opt_count("blocks", 1, MAX_BLOCKS)?.unwrap_or(10) as usize)
-}
-
 fn peak_breakdown(args: &Args<'_>) -> Result<Value> {
-    let path = args.path("path")?;
-    let options =
-        info::Options { blocks: blocks(args)?, range: args.opt_parsed::<TraceRange>("range")?, ..Default::default() };
+    let asked = inputs::Breakdown::read(args)?;
+    let options = info::Options { blocks: asked.blocks, range: asked.range, ..Default::default() };
     document(
-        |to| info::answer(&[path], &options, to),
+        |to| info::answer(std::slice::from_ref(&asked.path), &options, to),
         |d| match d {
             Document::Info(info) => Ok(serde_json::to_value(BreakdownDocument::from(info))?),
             other => bail!("info gave a {} document for one trace: a bug", other.name()),
@@ -324,17 +208,15 @@ fn peak_breakdown(args: &Args<'_>) -> Result<Value> {
 }
 
 fn memory_at(args: &Args<'_>) -> Result<Value> {
-    let path = args.path("path")?;
-    let text = args.string("when")?;
-    let when = info::parse_when(text).map_err(|e| anyhow!("the argument \"when\" ({text:?}): {e}"))?;
+    let asked = inputs::Instant::read(args)?;
     let options = info::Options {
-        at: Some((text, &when)),
-        blocks: blocks(args)?,
-        range: args.opt_parsed::<TraceRange>("range")?,
+        at: Some((&asked.when.0, &asked.when.1)),
+        blocks: asked.blocks,
+        range: asked.range,
         ..Default::default()
     };
     document(
-        |to| info::answer(&[path], &options, to),
+        |to| info::answer(std::slice::from_ref(&asked.path), &options, to),
         |d| match d {
             Document::Info(info) => Ok(serde_json::to_value(InstantDocument::from(info))?),
             other => bail!("info gave a {} document for one trace: a bug", other.name()),
@@ -343,28 +225,18 @@ fn memory_at(args: &Args<'_>) -> Result<Value> {
 }
 
 fn compare(args: &Args<'_>) -> Result<Value> {
-    let (a, b) = (args.path("a")?, args.path("b")?);
-    let mut gates: Vec<diff::Gate> =
-        args.opt_number("fail_if_peak_grows")?.map(diff::Gate::PeakGrows).into_iter().collect();
-    for (name, pct) in args.opt_numbers("fail_if_category_grows")? {
-        let (category, pct) =
-            diff::parse_category_gate(&format!("{name}={pct}")).map_err(|e| anyhow!("fail_if_category_grows: {e}"))?;
-        gates.push(diff::Gate::CategoryGrows(category, pct));
-    }
-    for (name, pct) in args.opt_numbers("fail_if_phase_grows")? {
-        let gate = diff::parse_phase_gate(&format!("{name}={pct}")).map_err(|e| anyhow!("fail_if_phase_grows: {e}"))?;
-        gates.push(diff::Gate::PhaseGrows(gate));
-    }
+    let asked = inputs::Compare::read(args)?;
+    let gates = asked.gates();
     let options = diff::Options {
         json: true,
         gates: &gates,
-        device: args.opt_parsed::<DeviceId>("device")?,
-        all_phases: args.flag("all_phases")?,
-        range: args.opt_parsed::<TraceRange>("range")?,
+        device: asked.device,
+        all_phases: asked.all_phases,
+        range: asked.range,
     };
     let mut value = document(
         |to| {
-            diff::answer(&a, &b, &options, to)?;
+            diff::answer(&asked.a, &asked.b, &options, to)?;
             Ok(())
         },
         whole,
@@ -372,15 +244,14 @@ fn compare(args: &Args<'_>) -> Result<Value> {
     // Of two runs of ranks, the lists of ranks; of two traces, every iteration's phases.
     let lists: &[&str] =
         if value.get("ranks").is_some() { &["/ranks", "/only_in_a", "/only_in_b"] } else { &["/phases/rows"] };
-    paginate(&mut value, lists, args.page()?);
+    paginate(&mut value, lists, asked.page.pair());
     Ok(value)
 }
 
 fn growth(args: &Args<'_>) -> Result<Value> {
-    let path = args.path("path")?;
-    let (crate::load::LoadedTrace { trace, .. }, chosen) =
-        crate::runs::highest_rank(&path, args.opt_parsed::<TraceRange>("range")?)?;
-    let doc = documents::GrowthDocument::new(&trace, path.display().to_string(), chosen.as_ref());
+    let asked = inputs::OneTrace::read(args)?;
+    let (LoadedTrace { trace, .. }, chosen) = crate::runs::highest_rank(&asked.path, asked.range)?;
+    let doc = documents::GrowthDocument::new(&trace, asked.path.display().to_string(), chosen.as_ref());
     let mut value = serde_json::to_value(doc)?;
     if value.get("rank").is_some() {
         paginate(&mut value, &["/rank/peaks"], (0, super::args::MAX_PAGE));
@@ -389,27 +260,21 @@ fn growth(args: &Args<'_>) -> Result<Value> {
 }
 
 fn oom(args: &Args<'_>) -> Result<Value> {
-    let path = args.path("path")?;
-    let range = args.opt_parsed::<TraceRange>("range")?;
-    document(|to| info::answer_oom(&[path], range, to), whole)
+    let asked = inputs::OneTrace::read(args)?;
+    document(|to| info::answer_oom(std::slice::from_ref(&asked.path), asked.range, to), whole)
 }
 
 fn advise(args: &Args<'_>) -> Result<Value> {
-    let path: PathBuf = args.path("path")?;
-    let target = match args.opt_parsed::<String>("target_bytes")? {
-        None => None,
-        Some(text) => Some(advise::parse_bytes(&text).map_err(|e| anyhow!("the argument \"target_bytes\": {e}"))?),
-    };
-    let gpus = args.opt_count("gpus", 1, 65536)?.map(|n| n as u32);
+    let asked = inputs::Advise::read(args)?;
     let options = advise::Options {
         json: true,
-        gpus,
-        target,
-        device: args.opt_parsed::<DeviceId>("device")?,
+        gpus: asked.gpus,
+        target: asked.target_bytes,
+        device: asked.device,
         scaling: None,
-        range: args.opt_parsed::<TraceRange>("range")?,
+        range: asked.range,
     };
-    let mut value = document(|to| advise::answer(&path, &options, to), whole)?;
+    let mut value = document(|to| advise::answer(&asked.path, &options, to), whole)?;
     if value.get("rank").is_some() {
         paginate(&mut value, &["/rank/peaks"], (0, super::args::MAX_PAGE));
     }
