@@ -433,7 +433,10 @@ pub fn summarize(run: &Run) -> Option<RunSummary> {
 
 /// The run summed up from its ranks' figures.
 pub fn sum_up(ranks: Vec<RankSummary>) -> Option<RunSummary> {
-    let worst = ranks.iter().max_by_key(|r| (r.peak.peak_allocated_bytes, std::cmp::Reverse(r.rank)))?;
+    // The rank that peaks highest, the lowest of equals: the first of equals in rank order.
+    let mut by_rank: Vec<&RankSummary> = ranks.iter().collect();
+    by_rank.sort_by_key(|r| r.rank);
+    let worst = crate::summary::highest_peak(by_rank.into_iter().map(|r| (r, r.peak.peak_allocated_bytes)))?;
     let lowest = ranks.iter().map(|r| r.peak.peak_allocated_bytes).min().unwrap_or(0);
     let mut sorted: Vec<u64> = ranks.iter().map(|r| r.peak.peak_allocated_bytes).collect();
     sorted.sort_unstable();

@@ -236,16 +236,16 @@ pub fn focus_device(trace: &Trace, peaks: impl IntoIterator<Item = (DeviceId, u6
     highest_peak(peaks)
 }
 
-/// The device with the highest peak, the first of equals (in the order given); none when there
-/// are none. The one tie-break every face uses.
-pub fn highest_peak(peaks: impl IntoIterator<Item = (DeviceId, u64)>) -> Option<DeviceId> {
-    let mut best: Option<(DeviceId, u64)> = None;
-    for (device, peak) in peaks {
-        if best.is_none_or(|(_, b)| peak > b) {
-            best = Some((device, peak));
+/// The device (or rank, or process) with the highest peak, the first of equals in the order
+/// given; none when there are none. The one rule every face uses to choose what to show first.
+pub fn highest_peak<K>(peaks: impl IntoIterator<Item = (K, u64)>) -> Option<K> {
+    let mut best: Option<(K, u64)> = None;
+    for (key, peak) in peaks {
+        if best.as_ref().is_none_or(|(_, b)| peak > *b) {
+            best = Some((key, peak));
         }
     }
-    best.map(|(d, _)| d)
+    best.map(|(k, _)| k)
 }
 
 /// Distinct non-empty call stacks that something in the trace was recorded with (an importer may
@@ -285,5 +285,44 @@ pub fn summary(trace: &Trace, format: SourceFormat, wrappers: &[Wrapper]) -> Sum
         stacks: referenced_stacks(trace),
         cuda_driver_version: trace.metadata.extra.get("cuda_driver_version").and_then(serde_json::Value::as_i64),
         devices,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vramscope_trace_format::{DeviceId, Oom, ProcessId, StackId, Trace};
+
+    use super::{focus_device, highest_peak};
+
+    /// The one rule for what to show first: the highest peak, the first of equals in the order
+    /// given (devices by index, ranks by number), none of nothing.
+    #[test]
+    fn the_highest_peak_is_the_first_of_equals() {
+        let d = DeviceId;
+        assert_eq!(highest_peak([(d(0), 5), (d(1), 9), (d(2), 9), (d(3), 1)]), Some(d(1)));
+        assert_eq!(highest_peak([(d(2), 9), (d(1), 9)]), Some(d(2)));
+        assert_eq!(highest_peak([(d(0), 0), (d(1), 0)]), Some(d(0)));
+        assert_eq!(highest_peak(Vec::<(DeviceId, u64)>::new()), None);
+        // Ranks and processes go by the same rule.
+        assert_eq!(highest_peak([(3u32, 7), (1, 8), (0, 8)]), Some(1));
+    }
+
+    /// The device that ran out of memory first comes before any peak, however low its own.
+    #[test]
+    fn the_first_oom_comes_before_the_highest_peak() {
+        let mut trace = Trace::default();
+        let peaks = [(DeviceId(0), 10), (DeviceId(1), 90), (DeviceId(2), 50)];
+        assert_eq!(focus_device(&trace, peaks), Some(DeviceId(1)));
+        let oom = |time_ns, device| Oom {
+            time_ns,
+            device: DeviceId(device),
+            process: ProcessId(0),
+            stream: 0,
+            requested_bytes: 1,
+            device_free_bytes: None,
+            stack: StackId(0),
+        };
+        trace.ooms = vec![oom(300, 2), oom(100, 0), oom(200, 1)];
+        assert_eq!(focus_device(&trace, peaks), Some(DeviceId(0)));
     }
 }

@@ -361,11 +361,10 @@ pub fn highest_rank(
 
 /// The process of `trace` whose allocated peak is highest (the first, on ties).
 pub fn highest_process(trace: &vramscope_trace_format::Trace) -> usize {
-    (0..trace.metadata.processes.len())
-        .max_by_key(|&p| {
-            let one = trace.of_process(vramscope_trace_format::ProcessId(p as u32));
-            let peak = one.devices().into_iter().map(|d| crate::query::peak::peaks(&one, d).allocated.bytes).max();
-            (peak.unwrap_or(0), std::cmp::Reverse(p))
-        })
-        .unwrap_or(0)
+    let peaks = (0..trace.metadata.processes.len()).map(|p| {
+        let one = trace.of_process(vramscope_trace_format::ProcessId(p as u32));
+        let peak = one.devices().into_iter().map(|d| crate::query::peak::peaks(&one, d).allocated.bytes).max();
+        (p, peak.unwrap_or(0))
+    });
+    crate::query::summary::highest_peak(peaks).unwrap_or(0)
 }

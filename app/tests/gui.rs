@@ -16,12 +16,19 @@ use vramscope_trace_format::{Category, DeviceId, NoProgress, SourceFormat};
 
 use self::support::*;
 
+/// Consistency test (the window shows what `info` computes), with the numbers also checked
+/// against the independent reference.
 #[test]
 fn opening_a_snapshot_shows_its_peak_and_categories() {
     let name = "gpt_ctx128_fullstep_fp32.pickle";
     let harness = open(name);
-    let trace = reference(name);
+    let trace = imported(name);
     let expected = summary::device_summary(&trace, DeviceId(0));
+    let theirs = python_reference(&fixture(name));
+    assert_eq!(theirs["peak_allocated_bytes"].as_u64(), Some(expected.peak_allocated_bytes));
+    let categories: std::collections::BTreeMap<String, u64> =
+        expected.categories_at_peak.iter().map(|(c, v)| (c.name().to_owned(), *v)).collect();
+    assert_eq!(serde_json::to_value(&categories).ok().as_ref(), Some(&theirs["categories_at_peak"]));
     // The toolbar's readout and the button name the peak that `info` computes.
     let peak = units::bytes(expected.peak_allocated_bytes);
     harness.get_by_label(&format!("Jump to peak ({peak})"));
@@ -64,7 +71,7 @@ fn the_timeline_is_drawn_first_and_its_categories_follow() {
     settle(&mut harness);
     assert!(!harness.state().session.working_out_categories());
     assert!(harness.query_by_label(PENDING).is_none(), "still said once the categories are there");
-    let trace = reference(name);
+    let trace = imported(name);
     let whole = vramscope::query::timeline::Timeline::build(&trace, DeviceId(0));
     let shown = &harness.state().session.device().unwrap().timeline;
     assert!(shown.has_categories());
@@ -82,7 +89,7 @@ fn the_timeline_is_drawn_first_and_its_categories_follow() {
 fn clicking_the_timeline_selects_an_instant_that_drives_the_views() {
     let name = "gpt_ctx128_forward_mixed.pickle";
     let mut harness = open(name);
-    let trace = reference(name);
+    let trace = imported(name);
     let points = replay::timeline(&trace, DeviceId(0));
     let peak_point = harness.state().session.selected_point.expect("the peak is selected on open");
     let rect = harness.get_by_label("Memory timeline").rect();
@@ -119,7 +126,7 @@ fn the_fragmentation_map_at_the_end_equals_the_snapshot_segments() {
     let last = harness.state().session.doc.as_ref().map(|d| d.devices[0].timeline.last_point()).expect("doc");
     harness.state_mut().select(last);
     settle(&mut harness);
-    let trace = reference(name);
+    let trace = imported(name);
     let expected = segments::final_state(&trace, DeviceId(0)).expect("segments");
     let view = harness.state().session.instant.clone().expect("analysed");
     assert_eq!(view.instant.segments.len(), expected.segments);

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,19 +40,49 @@ def test_the_package_uses_the_command_installed_with_it() -> None:
     )
 
 
+REFERENCE = Path(__file__).resolve().parents[2] / "scripts" / "reference" / "snapshot_reference.py"
+REFERENCE_KEYS = (
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "allocated_bytes",
+    "reserved_bytes",
+    "categories_at_peak",
+)
+
+
+def reference(trace: Path) -> dict[int, dict[str, Any]]:
+    """The independent reference's account of a snapshot (scripts/reference/snapshot_reference.py)."""
+    done = subprocess.run([sys.executable, str(REFERENCE), str(trace)], capture_output=True, text=True, check=True)
+    return {d["device"]: d for d in json.loads(done.stdout)["devices"]}
+
+
 def test_summary_is_what_info_json_says() -> None:
+    """Consistency test: the package's answer is the command's JSON; its numbers are also checked
+    against the independent reference."""
     for trace in (SNAPSHOT, PROFILE):
         facts = vramscope.summary(trace)
         assert facts == command_json("info", "--json", str(trace))
         assert facts["devices"][0]["peak_allocated_bytes"] > 0
+    theirs = reference(SNAPSHOT)
+    for device in vramscope.summary(SNAPSHOT)["devices"]:
+        assert {k: device[k] for k in REFERENCE_KEYS} == {k: theirs[device["device"]][k] for k in REFERENCE_KEYS}
     assert vramscope.summary(str(SNAPSHOT), all_phases=True) == command_json(
         "info", "--json", "--all-phases", str(SNAPSHOT)
     )
 
 
 def test_compare_is_what_diff_json_says() -> None:
+    """Consistency test: compare() is diff --json; both runs' peaks are also the reference's."""
     change = vramscope.compare(FORWARD_FP32, FORWARD_MIXED)
     assert change == command_json("diff", "--json", str(FORWARD_FP32), str(FORWARD_MIXED))
+    assert "ranks" not in change
+    for side, trace in (change["a"], FORWARD_FP32), (change["b"], FORWARD_MIXED):
+        theirs = reference(trace)[side["device"]]
+        assert (side["peak_allocated_bytes"], side["peak_reserved_bytes"]) == (
+            theirs["peak_allocated_bytes"],
+            theirs["peak_reserved_bytes"],
+        )
+        assert side["categories_at_peak"] == theirs["categories_at_peak"]
     assert change == vramscope.compare(str(FORWARD_FP32), FORWARD_MIXED, device=0)
     # What diff refuses is raised with its words.
     with pytest.raises(vramscope.VramscopeError, match="compared with itself"):

@@ -1,5 +1,7 @@
-"""Drives `vramscope mcp` with the official MCP client (the `mcp` package from PyPI) and checks
-every tool's numbers against the CLI's own JSON on the same files.
+"""Drives `vramscope mcp` with the official MCP client (the `mcp` package from PyPI): a consistency
+test, every tool's document checked against the CLI's own JSON on the same files, and its numbers
+also against an independent reference (scripts/reference/snapshot_reference.py on the snapshots,
+the hand-made snapshot's own numbers for the OOM).
 
     python mcp_client.py VRAMSCOPE_BIN WORK_DIR FIXTURES_DIR
 
@@ -54,6 +56,18 @@ def answer(result, what):
     return result.structured_content
 
 
+REFERENCE = Path(__file__).resolve().parents[2] / "scripts" / "reference" / "snapshot_reference.py"
+# The independent reference's per-device keys (scripts/reference/snapshot_reference.py replays a
+# snapshot on its own): the MCP's numbers are checked against it, not only against the CLI's.
+REFERENCE_KEYS = ["peak_allocated_bytes", "peak_reserved_bytes", "allocated_bytes", "reserved_bytes", "segments",
+                  "categories_at_peak"]
+
+
+def reference(path):
+    run = subprocess.run([sys.executable, str(REFERENCE), str(path)], capture_output=True, text=True, check=True)
+    return {d["device"]: d for d in json.loads(run.stdout)["devices"]}
+
+
 def make_rank_dir(name, source, ranks=3):
     directory = WORK / name
     directory.mkdir()
@@ -105,6 +119,11 @@ async def tools_answer_as_the_cli_does(client):
     got = answer(await client.call_tool("summary", {"paths": str(FULLSTEP)}), "summary")
     want, _ = cli("info", "--json", FULLSTEP)
     check(got == want, "summary equals info --json", json.dumps([got, want])[:4000])
+    theirs = reference(FULLSTEP)
+    for device in got["devices"]:
+        r = theirs.get(device["device"], {})
+        check(all(device[k] == r.get(k) for k in REFERENCE_KEYS), f"summary {device['label']}: the reference's numbers",
+              json.dumps([{k: device[k] for k in REFERENCE_KEYS}, {k: r.get(k) for k in REFERENCE_KEYS}])[:2000])
 
     # summary with every iteration, a page at a time (a generated snapshot of 5 iterations).
     steps = WORK / "steps.pickle"
@@ -162,6 +181,11 @@ async def tools_answer_as_the_cli_does(client):
     check(got["gates_hold"] == (status == 0), "gates_hold is diff's exit status")
     got.pop("page", None)
     check(got == want, "compare equals diff --json", json.dumps([got, want])[:4000])
+    for side, path in (("a", FORWARD), ("b", MIXED)):
+        r = reference(path)[got[side]["device"]]
+        keys = ["peak_allocated_bytes", "peak_reserved_bytes", "categories_at_peak"]
+        check(all(got[side][k] == r[k] for k in keys), f"compare {side}: the reference's peaks and categories",
+              json.dumps([{k: got[side][k] for k in keys}, {k: r[k] for k in keys}])[:2000])
     check(len(got["gates"]) == 3, "three gates checked")
 
     # compare of two runs of ranks, paired by number.
@@ -184,6 +208,12 @@ async def tools_answer_as_the_cli_does(client):
     want, _ = cli("info", "--oom", "--json", oom)
     got = answer(await client.call_tool("oom", {"path": str(oom)}), "oom")
     check(got == want and got["oom_count"] == 1, "the OOM post-mortem equals info --oom --json", json.dumps(got)[:3000])
+    # The snapshot is made by hand above: 64 MiB asked with 1 MiB free on the device, 12 MiB
+    # allocated in a 20 MiB segment.
+    mb = 1 << 20
+    first = got["ooms"][0]
+    check((first["requested_bytes"], first["device_free_bytes"], first["allocated_bytes"], first["reserved_bytes"])
+          == (64 * mb, mb, 12 * mb, 20 * mb), "the post-mortem's numbers are the hand-made snapshot's", json.dumps(first)[:2000])
     check(got["ooms"][0]["words"], "the post-mortem is said in words")
     got = answer(await client.call_tool("oom", {"path": str(FULLSTEP)}), "oom with none")
     check(got["oom_count"] == 0 and got["ooms"] == [], "a trace without an OOM says so")

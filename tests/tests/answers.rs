@@ -2,13 +2,16 @@
 //! alike. A table of questions (the peak allocated, the reserved peak and whether the trace
 //! records it, the categories at the peak, the device) asked of every fixture and recorded
 //! sample through every command that answers them: `info --json`, `advise --json`, each side of
-//! `diff --json`, and the blocks `info --blocks` lists at the peak.
+//! `diff --json`, and the blocks `info --blocks` lists at the peak. A consistency test; `info`'s
+//! own answers are also checked here against independent references: the snapshots against
+//! `scripts/reference/snapshot_reference.py`, the H200 recordings against PyTorch's own counters
+//! (`samples/traces/*.summary.json`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use vramscope_e2e::{all_fixtures, info_json, info_json_with, repo_root, vramscope};
+use vramscope_e2e::{all_fixtures, info_json, info_json_with, reference, repo_root, vramscope};
 
 /// What a face says to the questions, for one device of one file.
 #[derive(Debug, PartialEq)]
@@ -44,11 +47,17 @@ fn from_info(info: &Value, device: i64) -> Answers {
     answers(found.unwrap_or_else(|| panic!("no device {device} in {info}")), device)
 }
 
-/// The device `advise` and `diff` look at: the one with the highest peak.
+/// The device `advise` and `diff` look at: the one with the highest peak, the first of equals.
 fn highest_device(info: &Value) -> i64 {
     let devices = info["devices"].as_array().cloned().unwrap_or_default();
-    let highest = devices.iter().max_by_key(|d| d["peak_allocated_bytes"].as_u64().unwrap_or(0));
-    highest.and_then(|d| d["device"].as_i64()).unwrap_or_else(|| panic!("no devices in {info}"))
+    let mut highest: Option<(i64, u64)> = None;
+    for d in &devices {
+        let peak = d["peak_allocated_bytes"].as_u64().unwrap_or(0);
+        if highest.is_none_or(|(_, best)| peak > best) {
+            highest = d["device"].as_i64().map(|device| (device, peak));
+        }
+    }
+    highest.map(|(device, _)| device).unwrap_or_else(|| panic!("no devices in {info}"))
 }
 
 fn json_of(args: &[&std::ffi::OsStr]) -> Value {
@@ -74,15 +83,18 @@ fn name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
+/// Consistency test: advise, diff and info --blocks against info --json; info itself against the
+/// independent reference (snapshots) and PyTorch's counters (the H200 recordings).
 #[test]
 fn every_face_answers_the_same_questions_alike() {
     let files = files();
     let infos: Vec<Value> = files.iter().map(|f| info_json(f)).collect();
-    let mut asked = 0;
+    let (mut asked, mut blocks_summed, mut referenced) = (0, 0, 0);
     for (k, (file, info)) in files.iter().zip(&infos).enumerate() {
         let device = highest_device(info);
         let expected = from_info(info, device);
         let what = name(file);
+        referenced += check_against_reference(file, device, &expected);
 
         // advise: its baseline.
         let advice = json_of(&["advise".as_ref(), "--json".as_ref(), file.as_os_str()]);
@@ -123,9 +135,40 @@ fn every_face_answers_the_same_questions_alike() {
                     "{what}: info --blocks against the categories at the peak"
                 );
                 assert_eq!(summed.values().sum::<u64>(), expected.peak_allocated_bytes, "{what}: blocks at the peak");
+                blocks_summed += 1;
             }
         }
         asked += 1;
     }
     assert!(asked >= 12, "only {asked} files asked");
+    // Every trace of allocations (all but the profiler's memory timelines) listed its blocks.
+    assert!(blocks_summed >= asked - 2, "the blocks were summed on {blocks_summed} files of {asked}");
+    assert!(referenced >= 9, "only {referenced} files checked against a reference");
+}
+
+/// `info`'s answers for `file` against an independent reference, where there is one: a
+/// snapshot's replay by `snapshot_reference.py`, a recording's PyTorch counters. Returns 1 when
+/// one was checked.
+fn check_against_reference(file: &Path, device: i64, said: &Answers) -> usize {
+    let what = name(file);
+    if file.extension().is_some_and(|e| e == "pickle") {
+        let theirs = reference(file);
+        let devices = theirs["devices"].as_array().cloned().unwrap_or_default();
+        let r = devices.iter().find(|d| d["device"].as_i64() == Some(device));
+        let r = r.unwrap_or_else(|| panic!("{what}: no device {device} in the reference"));
+        assert_eq!(said.peak_allocated_bytes, r["peak_allocated_bytes"].as_u64().unwrap_or(0), "{what}: the peak");
+        assert_eq!(said.peak_reserved_bytes, r["peak_reserved_bytes"].as_u64().unwrap_or(0), "{what}: reserved");
+        assert_eq!(said.categories_at_peak, categories(&r["categories_at_peak"]), "{what}: the categories");
+        return 1;
+    }
+    let counters = file.with_extension("summary.json");
+    let Ok(text) = std::fs::read_to_string(&counters) else { return 0 };
+    if device < 0 {
+        return 0; // the counters are the GPU's
+    }
+    let counters: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", counters.display()));
+    // PyTorch's own max_memory_reserved() for the run: the reserved peak of the GPU the run used.
+    let cuda = &counters["cuda"];
+    assert_eq!(Some(said.peak_reserved_bytes), cuda["max_memory_reserved"].as_u64(), "{what}: reserved peak");
+    1
 }

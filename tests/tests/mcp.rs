@@ -1,12 +1,15 @@
 //! `vramscope mcp`: the official MCP client (the `mcp` package from PyPI) lists the tools and
-//! calls each on real fixtures, its numbers checked against the CLI's; and the server keeps
-//! serving through hostile input on its standard input.
+//! calls each on real fixtures: a consistency test against the CLI's documents, with the numbers
+//! also checked against the independent reference (`scripts/reference/snapshot_reference.py`) and
+//! a hand-made snapshot; and the server keeps serving through hostile input on its standard input.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 use vramscope_e2e::{fixtures_dir, repo_root, torch_python, vramscope_bin};
 
+/// Consistency test: each tool's document equals the CLI JSON it mirrors; the numbers are also
+/// checked against `snapshot_reference.py` and a hand-made OOM (`tests/scripts/mcp_client.py`).
 #[test]
 fn the_official_client_gets_the_clis_numbers_from_every_tool() {
     let work = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

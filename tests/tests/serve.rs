@@ -283,7 +283,7 @@ fn a_pytorch_run_served_live_ends_with_the_same_trace() {
         .arg("--")
         .arg(vramscope_e2e::torch_python())
         .arg(vramscope_e2e::repo_root().join("samples/pytorch/train.py"))
-        .args(["--device", "cpu", "--steps", "250"])
+        .args(["--device", "cpu", "--steps", "150"])
         .env("VRAMSCOPE_TOKEN", TOKEN)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

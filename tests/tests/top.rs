@@ -60,6 +60,8 @@ fn assert_screen_is_info(screen: &str, device: &serde_json::Value) {
     assert!(shown + more >= categories.len(), "{shown} shown and {more} more of {}:\n{screen}", categories.len());
 }
 
+/// Consistency test (the screen shows `info --json`'s numbers), with the numbers also checked
+/// against the independent reference (`scripts/reference/snapshot_reference.py`).
 #[test]
 fn top_on_a_trace_shows_infos_numbers_and_answers_its_keys() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -69,6 +71,9 @@ fn top_on_a_trace_shows_infos_numbers_and_answers_its_keys() {
     let screen = tmux.wait_for("the trace", Duration::from_secs(60), |s| s.contains("by category"));
     let expected = info(&file);
     assert_screen_is_info(&screen, &expected["devices"][0]);
+    let mut theirs = vramscope_e2e::reference(&file)["devices"][0].clone();
+    theirs["reserved_recorded"] = true.into();
+    assert_screen_is_info(&screen, &theirs);
     assert!(screen.contains("[cuda:0]"), "{screen}");
     assert!(screen.contains("optimizer_step of iteration 1"), "{screen}");
     assert!(screen.lines().last().is_some_and(|l| l.contains(" q  quit")), "the keys on the last row:\n{screen}");

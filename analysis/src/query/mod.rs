@@ -139,7 +139,7 @@ pub mod segments {
 
 /// What `info` says of a trace.
 pub mod summary {
-    pub use crate::summary::{DeviceSummary, Summary, device_summary, focus_device};
+    pub use crate::summary::{DeviceSummary, Summary, device_summary, focus_device, highest_peak};
 }
 
 /// Memory over time by category, for drawing.

@@ -91,7 +91,9 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
         part = whole.of_process(ProcessId(process as u32));
         &part
     };
-    let summary = crate::query::summary(trace, origin.format, &origin.wrappers);
+    // The numbers are `info`'s document's.
+    let doc = crate::query::documents::summary_document(trace, origin.format, &origin.wrappers);
+    let summary = &doc.summary;
     let ooms = cache.ooms.entry((process, trace.ooms.len())).or_insert_with(|| post_mortems(trace)).clone();
     let last_event = trace.events.len().checked_sub(1);
     let end_ns = trace.events.last().map_or(0, |e| e.time_ns);
@@ -141,7 +143,7 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
         start_ns: trace.origin_ns(),
         devices,
         focus,
-        notes: crate::words::caveats(trace, &summary.caveats),
+        notes: doc.notes.clone(),
     }
 }
 

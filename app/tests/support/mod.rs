@@ -81,7 +81,9 @@ pub fn open_sample() -> Harness<'static, VramscopeApp> {
     harness
 }
 
-pub fn reference(name: &str) -> vramscope_trace_format::Trace {
+/// The fixture `name` as vramscope's own importer reads it (the trace the app shows, for the
+/// consistency tests; `python_reference` is the independent one).
+pub fn imported(name: &str) -> vramscope_trace_format::Trace {
     let data = std::fs::read(fixture(name)).expect("fixture");
     vramscope_trace_format::import(&data, &NoProgress).expect("import").trace
 }

@@ -98,8 +98,8 @@ pub fn info_document(
     blocks: usize,
     all_phases: bool,
 ) -> Result<InfoDocument, (String, NotInTrace)> {
-    let mut summary = crate::query::summary(trace, format, wrappers);
-    for d in &mut summary.devices {
+    let mut doc = summary_document(trace, format, wrappers);
+    for d in &mut doc.summary.devices {
         d.phases.listed = all_phases;
     }
     let text = at.map_or("peak", |a| a.0);
@@ -108,13 +108,19 @@ pub fn info_document(
         .transpose()
         .map_err(|why| (text.to_owned(), why))?;
     let at = at.map(|(text, when)| instant::at(trace, when, text).map_err(|why| (text.to_owned(), why))).transpose()?;
-    Ok(InfoDocument {
+    Ok(InfoDocument { at, largest_blocks, ..doc })
+}
+
+/// `info`'s document of one trace, its summary alone (what `top` shows of it, too).
+pub fn summary_document(trace: &Trace, format: SourceFormat, wrappers: &[Wrapper]) -> InfoDocument {
+    let summary = crate::query::summary(trace, format, wrappers);
+    InfoDocument {
         schema_version: SCHEMA_VERSION,
         notes: words::caveats(trace, &summary.caveats),
         summary,
-        at,
-        largest_blocks,
-    })
+        at: None,
+        largest_blocks: None,
+    }
 }
 
 /// What each rank of a run holds: `info --json` on several ranks.

@@ -35,7 +35,7 @@ pub use self::diff::{
 };
 pub use self::info::{
     BlockOut, BreakdownDocument, DeviceAtPeak, DeviceBlocks, InfoDocument, InstantDocument, LargestBlocks, RunDocument,
-    info_document, largest_blocks,
+    info_document, largest_blocks, summary_document,
 };
 pub use self::oom::{OomDocument, OomExplained, oom_document};
 pub use self::report::{ReportDocument, ReportedRun};
