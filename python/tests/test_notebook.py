@@ -63,6 +63,8 @@ def test_a_recorded_cell_shows_the_image_and_info_s_numbers(tmp_path: Path) -> N
         page = data["text/html"]
         numbers = {int(n) for n in re.findall(r"data-bytes='(\d+)'", page)}
         assert expected <= numbers, (expected, numbers)
+        # The hand-computed parameters, shown by the notebook itself (not only by info).
+        assert parameters in numbers, (parameters, numbers)
         assert "optimizer state" in page
         assert "largest alive at the peak" in page
         assert "Recorded inside the program" in page

@@ -61,11 +61,24 @@ def test_a_block_is_recorded_with_its_tags_and_phases(tmp_path: Path) -> None:
 
 
 def test_recording_leaves_the_program_as_it_was(tmp_path: Path) -> None:
-    backward = torch.autograd.backward
+    # What the recorder patches to know where it may restart the CPU profiler: each comes out
+    # again, so that the next recording installs its own (a patch left in place would go on
+    # telling the closed recording, and the next would never see a range open).
+    patched = [
+        (torch.autograd, "backward"),
+        (torch.autograd, "grad"),
+        (torch.autograd.profiler.record_function, "__enter__"),
+        (torch.autograd.profiler.record_function, "__exit__"),
+        (torch.profiler.profile, "start"),
+        (torch.profiler.profile, "stop"),
+    ]
+    before = [getattr(owner, name) for owner, name in patched]
     model, optimizer = model_and_optimizer()
     with vramscope.record(tmp_path / "a.vtrace"):
+        assert torch.autograd.grad is not before[1], "the recording tracks torch.autograd.grad"
         recorded = train(model, optimizer)
-    assert torch.autograd.backward is backward
+    after = [getattr(owner, name) for owner, name in patched]
+    assert after == before, [name for (_, name), a, b in zip(patched, after, before) if a is not b]
     model, optimizer = model_and_optimizer()
     assert train(model, optimizer) == recorded
     # A second recording in the same process sees the same.

@@ -38,9 +38,9 @@ if TYPE_CHECKING:
     from .vramscope_log import Log
 
 if TYPE_CHECKING or "." in __name__:  # vramscope._shim, imported by vramscope.record()
-    from .vramscope_patches import is_marked, mark, wraps
+    from .vramscope_patches import is_marked, mark, restore, wraps
 else:  # written into a recording's folder by `vramscope record`, outside the package
-    from vramscope_patches import is_marked, mark, wraps
+    from vramscope_patches import is_marked, mark, restore, wraps
 
 # Operators that only make memory for the operator around them.
 _PLUMBING = frozenset(
@@ -120,11 +120,15 @@ class CpuAllocations:
         # Calls of `torch.autograd.grad` running (backward is `in_backward`).
         self.grad_depth = 0
 
-    def start(self) -> None:
-        self.track_ranges()
-        self.track_grad()
+    def start(self) -> list[Callable[[], None]]:
+        """Starts the profiler, with torch patched to say when it is safe to restart it; returns
+        what undoes the patches (a recording inside the program takes them out when it closes,
+        so that the next one installs its own: a patch left in place would go on telling a
+        closed recording, and the next would never see a range open)."""
+        undo = [self.track_ranges(), self.track_grad()]
         self.start_profiler()
-        self.yield_to_user_profilers()
+        undo.append(self.yield_to_user_profilers())
+        return undo
 
     # -- when ------------------------------------------------------------------------------------
 
@@ -143,12 +147,13 @@ class CpuAllocations:
             self.pending = False
             self.recorder_drain(True)
 
-    def track_ranges(self) -> None:
+    def track_ranges(self) -> Callable[[], None]:
         """Keeps `open_ranges` as the program enters and leaves `record_function` (the class
-        behind `torch.profiler.record_function`, the optimizer's step range, DDP's forward)."""
+        behind `torch.profiler.record_function`, the optimizer's step range, DDP's forward);
+        returns what undoes it."""
         cls = getattr(getattr(torch.autograd, "profiler", None), "record_function", None)
-        if cls is None or is_marked(cls):
-            return
+        if cls is None:
+            return lambda: None
         real_enter, real_exit = cls.__enter__, cls.__exit__
         source = self
 
@@ -172,13 +177,17 @@ class CpuAllocations:
         cls.__enter__, cls.__exit__ = __enter__, __exit__
         mark(cls)
 
-    def track_grad(self) -> None:
+        def undo() -> None:
+            restore(cls, "__enter__", __enter__, real_enter)
+            restore(cls, "__exit__", __exit__, real_exit)
+
+        return undo
+
+    def track_grad(self) -> Callable[[], None]:
         """`torch.autograd.grad` runs the autograd engine as backward does (a checkpointed
         module's forward runs again inside it, and the model's forward hooks with it): no safe
-        point while it runs."""
+        point while it runs. Returns what undoes it."""
         real_grad = torch.autograd.grad
-        if is_marked(real_grad):
-            return
         source = self
 
         def grad(*args: Any, **kwargs: Any) -> Any:
@@ -194,6 +203,7 @@ class CpuAllocations:
         grad.__doc__ = real_grad.__doc__
         mark(grad)
         torch.autograd.grad = grad
+        return lambda: restore(torch.autograd, "grad", grad, real_grad)
 
     # -- the profiler ----------------------------------------------------------------------------
 
@@ -333,7 +343,7 @@ class CpuAllocations:
             return
         self.start_profiler()
 
-    def yield_to_user_profilers(self) -> None:
+    def yield_to_user_profilers(self) -> Callable[[], None]:
         """Only one profiler can run: the program's own takes over while it runs (what it
         allocates meanwhile is not recorded, and the log says so) and the shim's resumes after
         it, at the next safe point."""
@@ -359,3 +369,9 @@ class CpuAllocations:
 
         # Patching torch's profiler class is the point: the program's profiler runs these.
         cls.start, cls.stop = start, stop  # type: ignore[method-assign]
+
+        def undo() -> None:
+            restore(cls, "start", start, real_start)
+            restore(cls, "stop", stop, real_stop)
+
+        return undo

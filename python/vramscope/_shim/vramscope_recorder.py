@@ -134,7 +134,7 @@ class Recorder:
                 self.start_history()
         elif mode == "cpu":
             self.cpu = CpuAllocations(self.log, self.drain, lambda: self.phases.backward_depth > 0)
-            self.cpu.start()
+            self.undo.extend(self.cpu.start())
         atexit.register(self.close)
         os.register_at_fork(after_in_child=self.forked)
         self.undo.extend(install_hooks(self.log, self.phases, self.tagger))
