@@ -33,6 +33,9 @@ for dir in "${module_dirs[@]}"; do
     python3 scripts/module_cycles.py "$dir"
 done
 
+step "only the words module makes sentences: no face says one of its phrases in its own code"
+python3 scripts/check_words.py
+
 step "the Python side: ruff (lint and format) and mypy --strict over python/"
 scripts/check_python.sh
 

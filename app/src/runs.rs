@@ -247,8 +247,8 @@ impl Opened {
         for warning in &self.warnings {
             eprintln!("warning: {warning}");
         }
-        for skipped in &self.skipped {
-            eprintln!("warning: left out, not a trace this reads: {skipped}");
+        for note in crate::words::run_notes(&[], &self.skipped) {
+            eprintln!("warning: {note}");
         }
     }
 }
