@@ -96,10 +96,32 @@ fn ddp_recording() -> (PathBuf, vramscope_trace_format::Trace) {
     (file, trace)
 }
 
-/// Each rank's peak as `info` would work it out, from the analysis alone.
+/// Each rank's peak as `info` works it out, checked against a replay of the rank's events by
+/// hand (allocated memory: up at each allocation, down at each free; the recording holds
+/// everything from the start).
 fn rank_peaks(run: &vramscope::query::run::Run) -> Vec<(u32, u64)> {
+    use vramscope_trace_format::EventKind;
     let summary = vramscope::query::run::summarize(run).expect("ranks");
-    summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect()
+    let peaks: Vec<(u32, u64)> = summary.ranks.iter().map(|r| (r.rank, r.peak.peak_allocated_bytes)).collect();
+    for rank in &run.ranks {
+        let trace = &rank.trace;
+        let two_steps = trace.events.iter().any(|e| e.kind == EventKind::FreeRequested);
+        let freed = if two_steps { EventKind::FreeRequested } else { EventKind::FreeCompleted };
+        let mut by_device: std::collections::BTreeMap<i16, (i64, i64)> = std::collections::BTreeMap::new();
+        for e in &trace.events {
+            let (now, peak) = by_device.entry(e.device.0).or_default();
+            match e.kind {
+                EventKind::Alloc => *now += e.size_bytes as i64,
+                k if k == freed => *now -= e.size_bytes as i64,
+                _ => {}
+            }
+            *peak = (*peak).max(*now);
+        }
+        let by_hand = by_device.values().map(|(_, peak)| *peak as u64).max().unwrap_or(0);
+        let said = peaks.iter().find(|p| p.0 == rank.rank).map(|p| p.1);
+        assert_eq!(said, Some(by_hand), "rank {}: the analysis' peak against a replay by hand", rank.rank);
+    }
+    peaks
 }
 
 #[test]

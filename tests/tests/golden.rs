@@ -1,6 +1,8 @@
-//! Golden files of the text that `info`, `diff` and `advise` print on real fixtures
-//! (`tests/tests/snapshots/`, reviewed with `cargo insta review` when a change is meant). Paths
-//! are replaced by `<fixtures>` and `<samples>`, so clones anywhere print the same.
+//! Regression (golden) tests: the text that `info`, `diff` and `advise` print on real fixtures,
+//! held in `tests/tests/snapshots/` (reviewed with `cargo insta review` when a change is meant).
+//! They hold the text as it was, not its numbers against a reference: those are checked in
+//! `fixtures.rs`, `clocks.rs`, `growth.rs` and the others. Paths are replaced by `<fixtures>` and
+//! `<samples>`, so clones anywhere print the same.
 
 use std::ffi::OsStr;
 use std::path::Path;
