@@ -164,3 +164,44 @@ impl Trace {
             + self.counters.iter().map(|c| c.samples.len()).sum::<usize>()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::model::counter::{CounterKind, CounterSample, CounterSeries};
+    use crate::model::event::{Event, EventKind};
+    use crate::model::ids::{DeviceId, ProcessId, StringId};
+    use crate::model::metadata::RangeInfo;
+    use crate::model::range::TraceRange;
+
+    use super::Trace;
+
+    /// The one time origin: the first event; without events the first counter sample; of a part,
+    /// its source's first event; of nothing timed, 0.
+    #[test]
+    fn every_time_is_said_from_one_origin() {
+        let mut trace = Trace::default();
+        assert_eq!(trace.origin_ns(), 0);
+        let series = |first| CounterSeries {
+            kind: CounterKind::Allocated,
+            name: StringId(0),
+            device: DeviceId(0),
+            process: ProcessId(0),
+            samples: vec![CounterSample { time_ns: first, value: 1 }, CounterSample { time_ns: first + 10, value: 2 }],
+        };
+        trace.counters = vec![series(700), series(300)];
+        assert_eq!(trace.origin_ns(), 300, "the earliest counter sample, without events");
+        trace.events = vec![Event::new(EventKind::Alloc, 500, 0, 1, 8), Event::new(EventKind::Alloc, 900, 0, 2, 8)];
+        assert_eq!(trace.origin_ns(), 500, "the first event");
+        trace.metadata.range = Some(RangeInfo {
+            range: TraceRange::Time { from_ns: Some(400), to_ns: None },
+            events_before: 3,
+            events_after: 0,
+            alive_at_start: 1,
+            final_state_dropped: false,
+            origin_ns: Some(100),
+            alive_since: Vec::new(),
+            spans_before: Vec::new(),
+        });
+        assert_eq!(trace.origin_ns(), 100, "a part's origin is its source's");
+    }
+}
