@@ -219,7 +219,19 @@ fn a_dropped_file_opens_and_becomes_a_recent_file() {
 
 #[test]
 fn escape_cancels_a_load_without_an_error() {
-    let mut harness = harness(Some(fixture("gpt_ctx128_fullstep_fp32.pickle")));
+    // A snapshot large enough that its load is still running a frame later (the fixtures load in
+    // a few milliseconds, which let the load finish before the key was read, now and then).
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.pickle");
+    let python = std::env::var("VRAMSCOPE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let made = std::process::Command::new(python)
+        .arg(manifest_dir().join("../scripts/gen_snapshot.py"))
+        .args(["--entries", "300000", "--out"])
+        .arg(&big)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let mut harness = harness(Some(big));
     harness.get_by_label("Open a trace…").click();
     harness.step();
     assert!(harness.state().session.is_loading());
