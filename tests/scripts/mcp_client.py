@@ -12,12 +12,13 @@ Prints one line per check; exits non-zero (with the difference) on the first tha
 import asyncio
 import json
 import os
-import pickle
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from oom_snapshot import write_oom_snapshot
 
 from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -74,35 +75,6 @@ def make_rank_dir(name, source, ranks=3):
     for rank in range(ranks):
         shutil.copy(source, directory / f"snap_rank{rank}.pickle")
     return directory
-
-
-def make_oom_snapshot():
-    """A snapshot as PyTorch writes it: a block, then an allocation that fails."""
-    mb = 1 << 20
-    frames = [{"name": "forward", "filename": "model.py", "line": 7}, {"name": "<module>", "filename": "train.py", "line": 3}]
-
-    def event(action, addr, size, t, **kw):
-        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames, **kw}
-
-    base = 0x7F0000000000
-    trace = [
-        event("segment_alloc", base, 20 * mb, 100),
-        event("alloc", base, 8 * mb, 110),
-        event("alloc", base + 8 * mb, 4 * mb, 120),
-        event("oom", 0, 64 * mb, 130, device_free=mb),
-    ]
-    blocks = [
-        {"address": base, "size": 8 * mb, "requested_size": 8 * mb, "state": "active_allocated", "frames": frames},
-        {"address": base + 8 * mb, "size": 4 * mb, "requested_size": 4 * mb, "state": "active_allocated", "frames": frames},
-        {"address": base + 12 * mb, "size": 8 * mb, "requested_size": 0, "state": "inactive", "frames": []},
-    ]
-    segment = {"device": 0, "address": base, "total_size": 20 * mb, "allocated_size": 12 * mb, "active_size": 12 * mb,
-               "requested_size": 12 * mb, "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
-               "is_expandable": False, "frames": frames, "blocks": blocks}
-    path = WORK / "oom.pickle"
-    with open(path, "wb") as f:
-        pickle.dump({"segments": [segment], "device_traces": [trace]}, f, protocol=4)
-    return path
 
 
 async def tools_answer_as_the_cli_does(client):
@@ -204,7 +176,7 @@ async def tools_answer_as_the_cli_does(client):
         check(g["words"], f"growth on {g['label']} is said in words")
 
     # oom: info --oom --json, on a snapshot with an OOM and on one without.
-    oom = make_oom_snapshot()
+    oom = write_oom_snapshot(WORK / "oom.pickle")
     want, _ = cli("info", "--oom", "--json", oom)
     got = answer(await client.call_tool("oom", {"path": str(oom)}), "oom")
     check(got == want and got["oom_count"] == 1, "the OOM post-mortem equals info --oom --json", json.dumps(got)[:3000])

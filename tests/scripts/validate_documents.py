@@ -12,13 +12,13 @@ when any document was never seen: a check that saw nothing does not pass.
 """
 
 import json
-import pickle
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from jsonschema import Draft202012Validator
+from oom_snapshot import write_oom_snapshot
 
 BIN, WORK, FIXTURES, SAMPLES = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
 
@@ -87,36 +87,6 @@ def cli(*args, status=(0,)):
     return json.loads(run.stdout)
 
 
-def make_oom_snapshot():
-    """A snapshot as PyTorch writes it: two blocks, then an allocation that fails."""
-    mb = 1 << 20
-    frames = [{"name": "forward", "filename": "model.py", "line": 7}]
-
-    def event(action, addr, size, t, **kw):
-        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames, **kw}
-
-    base = 0x7F0000000000
-    trace = [
-        event("segment_alloc", base, 20 * mb, 100),
-        event("alloc", base, 8 * mb, 110),
-        event("alloc", base + 8 * mb, 4 * mb, 120),
-        event("oom", 0, 64 * mb, 130, device_free=mb),
-    ]
-    blocks = [
-        {"address": base, "size": 8 * mb, "requested_size": 8 * mb, "state": "active_allocated", "frames": frames},
-        {"address": base + 8 * mb, "size": 4 * mb, "requested_size": 4 * mb, "state": "active_allocated",
-         "frames": frames},
-        {"address": base + 12 * mb, "size": 8 * mb, "requested_size": 0, "state": "inactive", "frames": []},
-    ]
-    segment = {"device": 0, "address": base, "total_size": 20 * mb, "allocated_size": 12 * mb,
-               "active_size": 12 * mb, "requested_size": 12 * mb, "stream": 0, "segment_type": "large",
-               "segment_pool_id": (0, 0), "is_expandable": False, "frames": frames, "blocks": blocks}
-    path = WORK / "oom.pickle"
-    with open(path, "wb") as f:
-        pickle.dump({"segments": [segment], "device_traces": [trace]}, f, protocol=4)
-    return path
-
-
 def rank_dir(name, source, ranks):
     directory = WORK / name
     directory.mkdir()
@@ -128,7 +98,7 @@ def rank_dir(name, source, ranks):
 snapshots = FIXTURES / "pytorch-snapshots"
 traces = sorted(SAMPLES.glob("*.vtrace")) + sorted(snapshots.glob("*.pickle"))
 traces += sorted((FIXTURES / "torch-profiler").iterdir())
-oom = make_oom_snapshot()
+oom = write_oom_snapshot(WORK / "oom.pickle")
 traces.append(oom)
 for trace in traces:
     info = cli("info", "--json", trace)
