@@ -1,6 +1,7 @@
-//! Builds the hook library (the `vramscope-hook` crate, a cdylib) for the target being built, so
-//! that `vramscope record` carries it inside the binary: a `cargo install`ed binary or the one in
-//! the pip wheel records with nothing beside it.
+//! Builds the hook library (the `vramscope-hook` crate, a cdylib) and the emulation library (the
+//! `vramscope-emulate` crate, a cdylib) for the target being built, so that `vramscope record`
+//! and `vramscope estimate` carry them inside the binary: a `cargo install`ed binary or the one
+//! in the pip wheel records and estimates with nothing beside it.
 //!
 //! The library is built by a second cargo, in a folder of its own next to this profile's output
 //! (shared by build, test and clippy of one profile, so it is built once and then kept up to
@@ -16,7 +17,7 @@ fn var(name: &str) -> String {
 
 fn main() {
     let manifest_dir = PathBuf::from(var("CARGO_MANIFEST_DIR"));
-    for watched in ["hook/src", "hook/Cargo.toml", "wire/src", "wire/Cargo.toml"] {
+    for watched in ["hook/src", "hook/Cargo.toml", "emulate/src", "emulate/Cargo.toml", "wire/src", "wire/Cargo.toml"] {
         println!("cargo:rerun-if-changed={}", manifest_dir.join(watched).display());
     }
     let out_dir = PathBuf::from(var("OUT_DIR"));
@@ -26,14 +27,25 @@ fn main() {
     let profile_dir = out_dir.ancestors().nth(3).map_or_else(|| out_dir.clone(), Path::to_path_buf);
     let target_dir = profile_dir.join("vramscope-hook-build");
 
+    for (crate_dir, file, env_name) in [
+        ("hook", "libvramscope_hook.so", "VRAMSCOPE_HOOK_LIBRARY"),
+        ("emulate", "libvramscope_emulate.so", "VRAMSCOPE_EMULATE_LIBRARY"),
+    ] {
+        let library = build(&manifest_dir.join(crate_dir).join("Cargo.toml"), &target, release, &target_dir, file);
+        println!("cargo:rustc-env={env_name}={}", library.display());
+    }
+}
+
+/// Builds the cdylib crate of `manifest` with the outer build's profile and target; its library.
+fn build(manifest: &Path, target: &str, release: bool, target_dir: &Path, file: &str) -> PathBuf {
     let mut cargo = Command::new(var("CARGO"));
     cargo
         .arg("build")
         .arg("--manifest-path")
-        .arg(manifest_dir.join("hook/Cargo.toml"))
-        .args(["--lib", "--offline", "--target", &target])
+        .arg(manifest)
+        .args(["--lib", "--offline", "--target", target])
         .arg("--target-dir")
-        .arg(&target_dir);
+        .arg(target_dir);
     if release {
         cargo.arg("--release");
     }
@@ -42,9 +54,9 @@ fn main() {
     for name in ["CARGO_TARGET_DIR", "CARGO_BUILD_TARGET_DIR", "RUSTC_WORKSPACE_WRAPPER", "CARGO_BUILD_TARGET"] {
         cargo.env_remove(name);
     }
-    let status = cargo.status().unwrap_or_else(|e| panic!("cannot run cargo to build the hook library: {e}"));
-    assert!(status.success(), "building the hook library (collector/hook) failed: {status}");
-    let library = target_dir.join(&target).join(if release { "release" } else { "debug" }).join("libvramscope_hook.so");
-    assert!(library.exists(), "the hook library was built but {} is missing", library.display());
-    println!("cargo:rustc-env=VRAMSCOPE_HOOK_LIBRARY={}", library.display());
+    let status = cargo.status().unwrap_or_else(|e| panic!("cannot run cargo to build {}: {e}", manifest.display()));
+    assert!(status.success(), "building {} failed: {status}", manifest.display());
+    let library = target_dir.join(target).join(if release { "release" } else { "debug" }).join(file);
+    assert!(library.exists(), "{} was built but {} is missing", manifest.display(), library.display());
+    library
 }

@@ -310,6 +310,54 @@ pub enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
     },
+    /// Predict a program's GPU memory on a GPU this machine does not have, by running it.
+    ///
+    /// The program runs here, unchanged, as on the GPU named (--gpu, default H100): torch.cuda
+    /// says the GPU is there (its name, memory and compute capability), tensors are PyTorch's
+    /// fake tensors (shapes and dtypes, no memory, no compute: on the CPU side too, so a model
+    /// built there costs nothing), and every tensor on the GPU is allocated in a model of
+    /// PyTorch's CUDA caching allocator (PYTORCH_CUDA_ALLOC_CONF honoured, expandable segments
+    /// and cudaMallocAsync included), with cuBLAS's workspaces where PyTorch takes them. The
+    /// program's own memory calls (max_memory_allocated(), memory_stats(), _dump_snapshot())
+    /// answer what the GPU would, and it is recorded as `record` records a GPU run: every tensor
+    /// tagged parameter, gradient, optimizer state, activation, temporary or input, with phases
+    /// and stacks. Where the program reads a value (.item(), printing a loss), it gets 0 and the
+    /// place is listed. Prints the projected peak allocated and reserved, whether it fits with
+    /// the CUDA context, what was alive at the peak, what the estimate rests on and, when it
+    /// does not fit, the smallest change that does. With -o the estimate is a trace every view
+    /// opens.
+    ///
+    /// Exit status: 0 it fits, 1 it does not, 2 no complete estimate (the program failed, or put
+    /// nothing on the GPU) or another error.
+    Estimate {
+        /// The GPU to run on: h200, h100, a100 (80 GB), a100-40gb, l40s, l4, a10, t4, rtx5090,
+        /// rtx4090 (or the full name torch.cuda.get_device_name() gives).
+        #[arg(long, value_name = "NAME")]
+        gpu: Option<String>,
+        /// Its memory instead of the table's, e.g. 24GiB or 80GB (with no --gpu: a GPU of this
+        /// memory with an H100's compute capability).
+        #[arg(long, value_name = "SIZE", value_parser = vramscope::cli::advise::parse_bytes)]
+        device_memory: Option<u64>,
+        /// How many GPUs the program sees (torch.cuda.device_count()).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        gpus: u32,
+        /// The CUDA context and the kernels it loads, counted against each GPU beside PyTorch's
+        /// reserved memory (assumed; what a CUDA 12 or 13 process typically holds).
+        #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = vramscope::cli::advise::parse_bytes)]
+        context: u64,
+        /// Also write the estimate as a trace (`vramscope open`, `info`, `advise`, `diff` read it).
+        #[arg(short, long, value_name = "OUT.vtrace")]
+        output: Option<PathBuf>,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+        /// Print one JSON object instead of text (`vramscope schema estimate` describes it).
+        #[arg(long)]
+        json: bool,
+        /// The command to run, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Run a program with CUDA out-of-memory errors caught: nothing is recorded until one happens.
     ///
     /// No relaunch when it fails, no hook library, no cost until then: once the program imports

@@ -127,6 +127,26 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             }
         }
+        Some(Command::Estimate { gpu, device_memory, gpus, context, output, force, json, command }) => {
+            let options = vramscope::cli::estimate::Options {
+                gpu: gpu.as_deref(),
+                device_memory,
+                gpus,
+                output: output.as_deref(),
+                force,
+                context_bytes: context,
+                json,
+            };
+            match vramscope::cli::estimate::run(&options, &command, &mut stdout) {
+                Ok(code) => {
+                    return match stdout.flush() {
+                        Ok(()) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+                        Err(e) => exit_with(anyhow::Error::from(e)),
+                    };
+                }
+                Err(e) => Err(e),
+            }
+        }
         Some(Command::Run { oom_dir, command }) => match command.split_first() {
             None => {
                 Err(anyhow::anyhow!("nothing to run: give the command after --, e.g. vramscope run -- python train.py"))

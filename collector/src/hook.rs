@@ -1,7 +1,8 @@
-//! The hook library `record` preloads into the workload. It travels inside the binary (built by
-//! `collector/build.rs` for the same target and profile) and is written out for each recording,
-//! so that a `cargo install`ed binary, or the one a pip wheel installs, needs nothing beside it.
-//! `VRAMSCOPE_HOOK` points at another build of it instead.
+//! The hook library `record` preloads into the workload, and the emulation library `estimate`
+//! preloads. They travel inside the binary (built by `collector/build.rs` for the same target
+//! and profile) and are written out for each recording, so that a `cargo install`ed binary, or
+//! the one a pip wheel installs, needs nothing beside it. `VRAMSCOPE_HOOK` points at another
+//! build of the hook instead.
 
 #![allow(unsafe_code)]
 
@@ -18,6 +19,11 @@ pub const HOOK_FILE: &str = "libvramscope_hook.so";
 #[allow(clippy::large_include_file, reason = "the library is what record preloads; it has to be carried")]
 const LIBRARY: &[u8] = include_bytes!(env!("VRAMSCOPE_HOOK_LIBRARY"));
 
+/// The emulation library (`collector/emulate`), which `estimate` preloads and offers as
+/// `libcuda.so.1`.
+#[allow(clippy::large_include_file, reason = "the library is what estimate preloads; it has to be carried")]
+const EMULATION: &[u8] = include_bytes!(env!("VRAMSCOPE_EMULATE_LIBRARY"));
+
 /// The hook library to preload for a recording whose directory is `dir`: `VRAMSCOPE_HOOK` when it
 /// is set, else the one this binary carries, written into `dir` (or, where `dir` is on a file
 /// system that may not hold programs, mounted `noexec`, into the user's cache directory).
@@ -29,10 +35,26 @@ pub fn hook_for(dir: &Path) -> Result<PathBuf, Error> {
         }
         return Ok(path);
     }
+    carry(dir, HOOK_FILE, "hook", LIBRARY)
+}
+
+/// The emulation library for an estimate whose directory is `dir`, as `libcuda.so.1` in a folder
+/// of its own (`emulate/` in `dir`, or in the cache directory where `dir` is `noexec`): the
+/// program preloads it, and finds it first on `LD_LIBRARY_PATH` when it opens the driver.
+pub fn emulation_for(dir: &Path) -> Result<PathBuf, Error> {
+    let folder = dir.join("emulate");
+    std::fs::create_dir_all(&folder)
+        .map_err(|source| Error::Io { what: format!("cannot create {}", folder.display()), source })?;
+    carry(&folder, "libcuda.so.1", "emulate", EMULATION)
+}
+
+/// `library` written as `file` into `dir`, or into a folder of the cache directory named by its
+/// content where `dir` is mounted `noexec`; its path. `what` names it in errors and the cache.
+fn carry(dir: &Path, file: &str, what: &str, library: &[u8]) -> Result<PathBuf, Error> {
     if !noexec(dir) {
-        let path = dir.join(HOOK_FILE);
-        std::fs::write(&path, LIBRARY).map_err(|source| Error::Io {
-            what: format!("cannot write the hook library to {}", path.display()),
+        let path = dir.join(file);
+        std::fs::write(&path, library).map_err(|source| Error::Io {
+            what: format!("cannot write the {what} library to {}", path.display()),
             source,
         })?;
         return Ok(path);
@@ -41,23 +63,26 @@ pub fn hook_for(dir: &Path) -> Result<PathBuf, Error> {
     let Some(cache) = cache else {
         return Err(Error::Io {
             what: format!(
-                "{} is mounted noexec, so the hook library cannot be loaded from there, and there is no cache \
-                 directory that allows it; set TMPDIR to a directory that does, or VRAMSCOPE_HOOK to a copy of \
-                 {HOOK_FILE}",
+                "{} is mounted noexec, so the {what} library cannot be loaded from there, and there is no cache \
+                 directory that allows it; set TMPDIR to a directory that does",
                 dir.display()
             ),
             source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
         });
     };
     // Named by its content: recorders of different versions never load each other's.
-    let path = cache.join(format!("hook-{}-{:016x}.so", env!("CARGO_PKG_VERSION"), fnv1a(LIBRARY)));
-    if std::fs::read(&path).is_ok_and(|held| held == LIBRARY) {
+    let folder = cache.join(format!("{what}-{}-{:016x}", env!("CARGO_PKG_VERSION"), fnv1a(library)));
+    let path = folder.join(file);
+    if std::fs::read(&path).is_ok_and(|held| held == library) {
         return Ok(path);
     }
-    let partial = cache.join(format!(".hook-{}.partial", std::process::id()));
-    std::fs::write(&partial, LIBRARY)
-        .and_then(|()| std::fs::rename(&partial, &path))
-        .map_err(|source| Error::Io { what: format!("cannot write the hook library to {}", path.display()), source })?;
+    std::fs::create_dir_all(&folder)
+        .map_err(|source| Error::Io { what: format!("cannot create {}", folder.display()), source })?;
+    let partial = folder.join(format!(".{what}-{}.partial", std::process::id()));
+    std::fs::write(&partial, library).and_then(|()| std::fs::rename(&partial, &path)).map_err(|source| Error::Io {
+        what: format!("cannot write the {what} library to {}", path.display()),
+        source,
+    })?;
     Ok(path)
 }
 
@@ -106,5 +131,17 @@ mod tests {
         let path = hook_for(dir.path()).unwrap();
         assert_eq!(path, dir.path().join(HOOK_FILE));
         assert_eq!(std::fs::read(&path).unwrap(), LIBRARY);
+    }
+
+    #[test]
+    fn an_estimate_gets_the_emulation_as_the_driver() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = emulation_for(dir.path()).unwrap();
+        assert_eq!(path, dir.path().join("emulate").join("libcuda.so.1"));
+        let library = std::fs::read(&path).unwrap();
+        let exported = |name: &[u8]| library.windows(name.len()).any(|w| w == name);
+        for name in [&b"cudaGetDeviceCount"[..], b"cuDevicePrimaryCtxGetState", b"cudaStreamIsCapturing"] {
+            assert!(exported(name), "the emulation library does not define {}", String::from_utf8_lossy(name));
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::process::{Command, ExitStatus};
 
-use vramscope_trace_format::Trace;
+use vramscope_trace_format::{DeviceInfo, Trace};
 use vramscope_wire::env;
 
 pub use crate::error::Error;
@@ -53,12 +53,53 @@ pub fn record(
     log: Option<&Path>,
     started: impl FnOnce(&Path),
 ) -> Result<Recording, Error> {
+    run(program, args, torch, None, output, log, started)
+}
+
+/// The GPU an estimate runs its program on.
+#[derive(Clone, Debug)]
+pub struct Emulated {
+    /// What the PyTorch shim's emulation is told (`VRAMSCOPE_EMULATE`): JSON with the name,
+    /// total memory, compute capability and count.
+    pub spec: String,
+    /// How many of them the program sees.
+    pub count: u32,
+    /// The devices, as the trace's metadata names them.
+    pub facts: Vec<DeviceInfo>,
+}
+
+/// Runs `program` with `args` on the emulated GPU `device` (`vramscope estimate`): tensors without
+/// storage, allocated in the PyTorch shim's model of the caching allocator, whose history the shim
+/// records as it does a GPU's; returns what was recorded. `log` as for [`record`].
+pub fn estimate(
+    program: &OsStr,
+    args: &[OsString],
+    device: &Emulated,
+    output: Option<&Path>,
+    log: Option<&Path>,
+    started: impl FnOnce(&Path),
+) -> Result<Recording, Error> {
+    run(program, args, "cuda", Some(device), output, log, started)
+}
+
+fn run(
+    program: &OsStr,
+    args: &[OsString],
+    torch: &str,
+    emulated: Option<&Emulated>,
+    output: Option<&Path>,
+    log: Option<&Path>,
+    started: impl FnOnce(&Path),
+) -> Result<Recording, Error> {
     let dir = tempfile::Builder::new()
-        .prefix("vramscope-record-")
+        .prefix(if emulated.is_some() { "vramscope-estimate-" } else { "vramscope-record-" })
         .tempdir()
         .map_err(io("cannot create a directory for the recording"))?;
     let dir = dir.path();
-    let hook = crate::hook::hook_for(dir)?;
+    let preload = match emulated {
+        None => crate::hook::hook_for(dir)?,
+        Some(_) => crate::hook::emulation_for(dir)?,
+    };
     // The PyTorch shim: Python finds its sitecustomize first on PYTHONPATH.
     let shim = dir.join("python");
     std::fs::create_dir(&shim).map_err(io("cannot write the PyTorch shim"))?;
@@ -75,10 +116,18 @@ pub fn record(
     let mut command = Command::new(program);
     command
         .args(args)
-        .env("LD_PRELOAD", prepend("LD_PRELOAD", hook.as_os_str()))
+        .env("LD_PRELOAD", prepend("LD_PRELOAD", preload.as_os_str()))
         .env(env::RECORD_DIR, dir)
         .env(env::TORCH, torch)
         .env("PYTHONPATH", prepend("PYTHONPATH", shim.as_os_str()));
+    if let Some(device) = emulated {
+        // The emulation answers as the driver too: the program finds it before any real one.
+        let folder = preload.parent().unwrap_or(dir);
+        command
+            .env(env::EMULATE, &device.spec)
+            .env(env::EMULATE_COUNT, device.count.to_string())
+            .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", folder.as_os_str()));
+    }
     if let Some(log) = log {
         let file = std::fs::File::create(log).map_err(|source| Error::Io {
             what: format!("cannot write the workload's output to {}", log.display()),
@@ -95,7 +144,8 @@ pub fn record(
     signals.child(child.id());
     let status = child.wait().map_err(io("cannot wait for the workload"));
     drop(signals);
-    collect(dir, status?, program, args)
+    let facts = emulated.map_or_else(crate::devices::device_facts, |device| (device.facts.clone(), None));
+    collect(dir, status?, program, args, &facts)
 }
 
 /// Runs `program` with `args` with only the out-of-memory capture armed (`vramscope run`): no
@@ -156,11 +206,17 @@ pub fn collect_dir(dir: &Path) -> Result<Recording, Error> {
     let (program, args) = command
         .split_first()
         .map_or((OsString::new(), Vec::new()), |(p, a)| (OsString::from(p), a.iter().map(OsString::from).collect()));
-    collect(dir, ExitStatus::from_raw(0), &program, &args)
+    collect(dir, ExitStatus::from_raw(0), &program, &args, &crate::devices::device_facts())
 }
 
 /// Reads what the hook and the shim wrote, and merges it.
-fn collect(dir: &Path, status: ExitStatus, program: &OsStr, args: &[OsString]) -> Result<Recording, Error> {
+fn collect(
+    dir: &Path,
+    status: ExitStatus,
+    program: &OsStr,
+    args: &[OsString],
+    facts: &(Vec<DeviceInfo>, Option<i32>),
+) -> Result<Recording, Error> {
     let (recorded, logs) = live::Tail::read_all(dir).map_err(io("cannot read what the workload recorded"))?;
     let mut notes: Vec<String> = recorded
         .cut_short
@@ -176,7 +232,7 @@ fn collect(dir: &Path, status: ExitStatus, program: &OsStr, args: &[OsString]) -
         ));
     }
     let mut trace = merge::to_trace(&recorded.records, &logs, &command_line(program, args));
-    crate::devices::add_facts(&mut trace, &crate::devices::device_facts());
+    crate::devices::add_facts(&mut trace, facts);
     Ok(Recording {
         trace,
         status,

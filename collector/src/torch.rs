@@ -22,7 +22,7 @@ mod alive_before;
 
 /// The shim's files, written into the recording directory's `python/` folder, which `record`
 /// puts first on `PYTHONPATH`.
-pub const SHIM_FILES: [(&str, &str); 11] = [
+pub const SHIM_FILES: [(&str, &str); 13] = [
     ("sitecustomize.py", include_str!("../../python/vramscope/_shim/sitecustomize.py")),
     ("vramscope_torch.py", include_str!("../../python/vramscope/_shim/vramscope_torch.py")),
     ("vramscope_patches.py", include_str!("../../python/vramscope/_shim/vramscope_patches.py")),
@@ -34,6 +34,8 @@ pub const SHIM_FILES: [(&str, &str); 11] = [
     ("vramscope_phases.py", include_str!("../../python/vramscope/_shim/vramscope_phases.py")),
     ("vramscope_hooks.py", include_str!("../../python/vramscope/_shim/vramscope_hooks.py")),
     ("vramscope_oom.py", include_str!("../../python/vramscope/_shim/vramscope_oom.py")),
+    ("vramscope_emulate.py", include_str!("../../python/vramscope/_shim/vramscope_emulate.py")),
+    ("vramscope_allocator.py", include_str!("../../python/vramscope/_shim/vramscope_allocator.py")),
 ];
 
 /// One line of a shim log.
@@ -156,6 +158,26 @@ pub enum Line {
         #[serde(default)]
         detail: String,
     },
+    /// `vramscope estimate`: where the program read a value the emulated GPU could not give it
+    /// (it got a stand-in), once per place.
+    Standin {
+        /// Source file.
+        file: String,
+        /// Line number.
+        line: u32,
+        /// Function.
+        name: String,
+    },
+    /// `vramscope estimate`: the emulated caching allocator's own peaks on a device, at the
+    /// program's end (what `torch.cuda.max_memory_allocated()` and `max_memory_reserved()` said).
+    Counters {
+        /// Device.
+        dev: DeviceId,
+        /// The highest allocated, blocks as the allocator sizes them.
+        peak_allocated: u64,
+        /// The highest reserved.
+        peak_reserved: u64,
+    },
     /// A phase or a module's forward.
     Span {
         /// `forward`, `backward`, `optimizer_step`, `iteration` or `module`.
@@ -271,6 +293,25 @@ fn add_log(
             }
             Line::Autocast { device_type, dtype } => {
                 trace.metadata.extra.insert("autocast".to_owned(), format!("{device_type}:{dtype}").into());
+                continue;
+            }
+            Line::Counters { dev, peak_allocated, peak_reserved } => {
+                let all = trace.metadata.extra.entry("estimate_counters").or_insert_with(|| serde_json::json!([]));
+                if let Some(all) = all.as_array_mut() {
+                    all.push(serde_json::json!({
+                        "device": dev.0,
+                        "pid": log.pid,
+                        "peak_allocated_bytes": peak_allocated,
+                        "peak_reserved_bytes": peak_reserved,
+                    }));
+                }
+                continue;
+            }
+            Line::Standin { file, line, name } => {
+                let places = trace.metadata.extra.entry("estimate_standins").or_insert_with(|| serde_json::json!([]));
+                if let Some(places) = places.as_array_mut() {
+                    places.push(serde_json::json!({ "file": file, "line": line, "function": name }));
+                }
                 continue;
             }
             Line::Frame { id, file, line, name } => {

@@ -16,6 +16,7 @@
 //! | How do two runs differ, and do the gates hold? | [`compare::compare`], [`compare::compare_ranks`] | [`documents::diff_document`], [`documents::ranks_diff_document`] |
 //! | Does memory grow every iteration? | [`growth()`] | [`documents::GrowthDocument`] |
 //! | What would each remedy do to the peak? | [`advice`] | [`documents::advice_document`] |
+//! | How much will a program need on a GPU it did not run on? | [`gpus::gpu`] (the GPU), then its recording | [`documents::estimate_document`] |
 //!
 //! Files are read by the app (`app/src/runs.rs`: `open_for_summary` gives one trace or a run of
 //! ranks summed up, `highest_rank` the one rank to look at), one trace per reader at a time.
@@ -26,6 +27,7 @@
 pub mod compare;
 pub mod documents;
 pub mod gates;
+pub mod gpus;
 pub mod instant;
 pub mod oom;
 pub mod units;

@@ -3,6 +3,7 @@
 pub mod advise;
 pub mod convert;
 pub mod diff;
+pub mod estimate;
 pub mod export;
 pub mod info;
 pub mod parquet_out;

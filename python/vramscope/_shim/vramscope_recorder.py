@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
+if TYPE_CHECKING:
+    from .vramscope_emulate import Emulation
+
 if TYPE_CHECKING or "." in __name__:  # vramscope._shim, imported by vramscope.record()
     from .vramscope_cpu import CpuAllocations
     from .vramscope_cuda import CudaHistory, has_cuda_device
@@ -54,6 +57,13 @@ def _multiprocessing_child() -> bool:
         or getattr(current, "_inheriting", False)
         or current.name != "MainProcess"
     )
+
+
+def _emulation() -> Emulation | None:
+    """The emulated GPU this process runs on (`vramscope estimate`), if it was set up."""
+    module = sys.modules.get("vramscope._shim.vramscope_emulate") or sys.modules.get("vramscope_emulate")
+    current = getattr(module, "current", None)
+    return current() if current is not None else None
 
 
 def _number(name: str) -> int | None:
@@ -120,6 +130,10 @@ class Recorder:
                 "in_process": self.in_process,
             }
         )
+        emulation = _emulation()
+        if emulation is not None:
+            # `vramscope estimate`: where the program read values the emulated GPU cannot give.
+            emulation.log = lambda line: self.log.safe(self.log.write, line)
         if mode == "cuda":
             undo = self.cuda.note_allocator_conf()
             if undo is not None:
@@ -214,6 +228,18 @@ class Recorder:
             return
         self.log.safe(self.phases.end_evaluation)
         self.drain(restart=False)
+        emulation = _emulation()
+        if emulation is not None:
+            # `vramscope estimate`: the emulated allocator's own peaks (its blocks as it sizes them).
+            for allocator in emulation.allocators:
+                self.log.write(
+                    {
+                        "t": "counters",
+                        "dev": allocator.device,
+                        "peak_allocated": allocator.peak_allocated,
+                        "peak_reserved": allocator.peak_reserved,
+                    }
+                )
         if self.cpu is not None:
             self.log.safe(self.cpu.close)
         if self.in_process:

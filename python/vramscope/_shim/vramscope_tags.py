@@ -8,7 +8,7 @@ Imported once the program has imported torch (by `vramscope_recorder`).
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -49,6 +49,15 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def _data_ptr(storage: Any) -> int:
+    return int(storage.data_ptr())
+
+
+# Where a storage is on its device: its data pointer, or, on the emulated GPU of `vramscope
+# estimate` (whose tensors have no storage), the address its allocator model gave it.
+address_of: Callable[[Any], int] = _data_ptr
+
+
 class Tagger:
     """The model's names, and the tags of its tensors."""
 
@@ -82,7 +91,7 @@ class Tagger:
             return
         try:
             storage = tensor.untyped_storage()
-            address = storage.data_ptr()
+            address = address_of(storage)
         except Exception:
             return
         if address == 0:

@@ -39,6 +39,8 @@ else:  # written into a recording's folder by `vramscope record`, outside the pa
 
 _DIR = os.environ.get("VRAMSCOPE_RECORD_DIR")
 _MODE = os.environ.get("VRAMSCOPE_TORCH", "auto")
+# `vramscope estimate`: the GPU to run on, emulated (vramscope_emulate.py).
+_EMULATE = os.environ.get("VRAMSCOPE_EMULATE")
 
 # This process's recorder under `vramscope record`.
 _recorder: Recorder | None = None
@@ -67,6 +69,18 @@ def record_in_process(directory: str, mode: str = "auto") -> Recorder:
 
 def _on_torch_imported() -> None:
     global _recorder
+    if _EMULATE:
+        # Before anything asks torch.cuda: the program runs on the emulated GPU or not at all
+        # (a real GPU it cannot reach would fail it later, with a less clear message).
+        if TYPE_CHECKING or "." in __name__:
+            from . import vramscope_emulate
+        else:
+            import vramscope_emulate
+        try:
+            vramscope_emulate.install(_EMULATE)
+        except Exception as error:
+            print(f"vramscope estimate: the emulated GPU could not be set up: {error!r}", file=sys.stderr)
+            raise
     if _recorder is not None or _MODE == "off" or not _DIR:
         return
     try:

@@ -14,6 +14,7 @@
 //! | [`BreakdownDocument`] | What was alive at each device's peak? | the `peak_breakdown` tool |
 //! | [`InstantDocument`] | What was alive at an instant? | the `memory_at` tool |
 //! | [`ReportDocument`] | What does the report picture show? | `report --json` |
+//! | [`EstimateDocument`] | How much GPU memory will this program need on that GPU, and does it fit? | `estimate --json` |
 //!
 //! Every document carries [`SCHEMA_VERSION`]; a change to a document's shape changes the golden
 //! schema (`tests/tests/schema.rs`), so it is a reviewed change, and one that removes or renames
@@ -21,6 +22,7 @@
 
 mod advice;
 mod diff;
+mod estimate;
 mod info;
 mod oom;
 mod report;
@@ -32,6 +34,9 @@ pub use self::advice::{
 pub use self::diff::{
     DiffDelta, DiffDocument, DiffPhases, DiffSide, GateOut, HighestPeak, MostGrown, RankRow, RanksDiffDocument,
     TOP_SITES, diff_document, ranks_diff_document,
+};
+pub use self::estimate::{
+    EstimateDevice, EstimateDocument, Estimated, KERNEL_MEMORY_FILE, Place, RestsOn, estimate_document,
 };
 pub use self::info::{
     BlockOut, BreakdownDocument, DeviceAtPeak, DeviceBlocks, InfoDocument, InstantDocument, LargestBlocks, RunDocument,
@@ -48,7 +53,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub const ITERATIONS_SHOWN: u32 = 4;
 
 /// The documents by the name `vramscope schema NAME` knows them by, each with what it answers.
-pub const DOCUMENTS: [(&str, &str); 10] = [
+pub const DOCUMENTS: [(&str, &str); 11] = [
     ("info", "what a trace holds: `info --json`"),
     ("run", "what each rank of a run holds: `info --json` on several ranks"),
     ("oom", "the out-of-memory errors explained: `info --oom --json`"),
@@ -59,6 +64,7 @@ pub const DOCUMENTS: [(&str, &str); 10] = [
     ("breakdown", "what was alive at each device's peak: the MCP tool `peak_breakdown`"),
     ("instant", "what was alive at an instant: the MCP tool `memory_at`"),
     ("report", "what a report image shows, in numbers: `report --json`"),
+    ("estimate", "a program's GPU memory on a GPU it did not run on: `estimate --json`"),
 ];
 
 /// The JSON Schema of the document named `name` (one of [`DOCUMENTS`]).
@@ -77,6 +83,7 @@ pub fn schema(name: &str) -> Option<serde_json::Value> {
         "breakdown" => generator().into_root_schema_for::<BreakdownDocument<'static>>(),
         "instant" => generator().into_root_schema_for::<InstantDocument<'static>>(),
         "report" => generator().into_root_schema_for::<ReportDocument<'static>>(),
+        "estimate" => generator().into_root_schema_for::<EstimateDocument>(),
         _ => return None,
     };
     let mut value = schema.to_value();
@@ -106,6 +113,8 @@ pub enum Document<'d> {
     Growth(&'d GrowthDocument<'d>),
     /// What a report image shows.
     Report(&'d ReportDocument<'d>),
+    /// `estimate`.
+    Estimate(&'d EstimateDocument),
 }
 
 impl Document<'_> {
@@ -120,6 +129,7 @@ impl Document<'_> {
             Document::Advice(_) => "advise",
             Document::Growth(_) => "growth",
             Document::Report(_) => "report",
+            Document::Estimate(_) => "estimate",
         }
     }
 }
@@ -135,6 +145,7 @@ impl serde::Serialize for Document<'_> {
             Document::Advice(d) => d.serialize(s),
             Document::Growth(d) => d.serialize(s),
             Document::Report(d) => d.serialize(s),
+            Document::Estimate(d) => d.serialize(s),
         }
     }
 }

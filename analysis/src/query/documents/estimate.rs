@@ -1,0 +1,276 @@
+//! `estimate`'s document: a program's GPU memory on a GPU it did not run on, from running it on
+//! the emulated device (`vramscope estimate`), with what the estimate rests on.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use vramscope_trace_format::{Category, DeviceId, SourceFormat, Trace};
+
+use super::{InfoDocument, SCHEMA_VERSION, summary_document};
+use crate::query::gpus::Gpu;
+use crate::query::units::{bytes, counted};
+use crate::query::words;
+
+/// The innermost frame the emulation gives memory a kernel takes for itself (its function names
+/// what it is: `cuBLAS workspace`, `cuBLASLt workspace`).
+pub const KERNEL_MEMORY_FILE: &str = "<cuda>";
+
+/// A program's GPU memory on the GPU an estimate ran it on: `estimate --json`.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct EstimateDocument {
+    /// The version of the documents' shape.
+    pub schema_version: u32,
+    /// The GPU the program ran on, emulated.
+    pub target: Gpu,
+    /// How many of them the program saw.
+    pub gpus: u32,
+    /// The command that ran.
+    pub command: Vec<String>,
+    /// How it ended, as the shell says (0: success; 128 + N: signal N).
+    pub exit_code: i32,
+    /// Whether every device's need fits in its memory.
+    pub fits: bool,
+    /// Memory outside PyTorch's allocator counted against each device: the CUDA context and the
+    /// kernels it loads (assumed, not measured: `--context`).
+    pub context_bytes: u64,
+    /// Each device the program used.
+    pub devices: Vec<EstimateDevice>,
+    /// What the projection rests on, each with its bytes where it has some.
+    pub rests_on: Vec<RestsOn>,
+    /// Where the program read a value the emulated GPU could not give it (it got 0, or False).
+    pub standins: Vec<Place>,
+    /// What the projection does not model.
+    pub not_modelled: Vec<String>,
+    /// When it does not fit: the change that asks least and fits, in words (from the advisor,
+    /// replaying the estimate's events).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smallest_change_that_fits: Option<String>,
+    /// Where the estimate's trace was written (every view opens it), if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+    /// The estimate's trace summed up, as `info --json` says it.
+    pub summary: InfoDocument,
+}
+
+/// One device of an estimate.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct EstimateDevice {
+    /// The device.
+    pub device: DeviceId,
+    /// The highest allocated, as `torch.cuda.max_memory_allocated()` would say on the GPU.
+    pub peak_allocated_bytes: u64,
+    /// The highest reserved by the caching allocator, as `torch.cuda.max_memory_reserved()`
+    /// would say.
+    pub peak_reserved_bytes: u64,
+    /// Peak reserved and the context: what the device must hold.
+    pub needed_bytes: u64,
+    /// The device's memory left over (negative: short by that much).
+    pub headroom_bytes: i64,
+    /// Whether it fits.
+    pub fits: bool,
+    /// The phase the peak is in (`backward of iteration 2`), when the trace shows phases.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_at_peak: Option<String>,
+    /// What was alive at the peak, by category.
+    pub categories_at_peak: BTreeMap<Category, u64>,
+}
+
+/// A thing an estimate rests on.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct RestsOn {
+    /// What it is.
+    pub what: String,
+    /// Its bytes on each device, where it has some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// How it is known, or what decides it.
+    pub detail: String,
+}
+
+/// A place in the program.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Place {
+    /// Its file.
+    pub file: String,
+    /// Its line.
+    pub line: u32,
+    /// Its function.
+    pub function: String,
+}
+
+/// What is not modelled, in words.
+const NOT_MODELLED: [&str; 3] = [
+    "memory a CUDA kernel takes for itself beside its outputs, other than cuBLAS's workspaces \
+     (a reduction's staging buffer, a sort's scratch): transient, freed within the operator",
+    "the attention backend scaled_dot_product_attention picks on the GPU, and CUDA graphs' private pools",
+    "other processes on the device",
+];
+
+/// What the estimate was of: the GPU, how many, the command, how it ended, the context assumed.
+#[derive(Clone, Debug)]
+pub struct Estimated {
+    /// The GPU.
+    pub target: Gpu,
+    /// How many.
+    pub gpus: u32,
+    /// The command.
+    pub command: Vec<String>,
+    /// Its exit code.
+    pub exit_code: i32,
+    /// The context counted against each device.
+    pub context_bytes: u64,
+    /// Where the trace was written.
+    pub trace: Option<String>,
+}
+
+/// The estimate's document, from its trace.
+pub fn estimate_document(trace: &Trace, estimated: Estimated) -> EstimateDocument {
+    let summary = summary_document(trace, SourceFormat::Vtrace, &[]);
+    let counters = counters(trace);
+    let total = estimated.target.total_memory_bytes;
+    let devices: Vec<EstimateDevice> = summary
+        .summary
+        .devices
+        .iter()
+        .filter(|d| d.device.0 >= 0)
+        .map(|d| {
+            // The allocator's own counters (blocks as it sizes them), else the trace's replay.
+            let (peak_allocated, peak_reserved) =
+                counters.get(&d.device).copied().unwrap_or((d.peak_allocated_bytes, d.peak_reserved_bytes));
+            let needed = peak_reserved + estimated.context_bytes;
+            let headroom = i64::try_from(total).unwrap_or(i64::MAX) - i64::try_from(needed).unwrap_or(i64::MAX);
+            // The first phase to reach the highest high point.
+            let highest = d.phases.phases.iter().fold(None, |best: Option<&crate::phases::PhaseHigh>, p| match best {
+                Some(b) if b.high_bytes >= p.high_bytes => Some(b),
+                _ => Some(p),
+            });
+            EstimateDevice {
+                device: d.device,
+                peak_allocated_bytes: peak_allocated,
+                peak_reserved_bytes: peak_reserved,
+                needed_bytes: needed,
+                headroom_bytes: headroom,
+                fits: headroom >= 0,
+                phase_at_peak: highest.map(|p| match p.kind {
+                    Some(kind) => format!("{} of iteration {}", words::phase_label(kind), p.iteration),
+                    None => format!("iteration {}", p.iteration),
+                }),
+                categories_at_peak: d.categories_at_peak.clone(),
+            }
+        })
+        .collect();
+    EstimateDocument {
+        schema_version: SCHEMA_VERSION,
+        fits: !devices.is_empty() && devices.iter().all(|d| d.fits),
+        rests_on: rests_on(trace, &estimated),
+        standins: standins(trace),
+        not_modelled: NOT_MODELLED.iter().map(|s| (*s).to_owned()).collect(),
+        smallest_change_that_fits: None,
+        target: estimated.target,
+        gpus: estimated.gpus,
+        command: estimated.command,
+        exit_code: estimated.exit_code,
+        context_bytes: estimated.context_bytes,
+        trace: estimated.trace,
+        devices,
+        summary,
+    }
+}
+
+/// The emulated allocator's own peaks by device, as the shim wrote them at the program's end.
+fn counters(trace: &Trace) -> BTreeMap<DeviceId, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    for entry in trace.metadata.extra.get("estimate_counters").and_then(|v| v.as_array()).into_iter().flatten() {
+        let number = |key: &str| entry.get(key).and_then(serde_json::Value::as_u64);
+        let (Some(device), Some(allocated), Some(reserved)) =
+            (number("device"), number("peak_allocated_bytes"), number("peak_reserved_bytes"))
+        else {
+            continue;
+        };
+        let Ok(device) = i16::try_from(device) else { continue };
+        let slot = out.entry(DeviceId(device)).or_insert((0, 0));
+        *slot = (slot.0.max(allocated), slot.1.max(reserved));
+    }
+    out
+}
+
+/// The memory kernels took for themselves (blocks whose innermost frame is the emulation's),
+/// by what it is: how many blocks and their bytes.
+fn kernel_memory(trace: &Trace) -> BTreeMap<String, (usize, u64)> {
+    let mut out: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    for event in trace.events.iter().filter(|e| e.kind == vramscope_trace_format::EventKind::Alloc) {
+        let Some(frame) = trace.interner.frames_of(event.stack).first().and_then(|&f| trace.interner.frame_of(f))
+        else {
+            continue;
+        };
+        if trace.interner.resolve(frame.file) != KERNEL_MEMORY_FILE {
+            continue;
+        }
+        let slot = out.entry(trace.interner.resolve(frame.function).to_owned()).or_default();
+        slot.0 += 1;
+        slot.1 += event.size_bytes;
+    }
+    out
+}
+
+fn rests_on(trace: &Trace, estimated: &Estimated) -> Vec<RestsOn> {
+    let conf = trace
+        .metadata
+        .allocator_settings
+        .get("PYTORCH_CUDA_ALLOC_CONF")
+        .and_then(|v| v.as_str())
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned);
+    let mut out = vec![
+        RestsOn {
+            what: format!(
+                "{}, compute capability {}.{}",
+                estimated.target.name, estimated.target.compute_capability.0, estimated.target.compute_capability.1
+            ),
+            bytes: Some(estimated.target.total_memory_bytes),
+            detail: format!("its memory from {}", estimated.target.memory_from),
+        },
+        RestsOn {
+            what: "PyTorch's CUDA caching allocator".to_owned(),
+            bytes: None,
+            detail: match conf {
+                Some(conf) => format!("PYTORCH_CUDA_ALLOC_CONF={conf}"),
+                None => "default settings (PYTORCH_CUDA_ALLOC_CONF unset): blocks rounded to 512 bytes, pools of \
+                         small and large blocks, segments of 2 MiB, 20 MiB or the request"
+                    .to_owned(),
+            },
+        },
+    ];
+    for (what, (blocks, total)) in kernel_memory(trace) {
+        out.push(RestsOn {
+            detail: format!(
+                "{} kept for the process's life: one for each thread and stream that multiplies matrices ({} each)",
+                counted(blocks, "block", "blocks"),
+                bytes(total / blocks.max(1) as u64)
+            ),
+            what,
+            bytes: Some(total),
+        });
+    }
+    out.push(RestsOn {
+        what: "the CUDA context and the kernels it loads".to_owned(),
+        bytes: Some(estimated.context_bytes),
+        detail: "outside PyTorch's allocator, not in its counters; assumed, not measured (--context)".to_owned(),
+    });
+    out
+}
+
+fn standins(trace: &Trace) -> Vec<Place> {
+    let Some(places) = trace.metadata.extra.get("estimate_standins").and_then(|v| v.as_array()) else {
+        return Vec::new();
+    };
+    places
+        .iter()
+        .map(|p| Place {
+            file: p.get("file").and_then(|v| v.as_str()).unwrap_or_default().to_owned(),
+            line: p.get("line").and_then(serde_json::Value::as_u64).and_then(|l| u32::try_from(l).ok()).unwrap_or(0),
+            function: p.get("function").and_then(|v| v.as_str()).unwrap_or_default().to_owned(),
+        })
+        .collect()
+}

@@ -1,0 +1,230 @@
+//! `vramscope estimate -- CMD ARGS...`: a program's GPU memory on a GPU it does not run on. The
+//! program runs here, unchanged, on the emulated GPU (`vramscope_collector::session::estimate`):
+//! its tensors have no storage, its CUDA calls answer as the GPU would, and it is recorded as on
+//! the GPU. The answer is the estimate's document (`EstimateDocument`), said in words or as JSON.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Result, bail};
+use vramscope_collector::session;
+use vramscope_trace_format::{DeviceId, DeviceInfo};
+
+use super::To;
+use crate::query::documents::{Document, EstimateDocument, Estimated, estimate_document};
+use crate::query::gpus::{Gpu, gpu, gpu_names};
+use crate::units::bytes;
+
+/// The GPU an estimate runs on when none is named.
+pub const DEFAULT_GPU: &str = "h100";
+/// The CUDA context and the kernels it loads, counted against the device unless `--context`
+/// says otherwise: what a CUDA 12 or 13 process with lazy module loading typically holds
+/// before its first tensor (an assumption, said as one wherever it is used).
+pub const DEFAULT_CONTEXT_BYTES: u64 = 512 << 20;
+
+/// What `estimate` is asked.
+#[derive(Clone, Debug)]
+pub struct Options<'a> {
+    /// The GPU by name (`H100`, `a100-40gb`), else [`DEFAULT_GPU`].
+    pub gpu: Option<&'a str>,
+    /// Its memory instead of the table's (or, with no name, a GPU of this memory).
+    pub device_memory: Option<u64>,
+    /// How many GPUs the program sees.
+    pub gpus: u32,
+    /// Where to write the estimate's trace.
+    pub output: Option<&'a Path>,
+    /// Replace the output if it exists.
+    pub force: bool,
+    /// The CUDA context counted against each device.
+    pub context_bytes: u64,
+    /// One JSON object instead of text.
+    pub json: bool,
+}
+
+/// Exit statuses: the estimate fits, it does not, or none could be made.
+pub const EXIT_FITS: i32 = 0;
+/// It does not fit.
+pub const EXIT_DOES_NOT_FIT: i32 = 1;
+/// No estimate: the program failed, or put nothing on the GPU.
+pub const EXIT_NO_ESTIMATE: i32 = 2;
+
+/// The GPU `options` name.
+pub fn target(options: &Options<'_>) -> Result<Gpu> {
+    let name = options.gpu.unwrap_or(DEFAULT_GPU);
+    let Some(mut found) = gpu(name) else {
+        bail!(
+            "--gpu {name}: not a GPU vramscope knows ({}); give its memory with --device-memory",
+            gpu_names().join(", ")
+        );
+    };
+    if let Some(memory) = options.device_memory {
+        if options.gpu.is_none() {
+            found.name = format!("a GPU of {} (the compute capability of an {})", bytes(memory), found.name);
+        }
+        found.total_memory_bytes = memory;
+        found.memory_from = "--device-memory".to_owned();
+    }
+    Ok(found)
+}
+
+/// Runs the estimate of `command` and says it to `out`; returns the exit status
+/// ([`EXIT_FITS`], [`EXIT_DOES_NOT_FIT`], [`EXIT_NO_ESTIMATE`]).
+pub fn run(options: &Options<'_>, command: &[OsString], out: &mut dyn Write) -> Result<i32> {
+    answer(options, command, &mut To::new(options.json, out))
+}
+
+/// [`run`], its document given `to` a writer or a keeper.
+pub fn answer(options: &Options<'_>, command: &[OsString], to: &mut To<'_>) -> Result<i32> {
+    let Some((program, args)) = command.split_first() else {
+        bail!("nothing to estimate: give the command after --, e.g. vramscope estimate --gpu H100 -- python train.py");
+    };
+    let target = target(options)?;
+    if let Some(output) = options.output {
+        crate::atomic::check_writable(output, options.force)?;
+    }
+    let spec = serde_json::json!({
+        "name": target.name,
+        "total_memory": target.total_memory_bytes,
+        "major": target.compute_capability.0,
+        "minor": target.compute_capability.1,
+        "multi_processor_count": target.multiprocessors,
+        "count": options.gpus,
+    });
+    let facts = (0..options.gpus)
+        .filter_map(|i| {
+            Some(DeviceInfo {
+                device: DeviceId(i16::try_from(i).ok()?),
+                name: Some(format!("{} (estimated)", target.name)),
+                total_memory_bytes: Some(target.total_memory_bytes),
+                ..DeviceInfo::default()
+            })
+        })
+        .collect();
+    let device = session::Emulated { spec: spec.to_string(), count: options.gpus, facts };
+    let mut recording = session::estimate(program, args, &device, options.output, None, |_| {})?;
+    for note in &recording.notes {
+        eprintln!("vramscope: {note}");
+    }
+    recording.trace.metadata.extra.insert("estimate".to_owned(), spec);
+    let code = session::exit_code(recording.status);
+    let trace = &recording.trace;
+    if let Some(output) = options.output {
+        crate::vtrace_out::write_vtrace(trace, output, options.force)?;
+    }
+    let estimated = Estimated {
+        target,
+        gpus: options.gpus,
+        command: session::command_line(program, args),
+        exit_code: code,
+        context_bytes: options.context_bytes,
+        trace: options.output.map(|p| p.display().to_string()),
+    };
+    let mut doc = estimate_document(trace, estimated);
+    if doc.devices.is_empty() {
+        let why = if code == 0 {
+            "it put nothing on the GPU (does it use CUDA? `device = \"cuda\"`, `.to(\"cuda\")`)".to_owned()
+        } else {
+            format!("it exited with status {code} before putting anything on the GPU (its error is above)")
+        };
+        bail!("no estimate for {}: {why}", doc.command.join(" "));
+    }
+    if !doc.fits {
+        doc.smallest_change_that_fits = smallest_change(trace, &doc);
+    }
+    if let Some(out) = to.document(Document::Estimate(&doc))? {
+        write_text(&doc, out)?;
+    }
+    Ok(if code != 0 {
+        EXIT_NO_ESTIMATE
+    } else if doc.fits {
+        EXIT_FITS
+    } else {
+        EXIT_DOES_NOT_FIT
+    })
+}
+
+/// The advisor's smallest change that fits the device (less the context), for the device short
+/// by the most.
+fn smallest_change(trace: &vramscope_trace_format::Trace, doc: &EstimateDocument) -> Option<String> {
+    let worst = doc.devices.iter().min_by_key(|d| d.headroom_bytes)?;
+    let target = doc.target.total_memory_bytes.saturating_sub(doc.context_bytes);
+    let advice = crate::query::advice(trace, Some(worst.device), Some(doc.gpus), Some(target))?;
+    crate::words::smallest_change(&advice)
+}
+
+/// The document in words.
+fn write_text(doc: &EstimateDocument, out: &mut dyn Write) -> Result<()> {
+    let target = &doc.target;
+    writeln!(
+        out,
+        "vramscope estimate: {} on {}{} ({}, compute capability {}.{}), emulated",
+        doc.command.join(" "),
+        if doc.gpus > 1 { format!("{} x ", doc.gpus) } else { String::new() },
+        target.name,
+        bytes(target.total_memory_bytes),
+        target.compute_capability.0,
+        target.compute_capability.1
+    )?;
+    if doc.exit_code != 0 {
+        writeln!(out, "  the program exited with status {}: what follows is what it ran until then", doc.exit_code)?;
+    }
+    for d in &doc.devices {
+        writeln!(out, "\ncuda:{}", d.device.0)?;
+        writeln!(
+            out,
+            "  peak allocated  {}  (torch.cuda.max_memory_allocated() on the GPU)",
+            bytes(d.peak_allocated_bytes)
+        )?;
+        writeln!(out, "  peak reserved   {}  (torch.cuda.max_memory_reserved())", bytes(d.peak_reserved_bytes))?;
+        let verdict = if d.fits {
+            format!("fits, {} to spare", bytes(d.headroom_bytes.unsigned_abs()))
+        } else {
+            format!("does NOT fit: {} short", bytes(d.headroom_bytes.unsigned_abs()))
+        };
+        writeln!(
+            out,
+            "  needs           {} with the CUDA context, of {}: {verdict}",
+            bytes(d.needed_bytes),
+            bytes(target.total_memory_bytes)
+        )?;
+        let total: u64 = d.categories_at_peak.values().sum();
+        let mut categories = crate::words::by_name(&d.categories_at_peak);
+        categories.sort_by_key(|c| std::cmp::Reverse(c.1));
+        let parts: Vec<String> = categories
+            .iter()
+            .map(|&(category, value)| {
+                let share = 100.0 * value as f64 / total.max(1) as f64;
+                format!("{} {} ({share:.0}%)", category.name(), bytes(value))
+            })
+            .collect();
+        let phase = d.phase_at_peak.as_ref().map_or_else(String::new, |p| format!(" in {p}"));
+        writeln!(out, "  at the peak{phase}: {}", parts.join(", "))?;
+    }
+    if let Some(change) = &doc.smallest_change_that_fits {
+        writeln!(out, "\n{change}")?;
+    }
+    writeln!(out, "\nthe estimate rests on")?;
+    for r in &doc.rests_on {
+        let amount = r.bytes.map_or_else(String::new, |b| format!(": {}", bytes(b)));
+        writeln!(out, "  {}{amount} ({})", r.what, r.detail)?;
+    }
+    if !doc.standins.is_empty() {
+        writeln!(out, "\nthe program read values an emulated GPU cannot have; it was given 0 (or False) at")?;
+        for p in doc.standins.iter().take(10) {
+            writeln!(out, "  {}:{} in {}", p.file, p.line, p.function)?;
+        }
+        if doc.standins.len() > 10 {
+            writeln!(out, "  and {} more places", doc.standins.len() - 10)?;
+        }
+    }
+    writeln!(out, "\nnot modelled")?;
+    for n in &doc.not_modelled {
+        writeln!(out, "  {n}")?;
+    }
+    match &doc.trace {
+        Some(path) => writeln!(out, "\ntrace: {path} (`vramscope open`, `info`, `advise` and `diff` read it)")?,
+        None => writeln!(out, "\nwith -o OUT.vtrace the estimate is kept as a trace every view opens")?,
+    }
+    Ok(())
+}

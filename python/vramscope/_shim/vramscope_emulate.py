@@ -1,0 +1,493 @@
+"""The emulated GPU of `vramscope estimate`: the program runs unchanged, as on the GPU it names,
+on a machine without one.
+
+- Tensors have no storage: PyTorch's `FakeTensorMode` runs every operator for its shapes, dtypes
+  and devices only, on the CPU side too (a model built there and moved costs nothing).
+- `torch.cuda` says there is the named GPU: the vramscope library preloaded with the program
+  answers the CUDA runtime's device count, device and stream calls (so PyTorch's own CUDA paths,
+  the autograd engine's device threads among them, run as on a GPU), and the functions that
+  would ask the device itself (its properties, synchronising, seeding its generators) are
+  answered here.
+- Every tensor made on the device is allocated in the caching allocator's model
+  (`vramscope_allocator`), with the program's stack; its storage's end frees it. The program's
+  memory calls read that model, and so does the shim's CUDA source, as on a GPU.
+- What the GPU's kernels take beside their outputs is added where PyTorch takes it: cuBLAS's
+  workspace for each thread and stream that runs a matrix product, and cuBLASLt's.
+- Where the program reads a value (`.item()`, `if loss < x`, printing), it gets a stand-in
+  (0, or False) and the place is written to the log (`standin` lines) and said at exit.
+
+Installed by `vramscope_torch` when `VRAMSCOPE_EMULATE` holds the device (JSON: name,
+total_memory, major, minor, multi_processor_count, count), before the recorder starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import sys
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+if TYPE_CHECKING or "." in __name__:  # vramscope._shim, imported by vramscope.record()
+    from . import vramscope_tags
+    from .vramscope_allocator import Allocator, Settings
+else:  # written into a recording's folder by `vramscope record`, outside the package
+    import vramscope_tags
+    from vramscope_allocator import Allocator, Settings
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TORCH = os.path.dirname(torch.__file__)
+# Where the frames of dispatching an operator to the fake mode are (innermost ones skipped).
+_DISPATCH_DIRS = (
+    _HERE,
+    os.path.join(_TORCH, "_subclasses") + os.sep,
+    os.path.join(_TORCH, "_dynamo") + os.sep,
+    os.path.join(_TORCH, "utils", "_stats.py"),
+    os.path.join(_TORCH, "utils", "_python_dispatch.py"),
+    os.path.join(_TORCH, "_compile.py"),
+    os.path.join(_TORCH, "_ops.py"),
+)
+# Tensors the program makes on the host with up to this many elements are real: counters and
+# scalars, whose values the program reads.
+_HOST_REAL_NUMEL = 1
+
+# Operators whose CUDA kernels take a cuBLAS handle (and so its workspace).
+_BLAS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "_addmm_activation"})
+
+
+def _workspace_bytes(major: int, minor: int) -> int:
+    """cuBLAS's workspace (`getChosenWorkspaceSize` in ATen's CublasHandlePool.cpp):
+    `CUBLAS_WORKSPACE_CONFIG` (`:SIZE_KIB:COUNT`, summed), else 32 MiB on compute capability 9.0
+    and 4096 KiB x 2 + 16 KiB x 8 elsewhere."""
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if config:
+        found = re.findall(r":([0-9]+):([0-9]+)", config)
+        if found:
+            return sum(int(size) * 1024 * int(count) for size, count in found)
+        return 4096 * 1024
+    if (major, minor) == (9, 0):
+        return 4096 * 8 * 1024
+    return 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def _lt_workspace_bytes() -> int | None:
+    """cuBLASLt's own workspace (`CUBLASLT_WORKSPACE_SIZE` KiB, 1024 by default), or None where it
+    shares cuBLAS's (`TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`)."""
+    if os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "").lower() in ("1", "true", "on", "yes"):
+        return None
+    value = os.environ.get("CUBLASLT_WORKSPACE_SIZE", "")
+    return (int(value) if value.isdigit() else 1024) * 1024
+
+
+class DeviceProperties:
+    """What `torch.cuda.get_device_properties` gives, for the emulated GPU."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.name = str(spec.get("name", "NVIDIA GPU"))
+        self.total_memory = int(spec.get("total_memory", 0))
+        self.major = int(spec.get("major", 9))
+        self.minor = int(spec.get("minor", 0))
+        self.multi_processor_count = int(spec.get("multi_processor_count", 132))
+        self.is_integrated = False
+        self.is_multi_gpu_board = False
+        self.L2_cache_size = int(spec.get("l2_cache_bytes", 50 << 20))
+        self.warp_size = 32
+        self.max_threads_per_multi_processor = 2048
+        self.gcnArchName = ""
+        self.uuid = "00000000-0000-0000-0000-000000000000"
+
+    def __repr__(self) -> str:
+        return (
+            f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory >> 20}MB, multi_processor_count={self.multi_processor_count}) "
+            "[emulated by vramscope estimate]"
+        )
+
+
+class Emulation:
+    """The emulated devices of this process, their allocators and what the program was given."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.count = max(int(spec.get("count", 1)), 1)
+        self.properties = DeviceProperties(spec)
+        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF") or ""
+        self.settings = Settings(conf)
+        self.allocators = [Allocator(i, self.settings) for i in range(self.count)]
+        self.lock = threading.RLock()
+        # StorageImpl pointer -> (device, address, bytes)
+        self.storages: dict[int, tuple[int, int, int]] = {}
+        # (thread, device, stream) that have a cuBLAS (and cuBLASLt) workspace.
+        self.blas: set[tuple[int, int, int]] = set()
+        self.blas_lt: set[tuple[int, int, int]] = set()
+        self.workspace = _workspace_bytes(self.properties.major, self.properties.minor)
+        self.lt_workspace = _lt_workspace_bytes()
+        # Where the program read values it could not have had: (file, line, function) -> count.
+        self.standins: dict[tuple[str, int, str], int] = {}
+        self.memory_fraction = [1.0] * self.count
+        self.log: Callable[[dict[str, Any]], None] | None = None
+
+    # -- allocation ------------------------------------------------------------------------------
+
+    def allocator(self, device: int | None) -> Allocator:
+        index = 0 if device is None else device
+        return self.allocators[index if 0 <= index < self.count else 0]
+
+    def track(self, tensor: torch.Tensor) -> None:
+        """Allocates `tensor`'s storage if it is new (and on the device); frees it when it goes."""
+        device = tensor.device
+        if device.type != "cuda":
+            return
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        nbytes = storage.nbytes()
+        held = self.storages.get(key)
+        if held is not None:
+            if held[2] == nbytes:
+                return
+            # Resized in place: a new block, the old one freed.
+            self.release(key)
+        index = device.index or 0
+        frames = _frames()
+        with self.lock:
+            address = self.allocator(index).malloc(nbytes, 0, frames)
+            self.storages[key] = (index, address, nbytes)
+        weakref.finalize(storage, self.release, key)
+
+    def release(self, key: int) -> None:
+        with self.lock:
+            held = self.storages.pop(key, None)
+            if held is not None:
+                self.allocator(held[0]).release(held[1], 0, [])
+
+    def address_of(self, storage: Any) -> int:
+        """A storage's address on the emulated device (0 if it is not there)."""
+        held = self.storages.get(storage._cdata)
+        return held[1] if held is not None else 0
+
+    def kernel_memory(self, name: str, args: tuple[Any, ...], device: int) -> None:
+        """The workspaces the operator's CUDA kernel takes for the first time on this thread."""
+        if name not in _BLAS:
+            return
+        key = (threading.get_ident(), device, 0)
+        frames = _frames()
+        with self.lock:
+            if key not in self.blas:
+                self.blas.add(key)
+                self.allocator(device).malloc(self.workspace, 0, _named(frames, "cuBLAS workspace"))
+            if self.lt_workspace is not None and key not in self.blas_lt and _uses_lt(name, args):
+                self.blas_lt.add(key)
+                self.allocator(device).malloc(self.lt_workspace, 0, _named(frames, "cuBLASLt workspace"))
+
+    def standin(self, value_type: str) -> Any:
+        """A value the program reads, which an emulated device cannot give: 0 (False)."""
+        frame = _user_frame()
+        if frame is not None:
+            self.standins[frame] = self.standins.get(frame, 0) + 1
+            if self.standins[frame] == 1 and self.log is not None:
+                self.log({"t": "standin", "file": frame[0], "line": frame[1], "name": frame[2]})
+        return {"bool": False, "int": 0}.get(value_type, 0.0)
+
+
+def _named(frames: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+    """The stack of memory a kernel takes, with what it is as its innermost frame."""
+    return [{"filename": "<cuda>", "line": 0, "name": what}, *frames]
+
+
+def _uses_lt(name: str, args: tuple[Any, ...]) -> bool:
+    """Whether ATen's addmm takes the cuBLASLt path (`gemm_and_bias`): a 1-D bias, matrices of
+    floating point."""
+    if name not in ("addmm", "_addmm_activation") or not args:
+        return False
+    bias = args[0]
+    return isinstance(bias, torch.Tensor) and bias.dim() == 1 and bias.dtype.is_floating_point
+
+
+def _frames() -> list[dict[str, Any]]:
+    """The Python stack, innermost first, from the frame that called the operator (PyTorch's
+    history's `stacks="python"` form): the fake mode's own frames and this module's are not the
+    program's, and a GPU's history would not have them."""
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_DISPATCH_DIRS):
+        frame = frame.f_back
+    while frame is not None:
+        frames.append({"filename": frame.f_code.co_filename, "line": frame.f_lineno, "name": frame.f_code.co_name})
+        frame = frame.f_back
+    return frames
+
+
+def _user_frame() -> tuple[str, int, str] | None:
+    """The innermost frame outside torch and this shim: where the program asked."""
+    torch_dir = os.path.dirname(torch.__file__)
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_HERE) and not filename.startswith(torch_dir) and not filename.startswith("<"):
+            return (filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
+
+
+_emulation: Emulation | None = None
+
+
+def current() -> Emulation | None:
+    """This process's emulation, if it runs on one."""
+    return _emulation
+
+
+def install(spec_json: str) -> Emulation:
+    """Makes this process run on the emulated device(s) `spec_json` describes."""
+    global _emulation
+    if _emulation is not None:
+        return _emulation
+    emulation = Emulation(json.loads(spec_json))
+    # Imported before torch.cuda is patched: importing it imports dynamo, which reads torch.cuda's
+    # functions by name into its rules.
+    import torch._subclasses.fake_tensor  # noqa: F401
+
+    _patch_cuda(emulation)
+    _enter_fake_mode(emulation)
+    vramscope_tags.address_of = emulation.address_of
+    _emulation = emulation
+    return emulation
+
+
+def _enter_fake_mode(emulation: Emulation) -> None:
+    import torch.utils
+    from torch._subclasses import fake_tensor
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.utils._pytree import tree_flatten
+
+    # PyTorch creates a real tensor on the device once, so that backward finds a CUDA context:
+    # the emulated device has no context to create, and the preloaded library answers for it.
+    fake_tensor.init_gpu_context = lambda device: None
+    local_scalar = torch.ops.aten._local_scalar_dense.default
+    nesting = threading.local()
+
+    class EmulatedDevice(FakeTensorMode):
+        @property
+        def avoid_device_init(self) -> bool:
+            # The device is not to be touched: a real tensor moved to it (a small one PyTorch
+            # would compute for real) is moved as a fake one.
+            return True
+
+        def dispatch(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            flat_args, _ = tree_flatten((args, kwargs))
+            if _on_host(flat_args, kwargs):
+                # The host's own work on the host's own tensors (a step counter, a batch from a
+                # data loader): done for real, so the values the program reads are its own.
+                return func(*args, **kwargs)
+            if func is local_scalar:
+                dtype = args[0].dtype
+                kind = "bool" if dtype == torch.bool else ("float" if dtype.is_floating_point else "int")
+                return emulation.standin(kind)
+            # What PyTorch's fake mode does inside one operator (a decomposition into others) is
+            # not memory the GPU's kernel takes: only the outermost operator's outputs are.
+            depth = getattr(nesting, "depth", 0)
+            nesting.depth = depth + 1
+            try:
+                out = super().dispatch(func, types, args, kwargs)
+            finally:
+                nesting.depth = depth
+            if depth:
+                return out
+            flat, _ = tree_flatten(out)
+            device = None
+            for tensor in flat:
+                if isinstance(tensor, FakeTensor) and tensor.fake_device.type == "cuda":
+                    emulation.track(tensor)
+                    device = tensor.fake_device.index or 0
+            if device is not None:
+                emulation.kernel_memory(func._opname, tuple(args), device)
+            elif isinstance(out, FakeTensor) and not any(isinstance(a, torch.Tensor) for a in flat_args):
+                # A small tensor made on the host (a counter, a scalar): made for real, so that
+                # its value is there when the program reads it.
+                if out.fake_device.type == "cpu" and out.numel() <= _HOST_REAL_NUMEL:
+                    return func(*args, **kwargs)
+            return out
+
+    def _on_host(flat_args: list[Any], kwargs: dict[str, Any]) -> bool:
+        """Whether an operator's tensors are all real host tensors and it makes none on the device."""
+        tensors = [a for a in flat_args if isinstance(a, torch.Tensor)]
+        if not tensors or any(isinstance(t, FakeTensor) or t.device.type != "cpu" for t in tensors):
+            return False
+        device = kwargs.get("device")
+        return device is None or torch.device(device).type == "cpu"
+
+    mode = EmulatedDevice(allow_non_fake_inputs=True)
+    real_swap = torch.utils.swap_tensors
+
+    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        # `Module.to()` swaps a fake parameter for its copy on the device; the fake mode's memo
+        # holds weak references to both, which a swap refuses. They are forgotten first.
+        memo = mode.fake_tensor_converter.tensor_memo
+        for key, value in list(memo.items()):
+            if value is t1 or value is t2:
+                del memo[key]
+        real_swap(t1, t2)
+
+    torch.utils.swap_tensors = swap_tensors
+    # The optimizers' and grad clipping's multi-tensor paths take the types they know: fake tensors
+    # are the program's parameters here, and take the path they would on the GPU.
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+
+    for supported in (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types):
+        if FakeTensor not in supported:
+            supported.append(FakeTensor)
+    mode.__enter__()
+
+
+def _patch_cuda(emulation: Emulation) -> None:
+    cuda = torch.cuda
+    memory = torch.cuda.memory
+    props = emulation.properties
+
+    def index(device: Any = None) -> int:
+        return cuda._get_device_index(device, optional=True) if device is not None else cuda.current_device()
+
+    def alloc(device: Any = None) -> Allocator:
+        return emulation.allocator(index(device))
+
+    def get_device_properties(device: Any = None) -> DeviceProperties:
+        return props
+
+    def get_device_name(device: Any = None) -> str:
+        return props.name
+
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
+        return (props.major, props.minor)
+
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        return props.major >= 8
+
+    def nothing() -> Callable[..., None]:
+        # A function of its own for each name: dynamo's rules are kept by function.
+        def does_nothing(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        return does_nothing
+
+    def memory_allocated(device: Any = None) -> int:
+        return alloc(device).allocated
+
+    def max_memory_allocated(device: Any = None) -> int:
+        return alloc(device).peak_allocated
+
+    def memory_reserved(device: Any = None) -> int:
+        return alloc(device).reserved
+
+    def max_memory_reserved(device: Any = None) -> int:
+        return alloc(device).peak_reserved
+
+    def reset_peak_memory_stats(device: Any = None) -> None:
+        with emulation.lock:
+            alloc(device).reset_peaks()
+
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        with emulation.lock:
+            return alloc(device).stats()
+
+    def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+        a = alloc(device)
+        return (
+            f"vramscope estimate: emulated {props.name}\n"
+            f"allocated {a.allocated} B (peak {a.peak_allocated} B), reserved {a.reserved} B (peak {a.peak_reserved} B)\n"
+        )
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        total = props.total_memory
+        return (max(total - alloc(device).reserved, 0), total)
+
+    def empty_cache() -> None:
+        with emulation.lock:
+            for a in emulation.allocators:
+                a.empty_cache()
+
+    def get_allocator_backend() -> str:
+        return emulation.settings.backend
+
+    def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+        emulation.memory_fraction[index(device)] = fraction
+
+    def record_memory_history(enabled: Any = "all", context: Any = "all", stacks: str = "all", max_entries: int = 1_000_000, **kwargs: Any) -> None:
+        from collections import deque
+
+        with emulation.lock:
+            for a in emulation.allocators:
+                if enabled in (None, False):
+                    a.history = None
+                else:
+                    a.history = deque(a.history or (), maxlen=max(int(max_entries), 1))
+                    a.history_frames = stacks != "none" if isinstance(stacks, str) else True
+
+    def snapshot(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        with emulation.lock:
+            return {
+                "segments": [s for a in emulation.allocators for s in a.snapshot_segments()],
+                "device_traces": [list(a.history or ()) for a in emulation.allocators],
+                "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")},
+            }
+
+    def dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+        with open(filename, "wb") as f:
+            pickle.dump(snapshot(), f)
+
+    def memory_snapshot(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        return list(snapshot()["segments"])
+
+    def set_allocator_settings(settings: str) -> None:
+        emulation.settings.update(settings)
+
+    patches: dict[str, Any] = {
+        "get_device_properties": get_device_properties,
+        "get_device_name": get_device_name,
+        "get_device_capability": get_device_capability,
+        "is_bf16_supported": is_bf16_supported,
+        "synchronize": nothing(),
+        "manual_seed": nothing(),
+        "manual_seed_all": nothing(),
+        "seed": nothing(),
+        "seed_all": nothing(),
+        "memory_allocated": memory_allocated,
+        "max_memory_allocated": max_memory_allocated,
+        "memory_reserved": memory_reserved,
+        "max_memory_reserved": max_memory_reserved,
+        "memory_cached": memory_reserved,
+        "max_memory_cached": max_memory_reserved,
+        "reset_peak_memory_stats": reset_peak_memory_stats,
+        "reset_max_memory_allocated": reset_peak_memory_stats,
+        "reset_max_memory_cached": reset_peak_memory_stats,
+        "reset_accumulated_memory_stats": nothing(),
+        "memory_stats": memory_stats,
+        "memory_summary": memory_summary,
+        "mem_get_info": mem_get_info,
+        "empty_cache": empty_cache,
+        "get_allocator_backend": get_allocator_backend,
+        "set_per_process_memory_fraction": set_per_process_memory_fraction,
+        "_record_memory_history": record_memory_history,
+        "_snapshot": snapshot,
+        "_dump_snapshot": dump_snapshot,
+        "memory_snapshot": memory_snapshot,
+        "_set_allocator_settings": set_allocator_settings,
+    }
+    random = getattr(cuda, "random", None)
+    for name, function in patches.items():
+        for module in (cuda, memory, random):
+            if module is not None and hasattr(module, name):
+                setattr(module, name, function)
+    # An out-of-memory observer would start the real allocator: the emulated one has none to call.
+    if hasattr(torch._C, "_cuda_attach_out_of_memory_observer"):
+        torch._C._cuda_attach_out_of_memory_observer = lambda observer: None
+    # CUDA counts as initialised: PyTorch's own initialisation would ask the device for what
+    # the functions above answer. What it queued (seeds) has nothing to act on.
+    cuda._initialized = True
+    cuda._queued_calls.clear()
