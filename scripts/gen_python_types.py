@@ -37,6 +37,7 @@ ROOT_NAMES = {
     "breakdown": "BreakdownDocument",
     "instant": "InstantDocument",
     "report": "ReportDocument",
+    "estimate": "EstimateDocument",
 }
 
 

@@ -66,6 +66,11 @@ pub struct Emulated {
     pub count: u32,
     /// The devices, as the trace's metadata names them.
     pub facts: Vec<DeviceInfo>,
+    /// The program's standard output goes to our standard error (ours carries a document, or a
+    /// protocol).
+    pub stdout_to_stderr: bool,
+    /// The program's standard input is empty (ours carries a protocol).
+    pub no_stdin: bool,
 }
 
 /// Runs `program` with `args` on the emulated GPU `device` (`vramscope estimate`): tensors without
@@ -127,6 +132,12 @@ fn run(
             .env(env::EMULATE, &device.spec)
             .env(env::EMULATE_COUNT, device.count.to_string())
             .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", folder.as_os_str()));
+        if device.stdout_to_stderr && log.is_none() {
+            command.stdout(std::io::stderr());
+        }
+        if device.no_stdin {
+            command.stdin(std::process::Stdio::null());
+        }
     }
     if let Some(log) = log {
         let file = std::fs::File::create(log).map_err(|source| Error::Io {

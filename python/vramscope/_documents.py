@@ -33,9 +33,12 @@ __all__ = [
     "DiffPhases",
     "DiffSide",
     "Dimension",
+    "EstimateDevice",
+    "EstimateDocument",
     "EvidenceBytes",
     "Fix",
     "GateOut",
+    "Gpu",
     "Gpus",
     "GpusFrom",
     "GrowingSite",
@@ -70,6 +73,7 @@ __all__ = [
     "PhaseKind",
     "PhaseSide",
     "PhasesFrom",
+    "Place",
     "PlanStep",
     "ProjectionOut",
     "RangeDelta",
@@ -81,6 +85,7 @@ __all__ = [
     "Reach",
     "ReportDocument",
     "ReportedRun",
+    "RestsOn",
     "RunDocument",
     "RunSummary",
     "ScalingFit",
@@ -514,6 +519,76 @@ class DiffSide(_DiffSideRequired, total=False):
     growth: Union[Growth, None]
 
 
+class _EstimateDeviceRequired(TypedDict):
+    """The keys EstimateDevice always has."""
+
+    #: What was alive at the peak, by category.
+    categories_at_peak: dict[str, int]
+    #: The device.
+    device: DeviceId
+    #: Whether it fits.
+    fits: bool
+    #: The device's memory left over (negative: short by that much).
+    headroom_bytes: int
+    #: Peak reserved and the context: what the device must hold.
+    needed_bytes: int
+    #: The highest allocated, as `torch.cuda.max_memory_allocated()` would say on the GPU.
+    peak_allocated_bytes: int
+    #: The highest reserved by the caching allocator, as `torch.cuda.max_memory_reserved()`
+    #: would say.
+    peak_reserved_bytes: int
+
+
+class EstimateDevice(_EstimateDeviceRequired, total=False):
+    """One device of an estimate."""
+
+    #: The phase the peak is in (`backward of iteration 2`), when the trace shows phases.
+    phase_at_peak: Union[str, None]
+
+
+class _EstimateDocumentRequired(TypedDict):
+    """The keys EstimateDocument always has."""
+
+    #: The command that ran.
+    command: list[str]
+    #: Memory outside PyTorch's allocator counted against each device: the CUDA context and the
+    #: kernels it loads (assumed, not measured: `--context`).
+    context_bytes: int
+    #: Each device the program used.
+    devices: list[EstimateDevice]
+    #: How it ended, as the shell says (0: success; 128 + N: signal N).
+    exit_code: int
+    #: Whether every device's need fits in its memory.
+    fits: bool
+    #: How many of them the program saw.
+    gpus: int
+    #: What the projection does not model.
+    not_modelled: list[str]
+    #: What the projection rests on, each with its bytes where it has some.
+    rests_on: list[RestsOn]
+    #: The version of the documents' shape.
+    schema_version: int
+    #: Where the program read a value the emulated GPU could not give it (it got 0, or False).
+    standins: list[Place]
+    #: The estimate's trace summed up, as `info --json` says it.
+    summary: InfoDocument
+    #: The GPU the program ran on, emulated.
+    target: Gpu
+
+
+class EstimateDocument(_EstimateDocumentRequired, total=False):
+    """A program's GPU memory on the GPU an estimate ran it on: `estimate --json`.
+
+    A document as the command prints it (``vramscope schema estimate`` describes it).
+    """
+
+    #: When it does not fit: the change that asks least and fits, in words (from the advisor,
+    #: replaying the estimate's events).
+    smallest_change_that_fits: Union[str, None]
+    #: Where the estimate's trace was written (every view opens it), if it was.
+    trace: Union[str, None]
+
+
 class EvidenceBytes(TypedDict):
     """Bytes of an instant by how their category was known."""
 
@@ -564,6 +639,21 @@ class GateOut(_GateOutRequired, total=False):
 
     #: Of a run of ranks, the rank where it came out worst.
     worst_rank: Union[int, None]
+
+
+class Gpu(TypedDict):
+    """A GPU an estimate can run on."""
+
+    #: Its compute capability (major, minor).
+    compute_capability: list[int]
+    #: Where the total comes from.
+    memory_from: str
+    #: Its streaming multiprocessors.
+    multiprocessors: int
+    #: Its name, as `torch.cuda.get_device_name()` gives it.
+    name: str
+    #: Its memory, in bytes.
+    total_memory_bytes: int
 
 
 # How many GPUs to shard over, and where that number came from.
@@ -1044,6 +1134,17 @@ class PhaseSide(TypedDict):
     iteration: int
 
 
+class Place(TypedDict):
+    """A place in the program."""
+
+    #: Its file.
+    file: str
+    #: Its function.
+    function: str
+    #: Its line.
+    line: int
+
+
 class PlanStep(TypedDict):
     """A step of the plan: the remedy added, what to change, and what it and those before project."""
 
@@ -1249,6 +1350,22 @@ class ReportedRun(_ReportedRunRequired, total=False):
 
     #: Of a run of several ranks, the rank drawn (the one that peaks highest).
     rank: Union[RankChosen, None]
+
+
+class _RestsOnRequired(TypedDict):
+    """The keys RestsOn always has."""
+
+    #: How it is known, or what decides it.
+    detail: str
+    #: What it is.
+    what: str
+
+
+class RestsOn(_RestsOnRequired, total=False):
+    """A thing an estimate rests on."""
+
+    #: Its bytes on each device, where it has some.
+    bytes: Union[int, None]
 
 
 class RunDocument(TypedDict):

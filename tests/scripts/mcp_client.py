@@ -30,7 +30,7 @@ FULLSTEP = SNAPSHOTS / "gpt_ctx128_fullstep_fp32.pickle"
 FORWARD = SNAPSHOTS / "gpt_ctx128_forward_fp32.pickle"
 MIXED = SNAPSHOTS / "gpt_ctx128_forward_mixed.pickle"
 STANFORD = SNAPSHOTS / "stanford_cs336_a2_memory_snapshot.pickle"
-TOOLS = {"summary", "peak_breakdown", "memory_at", "compare", "growth", "oom", "advise"}
+TOOLS = {"summary", "peak_breakdown", "memory_at", "compare", "growth", "oom", "advise", "estimate"}
 checks = 0
 
 
@@ -80,7 +80,7 @@ def make_rank_dir(name, source, ranks=3):
 async def tools_answer_as_the_cli_does(client):
     listed = await client.list_tools()
     names = {t.name for t in listed.tools}
-    check(names == TOOLS, "tools/list lists the seven tools", str(names))
+    check(names == TOOLS, "tools/list lists the eight tools", str(names))
     check(listed.next_cursor is None, "every tool is on one page")
     for tool in listed.tools:
         schema = tool.input_schema
@@ -196,6 +196,19 @@ async def tools_answer_as_the_cli_does(client):
     check(got == want, "advise equals advise --json --target-bytes 20GiB --gpus 2")
     got = answer(await client.call_tool("advise", {"path": str(FORWARD), "target_bytes": 20 << 30, "gpus": 2}), "advise")
     check(got == want, "a target in bytes is the same target")
+
+    # estimate: a program run on the emulated GPU, as estimate --json runs it. It prints (--print)
+    # and the protocol is unharmed: its output goes to the server's standard error. The summary's
+    # times are the run's own; everything else is the same run to run.
+    train = [sys.executable, str(Path(__file__).resolve().parents[2] / "samples" / "pytorch" / "train.py"),
+             "--layers", "1", "--steps", "2", "--d-model", "64", "--vocab", "256", "--seq-len", "32", "--print"]
+    want, _ = cli("estimate", "--json", "--gpu", "a10", "--", *train)
+    got = answer(await client.call_tool("estimate", {"command": train, "gpu": "a10"}), "estimate")
+    stable = ("target", "fits", "devices", "rests_on", "standins", "not_modelled", "context_bytes", "exit_code")
+    check({k: got.get(k) for k in stable} == {k: want.get(k) for k in stable}, "estimate equals estimate --json",
+          json.dumps([got, want])[:4000])
+    check(got["devices"][0]["peak_allocated_bytes"] > 0 and got["target"]["name"] == "NVIDIA A10",
+          "estimate ran on the A10", json.dumps(got["devices"]))
 
     # Failures come back as results the model can read, naming what is wrong.
     missing = WORK / "no_such.pickle"

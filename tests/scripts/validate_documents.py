@@ -144,6 +144,13 @@ validate("run", cli("info", "--json", ranks_a), "info --json on a run of ranks")
 validate("ranks-diff", cli("diff", "--json", "--fail-if-peak-grows", "1", ranks_a, ranks_b, status=(0, 1)),
          "diff of two runs of ranks")
 
+# An estimate: a small model run on the emulated GPU (this script runs under the torch venv).
+train = [sys.executable, str(SAMPLES.parent / "pytorch" / "train.py"), "--layers", "1", "--steps", "1", "--d-model", "64",
+         "--vocab", "128", "--seq-len", "16"]
+validate("estimate", cli("estimate", "--json", "--gpu", "h100", "--", *train), "estimate --json")
+validate("estimate", cli("estimate", "--json", "--gpu", "t4", "--device-memory", "100MiB", "--", *train, status=(1,)),
+         "estimate --json that does not fit")
+
 # The MCP server answers with the same documents.
 calls = [
     ("growth", "growth", {"path": str(SAMPLES / "h200-torch-plain.vtrace")}),
@@ -157,6 +164,7 @@ calls = [
     ("peak_breakdown", "breakdown", {"path": str(snapshots / "gpt_ctx128_fullstep_fp32.pickle"), "blocks": 3}),
     ("memory_at", "instant", {"path": str(snapshots / "gpt_ctx128_fullstep_fp32.pickle"), "when": "backward"}),
     ("memory_at", "instant", {"path": str(SAMPLES / "h200-torch-plain.vtrace"), "when": "+1ms", "blocks": 2}),
+    ("estimate", "estimate", {"command": train, "gpu": "l4", "context": "1GiB"}),
 ]
 lines = [
     {"jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -187,7 +195,8 @@ for tool, _, arguments in calls:
         sys.exit(f"FAILED: the tool {tool}'s input schema refuses {arguments}: {errors[0].message}")
 for tool, arguments in [("summary", {"paths": "x", "bogus": 1}), ("advise", {"path": "x", "gpus": 0}),
                         ("peak_breakdown", {"path": "x", "blocks": 101}), ("compare", {"a": "x"}),
-                        ("summary", {"paths": []}), ("memory_at", {"path": "x", "when": 5})]:
+                        ("summary", {"paths": []}), ("memory_at", {"path": "x", "when": 5}),
+                        ("estimate", {"command": []}), ("estimate", {"command": ["python"], "gpus": 0})]:
     if Draft202012Validator(listed[tool]["inputSchema"]).is_valid(arguments):
         sys.exit(f"FAILED: the tool {tool}'s input schema takes {arguments}, which the server refuses")
 for i, (tool, document, _) in enumerate(calls):

@@ -78,7 +78,7 @@ pub fn vramscope_bin() -> PathBuf {
     let hook = profile_dir.join("libvramscope_hook.so");
     for (built, sources) in [
         // Every source the binary is built from or embeds: the crates, the PyTorch shim, the
-        // built-in sample, the hook library it carries.
+        // built-in sample, the hook and emulation libraries it carries.
         (
             &bin,
             &[
@@ -88,6 +88,7 @@ pub fn vramscope_bin() -> PathBuf {
                 "collector/src",
                 "collector/wire/src",
                 "collector/hook/src",
+                "collector/emulate/src",
                 "python/vramscope/_shim",
                 "samples/traces/h200-torch-plain.vtrace",
             ][..],

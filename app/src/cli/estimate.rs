@@ -101,7 +101,11 @@ pub fn answer(options: &Options<'_>, command: &[OsString], to: &mut To<'_>) -> R
             })
         })
         .collect();
-    let device = session::Emulated { spec: spec.to_string(), count: options.gpus, facts };
+    // With a document on standard output, the program's own output goes to standard error.
+    let stdout_to_stderr = !matches!(to, To::Text(_));
+    // Kept (the MCP server), its standard input is the protocol's too.
+    let no_stdin = matches!(to, To::Keep(_));
+    let device = session::Emulated { spec: spec.to_string(), count: options.gpus, facts, stdout_to_stderr, no_stdin };
     let mut recording = session::estimate(program, args, &device, options.output, None, |_| {})?;
     for note in &recording.notes {
         eprintln!("vramscope: {note}");

@@ -64,6 +64,21 @@ impl<'a> Args<'a> {
         Ok(paths)
     }
 
+    /// A required list of strings, not empty (a command and its arguments).
+    pub fn strings(&self, name: &str) -> Result<Vec<String>> {
+        let Some(Value::Array(items)) = self.get(name) else {
+            bail!("the argument {name:?} is a list of strings: the command and its arguments");
+        };
+        let strings: Vec<String> = items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| anyhow!("{name:?} lists strings, not {v}")))
+            .collect::<Result<_>>()?;
+        if strings.is_empty() || strings[0].is_empty() {
+            bail!("the argument {name:?} needs the program to run");
+        }
+        Ok(strings)
+    }
+
     /// An optional flag (false when absent).
     pub fn flag(&self, name: &str) -> Result<bool> {
         match self.get(name) {

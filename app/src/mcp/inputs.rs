@@ -299,3 +299,43 @@ impl Advise {
         })
     }
 }
+
+/// `estimate`'s arguments.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Estimate {
+    /// The command to run on the emulated GPU, as a list: ["python", "train.py", "--batch-size", "8"].
+    #[schemars(length(min = 1))]
+    pub command: Vec<String>,
+    /// The GPU: h200, h100, a100, a100-40gb, l40s, l4, a10, t4, rtx5090, rtx4090. Default: h100.
+    pub gpu: Option<String>,
+    /// Its memory instead of the table's: bytes, or with a unit (24GiB or 24G binary, 24GB decimal).
+    #[schemars(with = "Option<SizeArg>")]
+    pub device_memory: Option<u64>,
+    /// How many GPUs the program sees. Default: 1.
+    #[schemars(range(min = 1, max = 64))]
+    pub gpus: Option<u32>,
+    /// The CUDA context counted against each GPU: bytes, or with a unit. Default: 512MiB.
+    #[schemars(with = "Option<SizeArg>")]
+    pub context: Option<u64>,
+}
+
+impl Estimate {
+    pub fn read(args: &Args<'_>) -> Result<Self> {
+        let size = |name: &str| -> Result<Option<u64>> {
+            match args.opt_parsed::<String>(name)? {
+                None => Ok(None),
+                Some(text) => {
+                    Ok(Some(crate::cli::advise::parse_bytes(&text).map_err(|e| anyhow!("the argument {name:?}: {e}"))?))
+                }
+            }
+        };
+        Ok(Self {
+            command: args.strings("command")?,
+            gpu: args.opt_string("gpu")?.map(str::to_owned),
+            device_memory: size("device_memory")?,
+            gpus: args.opt_count("gpus", 1, 64)?.map(|n| n as u32),
+            context: size("context")?,
+        })
+    }
+}

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::args::{Args, paginate};
 use super::inputs;
-use crate::cli::{To, advise, diff, info};
+use crate::cli::{To, advise, diff, estimate, info};
 use crate::load::LoadedTrace;
 use crate::query::documents::{self, BreakdownDocument, Document, InstantDocument};
 
@@ -55,7 +55,7 @@ impl Tool {
 }
 
 /// Every tool, in the order a model would use them.
-pub const TOOLS: [Tool; 7] = [
+pub const TOOLS: [Tool; 8] = [
     Tool {
         name: "summary",
         title: "Summary of a run",
@@ -134,6 +134,21 @@ pub const TOOLS: [Tool; 7] = [
         input: inputs::schema::<inputs::Advise>,
         answer: advise,
         output: &["advise"],
+    },
+    Tool {
+        name: "estimate",
+        title: "A program's GPU memory on a GPU it does not run on",
+        description: "Runs the command (a PyTorch program) here on an emulated GPU, as `vramscope estimate --json` \
+            does: its tensors have no storage and its CUDA calls answer as the GPU would, so it needs no GPU and \
+            takes seconds. Answers with the projected peak allocated and reserved on each device (what \
+            torch.cuda.max_memory_allocated() and max_memory_reserved() would say), whether it fits with the CUDA \
+            context, what was alive at the peak by category and phase, what the estimate rests on (the allocator's \
+            settings, cuBLAS workspaces, the context), where the program read values it was given stand-ins for, \
+            and, when it does not fit, the smallest change that does. The command runs as this server's user: \
+            its output goes to the server's standard error.",
+        input: inputs::schema::<inputs::Estimate>,
+        answer: estimate,
+        output: &["estimate"],
     },
 ];
 
@@ -262,6 +277,21 @@ fn growth(args: &Args<'_>) -> Result<Value> {
 fn oom(args: &Args<'_>) -> Result<Value> {
     let asked = inputs::OneTrace::read(args)?;
     document(|to| info::answer_oom(std::slice::from_ref(&asked.path), asked.range, to), whole)
+}
+
+fn estimate(args: &Args<'_>) -> Result<Value> {
+    let asked = inputs::Estimate::read(args)?;
+    let options = estimate::Options {
+        gpu: asked.gpu.as_deref(),
+        device_memory: asked.device_memory,
+        gpus: asked.gpus.unwrap_or(1),
+        output: None,
+        force: false,
+        context_bytes: asked.context.unwrap_or(estimate::DEFAULT_CONTEXT_BYTES),
+        json: true,
+    };
+    let command: Vec<std::ffi::OsString> = asked.command.iter().map(std::ffi::OsString::from).collect();
+    document(|to| estimate::answer(&options, &command, to).map(|_| ()), whole)
 }
 
 fn advise(args: &Args<'_>) -> Result<Value> {

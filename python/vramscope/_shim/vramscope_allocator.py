@@ -82,7 +82,7 @@ class Settings:
 
 
 class _Segment:
-    __slots__ = ("address", "size", "stream", "small", "blocks", "expandable")
+    __slots__ = ("address", "blocks", "expandable", "size", "small", "stream")
 
     def __init__(self, address: int, size: int, stream: int, small: bool, expandable: bool = False) -> None:
         self.address = address
@@ -346,11 +346,11 @@ class Allocator:
         remaining = size - rounded
         split = remaining >= MIN_BLOCK if small else (rounded < self._max_split() and remaining > SMALL_SIZE)
         taken = rounded if split else size
-        segment = self._segment_of(address)
-        if segment is not None:
-            segment.blocks[address] = [taken, 1, requested]
+        holder = self._segment_of(address)
+        if holder is not None:
+            holder.blocks[address] = [taken, 1, requested]
             if split:
-                segment.blocks[address + taken] = [remaining, 0, 0]
+                holder.blocks[address + taken] = [remaining, 0, 0]
                 self._free_add(small, stream, remaining, address + taken)
         self.live[address] = (taken, requested, None)
         return self._allocated(address, taken, requested, stream, frames)
@@ -481,7 +481,7 @@ class Allocator:
         out: list[dict[str, Any]] = []
         for address in self.segment_starts:
             segment = self.segments[address]
-            blocks = []
+            blocks: list[dict[str, Any]] = []
             for start in sorted(segment.blocks):
                 size, allocated, requested = segment.blocks[start]
                 blocks.append(

@@ -29,6 +29,7 @@ import re
 import sys
 import threading
 import weakref
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -213,7 +214,7 @@ def _frames() -> list[dict[str, Any]]:
     history's `stacks="python"` form): the fake mode's own frames and this module's are not the
     program's, and a GPU's history would not have them."""
     frames = []
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_DISPATCH_DIRS):
         frame = frame.f_back
     while frame is not None:
@@ -224,11 +225,10 @@ def _frames() -> list[dict[str, Any]]:
 
 def _user_frame() -> tuple[str, int, str] | None:
     """The innermost frame outside torch and this shim: where the program asked."""
-    torch_dir = os.path.dirname(torch.__file__)
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(_HERE) and not filename.startswith(torch_dir) and not filename.startswith("<"):
+        if not filename.startswith((_HERE, _TORCH, "<")):
             return (filename, frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back
     return None
@@ -259,6 +259,10 @@ def install(spec_json: str) -> Emulation:
     return emulation
 
 
+def _no_context(device: torch.device) -> None:
+    """The emulated device has no CUDA context to create."""
+
+
 def _enter_fake_mode(emulation: Emulation) -> None:
     import torch.utils
     from torch._subclasses import fake_tensor
@@ -267,11 +271,11 @@ def _enter_fake_mode(emulation: Emulation) -> None:
 
     # PyTorch creates a real tensor on the device once, so that backward finds a CUDA context:
     # the emulated device has no context to create, and the preloaded library answers for it.
-    fake_tensor.init_gpu_context = lambda device: None
+    fake_tensor.init_gpu_context = _no_context  # type: ignore[assignment]
     local_scalar = torch.ops.aten._local_scalar_dense.default
     nesting = threading.local()
 
-    class EmulatedDevice(FakeTensorMode):
+    class EmulatedDevice(FakeTensorMode):  # type: ignore[no-untyped-call]
         @property
         def avoid_device_init(self) -> bool:
             # The device is not to be touched: a real tensor moved to it (a small one PyTorch
@@ -307,11 +311,15 @@ def _enter_fake_mode(emulation: Emulation) -> None:
                     device = tensor.fake_device.index or 0
             if device is not None:
                 emulation.kernel_memory(func._opname, tuple(args), device)
-            elif isinstance(out, FakeTensor) and not any(isinstance(a, torch.Tensor) for a in flat_args):
+            elif (
+                isinstance(out, FakeTensor)
+                and not any(isinstance(a, torch.Tensor) for a in flat_args)
+                and out.fake_device.type == "cpu"
+                and out.numel() <= _HOST_REAL_NUMEL
+            ):
                 # A small tensor made on the host (a counter, a scalar): made for real, so that
                 # its value is there when the program reads it.
-                if out.fake_device.type == "cpu" and out.numel() <= _HOST_REAL_NUMEL:
-                    return func(*args, **kwargs)
+                return func(*args, **kwargs)
             return out
 
     def _on_host(flat_args: list[Any], kwargs: dict[str, Any]) -> bool:
@@ -332,7 +340,7 @@ def _enter_fake_mode(emulation: Emulation) -> None:
         for key, value in list(memo.items()):
             if value is t1 or value is t2:
                 del memo[key]
-        real_swap(t1, t2)
+        real_swap(t1, t2)  # type: ignore[no-untyped-call]
 
     torch.utils.swap_tensors = swap_tensors
     # The optimizers' and grad clipping's multi-tensor paths take the types they know: fake tensors
@@ -346,13 +354,25 @@ def _enter_fake_mode(emulation: Emulation) -> None:
     mode.__enter__()
 
 
+def _alias(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` under another name, as a function of its own: dynamo keeps its rules by
+    function, and two names of torch.cuda with different rules must not be one."""
+
+    def alias(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    return alias
+
+
 def _patch_cuda(emulation: Emulation) -> None:
     cuda = torch.cuda
     memory = torch.cuda.memory
     props = emulation.properties
 
     def index(device: Any = None) -> int:
-        return cuda._get_device_index(device, optional=True) if device is not None else cuda.current_device()
+        if device is None:
+            return cuda.current_device()
+        return int(torch.cuda._utils._get_device_index(device, optional=True))
 
     def alloc(device: Any = None) -> Allocator:
         return emulation.allocator(index(device))
@@ -400,7 +420,8 @@ def _patch_cuda(emulation: Emulation) -> None:
         a = alloc(device)
         return (
             f"vramscope estimate: emulated {props.name}\n"
-            f"allocated {a.allocated} B (peak {a.peak_allocated} B), reserved {a.reserved} B (peak {a.peak_reserved} B)\n"
+            f"allocated {a.allocated} B (peak {a.peak_allocated} B), "
+            f"reserved {a.reserved} B (peak {a.peak_reserved} B)\n"
         )
 
     def mem_get_info(device: Any = None) -> tuple[int, int]:
@@ -418,7 +439,9 @@ def _patch_cuda(emulation: Emulation) -> None:
     def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
         emulation.memory_fraction[index(device)] = fraction
 
-    def record_memory_history(enabled: Any = "all", context: Any = "all", stacks: str = "all", max_entries: int = 1_000_000, **kwargs: Any) -> None:
+    def record_memory_history(
+        enabled: Any = "all", context: Any = "all", stacks: Any = "all", max_entries: int = 1_000_000, **kwargs: Any
+    ) -> None:
         from collections import deque
 
         with emulation.lock:
@@ -461,11 +484,11 @@ def _patch_cuda(emulation: Emulation) -> None:
         "max_memory_allocated": max_memory_allocated,
         "memory_reserved": memory_reserved,
         "max_memory_reserved": max_memory_reserved,
-        "memory_cached": memory_reserved,
-        "max_memory_cached": max_memory_reserved,
+        "memory_cached": _alias(memory_reserved),
+        "max_memory_cached": _alias(max_memory_reserved),
         "reset_peak_memory_stats": reset_peak_memory_stats,
-        "reset_max_memory_allocated": reset_peak_memory_stats,
-        "reset_max_memory_cached": reset_peak_memory_stats,
+        "reset_max_memory_allocated": _alias(reset_peak_memory_stats),
+        "reset_max_memory_cached": _alias(reset_peak_memory_stats),
         "reset_accumulated_memory_stats": nothing(),
         "memory_stats": memory_stats,
         "memory_summary": memory_summary,

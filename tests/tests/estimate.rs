@@ -1,0 +1,256 @@
+//! `vramscope estimate` on real PyTorch, on this machine without a GPU: `samples/pytorch/train.py`
+//! run unchanged on the emulated GPU. Checked against what an H200 measured for the same runs
+//! (`samples/traces/h200-torch-*.summary.json`: the script's own `torch.cuda` counters), against
+//! the exact bytes of the model's tensors, against the program's own view of its memory, and
+//! against the other model of the caching allocator (`analysis/src/allocsim.rs`) replaying the
+//! estimate's events. The estimate's trace is a recording of the shim's CUDA source (the
+//! allocator's history, segments and tags), so these tests also run that source in CI.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::Output;
+
+use vramscope_e2e::{repo_root, torch_python, vramscope_command};
+
+/// `vramscope estimate --json ARGS -- python train.py TRAIN_ARGS --summary SUMMARY` with `env`;
+/// the output, the document and the script's own summary.
+fn estimate(
+    dir: &Path,
+    name: &str,
+    args: &[&str],
+    train_args: &[String],
+    env: &[(&str, &str)],
+) -> (Output, serde_json::Value, serde_json::Value) {
+    let summary = dir.join(format!("{name}.summary.json"));
+    let mut command = vramscope_command();
+    command.args(["estimate", "--json"]).args(args).arg("--").arg(torch_python());
+    command.arg(repo_root().join("samples/pytorch/train.py")).args(train_args).arg("--summary").arg(&summary);
+    command.env_remove("PYTORCH_CUDA_ALLOC_CONF");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("vramscope estimate runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {stderr}\n{}", String::from_utf8_lossy(&output.stdout)));
+    let summary = std::fs::read_to_string(&summary).unwrap_or_else(|e| panic!("{name}: no summary ({e}): {stderr}"));
+    (output, doc, serde_json::from_str(&summary).expect("summary JSON"))
+}
+
+/// The arguments an H200 run was made with, from its summary.
+fn h200_args(summary: &serde_json::Value) -> Vec<String> {
+    let a = &summary["args"];
+    let mut args = vec![];
+    for (flag, key) in [
+        ("--model", "model"),
+        ("--layers", "layers"),
+        ("--d-model", "d_model"),
+        ("--heads", "heads"),
+        ("--vocab", "vocab"),
+        ("--seq-len", "seq_len"),
+        ("--batch-size", "batch_size"),
+        ("--steps", "steps"),
+        ("--optimizer", "optimizer"),
+    ] {
+        let value = &a[key];
+        args.push(flag.to_owned());
+        args.push(value.as_str().map_or_else(|| value.to_string(), str::to_owned));
+    }
+    for (flag, key) in [("--bf16", "bf16"), ("--checkpoint", "checkpoint"), ("--tie-weights", "tie_weights")] {
+        if a[key] == true {
+            args.push(flag.to_owned());
+        }
+    }
+    args
+}
+
+fn number(value: &serde_json::Value) -> u64 {
+    value.as_u64().unwrap_or_else(|| panic!("not a number: {value}"))
+}
+
+fn error(estimated: u64, measured: u64) -> f64 {
+    (estimated as f64 - measured as f64) / measured as f64
+}
+
+#[test]
+fn the_four_h200_runs_are_predicted_within_3_percent_allocated_and_5_percent_reserved() {
+    let dir = tempfile::tempdir().unwrap();
+    for (setting, conf) in
+        [("plain", ""), ("expandable", "expandable_segments:True"), ("async", "backend:cudaMallocAsync"), ("bf16", "")]
+    {
+        let file = repo_root().join(format!("samples/traces/h200-torch-{setting}.summary.json"));
+        let measured: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(measured["cuda"]["alloc_conf"], conf, "{setting}: the run's settings");
+        let env: Vec<(&str, &str)> = if conf.is_empty() { vec![] } else { vec![("PYTORCH_CUDA_ALLOC_CONF", conf)] };
+        let (output, doc, own) = estimate(dir.path(), setting, &["--gpu", "h200"], &h200_args(&measured), &env);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{setting} fits an H200: {stderr}");
+        assert_eq!(doc["fits"], true);
+        let device = &doc["devices"][0];
+        let (allocated, reserved) = (number(&device["peak_allocated_bytes"]), number(&device["peak_reserved_bytes"]));
+        let cuda = &measured["cuda"];
+        let (real_allocated, real_reserved) =
+            (number(&cuda["max_memory_allocated"]), number(&cuda["max_memory_reserved"]));
+        assert!(
+            error(allocated, real_allocated).abs() <= 0.03,
+            "{setting}: peak allocated {allocated}, the H200 measured {real_allocated}"
+        );
+        assert!(
+            error(reserved, real_reserved).abs() <= 0.05,
+            "{setting}: peak reserved {reserved}, the H200 measured {real_reserved}"
+        );
+        // The program saw what the estimate says: its own counters are the document's.
+        assert_eq!(number(&own["cuda"]["max_memory_allocated"]), allocated, "{setting}");
+        assert_eq!(number(&own["cuda"]["max_memory_reserved"]), reserved, "{setting}");
+        assert_eq!(own["cuda"]["device_name"], "NVIDIA H200", "{setting}");
+        assert_eq!(own["cuda"]["allocator_backend"], cuda["allocator_backend"], "{setting}");
+        // The model is the H200's, to the byte.
+        for key in ["parameter_bytes", "gradient_bytes", "optimizer_state_bytes_on_device"] {
+            assert_eq!(own[key], measured[key], "{setting}: {key}");
+        }
+    }
+}
+
+/// Loads a `.vtrace`.
+fn load(path: &Path) -> vramscope_trace_format::Trace {
+    let bytes = std::fs::read(path).unwrap();
+    vramscope_trace_format::vtrace::read(&bytes, &vramscope_trace_format::progress::NoProgress).unwrap().trace
+}
+
+#[test]
+fn the_estimate_is_a_gpu_recording_with_tags_phases_and_the_allocators_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("small.vtrace");
+    let args: Vec<String> = ["--layers", "2", "--steps", "2"].iter().map(|s| (*s).to_owned()).collect();
+    let (output, doc, own) =
+        estimate(dir.path(), "small", &["--gpu", "a100-40gb", "-o", trace.to_str().unwrap()], &args, &[]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(doc["target"]["name"], "NVIDIA A100-SXM4-40GB");
+    assert_eq!(own["cuda"]["device_name"], "NVIDIA A100-SXM4-40GB");
+    assert_eq!(doc["trace"], trace.to_str().unwrap());
+
+    // `info` of the trace: the device with its reserved memory from the allocator's segments (its
+    // history, as the shim's CUDA source reads it), and the model state tagged to the byte at the
+    // optimizer's step.
+    let info = vramscope_e2e::info_json_with(&trace, &["--at", "optimizer_step"]);
+    let cuda = info["devices"].as_array().unwrap().iter().find(|d| d["device"] == 0).expect("cuda:0").clone();
+    assert_eq!(cuda["reserved_recorded"], true, "{cuda}");
+    assert_eq!(number(&cuda["peak_reserved_bytes"]), number(&doc["devices"][0]["peak_reserved_bytes"]), "{cuda}");
+    assert_eq!(cuda["name"], "NVIDIA A100-SXM4-40GB (estimated)");
+    let at = info["at"]["devices"].as_array().unwrap().iter().find(|d| d["device"] == 0).unwrap()["categories"].clone();
+    let model_state = number(&own["parameter_bytes"]) + number(&own["buffer_bytes"]);
+    assert_eq!(number(&at["parameter"]), model_state, "{at}");
+    assert_eq!(number(&at["gradient"]), number(&own["gradient_bytes"]), "{at}");
+    // Phases from the shim's hooks.
+    assert_eq!(cuda["phases"]["from"], "recorded", "{cuda}");
+    assert_eq!(number(&cuda["phases"]["iteration_count"]), 2, "{cuda}");
+    // cuBLAS's workspaces, named: A100 (8.0) takes 4096 KiB x 2 + 16 KiB x 8 per thread that
+    // multiplies matrices (the forward's and the autograd engine's), cuBLASLt 1 MiB.
+    let workspace = doc["rests_on"].as_array().unwrap().iter().find(|r| r["what"] == "cuBLAS workspace").unwrap();
+    assert_eq!(number(&workspace["bytes"]), 2 * (4096 * 1024 * 2 + 16 * 1024 * 8), "{workspace}");
+    // Where the program read its loss, it was given a stand-in, and the estimate says where.
+    let places: Vec<String> = doc["standins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{}:{}", p["file"].as_str().unwrap(), p["line"]))
+        .collect();
+    assert!(places.iter().any(|p| p.contains("train_loop.py")), "{places:?}");
+
+    // The shim's allocator model and analysis/src/allocsim.rs, replaying the same events, reserve
+    // the same.
+    let loaded = load(&trace);
+    let device = vramscope_trace_format::DeviceId(0);
+    let simulated = vramscope_analysis::query::allocsim::simulate(
+        &loaded,
+        device,
+        vramscope_analysis::query::allocsim::Settings::default(),
+    );
+    assert_eq!(simulated.peak_reserved_bytes, number(&doc["devices"][0]["peak_reserved_bytes"]));
+}
+
+#[test]
+fn expandable_segments_reserve_alike_in_both_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("expandable.vtrace");
+    let args: Vec<String> =
+        ["--layers", "3", "--steps", "2", "--d-model", "256"].iter().map(|s| (*s).to_owned()).collect();
+    let (output, doc, _) = estimate(
+        dir.path(),
+        "expandable",
+        &["--gpu", "h100", "-o", trace.to_str().unwrap()],
+        &args,
+        &[("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")],
+    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let loaded = load(&trace);
+    let settings = vramscope_analysis::query::allocsim::Settings {
+        expandable_segments: true,
+        ..vramscope_analysis::query::allocsim::Settings::default()
+    };
+    let simulated =
+        vramscope_analysis::query::allocsim::simulate(&loaded, vramscope_trace_format::DeviceId(0), settings);
+    assert_eq!(simulated.peak_reserved_bytes, number(&doc["devices"][0]["peak_reserved_bytes"]));
+}
+
+#[test]
+fn a_gpu_too_small_does_not_fit_and_the_advisor_says_what_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let args: Vec<String> =
+        ["--layers", "2", "--d-model", "512", "--batch-size", "16", "--seq-len", "256", "--vocab", "8000"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+    let (output, doc, _) = estimate(dir.path(), "small-gpu", &["--gpu", "t4", "--device-memory", "1GiB"], &args, &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(doc["fits"], false);
+    let device = &doc["devices"][0];
+    assert!(device["headroom_bytes"].as_i64().unwrap() < 0, "{device}");
+    assert_eq!(number(&device["needed_bytes"]), number(&device["peak_reserved_bytes"]) + number(&doc["context_bytes"]));
+    assert!(doc["smallest_change_that_fits"].is_string(), "{doc}");
+}
+
+#[test]
+fn a_program_that_puts_nothing_on_the_gpu_gets_no_estimate_and_an_unknown_gpu_is_named() {
+    let output = vramscope_command()
+        .args(["estimate", "--"])
+        .arg(torch_python())
+        .args(["-c", "import torch; print(torch.zeros(3).sum())"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("put nothing on the GPU"), "{stderr}");
+
+    let output = vramscope_command().args(["estimate", "--gpu", "H300", "--", "true"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("H300") && stderr.contains("h100") && stderr.contains("--device-memory"), "{stderr}");
+}
+
+#[test]
+fn the_program_sees_the_gpu_it_runs_on() {
+    let code = "import torch\n\
+                assert torch.cuda.is_available() and torch.cuda.device_count() == 2\n\
+                p = torch.cuda.get_device_properties(1)\n\
+                print(p.name, p.total_memory, p.major, p.minor, torch.cuda.get_device_capability())\n\
+                torch.cuda.set_device(1)\n\
+                x = torch.randn(1024, 1024, device='cuda')\n\
+                print(x.device, torch.cuda.memory_allocated(1), torch.cuda.memory_reserved(1), torch.cuda.memory_allocated(0))\n\
+                torch.cuda.synchronize(); s = torch.cuda.Stream(); e = torch.cuda.Event(enable_timing=True); e.record()\n\
+                print('ok', torch.cuda.mem_get_info()[1])\n";
+    let output = vramscope_command()
+        .args(["estimate", "--gpu", "l4", "--gpus", "2", "--"])
+        .arg(torch_python())
+        .args(["-c", code])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    let total = 23_034u64 << 20;
+    assert!(stdout.contains(&format!("NVIDIA L4 {total} 8 9 (8, 9)")), "{stdout}");
+    // 4 MiB asked: a block of 4 MiB in a 20 MiB segment of the large pool, on device 1 only.
+    assert!(stdout.contains(&format!("cuda:1 {} {} 0", 4 << 20, 20 << 20)), "{stdout}");
+    assert!(stdout.contains(&format!("ok {total}")), "{stdout}");
+}
