@@ -172,3 +172,40 @@ def test_the_notebook_display_runs_the_command_once(monkeypatch: pytest.MonkeyPa
     largest = command_json("info", "--json", "--blocks", "1", str(FORWARD_FP32))["largest_blocks"]
     first = largest["devices"][0]["blocks"][0]  # type: ignore[index]
     assert f"data-bytes='{first['size_bytes']}'" in shown
+
+
+TRAIN = Path(__file__).resolve().parents[2] / "samples" / "pytorch" / "train.py"
+SMALL_TRAIN = [str(TRAIN), "--layers", "1", "--steps", "2", "--d-model", "64", "--vocab", "256", "--seq-len", "32"]
+
+
+def test_estimate_is_what_the_command_says_and_the_program_saw() -> None:
+    """Consistency test (the package's answer is the command's), and the program's own view: the
+    script's summary holds what torch.cuda said inside the emulated run."""
+    summary_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"estimate-api-{os.getpid()}.json"
+    found = vramscope.estimate([*SMALL_TRAIN, "--summary", str(summary_file)], gpu="l4")
+    want = command_json("estimate", "--json", "--gpu", "l4", "--", sys.executable, *SMALL_TRAIN)
+    stable = ("target", "fits", "devices", "rests_on", "standins", "not_modelled", "context_bytes")
+    assert {k: found[k] for k in stable} == {k: want[k] for k in stable}
+    assert found.fits
+    assert found["target"]["name"] == "NVIDIA L4"
+    own = json.loads(summary_file.read_text())
+    summary_file.unlink()
+    assert own["cuda"]["max_memory_allocated"] == found.peak_allocated_bytes
+    assert own["cuda"]["max_memory_reserved"] == found.peak_reserved_bytes
+    assert own["cuda"]["device_name"] == "NVIDIA L4"
+    assert "NVIDIA L4" in str(found)
+    assert "fits" in str(found)
+    assert "vramscope estimate" in found._repr_html_()
+
+
+def test_an_estimate_that_does_not_fit_is_an_answer_and_one_that_cannot_run_an_error() -> None:
+    found = vramscope.estimate(SMALL_TRAIN, gpu="t4", device_memory="600 MiB", context="600 MiB")
+    assert not found.fits
+    assert found["devices"][0]["headroom_bytes"] < 0
+    assert "does not fit" in str(found)
+    with pytest.raises(vramscope.VramscopeError) as failed:
+        vramscope.estimate([sys.executable, "-c", "raise SystemExit(3)"])
+    assert failed.value.exit_status == 2
+    assert "status 3" in str(failed.value)
+    with pytest.raises(vramscope.VramscopeError, match="H300"):
+        vramscope.estimate(SMALL_TRAIN, gpu="H300")

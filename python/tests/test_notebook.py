@@ -68,3 +68,41 @@ def test_a_recorded_cell_shows_the_image_and_info_s_numbers(tmp_path: Path) -> N
         assert "optimizer state" in page
         assert "largest alive at the peak" in page
         assert "Recorded inside the program" in page
+
+
+ESTIMATED = """%%vramscope --estimate a100-40gb -o estimated.vtrace
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
+optimizer = torch.optim.AdamW(model.parameters())
+for _ in range(2):
+    loss = model(torch.randn(512, 1024, device="cuda")).square().mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+print("device", torch.cuda.get_device_name(), "max allocated", torch.cuda.max_memory_allocated())
+"""
+
+
+def test_an_estimated_cell_shows_what_it_needs_on_the_gpu(tmp_path: Path) -> None:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("%load_ext vramscope"), nbformat.v4.new_code_cell(ESTIMATED)]
+    NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    outputs = notebook.cells[1].outputs
+    printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    # The cell ran on the emulated A100, and said so itself.
+    assert "device NVIDIA A100-SXM4-40GB max allocated" in printed, printed
+    max_allocated = int(printed.split("max allocated")[1].split()[0])
+    pages = [o["data"]["text/html"] for o in outputs if o.output_type == "display_data" and "text/html" in o["data"]]
+    assert any("vramscope estimate" in page and "NVIDIA A100-SXM4-40GB" in page for page in pages), pages
+    trace = tmp_path / "estimated.vtrace"
+    info = json.loads(
+        subprocess.run([vramscope.binary(), "info", "--json", str(trace)], capture_output=True, check=True).stdout
+    )
+    device = next(d for d in info["devices"] if d["device"] == 0)
+    parameters = 4 * (1024 * 4096 + 4096 + 4096 * 1024 + 1024)
+    assert device["categories_at_peak"]["parameter"] == parameters
+    assert device["categories_at_peak"]["optimizer_state"] == 2 * parameters
+    # What the program's own counter said is the estimate's peak.
+    assert max_allocated >= device["peak_allocated_bytes"] > 4 * parameters

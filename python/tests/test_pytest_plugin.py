@@ -139,3 +139,58 @@ def test_sizes_read_as_people_write_them() -> None:
             assert parse_size(text) == int(expected), text
         checked += 1
     assert checked >= 30
+
+
+ON_A_GPU = """
+import pytest
+import torch
+
+
+@pytest.fixture
+def model():
+    # Set up in the emulated run, where CUDA is there.
+    return torch.nn.Linear(1024, 1024).cuda()
+
+
+# 4 MiB of weights, 1 MiB of input and output each, the gradients, and cuBLAS's workspaces: 32
+# MiB for each thread that multiplies (the forward's and the autograd engine's) and 1 MiB of
+# cuBLASLt's, as on an H100.
+@pytest.mark.vramscope(max_peak="80 MiB", device="h100")
+def test_fits(model):
+    assert torch.cuda.get_device_name() == "NVIDIA H100 80GB HBM3"
+    model(torch.randn(256, 1024, device="cuda")).sum().backward()
+
+
+@pytest.mark.vramscope(max_peak="1 MiB", device="h100")
+def test_over_its_limit(model):
+    model(torch.randn(256, 1024, device="cuda")).sum().backward()
+
+
+@pytest.mark.vramscope(device="t4")
+def test_too_big_for_the_gpu():
+    kept = torch.empty(20 << 30, dtype=torch.uint8, device="cuda")
+    assert kept.numel() == 20 << 30
+
+
+@pytest.mark.vramscope(device="h100")
+def test_that_fails_on_the_gpu():
+    assert torch.cuda.device_count() == 8, "one GPU here"
+"""
+
+
+def test_a_device_runs_the_test_on_that_gpu_emulated_and_gates_its_memory(pytester: pytest.Pytester) -> None:
+    """No GPU here: each test runs on the emulated GPU its marker names (its fixture on CUDA too)."""
+    pytester.makepyfile(test_gpu=ON_A_GPU)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_over_its_limit*",
+            "*peak allocated memory * passed the limit 1.00 MiB*",
+            "*test_too_big_for_the_gpu*",
+            "*would not fit on Tesla T4: it needs 20.* GiB with the CUDA context, of 14.8 GiB*",
+            "*test_that_fails_on_the_gpu*",
+            "*the test failed on the emulated h100; its run said:*",
+            "*AssertionError: one GPU here*",
+        ]
+    )

@@ -9,12 +9,14 @@ desktop app; this package calls it from Python::
     peak = facts["devices"][0]["peak_allocated_bytes"]
     change = vramscope.compare("before.pickle", "after.pickle")   # `vramscope diff --json`
     vramscope.open("run.vtrace")                    # the app, on that file
+    need = vramscope.estimate(["train.py"], gpu="h100")  # its GPU memory, run here without one
 
     with vramscope.record("step.vtrace"):           # record this process's PyTorch memory
         train_one_step()
 
 In Jupyter, ``%load_ext vramscope`` and then ``%%vramscope`` at the top of a cell records it and
-shows the timeline, the peak's breakdown and the top remedies under it.
+shows the timeline, the peak's breakdown and the top remedies under it; ``%%vramscope --estimate
+H100`` runs the cell on an emulated H100 instead and shows what it would need there.
 
 Every file vramscope reads works here too: PyTorch memory snapshots (``.pickle``), profiler
 traces and memory timelines (``.json``, ``.json.gz``), ``.vtrace`` recordings, and folders of
@@ -34,6 +36,7 @@ from ._binary import binary
 from ._documents import (
     AdviceDocument,
     DiffDocument,
+    EstimateDocument,
     InfoDocument,
     OomDocument,
     RanksDiffDocument,
@@ -41,6 +44,7 @@ from ._documents import (
     RunDocument,
 )
 from ._errors import VramscopeError, VramscopeFileExists, VramscopeNotFound, VramscopeUsageError
+from ._estimate import Estimate, estimate
 from ._notebook import load_ipython_extension
 from ._oom import capture_oom
 from ._record import record
@@ -49,6 +53,8 @@ from ._summary import Summary, format_bytes
 __all__ = [
     "AdviceDocument",
     "DiffDocument",
+    "Estimate",
+    "EstimateDocument",
     "InfoDocument",
     "OomDocument",
     "PathLike",
@@ -63,6 +69,7 @@ __all__ = [
     "binary",
     "capture_oom",
     "compare",
+    "estimate",
     "format_bytes",
     "load_ipython_extension",
     "open",
