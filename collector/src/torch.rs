@@ -22,7 +22,7 @@ mod alive_before;
 
 /// The shim's files, written into the recording directory's `python/` folder, which `record`
 /// puts first on `PYTHONPATH`.
-pub const SHIM_FILES: [(&str, &str); 13] = [
+pub const SHIM_FILES: [(&str, &str); 14] = [
     ("sitecustomize.py", include_str!("../../python/vramscope/_shim/sitecustomize.py")),
     ("vramscope_torch.py", include_str!("../../python/vramscope/_shim/vramscope_torch.py")),
     ("vramscope_patches.py", include_str!("../../python/vramscope/_shim/vramscope_patches.py")),
@@ -36,6 +36,7 @@ pub const SHIM_FILES: [(&str, &str); 13] = [
     ("vramscope_oom.py", include_str!("../../python/vramscope/_shim/vramscope_oom.py")),
     ("vramscope_emulate.py", include_str!("../../python/vramscope/_shim/vramscope_emulate.py")),
     ("vramscope_allocator.py", include_str!("../../python/vramscope/_shim/vramscope_allocator.py")),
+    ("vramscope_attention.py", include_str!("../../python/vramscope/_shim/vramscope_attention.py")),
 ];
 
 /// One line of a shim log.
@@ -157,6 +158,14 @@ pub enum Line {
         /// What was open, for `open_ranges` and `unsafe`.
         #[serde(default)]
         detail: String,
+    },
+    /// `vramscope estimate`: the attention backend `scaled_dot_product_attention` chose on the
+    /// emulated GPU, and how many calls chose it.
+    Attention {
+        /// `flash`, `efficient` or `math`.
+        backend: String,
+        /// How many calls.
+        calls: u64,
     },
     /// `vramscope estimate`: where the program read a value the emulated GPU could not give it
     /// (it got a stand-in), once per place.
@@ -304,6 +313,14 @@ fn add_log(
                         "peak_allocated_bytes": peak_allocated,
                         "peak_reserved_bytes": peak_reserved,
                     }));
+                }
+                continue;
+            }
+            Line::Attention { backend, calls } => {
+                let all = trace.metadata.extra.entry("estimate_attention").or_insert_with(|| serde_json::json!({}));
+                if let Some(all) = all.as_object_mut() {
+                    let before = all.get(backend).and_then(serde_json::Value::as_u64).unwrap_or(0);
+                    all.insert(backend.clone(), (before + calls).into());
                 }
                 continue;
             }

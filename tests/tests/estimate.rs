@@ -254,3 +254,65 @@ fn the_program_sees_the_gpu_it_runs_on() {
     assert!(stdout.contains(&format!("cuda:1 {} {} 0", 4 << 20, 20 << 20)), "{stdout}");
     assert!(stdout.contains(&format!("ok {total}")), "{stdout}");
 }
+
+/// `vramscope estimate --json --gpu GPU -- python -c CODE`: the exit code, the document (null
+/// when none) and standard error.
+fn estimate_code(gpu: &str, code: &str) -> (Option<i32>, serde_json::Value, String) {
+    let output = vramscope_command()
+        .args(["estimate", "--json", "--gpu", gpu, "--"])
+        .arg(torch_python())
+        .args(["-c", code])
+        .output()
+        .unwrap();
+    let doc = serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null);
+    (output.status.code(), doc, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+fn attention_said(doc: &serde_json::Value) -> String {
+    doc["rests_on"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["what"].as_str().unwrap().contains("attention"))
+        .map(|r| r["detail"].as_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn attention_runs_the_backend_the_gpu_would_pick() {
+    let code = |dtype: &str| {
+        format!(
+            "import torch, torch.nn.functional as F\n\
+             q, k, v = (torch.randn(4, 8, 512, 64, device='cuda', dtype=torch.{dtype}, requires_grad=True) for _ in range(3))\n\
+             F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()\n"
+        )
+    };
+    let (status, h100, stderr) = estimate_code("h100", &code("bfloat16"));
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(attention_said(&h100).starts_with("flash attention (1 call)"), "{}", attention_said(&h100));
+    let (_, t4_half, _) = estimate_code("t4", &code("float16"));
+    assert!(attention_said(&t4_half).starts_with("memory-efficient attention"), "{}", attention_said(&t4_half));
+    // bfloat16 needs compute capability 8.0 for the fused kernels: a T4 (7.5) materialises the
+    // attention matrix, 4 x 8 x 512 x 512 of them.
+    let (_, t4, _) = estimate_code("t4", &code("bfloat16"));
+    assert!(attention_said(&t4).starts_with("the math backend"), "{}", attention_said(&t4));
+    let peak = |doc: &serde_json::Value| number(&doc["devices"][0]["peak_allocated_bytes"]);
+    assert!(peak(&t4) > peak(&t4_half) + 4 * 8 * 512 * 512 * 2, "{} {}", peak(&t4), peak(&t4_half));
+}
+
+#[test]
+fn values_the_program_reads_get_stand_ins_and_data_it_reads_is_named() {
+    let (status, doc, stderr) = estimate_code(
+        "a10",
+        "import torch\nx = torch.randn(1000, device='cuda')\nkept = x[x > 0]\nif x.sum() > 0:\n    print('positive')\nprint(kept.shape)\n",
+    );
+    assert_eq!(status, Some(0), "{stderr}");
+    // A boolean index's size depends on the values: the largest it can be.
+    assert!(stderr.contains("torch.Size([1000])"), "{stderr}");
+    let lines: Vec<u64> = doc["standins"].as_array().unwrap().iter().map(|p| number(&p["line"])).collect();
+    assert_eq!(lines, [3, 4], "{doc}");
+
+    let (status, _, stderr) = estimate_code("a10", "import torch\nprint(torch.ones(3, device='cuda').cpu().numpy())\n");
+    assert_eq!(status, Some(2), "{stderr}");
+    assert!(stderr.contains("tensors on the emulated GPU have shapes and dtypes, not data"), "{stderr}");
+}

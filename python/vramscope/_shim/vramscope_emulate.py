@@ -13,8 +13,12 @@ on a machine without one.
   memory calls read that model, and so does the shim's CUDA source, as on a GPU.
 - What the GPU's kernels take beside their outputs is added where PyTorch takes it: cuBLAS's
   workspace for each thread and stream that runs a matrix product, and cuBLASLt's.
+- `scaled_dot_product_attention` runs the backend PyTorch would pick on that GPU
+  (`vramscope_attention`).
 - Where the program reads a value (`.item()`, `if loss < x`, printing), it gets a stand-in
-  (0, or False) and the place is written to the log (`standin` lines) and said at exit.
+  (0, or False), and an operator whose output's size depends on values (`nonzero`,
+  `masked_select`, a boolean index) gets the largest size it can have; the place is written to
+  the log (`standin` lines).
 
 Installed by `vramscope_torch` when `VRAMSCOPE_EMULATE` holds the device (JSON: name,
 total_memory, major, minor, multi_processor_count, count), before the recorder starts.
@@ -35,9 +39,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 if TYPE_CHECKING or "." in __name__:  # vramscope._shim, imported by vramscope.record()
-    from . import vramscope_tags
+    from . import vramscope_attention, vramscope_tags
     from .vramscope_allocator import Allocator, Settings
 else:  # written into a recording's folder by `vramscope record`, outside the package
+    import vramscope_attention
     import vramscope_tags
     from vramscope_allocator import Allocator, Settings
 
@@ -132,6 +137,8 @@ class Emulation:
         self.standins: dict[tuple[str, int, str], int] = {}
         self.memory_fraction = [1.0] * self.count
         self.log: Callable[[dict[str, Any]], None] | None = None
+        # The attention backends scaled_dot_product_attention chose: backend -> calls.
+        self.attention: dict[str, int] = {}
 
     # -- allocation ------------------------------------------------------------------------------
 
@@ -185,6 +192,10 @@ class Emulation:
                 self.blas_lt.add(key)
                 self.allocator(device).malloc(self.lt_workspace, 0, _named(frames, "cuBLASLt workspace"))
 
+    def attended(self, backend: str, query: torch.Tensor) -> None:
+        """scaled_dot_product_attention chose `backend` (vramscope_attention)."""
+        self.attention[backend] = self.attention.get(backend, 0) + 1
+
     def standin(self, value_type: str) -> Any:
         """A value the program reads, which an emulated device cannot give: 0 (False)."""
         frame = _user_frame()
@@ -192,7 +203,7 @@ class Emulation:
             self.standins[frame] = self.standins.get(frame, 0) + 1
             if self.standins[frame] == 1 and self.log is not None:
                 self.log({"t": "standin", "file": frame[0], "line": frame[1], "name": frame[2]})
-        return {"bool": False, "int": 0}.get(value_type, 0.0)
+        return {"bool": False, "int": 0, "size": None}.get(value_type, 0.0)
 
 
 def _named(frames: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
@@ -228,7 +239,7 @@ def _user_frame() -> tuple[str, int, str] | None:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith((_HERE, _TORCH, "<")):
+        if not filename.startswith((_HERE, _TORCH, "<frozen")):
             return (filename, frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back
     return None
@@ -255,8 +266,24 @@ def install(spec_json: str) -> Emulation:
     _patch_cuda(emulation)
     _enter_fake_mode(emulation)
     vramscope_tags.address_of = emulation.address_of
+    properties = emulation.properties
+    vramscope_attention.install((properties.major, properties.minor), emulation.attended)
+    _explain_failures()
     _emulation = emulation
     return emulation
+
+
+def _value_sized(func: Any, args: Any) -> tuple[tuple[int, ...], torch.dtype] | None:
+    """For an operator whose output's size depends on tensor values: the largest shape it can
+    have, and its dtype (`nonzero`: every element; `masked_select`: every element selected)."""
+    aten = torch.ops.aten
+    if func is aten.nonzero.default:
+        x = args[0]
+        return (x.numel(), x.dim()), torch.int64
+    if func is aten.masked_select.default:
+        x, mask = args[0], args[1]
+        return (torch.broadcast_shapes(x.shape, mask.shape).numel(),), x.dtype  # type: ignore[no-untyped-call]
+    return None
 
 
 def _no_context(device: torch.device) -> None:
@@ -298,7 +325,17 @@ def _enter_fake_mode(emulation: Emulation) -> None:
             depth = getattr(nesting, "depth", 0)
             nesting.depth = depth + 1
             try:
-                out = super().dispatch(func, types, args, kwargs)
+                sized = _value_sized(func, args)
+                if sized is not None:
+                    # Its size depends on values the emulated GPU does not have: the largest it
+                    # can be, and the place said as a stand-in.
+                    shape, dtype = sized
+                    emulation.standin("size")
+                    empty_args = (list(shape),)
+                    empty_kwargs = {"dtype": dtype, "device": args[0].device}
+                    out = super().dispatch(torch.ops.aten.empty.memory_format, types, empty_args, empty_kwargs)
+                else:
+                    out = super().dispatch(func, types, args, kwargs)
             finally:
                 nesting.depth = depth
             if depth:
@@ -352,6 +389,45 @@ def _enter_fake_mode(emulation: Emulation) -> None:
         if FakeTensor not in supported:
             supported.append(FakeTensor)
     mode.__enter__()
+
+
+def why_it_failed(error: BaseException) -> str | None:
+    """What an error the program died of means on the emulated GPU, when it comes of it."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    text = str(error)
+    if isinstance(error, DynamicOutputShapeException):
+        return (
+            f"the operator {text or type(error).__name__} makes a tensor whose size depends on tensor values "
+            "(nonzero, unique, masked_select), which the emulated GPU does not have"
+        )
+    if isinstance(error, DataDependentOutputException):
+        return f"the operator {text} needs tensor values, which the emulated GPU does not have"
+    name = type(error).__name__
+    if name == "UnsupportedOperatorException" or "no fake impl" in text or "meta kernel" in text:
+        return (
+            f"{text}: an operator with CUDA code of its own (an extension's) and no shape-only implementation; "
+            "give it one with torch.library.register_fake, and the estimate can run it"
+        )
+    if "tensor subclass" in text or "data pointer" in text or "data_ptr" in text:
+        return (
+            "the program read a tensor's data (.numpy(), a data pointer, a kernel of its own): tensors on the "
+            "emulated GPU have shapes and dtypes, not data"
+        )
+    return None
+
+
+def _explain_failures() -> None:
+    """When the program dies of something the emulation cannot do, says so beside its error."""
+    previous = sys.excepthook
+
+    def excepthook(kind: type[BaseException], error: BaseException, traceback: Any) -> None:
+        previous(kind, error, traceback)
+        why = why_it_failed(error)
+        if why is not None:
+            print(f"vramscope estimate: {why}", file=sys.stderr)
+
+    sys.excepthook = excepthook
 
 
 def _alias(function: Callable[..., Any]) -> Callable[..., Any]:

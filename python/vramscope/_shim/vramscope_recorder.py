@@ -240,6 +240,8 @@ class Recorder:
                         "peak_reserved": allocator.peak_reserved,
                     }
                 )
+            for backend, calls in emulation.attention.items():
+                self.log.write({"t": "attention", "backend": backend, "calls": calls})
         if self.cpu is not None:
             self.log.safe(self.cpu.close)
         if self.in_process:

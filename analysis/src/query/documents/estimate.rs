@@ -103,7 +103,7 @@ pub struct Place {
 const NOT_MODELLED: [&str; 3] = [
     "memory a CUDA kernel takes for itself beside its outputs, other than cuBLAS's workspaces \
      (a reduction's staging buffer, a sort's scratch): transient, freed within the operator",
-    "the attention backend scaled_dot_product_attention picks on the GPU, and CUDA graphs' private pools",
+    "CUDA graphs' private pools, and cuDNN's attention (PyTorch tries it last)",
     "other processes on the device",
 ];
 
@@ -253,12 +253,41 @@ fn rests_on(trace: &Trace, estimated: &Estimated) -> Vec<RestsOn> {
             bytes: Some(total),
         });
     }
+    if let Some(chosen) = trace.metadata.extra.get("estimate_attention").and_then(|v| v.as_object()) {
+        let parts: Vec<String> = chosen
+            .iter()
+            .map(|(backend, calls)| {
+                let calls = calls.as_u64().unwrap_or(0) as usize;
+                format!("{} ({})", attention_name(backend), counted(calls, "call", "calls"))
+            })
+            .collect();
+        out.push(RestsOn {
+            what: "the attention backend scaled_dot_product_attention picks".to_owned(),
+            bytes: None,
+            detail: format!(
+                "{}: chosen as ATen chooses on compute capability {}.{} (dtype, head size, mask, what the program enabled)",
+                parts.join(", "),
+                estimated.target.compute_capability.0,
+                estimated.target.compute_capability.1
+            ),
+        });
+    }
     out.push(RestsOn {
         what: "the CUDA context and the kernels it loads".to_owned(),
         bytes: Some(estimated.context_bytes),
         detail: "outside PyTorch's allocator, not in its counters; assumed, not measured (--context)".to_owned(),
     });
     out
+}
+
+/// An attention backend as PyTorch's documentation names it.
+fn attention_name(backend: &str) -> &str {
+    match backend {
+        "flash" => "flash attention",
+        "efficient" => "memory-efficient attention",
+        "math" => "the math backend (the attention matrix materialised)",
+        other => other,
+    }
 }
 
 fn standins(trace: &Trace) -> Vec<Place> {
