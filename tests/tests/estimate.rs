@@ -316,3 +316,32 @@ fn values_the_program_reads_get_stand_ins_and_data_it_reads_is_named() {
     assert_eq!(status, Some(2), "{stderr}");
     assert!(stderr.contains("tensors on the emulated GPU have shapes and dtypes, not data"), "{stderr}");
 }
+
+#[test]
+fn torchrun_ranks_are_estimated_each_on_its_gpu_with_a_fake_process_group() {
+    // DDP: every rank holds the whole model; FSDP2: each holds its shard of the parameters and
+    // their optimizer state (half of each, on two ranks).
+    let run = |flags: &[&str]| {
+        let mut command = vramscope_command();
+        command.args(["estimate", "--json", "--gpu", "h100", "--gpus", "2", "--"]);
+        command.arg(torch_python()).args(["-m", "torch.distributed.run", "--nproc-per-node", "2"]);
+        command.arg(repo_root().join("samples/pytorch/train.py"));
+        command.args(["--layers", "4", "--d-model", "256", "--steps", "2"]).args(flags);
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{flags:?}: {}", String::from_utf8_lossy(&output.stderr));
+        let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let rows = doc["devices"].as_array().unwrap().clone();
+        assert_eq!(rows.len(), 2, "{flags:?}: {doc}");
+        let ranks: Vec<(u64, u64)> = rows.iter().map(|r| (number(&r["device"]), number(&r["rank"]))).collect();
+        assert_eq!(ranks, [(0, 0), (1, 1)], "{flags:?}: each rank on its own GPU");
+        rows
+    };
+    let category = |row: &serde_json::Value, name: &str| number(&row["categories_at_peak"][name]);
+    let ddp = run(&[]);
+    let fsdp = run(&["--fsdp"]);
+    // Buffers are whole on every rank (4 layers' causal masks of 64 x 64 floats, and the
+    // position table); the parameters are split.
+    let parameters = |row: &serde_json::Value| category(row, "parameter");
+    assert_eq!(parameters(&ddp[0]), parameters(&ddp[1]));
+    assert!(parameters(&fsdp[0]) < parameters(&ddp[0]) * 6 / 10, "{} {}", parameters(&fsdp[0]), parameters(&ddp[0]));
+}

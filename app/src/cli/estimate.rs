@@ -174,7 +174,10 @@ fn write_text(doc: &EstimateDocument, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "  the program exited with status {}: what follows is what it ran until then", doc.exit_code)?;
     }
     for d in &doc.devices {
-        writeln!(out, "\ncuda:{}", d.device.0)?;
+        match d.rank {
+            Some(rank) => writeln!(out, "\ncuda:{} (rank {rank})", d.device.0)?,
+            None => writeln!(out, "\ncuda:{}", d.device.0)?,
+        }
         writeln!(
             out,
             "  peak allocated  {}  (torch.cuda.max_memory_allocated() on the GPU)",

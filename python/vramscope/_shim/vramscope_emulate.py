@@ -58,9 +58,10 @@ _DISPATCH_DIRS = (
     os.path.join(_TORCH, "_compile.py"),
     os.path.join(_TORCH, "_ops.py"),
 )
-# Tensors the program makes on the host with up to this many elements are real: counters and
-# scalars, whose values the program reads.
-_HOST_REAL_NUMEL = 1
+# Tensors the program makes on the host of up to this many bytes are real: counters, scalars,
+# index tables (a device mesh's ranks), whose values the program reads. Larger ones (weights built
+# on the host before they move) have no storage.
+_HOST_REAL_BYTES = 64 << 10
 
 # Operators whose CUDA kernels take a cuBLAS handle (and so its workspace).
 _BLAS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "_addmm_activation"})
@@ -173,6 +174,26 @@ class Emulation:
             if held is not None:
                 self.allocator(held[0]).release(held[1], 0, [])
 
+    def resized(self, storage: Any, device: int) -> None:
+        """A storage of the device was resized in place (`untyped_storage().resize_()`, as FSDP
+        frees and refills its unsharded parameters): its block goes, and a new one of the new
+        size comes, as the caching allocator does."""
+        key = storage._cdata
+        nbytes = storage.nbytes()
+        held = self.storages.get(key)
+        if held is not None and held[2] == nbytes:
+            return
+        frames = _frames()
+        with self.lock:
+            if held is not None:
+                self.storages.pop(key, None)
+                self.allocator(held[0]).release(held[1], 0, [])
+            if nbytes > 0:
+                address = self.allocator(device).malloc(nbytes, 0, frames)
+                self.storages[key] = (device, address, nbytes)
+                if held is None:
+                    weakref.finalize(storage, self.release, key)
+
     def address_of(self, storage: Any) -> int:
         """A storage's address on the emulated device (0 if it is not there)."""
         held = self.storages.get(storage._cdata)
@@ -269,6 +290,7 @@ def install(spec_json: str) -> Emulation:
     properties = emulation.properties
     vramscope_attention.install((properties.major, properties.minor), emulation.attended)
     _explain_failures()
+    _fake_process_groups()
     _emulation = emulation
     return emulation
 
@@ -352,7 +374,7 @@ def _enter_fake_mode(emulation: Emulation) -> None:
                 isinstance(out, FakeTensor)
                 and not any(isinstance(a, torch.Tensor) for a in flat_args)
                 and out.fake_device.type == "cpu"
-                and out.numel() <= _HOST_REAL_NUMEL
+                and out.numel() * out.element_size() <= _HOST_REAL_BYTES
             ):
                 # A small tensor made on the host (a counter, a scalar): made for real, so that
                 # its value is there when the program reads it.
@@ -380,6 +402,16 @@ def _enter_fake_mode(emulation: Emulation) -> None:
         real_swap(t1, t2)  # type: ignore[no-untyped-call]
 
     torch.utils.swap_tensors = swap_tensors
+    real_resize = torch.UntypedStorage.resize_
+
+    def resize_(storage: Any, size: int) -> Any:
+        result = real_resize(storage, size)
+        device = storage.device
+        if device.type == "cuda":
+            emulation.resized(storage, device.index or 0)
+        return result
+
+    torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
     # The optimizers' and grad clipping's multi-tensor paths take the types they know: fake tensors
     # are the program's parameters here, and take the path they would on the GPU.
     from torch.optim import optimizer
@@ -389,6 +421,119 @@ def _enter_fake_mode(emulation: Emulation) -> None:
         if FakeTensor not in supported:
             supported.append(FakeTensor)
     mode.__enter__()
+
+
+def _fake_process_groups() -> None:
+    """A process group needs no devices here: `init_process_group` makes PyTorch's fake one
+    (`torch.testing._internal.distributed.fake_pg`: collectives return at once, with the shapes
+    they would have), whatever backend the program names, with the rank and world size it gives
+    (or torchrun's)."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    from torch.distributed import distributed_c10d
+
+    real = distributed_c10d.init_process_group
+
+    def init_process_group(
+        backend: Any = None,
+        init_method: Any = None,
+        timeout: Any = None,
+        world_size: int = -1,
+        rank: int = -1,
+        store: Any = None,
+        group_name: str = "",
+        pg_options: Any = None,
+        device_id: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        if world_size < 0:
+            world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if rank < 0:
+            rank = int(os.environ.get("RANK", "0"))
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        # The backend's own options (NCCL's) are not the fake group's.
+        return real(
+            "fake",
+            store=FakeStore(),
+            rank=rank,
+            world_size=world_size,
+            group_name=group_name,
+            device_id=device_id,
+            **kwargs,
+        )
+
+    init_process_group.__doc__ = real.__doc__
+    # Replacing torch's function is the point: programs call it by its name.
+    distributed_c10d.init_process_group = init_process_group  # type: ignore[assignment]
+    dist.init_process_group = init_process_group  # type: ignore[assignment]
+
+    # DDP checks that every rank has the same parameters by gathering their shapes as data: a
+    # fake group gathers none, and every rank here runs the same program.
+    def same_everywhere(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    from torch.distributed import utils as dist_utils
+    from torch.nn.parallel import distributed as ddp
+
+    for module in (dist_utils, ddp):
+        if hasattr(module, "_verify_param_shape_across_processes"):
+            setattr(module, "_verify_param_shape_across_processes", same_everywhere)  # noqa: B010
+    _ddp_gradients_in_place(ddp.DistributedDataParallel)
+
+
+class _KeptBuckets:
+    """DDP's reducer, which keeps its first buckets: rebuilding them in the order gradients came
+    broadcasts the order as data, which a fake group does not carry. (The buckets' sizes are the
+    same either way; only which gradients share one differs.)"""
+
+    def __init__(self, reducer: Any) -> None:
+        self._reducer = reducer
+
+    def _rebuild_buckets(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reducer, name)
+
+
+def _ddp_gradients_in_place(cls: Any) -> None:
+    """DDP reduces each bucket of gradients in place: on the fake group, whose work gives no
+    result, a bucket's reduction is its own buffer, given back at once (a hook the program
+    registers itself is left as it is)."""
+    real_forward = cls.forward
+    real_register = cls.register_comm_hook
+
+    def reduced(state: object, bucket: Any) -> Any:
+        done: Any = torch.futures.Future()
+        done.set_result(bucket.buffer())
+        return done
+
+    # DDP checks a hook's annotations as objects (this module's are strings).
+    reduced.__annotations__ = {
+        "state": object,
+        "bucket": torch.distributed.GradBucket,  # type: ignore[attr-defined]
+        "return": torch.futures.Future[torch.Tensor],
+    }
+
+    def register_comm_hook(self: Any, state: object, hook: Any) -> Any:
+        self._vramscope_hooked = True
+        return real_register(self, state, hook)
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_vramscope_hooked", False):
+            self._vramscope_hooked = True
+            real_register(self, None, reduced)
+        if not isinstance(self.reducer, _KeptBuckets):
+            self.reducer = _KeptBuckets(self.reducer)
+        return real_forward(self, *args, **kwargs)
+
+    cls.register_comm_hook = register_comm_hook
+    cls.forward = forward
 
 
 def why_it_failed(error: BaseException) -> str | None:

@@ -58,14 +58,18 @@ pub struct EstimateDocument {
 pub struct EstimateDevice {
     /// The device.
     pub device: DeviceId,
+    /// The process's rank, in a run of several.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
     /// The highest allocated, as `torch.cuda.max_memory_allocated()` would say on the GPU.
     pub peak_allocated_bytes: u64,
     /// The highest reserved by the caching allocator, as `torch.cuda.max_memory_reserved()`
     /// would say.
     pub peak_reserved_bytes: u64,
-    /// Peak reserved and the context: what the device must hold.
+    /// Peak reserved and the context: what the device must hold for this process.
     pub needed_bytes: u64,
-    /// The device's memory left over (negative: short by that much).
+    /// The device's memory left over once every process on it has what it needs (negative:
+    /// short by that much).
     pub headroom_bytes: i64,
     /// Whether it fits.
     pub fits: bool,
@@ -128,41 +132,37 @@ pub struct Estimated {
 pub fn estimate_document(trace: &Trace, estimated: Estimated) -> EstimateDocument {
     let summary = summary_document(trace, SourceFormat::Vtrace, &[]);
     let counters = counters(trace);
-    let total = estimated.target.total_memory_bytes;
-    let devices: Vec<EstimateDevice> = summary
-        .summary
-        .devices
-        .iter()
-        .filter(|d| d.device.0 >= 0)
-        .map(|d| {
-            // The allocator's own counters (blocks as it sizes them), else the trace's replay.
-            let (peak_allocated, peak_reserved) =
-                counters.get(&d.device).copied().unwrap_or((d.peak_allocated_bytes, d.peak_reserved_bytes));
-            let needed = peak_reserved + estimated.context_bytes;
-            let headroom = i64::try_from(total).unwrap_or(i64::MAX) - i64::try_from(needed).unwrap_or(i64::MAX);
-            // The first phase to reach the highest high point.
-            let highest = d.phases.phases.iter().fold(None, |best: Option<&crate::phases::PhaseHigh>, p| match best {
-                Some(b) if b.high_bytes >= p.high_bytes => Some(b),
-                _ => Some(p),
-            });
-            EstimateDevice {
-                device: d.device,
-                peak_allocated_bytes: peak_allocated,
-                peak_reserved_bytes: peak_reserved,
-                needed_bytes: needed,
-                headroom_bytes: headroom,
-                fits: headroom >= 0,
-                phase_at_peak: highest.map(|p| match p.kind {
-                    Some(kind) => format!("{} of iteration {}", words::phase_label(kind), p.iteration),
-                    None => format!("iteration {}", p.iteration),
-                }),
-                categories_at_peak: d.categories_at_peak.clone(),
+    // A device's rows: one per process that used it (ranks each have their own).
+    let mut rows: Vec<EstimateDevice> = Vec::new();
+    let processes = trace.metadata.processes.len();
+    if processes > 1 {
+        for (index, process) in trace.metadata.processes.iter().enumerate() {
+            let part = trace.of_process(vramscope_trace_format::ProcessId(index as u32));
+            let part_summary = crate::query::summary(&part, SourceFormat::Vtrace, &[]);
+            for d in part_summary.devices.iter().filter(|d| d.device.0 >= 0 && d.events > 0) {
+                rows.push(row(d, process.pid, process.rank, &counters, &estimated));
             }
-        })
-        .collect();
+        }
+    } else {
+        let pid = trace.metadata.processes.first().and_then(|p| p.pid);
+        for d in summary.summary.devices.iter().filter(|d| d.device.0 >= 0) {
+            rows.push(row(d, pid, None, &counters, &estimated));
+        }
+    }
+    // Processes that share a device share its memory: each one's need counts against it.
+    let total = i64::try_from(estimated.target.total_memory_bytes).unwrap_or(i64::MAX);
+    let mut used: BTreeMap<DeviceId, u64> = BTreeMap::new();
+    for r in &rows {
+        *used.entry(r.device).or_default() += r.needed_bytes;
+    }
+    for r in &mut rows {
+        let on_device = used.get(&r.device).copied().unwrap_or(r.needed_bytes);
+        r.headroom_bytes = total - i64::try_from(on_device).unwrap_or(i64::MAX);
+        r.fits = r.headroom_bytes >= 0;
+    }
     EstimateDocument {
         schema_version: SCHEMA_VERSION,
-        fits: !devices.is_empty() && devices.iter().all(|d| d.fits),
+        fits: !rows.is_empty() && rows.iter().all(|d| d.fits),
         rests_on: rests_on(trace, &estimated),
         standins: standins(trace),
         not_modelled: NOT_MODELLED.iter().map(|s| (*s).to_owned()).collect(),
@@ -173,13 +173,49 @@ pub fn estimate_document(trace: &Trace, estimated: Estimated) -> EstimateDocumen
         exit_code: estimated.exit_code,
         context_bytes: estimated.context_bytes,
         trace: estimated.trace,
-        devices,
+        devices: rows,
         summary,
     }
 }
 
-/// The emulated allocator's own peaks by device, as the shim wrote them at the program's end.
-fn counters(trace: &Trace) -> BTreeMap<DeviceId, (u64, u64)> {
+/// One device of one process.
+fn row(
+    d: &crate::summary::DeviceSummary,
+    pid: Option<u32>,
+    rank: Option<u32>,
+    counters: &BTreeMap<(Option<u32>, DeviceId), (u64, u64)>,
+    estimated: &Estimated,
+) -> EstimateDevice {
+    // The allocator's own counters (blocks as it sizes them), else the trace's replay.
+    let (peak_allocated, peak_reserved) = counters
+        .get(&(pid, d.device))
+        .or_else(|| counters.get(&(None, d.device)))
+        .copied()
+        .unwrap_or((d.peak_allocated_bytes, d.peak_reserved_bytes));
+    // The first phase to reach the highest high point.
+    let highest = d.phases.phases.iter().fold(None, |best: Option<&crate::phases::PhaseHigh>, p| match best {
+        Some(b) if b.high_bytes >= p.high_bytes => Some(b),
+        _ => Some(p),
+    });
+    EstimateDevice {
+        device: d.device,
+        rank,
+        peak_allocated_bytes: peak_allocated,
+        peak_reserved_bytes: peak_reserved,
+        needed_bytes: peak_reserved + estimated.context_bytes,
+        headroom_bytes: 0,
+        fits: false,
+        phase_at_peak: highest.map(|p| match p.kind {
+            Some(kind) => format!("{} of iteration {}", words::phase_label(kind), p.iteration),
+            None => format!("iteration {}", p.iteration),
+        }),
+        categories_at_peak: d.categories_at_peak.clone(),
+    }
+}
+
+/// The emulated allocator's own peaks by process and device, as the shim wrote them at each
+/// program's end (`None`: a log that did not say its process).
+fn counters(trace: &Trace) -> BTreeMap<(Option<u32>, DeviceId), (u64, u64)> {
     let mut out = BTreeMap::new();
     for entry in trace.metadata.extra.get("estimate_counters").and_then(|v| v.as_array()).into_iter().flatten() {
         let number = |key: &str| entry.get(key).and_then(serde_json::Value::as_u64);
@@ -189,7 +225,8 @@ fn counters(trace: &Trace) -> BTreeMap<DeviceId, (u64, u64)> {
             continue;
         };
         let Ok(device) = i16::try_from(device) else { continue };
-        let slot = out.entry(DeviceId(device)).or_insert((0, 0));
+        let pid = number("pid").and_then(|p| u32::try_from(p).ok());
+        let slot = out.entry((pid, DeviceId(device))).or_insert((0, 0));
         *slot = (slot.0.max(allocated), slot.1.max(reserved));
     }
     out
@@ -294,8 +331,10 @@ fn standins(trace: &Trace) -> Vec<Place> {
     let Some(places) = trace.metadata.extra.get("estimate_standins").and_then(|v| v.as_array()) else {
         return Vec::new();
     };
+    let mut seen = std::collections::BTreeSet::new();
     places
         .iter()
+        .filter(|p| seen.insert((p.get("file").map(ToString::to_string), p.get("line").map(ToString::to_string))))
         .map(|p| Place {
             file: p.get("file").and_then(|v| v.as_str()).unwrap_or_default().to_owned(),
             line: p.get("line").and_then(serde_json::Value::as_u64).and_then(|l| u32::try_from(l).ok()).unwrap_or(0),
