@@ -354,6 +354,12 @@ pub enum Command {
         /// Print one JSON object instead of text (`vramscope schema estimate` describes it).
         #[arg(long)]
         json: bool,
+        /// Find the largest batch (or sequence) that fits: estimate the program at each size, with
+        /// the size where the command says {batch} (or {seq}), fit how the peak grows, and
+        /// estimate the fit's answer to check it. E.g. --sweep batch=4,8,16 -- python train.py
+        /// --batch-size {batch}.
+        #[arg(long, value_name = "batch=N,N,…", value_parser = vramscope::cli::estimate::parse_sweep)]
+        sweep: Option<(vramscope::query::advisor::scaling::Dimension, Vec<u64>)>,
         /// The command to run, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,

@@ -127,7 +127,7 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             }
         }
-        Some(Command::Estimate { gpu, device_memory, gpus, context, output, force, json, command }) => {
+        Some(Command::Estimate { gpu, device_memory, gpus, context, output, force, json, sweep, command }) => {
             let options = vramscope::cli::estimate::Options {
                 gpu: gpu.as_deref(),
                 device_memory,
@@ -136,6 +136,7 @@ fn main() -> ExitCode {
                 force,
                 context_bytes: context,
                 json,
+                sweep,
             };
             match vramscope::cli::estimate::run(&options, &command, &mut stdout) {
                 Ok(code) => {

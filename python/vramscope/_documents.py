@@ -95,6 +95,8 @@ __all__ = [
     "SomeBlocksCheckpointed",
     "Source",
     "Spread",
+    "Sweep",
+    "SweepPoint",
 ]
 
 
@@ -528,9 +530,10 @@ class _EstimateDeviceRequired(TypedDict):
     device: DeviceId
     #: Whether it fits.
     fits: bool
-    #: The device's memory left over (negative: short by that much).
+    #: The device's memory left over once every process on it has what it needs (negative:
+    #: short by that much).
     headroom_bytes: int
-    #: Peak reserved and the context: what the device must hold.
+    #: Peak reserved and the context: what the device must hold for this process.
     needed_bytes: int
     #: The highest allocated, as `torch.cuda.max_memory_allocated()` would say on the GPU.
     peak_allocated_bytes: int
@@ -544,6 +547,8 @@ class EstimateDevice(_EstimateDeviceRequired, total=False):
 
     #: The phase the peak is in (`backward of iteration 2`), when the trace shows phases.
     phase_at_peak: Union[str, None]
+    #: The process's rank, in a run of several.
+    rank: Union[int, None]
 
 
 class _EstimateDocumentRequired(TypedDict):
@@ -585,6 +590,10 @@ class EstimateDocument(_EstimateDocumentRequired, total=False):
     #: When it does not fit: the change that asks least and fits, in words (from the advisor,
     #: replaying the estimate's events).
     smallest_change_that_fits: Union[str, None]
+    #: With `--sweep`: the program estimated at several sizes, the peak fitted over them, and the
+    #: largest size that fits (this document is of the largest size tried that fits, else the
+    #: smallest).
+    sweep: Union[Sweep, None]
     #: Where the estimate's trace was written (every view opens it), if it was.
     trace: Union[str, None]
 
@@ -1505,6 +1514,43 @@ class Spread(TypedDict):
     min_bytes: int
     #: The rank holding the least, and how much.
     min_rank: int
+
+
+class _SweepRequired(TypedDict):
+    """The keys Sweep always has."""
+
+    #: What was varied: `batch` or `sequence`.
+    dimension: Dimension
+    #: Each size, estimated.
+    points: list[SweepPoint]
+    #: The fit in words, or why there is none.
+    words: str
+
+
+class Sweep(_SweepRequired, total=False):
+    """The program estimated at several sizes (`--sweep batch=4,8,16`)."""
+
+    #: The reserved peak fitted over the sizes (the advisor's fit, as `advise --with` makes it),
+    #: under the device's memory less the context.
+    fit: Union[ScalingFit, None]
+    #: The largest size that fits: the fit's, once estimated at it and found to fit; else the
+    #: largest size tried that fits.
+    largest_that_fits: Union[int, None]
+
+
+class SweepPoint(TypedDict):
+    """One size of a sweep."""
+
+    #: Whether this size was the fit's answer, estimated to check it.
+    check: bool
+    #: Whether every device fits.
+    fits: bool
+    #: The highest peak allocated of any device.
+    peak_allocated_bytes: int
+    #: The highest peak reserved of any device.
+    peak_reserved_bytes: int
+    #: The size.
+    size: int
 
 
 Category = Literal["parameter", "gradient", "optimizer_state", "activation", "temporary", "input", "allocator_cache", "non_framework", "autograd_detail", "unknown"]

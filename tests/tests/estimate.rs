@@ -345,3 +345,34 @@ fn torchrun_ranks_are_estimated_each_on_its_gpu_with_a_fake_process_group() {
     assert_eq!(parameters(&ddp[0]), parameters(&ddp[1]));
     assert!(parameters(&fsdp[0]) < parameters(&ddp[0]) * 6 / 10, "{} {}", parameters(&fsdp[0]), parameters(&ddp[0]));
 }
+
+#[test]
+fn a_sweep_finds_the_largest_batch_that_fits_and_estimates_it() {
+    let train = repo_root().join("samples/pytorch/train.py");
+    let estimate_at = |extra: &[&str]| {
+        let mut command = vramscope_command();
+        command.args(["estimate", "--json", "--gpu", "a10", "--device-memory", "1200MiB"]).args(extra).arg("--");
+        command.arg(torch_python()).arg(&train);
+        command.args(["--layers", "2", "--d-model", "256", "--seq-len", "256", "--vocab", "8192", "--steps", "2"]);
+        command
+    };
+    let output = estimate_at(&["--sweep", "batch=2,4,8"]).args(["--batch-size", "{batch}"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let sweep = &doc["sweep"];
+    let largest = number(&sweep["largest_that_fits"]);
+    let sizes: Vec<u64> = sweep["points"].as_array().unwrap().iter().map(|p| number(&p["size"])).collect();
+    assert!(sizes.starts_with(&[2, 4, 8]) || sizes.contains(&largest), "{sweep}");
+    // The answer was estimated and fits; the document is of that size.
+    let answer = sweep["points"].as_array().unwrap().iter().find(|p| number(&p["size"]) == largest).unwrap();
+    assert_eq!(answer["fits"], true, "{sweep}");
+    assert!(doc["command"].as_array().unwrap().iter().any(|a| a == &largest.to_string()), "{doc}");
+    assert_eq!(doc["fits"], true);
+    // Two samples more does not fit: the answer is the fit's, not a guess far below the edge.
+    let over = estimate_at(&[]).args(["--batch-size", &(largest + 2).to_string()]).output().unwrap();
+    assert_eq!(over.status.code(), Some(1), "{}", String::from_utf8_lossy(&over.stderr));
+    // Without the placeholder, the sweep says where to put it.
+    let output = estimate_at(&["--sweep", "batch=2,4"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("put {batch} in the command"), "{output:?}");
+}

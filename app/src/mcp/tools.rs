@@ -289,6 +289,7 @@ fn estimate(args: &Args<'_>) -> Result<Value> {
         force: false,
         context_bytes: asked.context.unwrap_or(estimate::DEFAULT_CONTEXT_BYTES),
         json: true,
+        sweep: None,
     };
     let command: Vec<std::ffi::OsString> = asked.command.iter().map(std::ffi::OsString::from).collect();
     document(|to| estimate::answer(&options, &command, to).map(|_| ()), whole)

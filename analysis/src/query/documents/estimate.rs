@@ -49,6 +49,11 @@ pub struct EstimateDocument {
     /// Where the estimate's trace was written (every view opens it), if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// With `--sweep`: the program estimated at several sizes, the peak fitted over them, and the
+    /// largest size that fits (this document is of the largest size tried that fits, else the
+    /// smallest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<Sweep>,
     /// The estimate's trace summed up, as `info --json` says it.
     pub summary: InfoDocument,
 }
@@ -78,6 +83,40 @@ pub struct EstimateDevice {
     pub phase_at_peak: Option<String>,
     /// What was alive at the peak, by category.
     pub categories_at_peak: BTreeMap<Category, u64>,
+}
+
+/// The program estimated at several sizes (`--sweep batch=4,8,16`).
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Sweep {
+    /// What was varied: `batch` or `sequence`.
+    pub dimension: crate::advisor::scaling::Dimension,
+    /// Each size, estimated.
+    pub points: Vec<SweepPoint>,
+    /// The reserved peak fitted over the sizes (the advisor's fit, as `advise --with` makes it),
+    /// under the device's memory less the context.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fit: Option<crate::advisor::scaling::ScalingFit>,
+    /// The fit in words, or why there is none.
+    pub words: String,
+    /// The largest size that fits: the fit's, once estimated at it and found to fit; else the
+    /// largest size tried that fits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_that_fits: Option<u64>,
+}
+
+/// One size of a sweep.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct SweepPoint {
+    /// The size.
+    pub size: u64,
+    /// The highest peak allocated of any device.
+    pub peak_allocated_bytes: u64,
+    /// The highest peak reserved of any device.
+    pub peak_reserved_bytes: u64,
+    /// Whether every device fits.
+    pub fits: bool,
+    /// Whether this size was the fit's answer, estimated to check it.
+    pub check: bool,
 }
 
 /// A thing an estimate rests on.
@@ -173,6 +212,7 @@ pub fn estimate_document(trace: &Trace, estimated: Estimated) -> EstimateDocumen
         exit_code: estimated.exit_code,
         context_bytes: estimated.context_bytes,
         trace: estimated.trace,
+        sweep: None,
         devices: rows,
         summary,
     }

@@ -36,7 +36,8 @@ pub use self::diff::{
     TOP_SITES, diff_document, ranks_diff_document,
 };
 pub use self::estimate::{
-    EstimateDevice, EstimateDocument, Estimated, KERNEL_MEMORY_FILE, Place, RestsOn, estimate_document,
+    EstimateDevice, EstimateDocument, Estimated, KERNEL_MEMORY_FILE, Place, RestsOn, Sweep, SweepPoint,
+    estimate_document,
 };
 pub use self::info::{
     BlockOut, BreakdownDocument, DeviceAtPeak, DeviceBlocks, InfoDocument, InstantDocument, LargestBlocks, RunDocument,
