@@ -5,7 +5,8 @@
 # PyTorch's three allocator set-ups and with bf16 autocast, with `info --json` of each trace
 # (at the peak and at the first optimizer step) beside PyTorch's own figures from the same run.
 # With the pip wheel (WHEEL, default dist/*.whl): its install, the out-of-memory capture
-# (`vramscope run`, VRAMSCOPE_CAPTURE_OOM) and `vramscope.record()` on CUDA.
+# (`vramscope run`, VRAMSCOPE_CAPTURE_OOM) and `vramscope.record()` on CUDA. Last, held-out runs'
+# summaries (torch.cuda's own counters) for `vramscope estimate` to be checked against.
 # Everything lands in RESULTS (default /tmp/gpu-check) and, packed, in $OUT/gpu-check.tar.gz
 # when OUT is set.
 set -u
@@ -120,6 +121,28 @@ print("params", params, "| at peak", dev["categories_at_peak"], "| peak", dev["p
       "| torch max allocated", torch.cuda.max_memory_allocated(), "| notes", facts["notes"])
 PY
 fi
+
+# Runs for `vramscope estimate` to be checked against (estimate them on a machine without a GPU
+# and compare with the summaries' `cuda` counters): other sizes than the samples', checkpointing,
+# SGD with momentum, tied weights, and attention through scaled_dot_product_attention.
+step "held-out runs for vramscope estimate (summaries only, no recording)"
+for run in "small --layers 4 --d-model 768 --heads 12 --batch-size 16 --seq-len 256 --vocab 16000" \
+           "ckpt --checkpoint --bf16 --layers 8 --d-model 1024 --heads 16 --batch-size 8 --seq-len 1024" \
+           "sgd --optimizer sgd --momentum 0.9 --tie-weights --layers 6 --d-model 1024 --batch-size 12" \
+           "mlp --model mlp --d-model 2048 --batch-size 64 --vocab 32000"; do
+    set -- $run
+    name=$1; shift
+    timeout 300 python3 samples/pytorch/train.py --device cuda --steps 3 --summary "$RESULTS/heldout-$name.summary.json" "$@" \
+        || problem "held-out run $name failed"
+done
+timeout 300 python3 - "$RESULTS/heldout-sdpa.json" <<'PY' || problem "held-out sdpa run failed"
+import json, sys, torch, torch.nn.functional as F
+q, k, v = (torch.randn(8, 16, 2048, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+torch.cuda.synchronize()
+json.dump({"max_memory_allocated": torch.cuda.max_memory_allocated(), "max_memory_reserved": torch.cuda.max_memory_reserved(),
+           "device": torch.cuda.get_device_name(), "torch": torch.__version__}, open(sys.argv[1], "w"))
+PY
 
 ls -la "$RESULTS"
 if [ ${#PROBLEMS[@]} -eq 0 ]; then

@@ -304,31 +304,8 @@ fn add_log(
                 trace.metadata.extra.insert("autocast".to_owned(), format!("{device_type}:{dtype}").into());
                 continue;
             }
-            Line::Counters { dev, peak_allocated, peak_reserved } => {
-                let all = trace.metadata.extra.entry("estimate_counters").or_insert_with(|| serde_json::json!([]));
-                if let Some(all) = all.as_array_mut() {
-                    all.push(serde_json::json!({
-                        "device": dev.0,
-                        "pid": log.pid,
-                        "peak_allocated_bytes": peak_allocated,
-                        "peak_reserved_bytes": peak_reserved,
-                    }));
-                }
-                continue;
-            }
-            Line::Attention { backend, calls } => {
-                let all = trace.metadata.extra.entry("estimate_attention").or_insert_with(|| serde_json::json!({}));
-                if let Some(all) = all.as_object_mut() {
-                    let before = all.get(backend).and_then(serde_json::Value::as_u64).unwrap_or(0);
-                    all.insert(backend.clone(), (before + calls).into());
-                }
-                continue;
-            }
-            Line::Standin { file, line, name } => {
-                let places = trace.metadata.extra.entry("estimate_standins").or_insert_with(|| serde_json::json!([]));
-                if let Some(places) = places.as_array_mut() {
-                    places.push(serde_json::json!({ "file": file, "line": line, "function": name }));
-                }
+            Line::Counters { .. } | Line::Attention { .. } | Line::Standin { .. } => {
+                add_estimate_line(trace, log.pid, line);
                 continue;
             }
             Line::Frame { id, file, line, name } => {
@@ -583,6 +560,40 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
     trace.tags.sort_by_key(|t| t.time_ns);
     trace.annotations.sort_by_key(Annotation::order);
     ranks
+}
+
+/// `vramscope estimate`'s lines, into the trace's metadata: the emulated allocator's own peaks
+/// (`estimate_counters`), the attention backends chosen (`estimate_attention`) and where the
+/// program read values it was given stand-ins for (`estimate_standins`).
+fn add_estimate_line(trace: &mut Trace, pid: u32, line: &Line) {
+    let extra = &mut trace.metadata.extra;
+    match line {
+        Line::Counters { dev, peak_allocated, peak_reserved } => {
+            let all = extra.entry("estimate_counters").or_insert_with(|| serde_json::json!([]));
+            if let Some(all) = all.as_array_mut() {
+                all.push(serde_json::json!({
+                    "device": dev.0,
+                    "pid": pid,
+                    "peak_allocated_bytes": peak_allocated,
+                    "peak_reserved_bytes": peak_reserved,
+                }));
+            }
+        }
+        Line::Attention { backend, calls } => {
+            let all = extra.entry("estimate_attention").or_insert_with(|| serde_json::json!({}));
+            if let Some(all) = all.as_object_mut() {
+                let before = all.get(backend).and_then(serde_json::Value::as_u64).unwrap_or(0);
+                all.insert(backend.clone(), (before + calls).into());
+            }
+        }
+        Line::Standin { file, line, name } => {
+            let places = extra.entry("estimate_standins").or_insert_with(|| serde_json::json!([]));
+            if let Some(places) = places.as_array_mut() {
+                places.push(serde_json::json!({ "file": file, "line": line, "function": name }));
+            }
+        }
+        _ => {}
+    }
 }
 
 #[cfg(test)]

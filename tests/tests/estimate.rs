@@ -137,7 +137,7 @@ fn the_estimate_is_a_gpu_recording_with_tags_phases_and_the_allocators_segments(
     let cuda = info["devices"].as_array().unwrap().iter().find(|d| d["device"] == 0).expect("cuda:0").clone();
     assert_eq!(cuda["reserved_recorded"], true, "{cuda}");
     assert_eq!(number(&cuda["peak_reserved_bytes"]), number(&doc["devices"][0]["peak_reserved_bytes"]), "{cuda}");
-    assert_eq!(cuda["name"], "NVIDIA A100-SXM4-40GB (estimated)");
+    assert_eq!(cuda["name"], "NVIDIA A100-SXM4-40GB, estimated");
     let at = info["at"]["devices"].as_array().unwrap().iter().find(|d| d["device"] == 0).unwrap()["categories"].clone();
     let model_state = number(&own["parameter_bytes"]) + number(&own["buffer_bytes"]);
     assert_eq!(number(&at["parameter"]), model_state, "{at}");
@@ -375,4 +375,22 @@ fn a_sweep_finds_the_largest_batch_that_fits_and_estimates_it() {
     // Without the placeholder, the sweep says where to put it.
     let output = estimate_at(&["--sweep", "batch=2,4"]).output().unwrap();
     assert!(String::from_utf8_lossy(&output.stderr).contains("put {batch} in the command"), "{output:?}");
+}
+
+#[test]
+fn an_operator_with_only_cuda_code_and_an_allocator_of_its_own_are_named() {
+    let (status, _, stderr) = estimate_code(
+        "h100",
+        "import torch\nlib = torch.library.Library('vramscope_test', 'DEF')\nlib.define('twice(Tensor x) -> Tensor')\n\
+         lib.impl('twice', lambda x: x * 2, 'CUDA')\nprint(torch.ops.vramscope_test.twice(torch.ones(4, device='cuda')))\n",
+    );
+    assert_eq!(status, Some(2), "{stderr}");
+    assert!(stderr.contains("vramscope_test.twice") && stderr.contains("register_fake"), "{stderr}");
+
+    let (status, _, stderr) = estimate_code(
+        "h100",
+        "import torch\ntorch.cuda.memory.change_current_allocator(None)\nx = torch.ones(4, device='cuda')\n",
+    );
+    assert_eq!(status, Some(2), "{stderr}");
+    assert!(stderr.contains("installs an allocator of its own"), "{stderr}");
 }

@@ -131,7 +131,7 @@ fn once(
         .filter_map(|i| {
             Some(DeviceInfo {
                 device: DeviceId(i16::try_from(i).ok()?),
-                name: Some(format!("{} (estimated)", target.name)),
+                name: Some(format!("{}, estimated", target.name)),
                 total_memory_bytes: Some(target.total_memory_bytes),
                 ..DeviceInfo::default()
             })

@@ -389,7 +389,9 @@ def _enter_fake_mode(emulation: Emulation) -> None:
         device = kwargs.get("device")
         return device is None or torch.device(device).type == "cpu"
 
-    mode = EmulatedDevice(allow_non_fake_inputs=True)
+    # No fallback to an operator's real kernel (an extension's own CUDA code): it would need the
+    # GPU; an operator without a shape-only implementation is an error the program is told of.
+    mode = EmulatedDevice(allow_non_fake_inputs=True, allow_fallback_kernels=False)
     real_swap = torch.utils.swap_tensors
 
     def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
@@ -691,6 +693,13 @@ def _patch_cuda(emulation: Emulation) -> None:
     def set_allocator_settings(settings: str) -> None:
         emulation.settings.update(settings)
 
+    def change_current_allocator(allocator: Any) -> None:
+        raise RuntimeError(
+            "vramscope estimate: the program installs an allocator of its own "
+            "(torch.cuda.memory.change_current_allocator), whose code needs the GPU; the estimate models "
+            "PyTorch's caching allocator only"
+        )
+
     patches: dict[str, Any] = {
         "get_device_properties": get_device_properties,
         "get_device_name": get_device_name,
@@ -722,6 +731,7 @@ def _patch_cuda(emulation: Emulation) -> None:
         "_dump_snapshot": dump_snapshot,
         "memory_snapshot": memory_snapshot,
         "_set_allocator_settings": set_allocator_settings,
+        "change_current_allocator": change_current_allocator,
     }
     random = getattr(cuda, "random", None)
     for name, function in patches.items():
