@@ -87,7 +87,7 @@ pub fn gpu_names() -> Vec<&'static str> {
 }
 
 fn normal(name: &str) -> String {
-    name.chars().filter(|c| !c.is_whitespace() && *c != '_').flat_map(char::to_lowercase).collect()
+    name.chars().filter(|c| !c.is_whitespace() && *c != '_' && *c != '-').flat_map(char::to_lowercase).collect()
 }
 
 #[cfg(test)]

@@ -204,6 +204,8 @@ class Emulation:
         if name not in _BLAS:
             return
         key = (threading.get_ident(), device, 0)
+        if key in self.blas and (self.lt_workspace is None or key in self.blas_lt or not _uses_lt(name, args)):
+            return
         frames = _frames()
         with self.lock:
             if key not in self.blas:
