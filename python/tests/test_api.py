@@ -202,7 +202,7 @@ def test_an_estimate_that_does_not_fit_is_an_answer_and_one_that_cannot_run_an_e
     found = vramscope.estimate(SMALL_TRAIN, gpu="t4", device_memory="600 MiB", context="600 MiB")
     assert not found.fits
     assert found["devices"][0]["headroom_bytes"] < 0
-    assert "does not fit" in str(found)
+    assert "does NOT fit" in str(found)
     with pytest.raises(vramscope.VramscopeError) as failed:
         vramscope.estimate([sys.executable, "-c", "raise SystemExit(3)"])
     assert failed.value.exit_status == 2

@@ -540,6 +540,8 @@ class _EstimateDeviceRequired(TypedDict):
     #: The highest reserved by the caching allocator, as `torch.cuda.max_memory_reserved()`
     #: would say.
     peak_reserved_bytes: int
+    #: What it needs and whether it fits, in words.
+    verdict: str
 
 
 class EstimateDevice(_EstimateDeviceRequired, total=False):

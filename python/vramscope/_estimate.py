@@ -60,11 +60,9 @@ class Estimate(dict[str, Any]):
         target = self["target"]
         lines = [f"on {target['name']} ({format_bytes(target['total_memory_bytes'])}), emulated"]
         for d in self["devices"]:
-            verdict = "fits" if d["fits"] else f"does not fit: {format_bytes(-d['headroom_bytes'])} short"
             lines.append(
                 f"cuda:{d['device']}: peak allocated {format_bytes(d['peak_allocated_bytes'])}, "
-                f"peak reserved {format_bytes(d['peak_reserved_bytes'])}, "
-                f"needs {format_bytes(d['needed_bytes'])} with the CUDA context: {verdict}"
+                f"peak reserved {format_bytes(d['peak_reserved_bytes'])}; {d['verdict']}"
             )
         if self.get("smallest_change_that_fits"):
             lines.append(str(self["smallest_change_that_fits"]))

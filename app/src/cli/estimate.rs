@@ -308,17 +308,7 @@ fn write_text(doc: &EstimateDocument, out: &mut dyn Write) -> Result<()> {
             bytes(d.peak_allocated_bytes)
         )?;
         writeln!(out, "  peak reserved   {}  (torch.cuda.max_memory_reserved())", bytes(d.peak_reserved_bytes))?;
-        let verdict = if d.fits {
-            format!("fits, {} to spare", bytes(d.headroom_bytes.unsigned_abs()))
-        } else {
-            format!("does NOT fit: {} short", bytes(d.headroom_bytes.unsigned_abs()))
-        };
-        writeln!(
-            out,
-            "  needs           {} with the CUDA context, of {}: {verdict}",
-            bytes(d.needed_bytes),
-            bytes(target.total_memory_bytes)
-        )?;
+        writeln!(out, "  {}", d.verdict)?;
         let total: u64 = d.categories_at_peak.values().sum();
         let mut categories = crate::words::by_name(&d.categories_at_peak);
         categories.sort_by_key(|c| std::cmp::Reverse(c.1));

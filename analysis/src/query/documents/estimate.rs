@@ -78,6 +78,8 @@ pub struct EstimateDevice {
     pub headroom_bytes: i64,
     /// Whether it fits.
     pub fits: bool,
+    /// What it needs and whether it fits, in words.
+    pub verdict: String,
     /// The phase the peak is in (`backward of iteration 2`), when the trace shows phases.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_at_peak: Option<String>,
@@ -198,6 +200,7 @@ pub fn estimate_document(trace: &Trace, estimated: Estimated) -> EstimateDocumen
         let on_device = used.get(&r.device).copied().unwrap_or(r.needed_bytes);
         r.headroom_bytes = total - i64::try_from(on_device).unwrap_or(i64::MAX);
         r.fits = r.headroom_bytes >= 0;
+        r.verdict = words::estimate_verdict(on_device, estimated.target.total_memory_bytes, r.headroom_bytes);
     }
     EstimateDocument {
         schema_version: SCHEMA_VERSION,
@@ -245,6 +248,7 @@ fn row(
         needed_bytes: peak_reserved + estimated.context_bytes,
         headroom_bytes: 0,
         fits: false,
+        verdict: String::new(),
         phase_at_peak: highest.map(|p| match p.kind {
             Some(kind) => format!("{} of iteration {}", words::phase_label(kind), p.iteration),
             None => format!("iteration {}", p.iteration),

@@ -11,12 +11,14 @@ use crate::peak::LiveBlock;
 use crate::query::units::{bytes, count, counted, duration_ns, seconds, signed_bytes};
 
 mod advice;
+mod estimate;
 mod growth;
 mod phases;
 mod postmortem;
 mod run;
 
 pub use self::advice::*;
+pub use self::estimate::*;
 pub use self::growth::*;
 pub use self::phases::*;
 pub use self::postmortem::*;
