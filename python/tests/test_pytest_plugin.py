@@ -188,7 +188,7 @@ def test_a_device_runs_the_test_on_that_gpu_emulated_and_gates_its_memory(pytest
             "*test_over_its_limit*",
             "*peak allocated memory * passed the limit 1.00 MiB*",
             "*test_too_big_for_the_gpu*",
-            "*would not fit on Tesla T4: it needs 20.* GiB with the CUDA context, of 14.8 GiB*",
+            "*would not fit on Tesla T4: needs 20.* GiB with the CUDA context, of 14.8 GiB: does NOT fit*",
             "*test_that_fails_on_the_gpu*",
             "*the test failed on the emulated h100; its run said:*",
             "*AssertionError: one GPU here*",

@@ -271,9 +271,8 @@ def _check(item: pytest.Item, marker: pytest.Mark, trace: Path, estimated: Estim
         if not estimated.fits:
             short = [d for d in estimated["devices"] if not d["fits"]]
             raise pytest.fail.Exception(
-                f"it would not fit on {estimated['target']['name']}: it needs "
-                f"{format_bytes(short[0]['needed_bytes'])} with the CUDA context, of "
-                f"{format_bytes(estimated['target']['total_memory_bytes'])}; the estimate's trace: {trace}",
+                f"it would not fit on {estimated['target']['name']}: {short[0]['verdict']}; "
+                f"the estimate's trace: {trace}",
                 pytrace=False,
             )
     if limit is not None and peak > limit:
