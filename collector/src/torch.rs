@@ -544,7 +544,9 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
     backward.sort_unstable();
     if !backward.is_empty() {
         let function = trace.interner.string("autograd engine (backward; no Python frames)");
-        let file = trace.interner.string("");
+        // A file of its own, in angle brackets as Python names what is not a file: the function
+        // is words, which a native frame's name (file-less) would be cut down from.
+        let file = trace.interner.string("<autograd>");
         let frame = trace.interner.frame(Frame { function, file, line: 0 });
         let engine = trace.interner.stack(&[frame]);
         for e in added.iter_mut().filter(|e| e.kind == EventKind::Alloc && e.stack == StackId(0) && !e.device.is_host())

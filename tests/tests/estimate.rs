@@ -142,6 +142,15 @@ fn the_estimate_is_a_gpu_recording_with_tags_phases_and_the_allocators_segments(
     let model_state = number(&own["parameter_bytes"]) + number(&own["buffer_bytes"]);
     assert_eq!(number(&at["parameter"]), model_state, "{at}");
     assert_eq!(number(&at["gradient"]), number(&own["gradient_bytes"]), "{at}");
+    // Blocks that backward allocated on autograd's own thread are said to be its.
+    let largest = vramscope_e2e::info_json_with(&trace, &["--blocks", "40"]);
+    let sites: Vec<String> = largest["largest_blocks"]["devices"][0]["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["site"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(sites.iter().any(|s| s == "autograd engine (backward; no Python frames)  <autograd>"), "{sites:?}");
     // Phases from the shim's hooks.
     assert_eq!(cuda["phases"]["from"], "recorded", "{cuda}");
     assert_eq!(number(&cuda["phases"]["iteration_count"]), 2, "{cuda}");
