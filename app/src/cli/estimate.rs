@@ -309,16 +309,7 @@ fn write_text(doc: &EstimateDocument, out: &mut dyn Write) -> Result<()> {
         )?;
         writeln!(out, "  peak reserved   {}  (torch.cuda.max_memory_reserved())", bytes(d.peak_reserved_bytes))?;
         writeln!(out, "  {}", d.verdict)?;
-        let total: u64 = d.categories_at_peak.values().sum();
-        let mut categories = crate::words::by_name(&d.categories_at_peak);
-        categories.sort_by_key(|c| std::cmp::Reverse(c.1));
-        let parts: Vec<String> = categories
-            .iter()
-            .map(|&(category, value)| {
-                let share = 100.0 * value as f64 / total.max(1) as f64;
-                format!("{} {} ({share:.0}%)", category.name(), bytes(value))
-            })
-            .collect();
+        let parts = super::info::category_shares(&d.categories_at_peak);
         let phase = d.phase_at_peak.as_ref().map_or_else(String::new, |p| format!(" in {p}"));
         writeln!(out, "  at the peak{phase}: {}", parts.join(", "))?;
     }

@@ -82,7 +82,7 @@ class Settings:
 
 
 class _Segment:
-    __slots__ = ("address", "blocks", "expandable", "size", "small", "stream")
+    __slots__ = ("address", "blocks", "ends", "expandable", "size", "small", "stream")
 
     def __init__(self, address: int, size: int, stream: int, small: bool, expandable: bool = False) -> None:
         self.address = address
@@ -90,8 +90,21 @@ class _Segment:
         self.stream = stream
         self.small = small
         self.expandable = expandable
-        # address -> [size, allocated, requested]
+        # address -> [size, allocated, requested]; the blocks cover the segment.
         self.blocks: dict[int, list[int]] = {address: [size, 0, 0]}
+        # Where each block ends -> where it begins: a freed block's neighbour before it.
+        self.ends: dict[int, int] = {address + size: address}
+
+    def put(self, address: int, size: int, allocated: int, requested: int) -> None:
+        old = self.blocks.get(address)
+        if old is not None:
+            del self.ends[address + old[0]]
+        self.blocks[address] = [size, allocated, requested]
+        self.ends[address + size] = address
+
+    def drop(self, address: int) -> None:
+        size = self.blocks.pop(address)[0]
+        del self.ends[address + size]
 
 
 class _Expandable:
@@ -348,9 +361,9 @@ class Allocator:
         taken = rounded if split else size
         holder = self._segment_of(address)
         if holder is not None:
-            holder.blocks[address] = [taken, 1, requested]
+            holder.put(address, taken, 1, requested)
             if split:
-                holder.blocks[address + taken] = [remaining, 0, 0]
+                holder.put(address + taken, remaining, 0, 0)
                 self._free_add(small, stream, remaining, address + taken)
         self.live[address] = (taken, requested, None)
         return self._allocated(address, taken, requested, stream, frames)
@@ -397,21 +410,19 @@ class Allocator:
             return
         small, seg_stream = segment.small, segment.stream
         begin, total = address, size
-        starts = sorted(segment.blocks)
-        i = bisect.bisect_left(starts, address)
-        if i > 0:
-            prev = starts[i - 1]
+        prev = segment.ends.get(address)
+        if prev is not None:
             prev_size, prev_allocated, _ = segment.blocks[prev]
-            if not prev_allocated and prev + prev_size == address:
+            if not prev_allocated:
                 self._free_remove(small, seg_stream, prev_size, prev)
-                del segment.blocks[address]
+                segment.drop(address)
                 begin, total = prev, total + prev_size
         following = segment.blocks.get(address + size)
         if following is not None and not following[1]:
             self._free_remove(small, seg_stream, following[0], address + size)
-            del segment.blocks[address + size]
+            segment.drop(address + size)
             total += following[0]
-        segment.blocks[begin] = [total, 0, 0]
+        segment.put(begin, total, 0, 0)
         self._free_add(small, seg_stream, total, begin)
 
     def empty_cache(self) -> None:

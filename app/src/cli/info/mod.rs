@@ -21,6 +21,7 @@ mod text;
 pub use self::at::{When, parse_when, parse_when_arg};
 pub use self::oom::{answer_oom, run_oom};
 use self::ranks::run_of_ranks;
+pub(crate) use self::text::category_shares;
 use self::text::{device_name, write_text};
 
 /// `info` on what the paths hold: one trace, or a run of several ranks (several files, a
