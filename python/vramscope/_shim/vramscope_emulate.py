@@ -26,6 +26,7 @@ total_memory, major, minor, multi_processor_count, count), before the recorder s
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pickle
@@ -293,8 +294,55 @@ def install(spec_json: str) -> Emulation:
     vramscope_attention.install((properties.major, properties.minor), emulation.attended)
     _explain_failures()
     _fake_process_groups()
+    # Registered first, so it runs after the program's own exit handlers.
+    atexit.register(_let_autograd_threads_finish)
     _emulation = emulation
     return emulation
+
+
+def _autograd_threads_busy() -> bool | None:
+    """Whether one of the autograd engine's device threads is doing anything but waiting for
+    work (None where the kernel does not say). A thread waiting for work waits without a
+    timeout on its queue; one waiting for the GIL waits with one."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                if not comm.read().startswith("pt_autograd_"):
+                    continue
+            with open(f"/proc/self/task/{task}/syscall") as syscall:
+                fields = syscall.read().split()
+        except OSError:
+            continue
+        # futex(2) is 202 on x86-64, 98 on arm64; its fourth argument is the timeout.
+        if len(fields) < 5 or fields[0] not in ("202", "98") or fields[4] != "0x0":
+            return True
+    return False
+
+
+def _let_autograd_threads_finish() -> None:
+    """Waits, with the GIL released, for the autograd engine's device threads to drop what
+    they hold of the last backward pass.
+
+    The emulated device runs backward on those threads, as a GPU does, and the fake mode is in
+    every backward's saved thread-local state: the thread that finishes a backward releases
+    that state after the caller has returned, taking the GIL to do it. Were the interpreter
+    already finalizing, the thread would be made to exit there, inside a destructor, and the
+    C++ runtime would abort the program (\"terminate called without an active exception\")."""
+    import time
+
+    quiet = 0
+    deadline = time.monotonic() + 2.0
+    while quiet < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+        busy = _autograd_threads_busy()
+        if busy is None:
+            time.sleep(0.05)
+            return
+        quiet = 0 if busy else quiet + 1
 
 
 def _value_sized(func: Any, args: Any) -> tuple[tuple[int, ...], torch.dtype] | None:
