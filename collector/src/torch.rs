@@ -136,6 +136,10 @@ pub enum Line {
     Dtypes {
         /// Bytes by dtype.
         parameters: BTreeMap<String, u64>,
+        /// The model's linear and embedding layers: `[kind, module, weight, rows, columns,
+        /// trainable]` each (what LoRA adapts; a head that could share the embedding's weight).
+        #[serde(default)]
+        layers: Vec<serde_json::Value>,
     },
     /// Forward ran under autocast.
     Autocast {
@@ -296,8 +300,11 @@ fn add_log(
                 *settings = serde_json::json!({ "PYTORCH_CUDA_ALLOC_CONF": joined });
                 continue;
             }
-            Line::Dtypes { parameters } => {
+            Line::Dtypes { parameters, layers } => {
                 trace.metadata.extra.insert("parameter_dtypes".to_owned(), serde_json::json!(parameters));
+                if !layers.is_empty() {
+                    trace.metadata.extra.insert("model_layers".to_owned(), serde_json::Value::Array(layers.clone()));
+                }
                 continue;
             }
             Line::Autocast { device_type, dtype } => {

@@ -84,6 +84,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              default=True,
                              help="zero_grad(set_to_none=...): free gradients between steps "
                                   "instead of zeroing them")
+    train_group.add_argument("--foreach", action=argparse.BooleanOptionalAction, default=None,
+                             help="the optimizer's multi-tensor step (foreach=True) or its loop over "
+                                  "parameters (foreach=False); PyTorch's default when not given")
+    train_group.add_argument("--fused", action="store_true",
+                             help="the optimizer's fused step (fused=True; Adam and AdamW)")
+    train_group.add_argument("--lora", type=int, default=None, metavar="R",
+                             help="fine-tune rank-R LoRA adapters on the blocks' linear layers "
+                                  "(peft), every other weight frozen (gpt only)")
     train_group.add_argument("--compile", action="store_true", help="torch.compile the model")
     dist_group = parser.add_argument_group(
         "data parallel", "under torchrun --nproc_per_node=N every rank trains on its own batch: DDP by default")
@@ -129,6 +137,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--zero1, --fsdp, --tp and --pp: one way of splitting at a time")
     if (args.tp or args.pp) and args.model != "gpt":
         parser.error("--tp and --pp apply to --model gpt only")
+    if args.fused and (args.optimizer not in ("adam", "adamw") or args.foreach):
+        parser.error("--fused applies to --optimizer adam or adamw, without --foreach")
+    if args.lora is not None and (args.model != "gpt" or args.lora < 1 or args.inference or args.zero1 or args.fsdp
+                                  or args.tp or args.pp):
+        parser.error("--lora R: R at least 1, --model gpt, training on one process")
     if args.weights_dtype != "float32" and not args.inference:
         parser.error("--weights-dtype bfloat16 applies to --inference only (training keeps 32-bit master weights)")
     if args.inference and (args.accumulate > 1 or args.checkpoint or args.zero1 or args.fsdp or args.tp or args.pp):

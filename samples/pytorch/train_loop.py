@@ -25,12 +25,25 @@ def make_optimizer(args: argparse.Namespace, params: list[nn.Parameter]) -> torc
         cls, kwargs = torch.optim.Adafactor, {"lr": args.lr}
     else:
         cls, kwargs = torch.optim.SGD, {"lr": args.lr, "momentum": args.momentum}
+    if args.foreach is not None:
+        kwargs["foreach"] = args.foreach
+    if args.fused:
+        kwargs["fused"] = True
     if args.zero1:
         # ZeRO stage 1: each rank keeps the optimizer state of its share of the parameters.
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return ZeroRedundancyOptimizer(params, optimizer_class=cls, **kwargs)
     return cls(params, **kwargs)
+
+
+def with_lora(model: nn.Module, rank: int) -> nn.Module:
+    """The model with rank-`rank` LoRA adapters (peft) on every linear layer of its blocks, and
+    every other weight frozen: what a LoRA fine-tune trains."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = ["q_proj", "k_proj", "v_proj", "out_proj", "fc_in", "fc_out"]
+    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets))
 
 
 def make_batch(args: argparse.Namespace, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,6 +78,8 @@ def train(args: argparse.Namespace) -> dict:
         schedule = pipeline_schedule(args, model, rank, world, device)
     model.to(device, dtype=getattr(torch, args.weights_dtype))
     model.train(not args.inference)
+    if args.lora is not None:
+        model = with_lora(model, args.lora)
     named = unique_parameters(model)
     parameter_bytes = sum(tensor_bytes(p) for _, p in named)
     if world > 1 and not args.pp:
@@ -73,6 +88,8 @@ def train(args: argparse.Namespace) -> dict:
         named = unique_parameters(model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model)
         if args.tp and world % args.heads != 0 and args.heads % world != 0:
             raise SystemExit("--tp: the ranks must divide --heads")
+    # Frozen weights (LoRA's base model) have no gradients and no optimizer state.
+    named = [(name, p) for name, p in named if p.requires_grad]
     params = [p for _, p in named]
     optimizer = None if args.inference else make_optimizer(args, params)
     inputs, targets = make_batch(args, device)

@@ -9,6 +9,7 @@
 //! from the allocator's segments at the peak and at the first OOM. What it returns is data
 //! (bytes, shares, ids and the numbers each reason rests on); the front ends word it.
 
+mod model;
 mod parts;
 mod project;
 mod remedy;
@@ -150,6 +151,11 @@ pub struct Advice {
     /// Selective checkpointing, replayed: only the model's first k repeated blocks checkpointed,
     /// for some k below all of them (empty when checkpointing is not replayed).
     pub checkpointing_by_blocks: Vec<SomeBlocksCheckpointed>,
+    /// The embedding's weight and the output head's that could share it, when the recorder saw
+    /// an untied head.
+    pub tied: Option<(String, String)>,
+    /// LoRA's adapters: the linear layers adapted and the rank.
+    pub lora: Option<(usize, u64)>,
 }
 
 /// Checkpointing only the first `blocks` of the model's repeated blocks, replayed.
@@ -394,11 +400,22 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
             .flatten(),
         gradient_bytes: b.instants.iter().map(|p| p.gradient).fold(0.0, f64::max),
         checkpoint_replayed: false,
+        kept_gradient_bytes: 0.0,
+        step_temporary_bytes: 0.0,
+        largest_gradient_bytes: 0.0,
+        adam: false,
+        untied: None,
+        untied_bytes: 0.0,
+        adapters: None,
+        adapter_bytes: 0.0,
+        adapter_state_bytes: 0.0,
+        trainable_share: 1.0,
     };
     // The replay counts what the trace's own replay counts: where they differ, the stream is
     // not the whole story and the rules stand.
     let replayer = Replayer::new(trace, device, &b.spans).filter(|r| r.baseline.bytes == peak_allocated);
     let ctx = Context { checkpoint_replayed: replayer.as_ref().is_some_and(Replayer::replays_checkpointing), ..ctx };
+    let ctx = with_the_models_parts(trace, replayer.as_ref(), ctx);
     let rules = RuleParts {
         matmul_parameter_bytes: base.matmul_parameter,
         block_parameter_bytes: base.block_parameter,
@@ -406,6 +423,11 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         fp32_parameter_share: ctx.fp32_parameter_share.unwrap_or(0.0),
         autocast: ctx.autocast,
         training: ctx.training,
+        untied_head: ctx.untied.as_ref().and_then(|u| replayer.as_ref()?.owner(&u.head)),
+        adapter_bytes: ctx.adapter_bytes,
+        adapter_state_bytes: ctx.adapter_state_bytes,
+        largest_gradient_bytes: ctx.largest_gradient_bytes,
+        gradient_bytes: ctx.gradient_bytes,
     };
     let projector = Projector { b: &b, ctx: &ctx, replayer, rules };
     let remedies: Vec<Remedy> = Remedy::ALL.iter().copied().filter(|r| r.applies(&ctx)).collect();
@@ -480,7 +502,36 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         max_split: ctx.max_split,
         plan,
         checkpointing_by_blocks,
+        tied: ctx.untied.as_ref().map(|u| (u.embedding.clone(), u.head.clone())),
+        lora: ctx.adapters.as_ref().map(|a| (a.layers, a.rank)),
     })
+}
+
+/// What the remedies that change particular parts of the model and its step need: the gradients
+/// kept through a forward, the optimizer step's temporaries (from the replayed stream), the
+/// untied head and LoRA's adapters (from the layers the recorder saw, sized by the tags).
+fn with_the_models_parts(trace: &Trace, replayer: Option<&Replayer>, ctx: Context) -> Context {
+    let layers = model::layers(trace);
+    let (step_temporaries, largest_gradient) = replayer.map_or((0, 0), Replayer::step_temporaries);
+    let state_per_byte = replayer.and_then(Replayer::state_per_parameter_byte);
+    // The head's bytes and the adapters' dtype: from the trained parameters' bytes per element.
+    let bytes_per_element = fp32_parameter_share(trace).map_or(4.0, |share| if share > 0.5 { 4.0 } else { 2.0 });
+    let untied = model::untied_head(&layers).filter(|u| replayer.is_some_and(|r| r.owner(&u.head).is_some()));
+    let adapters = model::adapters(&layers);
+    let adapter_bytes = adapters.as_ref().map_or(0.0, |a| a.elements as f64 * bytes_per_element);
+    Context {
+        kept_gradient_bytes: replayer.map_or(0, Replayer::kept_gradient_bytes) as f64,
+        step_temporary_bytes: step_temporaries as f64,
+        largest_gradient_bytes: largest_gradient as f64,
+        adam: replayer.is_some_and(|r| r.adam),
+        untied_bytes: untied.as_ref().map_or(0.0, |u| u.elements as f64 * bytes_per_element),
+        untied,
+        adapter_state_bytes: adapter_bytes * state_per_byte.unwrap_or(2.0),
+        adapter_bytes,
+        adapters,
+        trainable_share: model::trainable_share(&layers),
+        ..ctx
+    }
 }
 
 /// The largest multiple of the batch whose reserved peak fits under `target`: at each instant

@@ -46,6 +46,18 @@ pub enum Remedy {
     /// `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N`, projected by replaying the trace through
     /// the allocator's model (`crate::allocsim`).
     MaxSplitSize,
+    /// `optimizer.zero_grad(set_to_none=True)`: gradients freed after each step, not kept
+    /// (zeroed) through the next forward.
+    SetToNone,
+    /// The optimizer's fused step (`fused=True`): no temporaries the size of the parameters.
+    FusedStep,
+    /// The optimizer's step one parameter at a time (`foreach=False`), not over all of them at
+    /// once.
+    ForeachOff,
+    /// The output head sharing the input embedding's weight (tied embeddings).
+    TiedEmbeddings,
+    /// LoRA: every weight frozen, low-rank adapters trained on the repeated blocks' linear layers.
+    Lora,
 }
 
 /// Remedies of one group exclude each other (one precision, one optimizer, one sharding).
@@ -54,6 +66,8 @@ enum Group {
     Precision,
     Optimizer,
     Sharding,
+    /// How the optimizer's step runs.
+    Step,
 }
 
 /// What the remedies' rules and words depend on, from the trace.
@@ -92,6 +106,26 @@ pub struct Context {
     /// The most gradient bytes at any instant taken apart: all of the model's gradients, which
     /// gradient accumulation keeps alive from the first micro-batch through the others.
     pub gradient_bytes: f64,
+    /// Gradients kept (zeroed, not freed) through a later forward: `set_to_none=False`.
+    pub kept_gradient_bytes: f64,
+    /// The most temporaries alive at once in an optimizer step, and the largest gradient.
+    pub step_temporary_bytes: f64,
+    pub largest_gradient_bytes: f64,
+    /// Whether the optimizer's state is Adam's (its multi-tensor step holds temporaries of
+    /// every parameter's size; fused and per-parameter steps exist for it).
+    pub adam: bool,
+    /// An output head that could share the embedding's weight, from the layers the recorder saw.
+    pub untied: Option<super::model::Untied>,
+    /// The head's parameter bytes (what tying removes, with its gradient and state).
+    pub untied_bytes: f64,
+    /// LoRA's adapters, when the model trains its linear layers' weights.
+    pub adapters: Option<super::model::Adapters>,
+    /// The adapters' bytes (in the trained parameters' dtype), and the state the run's
+    /// optimizer would keep for them.
+    pub adapter_bytes: f64,
+    pub adapter_state_bytes: f64,
+    /// The share of the linear layers' weights the run trains (1 where the trace does not say).
+    pub trainable_share: f64,
 }
 
 /// What the allocator's model projects for a setting: a `max_split_size`, or expandable segments
@@ -142,7 +176,7 @@ impl Context {
 
 impl Remedy {
     /// Every remedy, in the order they are listed.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 21] = [
         Self::AmpBf16,
         Self::AmpFp16,
         Self::Bf16Weights,
@@ -159,6 +193,11 @@ impl Remedy {
         Self::PipelineParallel,
         Self::ExpandableSegments,
         Self::MaxSplitSize,
+        Self::SetToNone,
+        Self::FusedStep,
+        Self::ForeachOff,
+        Self::TiedEmbeddings,
+        Self::Lora,
     ];
 
     /// Its id in `advise --json` and in combinations (`amp_bf16+activation_checkpointing`).
@@ -180,6 +219,11 @@ impl Remedy {
             Self::PipelineParallel => "pipeline_parallel",
             Self::ExpandableSegments => "expandable_segments",
             Self::MaxSplitSize => "max_split_size",
+            Self::SetToNone => "zero_grad_set_to_none",
+            Self::FusedStep => "fused_optimizer_step",
+            Self::ForeachOff => "foreach_off",
+            Self::TiedEmbeddings => "tied_embeddings",
+            Self::Lora => "lora",
         }
     }
 
@@ -191,11 +235,15 @@ impl Remedy {
             Self::Zero1 | Self::Zero2 | Self::Zero3 | Self::TensorParallel | Self::PipelineParallel => {
                 Some(Group::Sharding)
             }
+            Self::FusedStep | Self::ForeachOff => Some(Group::Step),
             Self::MicroBatchHalf
             | Self::SequenceHalf
             | Self::ActivationCheckpointing
             | Self::ExpandableSegments
-            | Self::MaxSplitSize => None,
+            | Self::MaxSplitSize
+            | Self::SetToNone
+            | Self::TiedEmbeddings
+            | Self::Lora => None,
         }
     }
 
@@ -207,12 +255,14 @@ impl Remedy {
     /// How much it asks of the user; lower first.
     pub fn rank(self) -> u32 {
         match self {
-            Self::ExpandableSegments | Self::MaxSplitSize => 0,
-            Self::AmpBf16 | Self::Bf16Weights => 1,
+            // One argument, nothing else changes (the fused step is usually faster).
+            Self::ExpandableSegments | Self::MaxSplitSize | Self::SetToNone | Self::FusedStep => 0,
+            Self::AmpBf16 | Self::Bf16Weights | Self::ForeachOff => 1,
             Self::AmpFp16 | Self::MicroBatchHalf => 2,
-            Self::Adam8bit | Self::ActivationCheckpointing => 3,
+            // LoRA changes what is trained (the base weights stay as they are).
+            Self::Adam8bit | Self::ActivationCheckpointing | Self::Lora => 3,
             // It changes what the model sees at a time.
-            Self::Adafactor | Self::SequenceHalf => 4,
+            Self::Adafactor | Self::SequenceHalf | Self::TiedEmbeddings => 4,
             Self::Sgd => 5,
             Self::Zero1 => 6,
             Self::Zero2 => 7,
@@ -255,6 +305,22 @@ impl Remedy {
             Self::ActivationCheckpointing => 0.2,
             // Plus the model's own error on the trace (see `singles`).
             Self::MaxSplitSize => 0.02,
+            // Replayed: the kept gradients freed and allocated again as far into the backward as
+            // in their own; the incoming gradient each backward added to a kept one stays (one
+            // parameter's, briefly).
+            Self::SetToNone => 0.05,
+            // Replayed without the step's temporaries; a fused kernel's own scratch is small.
+            Self::FusedStep => 0.05,
+            // A rule for the loop's temporaries: two of the largest parameter's size (Adam's
+            // square root of `exp_avg_sq` and its quotient), alive together.
+            Self::ForeachOff => 0.1,
+            // The embedding's gradient then gathers the head's contribution too: one more of
+            // its size in backward, briefly.
+            Self::TiedEmbeddings => 0.05,
+            // What the adapters save for backward (each adapted layer's input, and an output of
+            // `rank` columns) is not in the stream: the base layers' inputs are saved already
+            // where their weights were trained.
+            Self::Lora => 0.1,
         }
     }
 
@@ -269,6 +335,7 @@ impl Remedy {
                 1.0 - 1.0 / f64::from(ctx.gpus.max(1))
             }
             Self::ExpandableSegments | Self::MaxSplitSize => 0.0,
+            Self::SetToNone | Self::FusedStep | Self::ForeachOff | Self::TiedEmbeddings | Self::Lora => 1.0,
         }
     }
 
@@ -302,6 +369,13 @@ impl Remedy {
             Self::Adam8bit | Self::Adafactor | Self::Sgd => ctx.optimizer_state,
             Self::MicroBatchHalf => true,
             Self::SequenceHalf => ctx.sequence,
+            Self::SetToNone => ctx.training && ctx.kept_gradient_bytes > 0.0,
+            // Adam's step, where it holds temporaries: any (the loop's) for the fused step, more
+            // than a loop over the parameters would hold for `foreach=False`.
+            Self::FusedStep => ctx.adam && ctx.step_temporary_bytes > 0.0,
+            Self::ForeachOff => ctx.adam && ctx.step_temporary_bytes > 2.5 * ctx.largest_gradient_bytes,
+            Self::TiedEmbeddings => ctx.training && ctx.untied.is_some(),
+            Self::Lora => ctx.training && ctx.adapters.is_some() && (ctx.gradient_bytes > 0.0 || ctx.optimizer_state),
         }
     }
 
@@ -380,6 +454,32 @@ impl Remedy {
                 pipeline_parallel(p, f64::from(ctx.gpus.max(1)));
             }
             Self::ExpandableSegments | Self::MaxSplitSize => {}
+            Self::SetToNone => {
+                if p.phase == Some(super::Phase::Forward) {
+                    p.gradient = (p.gradient - ctx.kept_gradient_bytes).max(0.0);
+                }
+            }
+            Self::FusedStep | Self::ForeachOff => {
+                if p.in_step() {
+                    let kept = if self == Self::ForeachOff { 2.0 * ctx.largest_gradient_bytes } else { 0.0 };
+                    p.temporary = (p.temporary - ctx.step_temporary_bytes + kept).max(0.0);
+                }
+            }
+            Self::TiedEmbeddings => {
+                let state_per_byte = if p.parameter > 0.0 { p.optimizer_state / p.parameter } else { 0.0 };
+                let head = ctx.untied_bytes.min(p.parameter);
+                p.parameter -= head;
+                p.gradient = (p.gradient - head).max(0.0);
+                p.optimizer_state = (p.optimizer_state - head * state_per_byte).max(0.0);
+            }
+            Self::Lora => {
+                if p.in_step() && ctx.gradient_bytes > 0.0 {
+                    p.temporary *= (ctx.adapter_bytes / ctx.gradient_bytes).min(1.0);
+                }
+                p.parameter += ctx.adapter_bytes;
+                p.gradient = if p.gradient > 0.0 { ctx.adapter_bytes } else { 0.0 };
+                p.optimizer_state = ctx.adapter_state_bytes;
+            }
         }
     }
 
@@ -467,6 +567,27 @@ impl Remedy {
                 simulated_baseline_bytes: ctx.peak_reserved_bytes,
                 simulated_bytes: ctx.peak_reserved_bytes,
             })),
+            Self::SetToNone => Reason::KeptGradients {
+                kept_gradient_bytes: bytes(ctx.kept_gradient_bytes),
+                gradient_bytes: bytes(base.gradient),
+            },
+            Self::FusedStep | Self::ForeachOff => Reason::StepTemporaries {
+                temporary_bytes: bytes(ctx.step_temporary_bytes),
+                largest_gradient_bytes: bytes(ctx.largest_gradient_bytes),
+                fused: self == Self::FusedStep,
+            },
+            Self::TiedEmbeddings => Reason::Tied {
+                embedding: ctx.untied.as_ref().map(|u| u.embedding.clone()).unwrap_or_default(),
+                head: ctx.untied.as_ref().map(|u| u.head.clone()).unwrap_or_default(),
+                head_bytes: bytes(ctx.untied_bytes),
+            },
+            Self::Lora => Reason::Adapters {
+                gradient_bytes: bytes(base.gradient),
+                optimizer_state_bytes: bytes(base.optimizer_state),
+                layers: ctx.adapters.as_ref().map_or(0, |a| a.layers),
+                rank: ctx.adapters.as_ref().map_or(0, |a| a.rank),
+                adapter_bytes: bytes(ctx.adapter_bytes),
+            },
         }
     }
 }
@@ -575,6 +696,46 @@ pub enum Reason {
         reserved_before_bytes: u64,
         /// The reserved peak projected.
         reserved_after_bytes: u64,
+    },
+    /// Gradients zeroed, not freed: those kept through the next forward, and the gradients at
+    /// the peak.
+    KeptGradients {
+        /// Gradients alive at the start of a forward after their backward.
+        kept_gradient_bytes: u64,
+        /// Gradients at the peak.
+        gradient_bytes: u64,
+    },
+    /// The optimizer step's temporaries: the most alive at once, and the largest gradient (a
+    /// loop over the parameters holds two of its size).
+    StepTemporaries {
+        /// The most temporaries alive at once in a step.
+        temporary_bytes: u64,
+        /// The largest gradient.
+        largest_gradient_bytes: u64,
+        /// The fused step (else the loop over the parameters).
+        fused: bool,
+    },
+    /// Tied embeddings: the embedding's and the head's weights, and the head's bytes.
+    Tied {
+        /// The embedding's weight.
+        embedding: String,
+        /// The head's weight.
+        head: String,
+        /// The head's weight in bytes.
+        head_bytes: u64,
+    },
+    /// LoRA: the gradients and optimizer state that go, and the adapters that come.
+    Adapters {
+        /// Gradients at the peak.
+        gradient_bytes: u64,
+        /// Optimizer state at the peak.
+        optimizer_state_bytes: u64,
+        /// Linear layers adapted.
+        layers: usize,
+        /// Their rank.
+        rank: u64,
+        /// The adapters' parameters, in bytes.
+        adapter_bytes: u64,
     },
     /// Two remedies applied together.
     Together(Remedy, Remedy),

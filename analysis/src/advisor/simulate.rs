@@ -87,6 +87,9 @@ struct Block {
     forward_ns: Option<i64>,
     /// A dataset the program holds whole: input no smaller batch shrinks.
     resident: bool,
+    /// The parameter it is, or is the gradient or optimizer state of, by the recorder's tag
+    /// (an index into [`Replayer::owners`]).
+    owner: Option<u32>,
 }
 
 /// What the rules add to a replay: autocast's weight copies, ZeRO-3's gathered block.
@@ -105,6 +108,17 @@ pub struct RuleParts {
     /// Whether the run trained (under autocast an inference run's temporaries are what it
     /// computes, and are cast too).
     pub training: bool,
+    /// The output head's weight that tied embeddings remove (with its gradient and state).
+    pub untied_head: Option<u32>,
+    /// LoRA's adapters, in bytes: their parameters (and as much again of gradients).
+    pub adapter_bytes: f64,
+    /// The adapters' optimizer state: as many bytes per adapter byte as the run's optimizer
+    /// keeps per trained parameter byte.
+    pub adapter_state_bytes: f64,
+    /// The largest gradient: a loop over the parameters holds temporaries of one at a time.
+    pub largest_gradient_bytes: f64,
+    /// The gradients of all the trained parameters (what the optimizer's step runs over).
+    pub gradient_bytes: f64,
 }
 
 /// A device's event stream made ready to replay with remedies applied.
@@ -114,12 +128,23 @@ pub struct Replayer {
     blocks: Vec<Block>,
     /// Each forward's start and the end of the backward after it (or of the forward itself).
     passes: Vec<(i64, i64)>,
+    /// The optimizer steps: start and end.
+    steps: Vec<(i64, i64)>,
     /// Activation checkpointing's moves for each repeated block of the model, in the model's
     /// order: (block, when it is allocated again); `None` when the stream does not show the
     /// blocks' activations.
     checkpointing: Option<Vec<Moves>>,
     /// The baseline's peak by this replay.
     pub baseline: SimulatedPeak,
+    /// The parameters the blocks belong to, by the recorder's names, and their indices.
+    owners: HashMap<String, u32>,
+    /// Gradients kept through a later forward (zeroed, not freed): each block with when it
+    /// would be freed (the end of the optimizer step before that forward) and allocated again
+    /// (as far into that iteration's backward as it was into its own).
+    kept_gradients: Vec<(usize, Vec<(i64, i64)>)>,
+    /// The optimizer's state as Adam's (`exp_avg`, `exp_avg_sq`): the optimizers whose
+    /// multi-tensor step holds temporaries of every parameter's size.
+    pub adam: bool,
 }
 
 /// A block's activations to allocate again: (block, when).
@@ -149,8 +174,12 @@ impl Replayer {
             changes: Vec::new(),
             blocks: Vec::new(),
             passes: passes(spans),
+            steps: spans.iter().filter(|s| s.2 == AnnotationKind::OptimizerStep).map(|s| (s.0, s.1)).collect(),
             checkpointing: None,
             baseline: SimulatedPeak::default(),
+            owners: HashMap::default(),
+            kept_gradients: Vec::new(),
+            adam: false,
         };
         // The activations of each repeated block in each forward: (forward, block) -> blocks.
         let mut groups: HashMap<(usize, String), Vec<usize>> = HashMap::default();
@@ -158,6 +187,14 @@ impl Replayer {
             let attribution = attributor.block(address, time_ns, i64::MAX, stack);
             let Attribution { category, evidence } = attribution;
             let forward = forwards.partition_point(|&f| f <= time_ns);
+            let owner = match evidence {
+                Evidence::Tag(name) => owner_of(trace.interner.resolve(name), category).map(|(owner, part)| {
+                    r.adam |= category == Category::OptimizerState && part == "exp_avg_sq";
+                    let next = r.owners.len() as u32;
+                    *r.owners.entry(owner.to_owned()).or_insert(next)
+                }),
+                _ => None,
+            };
             let b = r.blocks.len();
             r.blocks.push(Block {
                 size_bytes,
@@ -169,6 +206,7 @@ impl Replayer {
                 in_step: time_ns != i64::MIN && in_step(spans, time_ns),
                 forward_ns: forward.checked_sub(1).map(|f| forwards[f]),
                 resident: attribution.is_resident_input(trace),
+                owner,
             });
             if let Evidence::Phase { module: Some(module), .. } = evidence
                 && category == Category::Activation
@@ -225,8 +263,64 @@ impl Replayer {
             }
         }
         r.checkpointing = checkpoint_moves(&r, &groups);
+        r.kept_gradients = kept_gradients(&r, spans);
         r.baseline = r.project(&[], RuleParts::default()).map(|(p, _)| p).unwrap_or_default();
         Some(r)
+    }
+
+    /// The parameter named `name` (its weight, gradient and state), when the trace tags it.
+    pub fn owner(&self, name: &str) -> Option<u32> {
+        self.owners.get(name).copied()
+    }
+
+    /// The most gradient bytes kept through a forward (zeroed after a step, not freed).
+    pub fn kept_gradient_bytes(&self) -> u64 {
+        let mut at: HashMap<i64, u64> = HashMap::default();
+        for (block, splits) in &self.kept_gradients {
+            let size = self.blocks.get(*block).map_or(0, |b| b.size_bytes);
+            for &(free, _) in splits {
+                *at.entry(free).or_default() += size;
+            }
+        }
+        at.into_values().max().unwrap_or(0)
+    }
+
+    /// The most bytes of temporaries alive at once in an optimizer step, and the largest
+    /// gradient.
+    pub fn step_temporaries(&self) -> (u64, u64) {
+        let largest =
+            self.blocks.iter().filter(|b| b.category == Category::Gradient).map(|b| b.size_bytes).max().unwrap_or(0);
+        let (mut live, mut most) = (0i64, 0i64);
+        for c in &self.changes {
+            let Some(b) = self.blocks.get(c.block).filter(|b| b.in_step && b.category == Category::Temporary) else {
+                continue;
+            };
+            live += if c.alloc { b.size_bytes as i64 } else { -(b.size_bytes as i64) };
+            most = most.max(live);
+        }
+        (most.max(0) as u64, largest)
+    }
+
+    /// Bytes of optimizer state per byte of the parameters it is kept for (by the tags' names),
+    /// when the trace tags both.
+    pub fn state_per_parameter_byte(&self) -> Option<f64> {
+        let mut of_parameter: HashMap<u32, (u64, u64)> = HashMap::default();
+        for b in &self.blocks {
+            let Some(owner) = b.owner else { continue };
+            let entry = of_parameter.entry(owner).or_default();
+            match b.category {
+                Category::Parameter => entry.0 = entry.0.max(b.size_bytes),
+                Category::OptimizerState => entry.1 += b.size_bytes,
+                _ => {}
+            }
+        }
+        // Each state tensor is tagged once per address it took: the largest per parameter is
+        // what one step holds, counted from parameters that have state.
+        let (parameters, state) = of_parameter
+            .values()
+            .filter(|(p, s)| *p > 0 && *s > 0)
+            .fold((0u64, 0u64), |(p, s), (pp, ss)| (p + pp, s + ss));
+        (parameters > 0).then(|| state as f64 / parameters as f64)
     }
 
     /// Whether checkpointing can be replayed (the stream shows two repeated blocks' activations).
@@ -257,6 +351,7 @@ impl Replayer {
         let mut method = Method::Replay;
         let mut factor: [f64; Category::ALL.len()] = [1.0; Category::ALL.len()];
         let (mut batch, mut cast, mut accumulate, mut checkpoint) = (1.0, false, false, false);
+        let (mut step_temporaries, mut set_to_none, mut drop_owner) = (1.0, false, None);
         let mut computed = 1.0;
         let mut extra: Vec<(i64, usize, i64)> = Vec::new();
         for &remedy in applied {
@@ -303,6 +398,38 @@ impl Replayer {
                     checkpoint = true;
                 }
                 Remedy::TensorParallel | Remedy::PipelineParallel => return None,
+                Remedy::SetToNone => set_to_none = true,
+                Remedy::FusedStep => step_temporaries = 0.0,
+                Remedy::ForeachOff => {
+                    step_temporaries = 0.0;
+                    // One parameter at a time: `exp_avg_sq.sqrt()` and its quotient by the bias
+                    // correction, alive together, of the largest parameter, through each step.
+                    let loop_bytes = (2.0 * rules.largest_gradient_bytes).round() as i64;
+                    for &(start, end) in &self.steps {
+                        extra.push((start, 0, loop_bytes));
+                        extra.push((end, usize::MAX, -loop_bytes));
+                    }
+                    method = Method::ReplayAndRule;
+                }
+                Remedy::TiedEmbeddings => drop_owner = Some(rules.untied_head?),
+                Remedy::Lora => {
+                    // Every weight frozen: no optimizer state but the adapters', alive
+                    // throughout with their parameters. Their gradients come as backward reaches
+                    // them, as the weights' did: each gradient shrinks to the adapters' share of
+                    // them. The step runs over the adapters alone: its temporaries, per trained
+                    // parameter, shrink as much.
+                    let share = if rules.gradient_bytes > 0.0 {
+                        (rules.adapter_bytes / rules.gradient_bytes).min(1.0)
+                    } else {
+                        0.0
+                    };
+                    factor[Category::Gradient as usize] *= share;
+                    factor[Category::OptimizerState as usize] = 0.0;
+                    step_temporaries *= share;
+                    let adapters = (rules.adapter_bytes + rules.adapter_state_bytes).round() as i64;
+                    extra.push((i64::MIN, 0, adapters));
+                    method = Method::ReplayAndRule;
+                }
                 Remedy::ExpandableSegments | Remedy::MaxSplitSize => {}
             }
         }
@@ -311,7 +438,13 @@ impl Replayer {
             cast && !b.fp32 && !b.in_step && (b.category == Category::Activation || (!rules.training && computes(b)))
         };
         let size = |b: &Block| -> i64 {
+            if drop_owner.is_some() && b.owner == drop_owner {
+                return 0;
+            }
             let mut f = factor[b.category as usize];
+            if b.in_step && b.category == Category::Temporary {
+                f *= step_temporaries;
+            }
             let scales =
                 matches!(b.category, Category::Activation | Category::Temporary | Category::Input) && !b.resident;
             if scales && !b.in_step {
@@ -361,20 +494,110 @@ impl Replayer {
                 changes.push((c.time_ns, c.order, -bytes));
             }
         }
-        changes.extend(extra);
-        // Nearly sorted already: the moves and the rules' spans are what sorting places.
-        changes.sort_by_key(|c| (c.0, c.1));
-        let mut bytes = 0i64;
-        let first = changes.iter().map(|c| c.0).find(|&t| t != i64::MIN).unwrap_or(0);
-        let mut best = SimulatedPeak { bytes: 0, time_ns: first };
-        for &(time_ns, _, delta) in &changes {
-            bytes += delta;
-            if bytes > best.bytes as i64 {
-                best = SimulatedPeak { bytes: bytes as u64, time_ns: time_ns.max(first) };
+        if set_to_none {
+            // Freed after each step and allocated again by the next backward.
+            for (block, splits) in &self.kept_gradients {
+                let Some(b) = self.blocks.get(*block) else { continue };
+                let bytes = size(b);
+                for &(free, again) in splits {
+                    changes.push((free, usize::MAX, -bytes));
+                    changes.push((again, 0, bytes));
+                }
             }
         }
-        Some((best, method))
+        changes.extend(extra);
+        Some((peak_of(changes), method))
     }
+}
+
+/// The highest running total of `changes` (time, order, bytes), and when it was reached.
+fn peak_of(mut changes: Vec<(i64, usize, i64)>) -> SimulatedPeak {
+    // Nearly sorted already: the moves and the rules' spans are what sorting places.
+    changes.sort_by_key(|c| (c.0, c.1));
+    let mut bytes = 0i64;
+    let first = changes.iter().map(|c| c.0).find(|&t| t != i64::MIN).unwrap_or(0);
+    let mut best = SimulatedPeak { bytes: 0, time_ns: first };
+    for &(time_ns, _, delta) in &changes {
+        bytes += delta;
+        if bytes > best.bytes as i64 {
+            best = SimulatedPeak { bytes: bytes as u64, time_ns: time_ns.max(first) };
+        }
+    }
+    best
+}
+
+/// The parameter a tagged block is or belongs to, and the part it is (`exp_avg`, `grad`): a
+/// gradient's tag is its parameter's name and `.grad`, optimizer state's the parameter's and
+/// what the optimizer calls it (`.exp_avg`, `.momentum_buffer`, `.step`).
+fn owner_of(name: &str, category: Category) -> Option<(&str, &str)> {
+    match category {
+        Category::Parameter if !name.ends_with(" (buffer)") => Some((name, "")),
+        Category::Gradient => name.strip_suffix(".grad").map(|owner| (owner, "grad")),
+        Category::OptimizerState => {
+            let whole = name.split('[').next().unwrap_or(name);
+            whole.rsplit_once('.')
+        }
+        _ => None,
+    }
+}
+
+/// The gradients kept through a later forward, as `zero_grad(set_to_none=False)` keeps them:
+/// each allocated in a backward and alive at the start of a forward after it, with where
+/// `set_to_none=True` would free it (the end of the last optimizer step before that forward,
+/// else the forward's start) and allocate it again: where the next backward makes as many
+/// allocations as its own had made before it (each backward computes the gradients in the same
+/// order; times differ from one iteration to the next, the order does not).
+fn kept_gradients(r: &Replayer, spans: &[(i64, i64, AnnotationKind)]) -> Vec<(usize, Vec<(i64, i64)>)> {
+    let backwards: Vec<(i64, i64)> =
+        spans.iter().filter(|s| s.2 == AnnotationKind::Backward).map(|s| (s.0, s.1)).collect();
+    let forwards: Vec<i64> = spans.iter().filter(|s| s.2 == AnnotationKind::Forward).map(|s| s.0).collect();
+    if backwards.is_empty() || forwards.len() < 2 {
+        return Vec::new();
+    }
+    // Each backward's allocations, in order: (time, order).
+    let mut allocations: Vec<Vec<Place>> = vec![Vec::new(); backwards.len()];
+    let mut allocated: HashMap<usize, Place> = HashMap::default();
+    let mut lifetimes: Vec<(usize, Place, i64)> = Vec::new();
+    for c in &r.changes {
+        if c.alloc {
+            let i = backwards.partition_point(|b| b.0 <= c.time_ns);
+            if let Some(i) = i.checked_sub(1).filter(|&i| c.time_ns <= backwards[i].1) {
+                allocations[i].push((c.time_ns, c.order));
+            }
+        }
+        let Some(b) = r.blocks.get(c.block) else { continue };
+        if b.category != Category::Gradient || b.in_step {
+            continue;
+        }
+        if c.alloc {
+            allocated.insert(c.block, (c.time_ns, c.order));
+        } else if let Some(at) = allocated.remove(&c.block) {
+            lifetimes.push((c.block, at, c.time_ns));
+        }
+    }
+    lifetimes.extend(allocated.into_iter().map(|(block, at)| (block, at, i64::MAX)));
+    let mut kept = Vec::new();
+    for (block, from, to) in lifetimes {
+        // Its own backward, and how many allocations that backward had made before it.
+        let Some(own) = backwards.iter().rposition(|b| b.0 <= from.0 && from.0 <= b.1) else { continue };
+        let before = allocations[own].partition_point(|&a| a < from);
+        let mut splits = Vec::new();
+        for &forward in forwards.iter().filter(|&&f| f > from.0 && f < to) {
+            let Some(next) = backwards.iter().position(|b| b.0 > forward) else { continue };
+            if backwards[next].0 >= to {
+                continue;
+            }
+            let again = allocations[next].get(before).map_or(backwards[next].1, |a| a.0);
+            let freed =
+                r.steps.iter().rev().map(|s| s.1).find(|&end| end > from.0 && end <= forward).unwrap_or(forward);
+            splits.push((freed, again));
+        }
+        if !splits.is_empty() {
+            kept.push((block, splits));
+        }
+    }
+    kept.sort_unstable_by_key(|k| k.0);
+    kept
 }
 
 fn in_step(spans: &[(i64, i64, AnnotationKind)], time_ns: i64) -> bool {

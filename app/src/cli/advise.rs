@@ -36,8 +36,8 @@ fn line(out: &mut dyn Write, p: &Projection, baseline: u64) -> std::io::Result<(
     let change = 100.0 * (p.projected_peak_allocated_bytes as f64 - baseline as f64) / baseline.max(1) as f64;
     writeln!(
         out,
-        "  {:<40} {:>10} ({:+.0}%, ±{:.0}%, {}){}",
-        p.id,
+        "  {:<44} {:>10} ({:+.0}%, ±{:.0}%, {}){}",
+        words::remedies_named(&p.id),
         bytes(p.projected_peak_allocated_bytes),
         change,
         100.0 * p.uncertainty,
@@ -201,9 +201,9 @@ pub fn answer(path: &Path, options: &Options<'_>, to: &mut super::To<'_>) -> Res
         for (i, step) in advice.plan.iter().enumerate() {
             writeln!(
                 out,
-                "  {}. {:<32} {:>10} reserved (±{:.0}%){}",
+                "  {}. {:<44} {:>10} reserved (±{:.0}%){}",
                 i + 1,
-                step.remedy.id(),
+                words::remedy_name(step.remedy),
                 bytes(step.projected_peak_reserved_bytes),
                 100.0 * step.uncertainty,
                 if step.fits { "  fits" } else { "" }

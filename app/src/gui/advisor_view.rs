@@ -77,7 +77,7 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], advice: &Advice) {
             body.rows(20.0, rows.len(), |mut row| {
                 let Some(p) = rows.get(row.index()) else { return };
                 row.col(|ui| {
-                    ui.add(egui::Label::new(&p.id).truncate()).on_hover_text(format!(
+                    ui.add(egui::Label::new(words::remedies_named(&p.id)).truncate()).on_hover_text(format!(
                         "{}\n\n{}",
                         words::change(p, advice),
                         words::reason(p, advice)
@@ -235,7 +235,7 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
         for (i, step) in advice.plan.iter().enumerate() {
             ui.horizontal(|ui| {
                 ui.monospace(format!("{}.", i + 1));
-                ui.label(step.remedy.id()).on_hover_text(words::remedy_change(step.remedy, advice));
+                ui.label(words::remedy_name(step.remedy)).on_hover_text(words::remedy_change(step.remedy, advice));
                 ui.monospace(format!(
                     "{} reserved (±{:.0}%)",
                     units::bytes(step.projected_peak_reserved_bytes),

@@ -58,6 +58,10 @@ def _data_ptr(storage: Any) -> int:
 address_of: Callable[[Any], int] = _data_ptr
 
 
+# The most linear and embedding layers written for a model (a 70B decoder has about 560).
+MAX_LAYERS = 20_000
+
+
 class Tagger:
     """The model's names, and the tags of its tensors."""
 
@@ -78,6 +82,7 @@ class Tagger:
         # Datasets (by id) whose tensors are tagged.
         self.datasets_seen: set[int] = set()
         self.parameter_dtypes: dict[str, int] = {}
+        self.layers: list[list[object]] = []
 
     def tag(self, tensor: object, category: str, name: str) -> None:
         """Writes that `tensor`'s storage is `category` (`name` says which)."""
@@ -159,10 +164,39 @@ class Tagger:
             for name, buffer in root.named_buffers():
                 self.tag(buffer, "parameter", f"{_clean(name)} (buffer)")
         # What the parameters are stored in: the advisor proposes 16-bit weights only for a
-        # model it knows holds 32-bit ones.
-        if dtypes and dtypes != self.parameter_dtypes:
+        # model it knows holds 32-bit ones. Its linear and embedding layers: what LoRA would adapt,
+        # and an output head that could share the embedding's weight.
+        layers = self.model_layers()
+        if dtypes and (dtypes != self.parameter_dtypes or layers != self.layers):
             self.parameter_dtypes = dtypes
-            self.log.write({"t": "dtypes", "parameters": dtypes})
+            self.layers = layers
+            self.log.write({"t": "dtypes", "parameters": dtypes, "layers": layers})
+
+    def model_layers(self) -> list[list[object]]:
+        """The models' linear and embedding layers, each `[kind, module, weight, rows, columns,
+        trainable]`: `linear` (rows: in_features, columns: out_features) or `embedding` (rows:
+        entries, columns: their width); `weight` is the parameter's name, the first module's
+        name for a weight two modules share (tied). At most `MAX_LAYERS`."""
+        layers: list[list[object]] = []
+        for reference in self.roots:
+            root = reference()
+            if root is None:
+                continue
+            for name, module in _unwrapped(root).named_modules():
+                if len(layers) >= MAX_LAYERS:
+                    return layers
+                weight = getattr(module, "weight", None)
+                if not isinstance(weight, torch.Tensor):
+                    continue
+                if isinstance(module, torch.nn.Linear):
+                    kind, rows, columns = "linear", module.in_features, module.out_features
+                elif isinstance(module, torch.nn.Embedding):
+                    kind, rows, columns = "embedding", module.num_embeddings, module.embedding_dim
+                else:
+                    continue
+                trainable = bool(weight.requires_grad)
+                layers.append([kind, _clean(name), self.param_name(weight), rows, columns, trainable])
+        return layers
 
     # -- gradients and optimizer state -------------------------------------------------------------
 

@@ -73,6 +73,8 @@ pub struct AdviceDocument<'a> {
 pub struct PlanStep {
     /// The remedy's id.
     pub id: &'static str,
+    /// The remedy as people name it (`LoRA (low-rank adapters, the model frozen)`).
+    pub name: &'static str,
     /// What to change, in words.
     pub change: String,
     /// The allocated peak projected with this step and those before it.
@@ -90,6 +92,9 @@ pub struct PlanStep {
 pub struct ProjectionOut<'a> {
     /// The remedy's id (a combination's ids joined by `+`).
     pub id: &'a str,
+    /// The remedy as people name it (`bf16 autocast`, `LoRA (low-rank adapters, the model
+    /// frozen)`; a combination's names joined by `and`).
+    pub name: String,
     /// What to change, in words.
     pub change: String,
     /// The allocated peak projected.
@@ -133,6 +138,7 @@ fn projections<'a>(list: &'a [Projection], advice: &Advice) -> Vec<ProjectionOut
     list.iter()
         .map(|p| ProjectionOut {
             id: &p.id,
+            name: words::remedies_named(&p.id),
             change: words::change(p, advice),
             projected_peak_allocated_bytes: p.projected_peak_allocated_bytes,
             projected_peak_reserved_bytes: p.projected_peak_reserved_bytes,
@@ -193,6 +199,7 @@ pub fn advice_document_with<'a>(
             .iter()
             .map(|s| PlanStep {
                 id: s.remedy.id(),
+                name: words::remedy_name(s.remedy),
                 change: words::remedy_change(s.remedy, advice),
                 projected_peak_allocated_bytes: s.projected_peak_allocated_bytes,
                 projected_peak_reserved_bytes: s.projected_peak_reserved_bytes,

@@ -48,6 +48,22 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
             "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{}",
             advice.max_split.map_or(0, |m| m.setting_bytes >> 20)
         ),
+        Remedy::SetToNone => "optimizer.zero_grad(set_to_none=True): free the gradients after each step".to_owned(),
+        Remedy::FusedStep => "the optimizer's fused step: torch.optim.AdamW(..., fused=True)".to_owned(),
+        Remedy::ForeachOff => {
+            "the optimizer's step one parameter at a time: torch.optim.AdamW(..., foreach=False)".to_owned()
+        }
+        Remedy::TiedEmbeddings => match &advice.tied {
+            Some((embedding, head)) => format!("tie the output head to the input embedding: {head} = {embedding}"),
+            None => "tie the output head to the input embedding".to_owned(),
+        },
+        Remedy::Lora => match advice.lora {
+            Some((layers, rank)) => format!(
+                "LoRA: freeze the model and train rank-{rank} adapters on the blocks' {layers} linear layers \
+                 (peft's LoraConfig(r={rank}, target_modules=...))"
+            ),
+            None => "LoRA: freeze the model and train low-rank adapters (peft)".to_owned(),
+        },
     }
 }
 
@@ -218,6 +234,18 @@ pub fn remedy_cost(remedy: Remedy, training: bool) -> &'static str {
         Remedy::MaxSplitSize => {
             "more cudaMalloc calls: cached blocks of that size or more are not split for smaller requests"
         }
+        Remedy::SetToNone => {
+            "none: PyTorch's default since 2.0; code that reads .grad after zero_grad must expect None"
+        }
+        Remedy::FusedStep => "none known: one kernel for the whole step, usually faster; Adam, AdamW, SGD and Adagrad",
+        Remedy::ForeachOff => "time: the step launches kernels per parameter (slower on many small tensors)",
+        Remedy::TiedEmbeddings => {
+            "quality: one matrix for input and output (GPT-2 and most small models do it); retrain or check the loss"
+        }
+        Remedy::Lora => {
+            "quality: only the adapters learn (usually close to full fine-tuning for adaptation, not for \
+             pretraining); a dependency"
+        }
     }
 }
 
@@ -255,7 +283,7 @@ pub fn without_effect(advice: &Advice) -> Option<String> {
     if advice.without_effect.is_empty() {
         return None;
     }
-    let ids: Vec<&str> = advice.without_effect.iter().map(|p| p.id.as_str()).collect();
+    let ids: Vec<String> = advice.without_effect.iter().map(|p| remedies_named(&p.id)).collect();
     let alive: Vec<String> = super::by_name(&advice.baseline.categories_at_peak)
         .into_iter()
         .map(|(c, v)| format!("{} {}", c.name(), bytes(v)))
@@ -287,6 +315,11 @@ pub fn remedy_name(r: Remedy) -> &'static str {
         Remedy::PipelineParallel => "pipeline parallelism",
         Remedy::ExpandableSegments => "expandable segments",
         Remedy::MaxSplitSize => "a max_split_size_mb",
+        Remedy::SetToNone => "zero_grad(set_to_none=True)",
+        Remedy::FusedStep => "the fused optimizer step (fused=True)",
+        Remedy::ForeachOff => "the optimizer without its multi-tensor step (foreach=False)",
+        Remedy::TiedEmbeddings => "tied embeddings (the head shares the embedding's weight)",
+        Remedy::Lora => "LoRA (low-rank adapters, the model frozen)",
     }
 }
 
@@ -302,14 +335,13 @@ pub fn remedies_named(id: &str) -> String {
 /// single one that fits too (it may be the simpler one to make, if not the smaller).
 pub fn smallest_change(advice: &Advice) -> Option<String> {
     let id = advice.smallest_change_that_fits.as_deref()?;
-    let mut line = format!("the change that asks least and fits: {} ({id})", remedies_named(id));
+    let mut line = format!("the change that asks least and fits: {}", remedies_named(id));
     if id.contains('+')
         && let Some(single) = advice.remedies.iter().filter(|p| p.fits).min_by_key(|p| p.projected_peak_reserved_bytes)
     {
         line.push_str(&format!(
-            "; of single changes, {} ({}) fits too, at {} reserved",
+            "; of single changes, {} fits too, at {} reserved",
             remedies_named(&single.id),
-            single.id,
             bytes(single.projected_peak_reserved_bytes)
         ));
     }
@@ -542,7 +574,49 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
             bytes(m.recorded_bytes),
             bytes(m.projected_bytes())
         ),
-        Reason::Together(a, b) => format!("{} and {} together: {before} -> {after}", a.id(), b.id()),
+        Reason::KeptGradients { .. }
+        | Reason::StepTemporaries { .. }
+        | Reason::Tied { .. }
+        | Reason::Adapters { .. } => step_and_model_reason(&p.reason, &before, &after),
+        Reason::Together(a, b) => format!("{} and {} together: {before} -> {after}", remedy_name(*a), remedy_name(*b)),
+    }
+}
+
+/// The reasons of the remedies that change a part of the step or of the model.
+fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
+    match reason {
+        Reason::KeptGradients { kept_gradient_bytes, gradient_bytes } => format!(
+            "{} of gradients are zeroed after each step and kept through the next forward (gradients at the peak: \
+             {}); freed instead, each comes back when backward reaches its parameter: {before} -> {after}",
+            bytes(*kept_gradient_bytes),
+            bytes(*gradient_bytes)
+        ),
+        Reason::StepTemporaries { temporary_bytes, fused: true, .. } => format!(
+            "the optimizer step holds up to {} of temporaries at once; the fused step holds none the size of a \
+             parameter: {before} -> {after}",
+            bytes(*temporary_bytes)
+        ),
+        Reason::StepTemporaries { temporary_bytes, largest_gradient_bytes, fused: false } => format!(
+            "the optimizer step holds up to {} of temporaries at once (the multi-tensor step computes over every \
+             parameter together); one parameter at a time it holds two of the largest's size ({} each): {before} \
+             -> {after}",
+            bytes(*temporary_bytes),
+            bytes(*largest_gradient_bytes)
+        ),
+        Reason::Tied { embedding, head, head_bytes } => format!(
+            "{head} ({}) has the shape of {embedding}, transposed: shared, it goes with its gradient and optimizer \
+             state: {before} -> {after}",
+            bytes(*head_bytes)
+        ),
+        Reason::Adapters { gradient_bytes, optimizer_state_bytes, layers, rank, adapter_bytes } => format!(
+            "with the weights frozen, the gradients ({} at the peak) and optimizer state ({}) go; rank-{rank} \
+             adapters on {layers} linear layers add {} of parameters and as much of gradients, with their state: \
+             {before} -> {after}",
+            bytes(*gradient_bytes),
+            bytes(*optimizer_state_bytes),
+            bytes(*adapter_bytes)
+        ),
+        _ => String::new(),
     }
 }
 

@@ -96,10 +96,9 @@ pub fn postmortem_sections(pm: &PostMortem) -> Vec<(&'static str, Vec<String>)> 
     sections.push(("Alive", std::mem::take(&mut lines)));
     lines.push(match (&pm.fix, pm.capacity_bytes) {
         (Some(fix), Some(capacity)) => format!(
-            "would have fitted: {} ({}; projected peak {} allocated, {} reserved, ±{:.0}%), leaving room for the {} \
+            "would have fitted: {} (projected peak {} allocated, {} reserved, ±{:.0}%), leaving room for the {} \
              asked for in {}; a lower bound: what the run would have allocated after the failure is not in the trace",
             super::remedies_named(&fix.id),
-            fix.id,
             bytes(fix.projected_peak_allocated_bytes),
             bytes(fix.projected_peak_reserved_bytes),
             100.0 * fix.uncertainty,
@@ -165,7 +164,7 @@ mod tests {
         let lines = super::postmortem_lines(&pm);
         let last = lines.last().unwrap();
         assert!(
-            last.starts_with(&format!("would have fitted: {} ({}", super::super::remedies_named(&fix.id), fix.id)),
+            last.starts_with(&format!("would have fitted: {} (projected", super::super::remedies_named(&fix.id))),
             "{last}"
         );
     }
