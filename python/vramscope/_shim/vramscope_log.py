@@ -9,8 +9,9 @@ forward, backward, optimizer_step, iteration, evaluation, module; name, begin, e
 (device_type, dtype: forward ran under autocast), `allocator_conf` (conf: the allocator's
 configuration string, from the environment when torch is imported and from each
 `torch.cuda.memory._set_allocator_settings` call), `dtypes` (parameters: the model's parameter
-bytes by dtype; layers: its linear and embedding layers; when either changes), `gap` (dev, begin, end, why, detail: a stretch whose CPU
-allocations were not seen, the profiler being off).
+bytes by dtype; layers: its linear and embedding layers; when either changes), `gap` (dev,
+begin, end, why, detail: a stretch whose CPU allocations were not seen, the profiler being
+off).
 
 Nothing the shim does may break the program: `Log.safe` runs a step, and the first error of any
 step is said once on stderr; recording goes on.
