@@ -54,7 +54,7 @@ python_requirements=(
 )
 
 # Not torch's: what the tests read vramscope's output with (DuckDB reads `export --format parquet`;
-# the official MCP client talks to `vramscope mcp`), and the trainers the tests record as real clients (Lightning, accelerate, the transformers Trainer:
+# the official MCP client talks to `vramscope mcp`), and the trainers the tests record as real clients (Lightning, accelerate, the transformers Trainer, peft:
 # `tests/workloads/trainers.py`).
 # Installed beside torch and checked on its own, so adding one does not redo the torch install.
 extra_requirements=(
@@ -62,6 +62,9 @@ extra_requirements=(
     lightning==2.6.6
     accelerate==1.12.0
     transformers==4.57.1
+    # peft: LoRA, as `train.py --lora` fine-tunes with it (the advisor's LoRA remedy is checked
+    # against that run).
+    peft==0.21.2
     mcp==2.3.0
     # jsonschema: validates every JSON answer against `vramscope schema` (tests/scripts/validate_documents.py).
     jsonschema==4.26.0

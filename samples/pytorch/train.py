@@ -6,7 +6,7 @@ writes with --summary: parameter, gradient and optimizer-state bytes counted fro
 themselves, and on CUDA the caching allocator's own counters. None of those numbers come from a
 profiler, so they can prove one.
 
-Pure PyTorch, nothing else. Run `python train.py --help` for the options.
+Pure PyTorch (peft for `--lora` only). Run `python train.py --help` for the options.
 
 The script parses the command line and writes the summary; the rest lives in the modules beside
 it: train_models.py (the GPT and the MLP, and the MLP's saved activations by hand),
