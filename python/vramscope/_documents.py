@@ -57,6 +57,8 @@ __all__ = [
     "Known2",
     "Known3",
     "LargestBlocks",
+    "LeftOut",
+    "LeftOutRow",
     "Method",
     "MostGrown",
     "NameDelta",
@@ -126,6 +128,8 @@ class _AdviceDocumentRequired(TypedDict):
     fragmentation: Union[str, None]
     #: The GPUs sharded over, when asked.
     gpus: Union[Gpus, None]
+    #: The remedies not projected, each with why.
+    left_out: list[LeftOutRow]
     #: What the advice rests on or leaves out, in words.
     notes: list[str]
     #: The order to try the remedies in, each step with those before it.
@@ -929,6 +933,19 @@ class LargestBlocks(TypedDict):
     when: str
 
 
+class LeftOutRow(TypedDict):
+    """A remedy not projected, and why."""
+
+    #: The remedy's id.
+    id: str
+    #: The remedy as people name it.
+    name: str
+    #: Why it is not projected.
+    why: LeftOut
+    #: Why, in words.
+    words: str
+
+
 class MostGrown(TypedDict):
     """The rank whose peak grew most, in words."""
 
@@ -1165,6 +1182,8 @@ class PlanStep(TypedDict):
     fits: bool
     #: The remedy's id.
     id: str
+    #: The remedy as people name it (`LoRA (low-rank adapters, the model frozen)`).
+    name: str
     #: The allocated peak projected with this step and those before it.
     projected_peak_allocated_bytes: int
     #: The reserved peak projected.
@@ -1186,6 +1205,9 @@ class ProjectionOut(TypedDict):
     id: str
     #: `replay`, `replay_and_rule` or `rule`.
     method: Method
+    #: The remedy as people name it (`bf16 autocast`, `LoRA (low-rank adapters, the model
+    #: frozen)`; a combination's names joined by `and`).
+    name: str
     #: The allocated peak projected.
     projected_peak_allocated_bytes: int
     #: Where in the step the projected peak is, when the replay tells.
@@ -1564,6 +1586,8 @@ Dimension = Literal["batch", "sequence"]
 GpusFrom = Literal["given", "ranks", "world_size", "devices"]
 
 Iterations = Union[IterationsSpans, IterationsModelCalls, IterationsPattern]
+
+LeftOut = Literal["no_backward", "one_gpu", "no_optimizer_state", "no_repeated_blocks", "fewer_blocks_than_gpus", "already_autocast", "training_keeps_fp32", "dtypes_not_seen", "already16_bit", "already_expandable", "little_reserved_unused", "no_better_split", "no_sequences", "gradients_freed_already", "not_adam", "no_step_temporaries", "step_per_parameter", "layers_not_seen", "no_untied_head", "most_weights_frozen", "no_linear_in_blocks", "no_model_state"]
 
 Method = Literal["replay", "replay_and_rule", "rule"]
 

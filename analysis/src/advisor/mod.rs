@@ -27,7 +27,7 @@ use self::parts::{Parts, Sides, parts_at, phase_at};
 pub use self::project::PlanStep;
 use self::project::{Projector, pairs, plan, selective_checkpointing, singles, smallest_that_fits};
 use self::remedy::{Context, PAGE_BYTES};
-pub use self::remedy::{Reason, Remedy, SplitProjection};
+pub use self::remedy::{LeftOut, Reason, Remedy, SplitProjection};
 pub use self::rules::PIPELINE_MICRO_BATCHES_PER_STAGE;
 pub use self::simulate::Method;
 use self::simulate::{Replayer, RuleParts};
@@ -156,6 +156,8 @@ pub struct Advice {
     pub tied: Option<(String, String)>,
     /// LoRA's adapters: the linear layers adapted and the rank.
     pub lora: Option<(usize, u64)>,
+    /// The remedies not projected, each with why.
+    pub left_out: Vec<(Remedy, LeftOut)>,
 }
 
 /// Checkpointing only the first `blocks` of the model's repeated blocks, replayed.
@@ -410,6 +412,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         adapter_bytes: 0.0,
         adapter_state_bytes: 0.0,
         trainable_share: 1.0,
+        layers_seen: false,
     };
     // The replay counts what the trace's own replay counts: where they differ, the stream is
     // not the whole story and the rules stand.
@@ -431,6 +434,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     };
     let projector = Projector { b: &b, ctx: &ctx, replayer, rules };
     let remedies: Vec<Remedy> = Remedy::ALL.iter().copied().filter(|r| r.applies(&ctx)).collect();
+    let left_out: Vec<(Remedy, LeftOut)> = Remedy::ALL.iter().filter_map(|&r| Some((r, r.left_out(&ctx)?))).collect();
     let singles = singles(&projector, &remedies, target);
     let changes = |p: &Projection, than: (u64, u64)| {
         let apart = |a: u64, b: u64| a.abs_diff(b) as f64 > NO_CHANGE * b.max(1) as f64;
@@ -504,6 +508,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         checkpointing_by_blocks,
         tied: ctx.untied.as_ref().map(|u| (u.embedding.clone(), u.head.clone())),
         lora: ctx.adapters.as_ref().map(|a| (a.layers, a.rank)),
+        left_out,
     })
 }
 
@@ -530,6 +535,7 @@ fn with_the_models_parts(trace: &Trace, replayer: Option<&Replayer>, ctx: Contex
         adapter_bytes,
         adapters,
         trainable_share: model::trainable_share(&layers),
+        layers_seen: !layers.is_empty(),
         ..ctx
     }
 }

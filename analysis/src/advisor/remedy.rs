@@ -126,6 +126,8 @@ pub struct Context {
     pub adapter_state_bytes: f64,
     /// The share of the linear layers' weights the run trains (1 where the trace does not say).
     pub trainable_share: f64,
+    /// Whether the recorder wrote the model's layers.
+    pub layers_seen: bool,
 }
 
 /// What the allocator's model projects for a setting: a `max_split_size`, or expandable segments
@@ -344,38 +346,67 @@ impl Remedy {
     /// what it saves activations for; the optimizer remedies need optimizer state, ZeRO 1 and 2
     /// a training run, sharding several GPUs; expandable segments reserved memory to give back.
     pub fn applies(self, ctx: &Context) -> bool {
+        self.left_out(ctx).is_none()
+    }
+
+    /// Why it is not projected for this run, or `None` when it is.
+    pub fn left_out(self, ctx: &Context) -> Option<LeftOut> {
+        let training = |then: Option<LeftOut>| if ctx.training { then } else { Some(LeftOut::NoBackward) };
+        let gpus = |then: Option<LeftOut>| if ctx.gpus > 1 { then } else { Some(LeftOut::OneGpu) };
+        let state = || (!ctx.optimizer_state).then_some(LeftOut::NoOptimizerState);
+        let layers = |then: Option<LeftOut>| if ctx.layers_seen { then } else { Some(LeftOut::LayersNotSeen) };
         match self {
-            Self::AmpBf16 | Self::AmpFp16 => !ctx.autocast,
+            Self::AmpBf16 | Self::AmpFp16 => ctx.autocast.then_some(LeftOut::AlreadyAutocast),
             // Inference only (training keeps 32-bit master weights), and only for a model the
             // recorder saw holding 32-bit weights.
-            Self::Bf16Weights => !ctx.training && ctx.fp32_parameter_share.is_some_and(|s| s > 0.0),
-            Self::ActivationCheckpointing => ctx.blocks >= 2 && ctx.training,
-            Self::Zero1 => ctx.gpus > 1 && ctx.optimizer_state,
-            Self::Zero2 => ctx.gpus > 1 && ctx.training,
-            Self::Zero3 => ctx.gpus > 1,
+            Self::Bf16Weights => match ctx.fp32_parameter_share {
+                _ if ctx.training => Some(LeftOut::TrainingKeepsFp32),
+                None => Some(LeftOut::DtypesNotSeen),
+                Some(share) if share <= 0.0 => Some(LeftOut::Already16Bit),
+                Some(_) => None,
+            },
+            Self::ActivationCheckpointing => training((ctx.blocks < 2).then_some(LeftOut::NoRepeatedBlocks)),
+            Self::Zero1 => gpus(state()),
+            Self::Zero2 => gpus(training(None)),
+            Self::Zero3 => gpus(None),
             // They split the repeated blocks: pipeline stages need a block each at least.
-            Self::TensorParallel => ctx.gpus > 1 && ctx.blocks >= 1,
-            Self::PipelineParallel => ctx.gpus > 1 && ctx.blocks >= ctx.gpus as usize,
+            Self::TensorParallel => gpus((ctx.blocks < 1).then_some(LeftOut::NoRepeatedBlocks)),
+            Self::PipelineParallel => gpus((ctx.blocks < ctx.gpus as usize).then_some(LeftOut::FewerBlocksThanGpus)),
             // And, where the allocator's model is trusted, only if it reserves less with them.
             Self::ExpandableSegments => {
-                !ctx.expandable
-                    && ctx.waste_bytes() > PAGE_BYTES
-                    && ctx.expandable_model.is_none_or(|m| m.projected_bytes() + PAGE_BYTES < ctx.peak_reserved_bytes)
+                if ctx.expandable {
+                    Some(LeftOut::AlreadyExpandable)
+                } else if ctx.waste_bytes() <= PAGE_BYTES
+                    || ctx.expandable_model.is_some_and(|m| m.projected_bytes() + PAGE_BYTES >= ctx.peak_reserved_bytes)
+                {
+                    Some(LeftOut::LittleReservedUnused)
+                } else {
+                    None
+                }
             }
-            Self::MaxSplitSize => {
-                // Only where the model reserves what the run reserved, near enough to trust it.
-                ctx.max_split.is_some_and(|m| m.trusted() && m.projected_bytes() + PAGE_BYTES < ctx.peak_reserved_bytes)
-            }
-            Self::Adam8bit | Self::Adafactor | Self::Sgd => ctx.optimizer_state,
-            Self::MicroBatchHalf => true,
-            Self::SequenceHalf => ctx.sequence,
-            Self::SetToNone => ctx.training && ctx.kept_gradient_bytes > 0.0,
+            // Only where the model reserves what the run reserved, near enough to trust it.
+            Self::MaxSplitSize => (!ctx
+                .max_split
+                .is_some_and(|m| m.trusted() && m.projected_bytes() + PAGE_BYTES < ctx.peak_reserved_bytes))
+            .then_some(LeftOut::NoBetterSplit),
+            Self::Adam8bit | Self::Adafactor | Self::Sgd => state(),
+            Self::MicroBatchHalf => None,
+            Self::SequenceHalf => (!ctx.sequence).then_some(LeftOut::NoSequences),
+            Self::SetToNone => training((ctx.kept_gradient_bytes <= 0.0).then_some(LeftOut::GradientsFreedAlready)),
             // Adam's step, where it holds temporaries: any (the loop's) for the fused step, more
             // than a loop over the parameters would hold for `foreach=False`.
-            Self::FusedStep => ctx.adam && ctx.step_temporary_bytes > 0.0,
-            Self::ForeachOff => ctx.adam && ctx.step_temporary_bytes > 2.5 * ctx.largest_gradient_bytes,
-            Self::TiedEmbeddings => ctx.training && ctx.untied.is_some(),
-            Self::Lora => ctx.training && ctx.adapters.is_some() && (ctx.gradient_bytes > 0.0 || ctx.optimizer_state),
+            Self::FusedStep | Self::ForeachOff if !ctx.adam => Some(LeftOut::NotAdam),
+            Self::FusedStep => (ctx.step_temporary_bytes <= 0.0).then_some(LeftOut::NoStepTemporaries),
+            Self::ForeachOff => {
+                (ctx.step_temporary_bytes <= 2.5 * ctx.largest_gradient_bytes).then_some(LeftOut::StepPerParameter)
+            }
+            Self::TiedEmbeddings => training(layers(ctx.untied.is_none().then_some(LeftOut::NoUntiedHead))),
+            Self::Lora => training(layers(match ctx.adapters {
+                None if ctx.trainable_share < 0.5 => Some(LeftOut::MostWeightsFrozen),
+                None => Some(LeftOut::NoLinearInBlocks),
+                Some(_) if ctx.gradient_bytes <= 0.0 && !ctx.optimizer_state => Some(LeftOut::NoModelState),
+                Some(_) => None,
+            })),
         }
     }
 
@@ -590,6 +621,57 @@ impl Remedy {
             },
         }
     }
+}
+
+/// Why a remedy is not projected for a run: what it already does, or what the trace lacks that
+/// the remedy needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LeftOut {
+    /// No backward ran: nothing is saved for one, no gradients.
+    NoBackward,
+    /// One GPU: sharding is projected over several (`--gpus N`).
+    OneGpu,
+    /// No optimizer state at the instants taken apart.
+    NoOptimizerState,
+    /// Fewer than two repeated blocks found (module spans, or block frames in the stacks).
+    NoRepeatedBlocks,
+    /// Fewer repeated blocks than GPUs: a pipeline stage needs one at least.
+    FewerBlocksThanGpus,
+    /// The run already runs under autocast.
+    AlreadyAutocast,
+    /// A training run keeps 32-bit master weights.
+    TrainingKeepsFp32,
+    /// The parameters' dtypes are not in the trace.
+    DtypesNotSeen,
+    /// The parameters are 16-bit already.
+    Already16Bit,
+    /// The run has expandable segments already (or the driver's pools).
+    AlreadyExpandable,
+    /// Little reserved memory unused at the peak, or the allocator's model finds no gain.
+    LittleReservedUnused,
+    /// No `max_split_size_mb` reserves less in the allocator's model (or it cannot be trusted).
+    NoBetterSplit,
+    /// No attention seen: the model does not work on sequences.
+    NoSequences,
+    /// No gradient is alive through a later forward: freed after each step already.
+    GradientsFreedAlready,
+    /// The optimizer's state is not Adam's (no multi-tensor temporaries to save, or not known).
+    NotAdam,
+    /// The optimizer's step holds no temporaries (fused already).
+    NoStepTemporaries,
+    /// The step holds temporaries of one parameter at a time already.
+    StepPerParameter,
+    /// The recorder did not see the model's layers (an imported trace, or no model called).
+    LayersNotSeen,
+    /// No trained output head with the embedding's shape: tied already, or none.
+    NoUntiedHead,
+    /// Under half of the linear layers' weights are trained: adapters (or a frozen model) already.
+    MostWeightsFrozen,
+    /// No linear layer inside the repeated blocks to adapt.
+    NoLinearInBlocks,
+    /// No gradients or optimizer state to save.
+    NoModelState,
 }
 
 /// Why a projection is what it is: the numbers of the trace its rule rests on. Shares are of

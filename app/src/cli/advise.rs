@@ -169,6 +169,9 @@ pub fn answer(path: &Path, options: &Options<'_>, to: &mut super::To<'_>) -> Res
         writeln!(out, "      {}", words::reason(p, &advice))?;
         writeln!(out, "      cost: {}", words::cost(p, &advice))?;
     }
+    for line in words::left_out_lines(&advice) {
+        writeln!(out, "  {line}")?;
+    }
     if let Some(line) = words::without_effect(&advice) {
         writeln!(out, "  {line}")?;
     }

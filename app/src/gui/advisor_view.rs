@@ -227,6 +227,9 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
     for note in words::advice_notes(advice, "set Shard over") {
         ui.weak(note);
     }
+    for line in words::left_out_lines(advice) {
+        ui.weak(line);
+    }
     if let Some(line) = words::without_effect(advice) {
         ui.weak(line);
     }

@@ -29,6 +29,8 @@ pub struct AdviceDocument<'a> {
     pub combinations: Vec<ProjectionOut<'a>>,
     /// Remedies that apply but would not change the peak (left out of `remedies`).
     pub without_effect: Vec<&'a str>,
+    /// The remedies not projected, each with why.
+    pub left_out: Vec<LeftOutRow>,
     /// The remedy (or combination) with the least cost that fits under the target.
     pub smallest_change_that_fits: Option<&'a str>,
     /// The fragmentation at the peak, in words, when it matters.
@@ -66,6 +68,19 @@ pub struct AdviceDocument<'a> {
     /// The part of the trace read (`--range`), if only a part.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub range: Option<String>,
+}
+
+/// A remedy not projected, and why.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct LeftOutRow {
+    /// The remedy's id.
+    pub id: &'static str,
+    /// The remedy as people name it.
+    pub name: &'static str,
+    /// Why it is not projected.
+    pub why: advisor::LeftOut,
+    /// Why, in words.
+    pub words: &'static str,
 }
 
 /// A step of the plan: the remedy added, what to change, and what it and those before project.
@@ -184,6 +199,16 @@ pub fn advice_document_with<'a>(
         remedies: projections(&advice.remedies, advice),
         combinations: projections(&advice.combinations, advice),
         without_effect: advice.without_effect.iter().map(|p| p.id.as_str()).collect(),
+        left_out: advice
+            .left_out
+            .iter()
+            .map(|&(remedy, why)| LeftOutRow {
+                id: remedy.id(),
+                name: words::remedy_name(remedy),
+                why,
+                words: words::left_out_why(why),
+            })
+            .collect(),
         smallest_change_that_fits: advice.smallest_change_that_fits.as_deref(),
         fragmentation: advice.fragmentation.as_ref().map(words::fragmentation),
         autocast: advice.autocast.as_deref(),

@@ -4,7 +4,8 @@
 
 use crate::advisor::scaling::{Dimension, ScalingFit};
 use crate::advisor::{
-    Advice, FreeAtOom, Gpus, GpusFrom, Method, Phase, Projection, Reason, Remedy, SomeBlocksCheckpointed, Unused,
+    Advice, FreeAtOom, Gpus, GpusFrom, LeftOut, Method, Phase, Projection, Reason, Remedy, SomeBlocksCheckpointed,
+    Unused,
 };
 use crate::query::units::bytes;
 
@@ -276,6 +277,56 @@ pub fn baseline_reserved(b: &crate::advisor::Baseline) -> String {
     } else {
         " (reserved not recorded: the projections take it as the allocated peak)".to_owned()
     }
+}
+
+/// Why a remedy is not projected, in words.
+pub fn left_out_why(why: LeftOut) -> &'static str {
+    match why {
+        LeftOut::NoBackward => "no backward ran (inference): nothing is saved for one, and there are no gradients",
+        LeftOut::OneGpu => "the trace shows one GPU",
+        LeftOut::NoOptimizerState => {
+            "no optimizer state at the instants taken apart (no step recorded, or its state from before the \
+             recording not told apart)"
+        }
+        LeftOut::NoRepeatedBlocks => "no repeated blocks found (module spans, or a block's forward in the stacks)",
+        LeftOut::FewerBlocksThanGpus => "fewer repeated blocks than GPUs (a stage needs one)",
+        LeftOut::AlreadyAutocast => "the run is under autocast already",
+        LeftOut::TrainingKeepsFp32 => "a training run keeps 32-bit master weights (an inference remedy)",
+        LeftOut::DtypesNotSeen => "the trace does not say what the parameters are stored in",
+        LeftOut::Already16Bit => "the parameters are 16-bit already",
+        LeftOut::AlreadyExpandable => "the allocator has them already (or is the driver's pools)",
+        LeftOut::LittleReservedUnused => {
+            "little reserved memory is unused at the peak (or the allocator's model finds no gain)"
+        }
+        LeftOut::NoBetterSplit => "no setting reserves less in the allocator's model",
+        LeftOut::NoSequences => "no attention seen: the model does not work on sequences",
+        LeftOut::GradientsFreedAlready => "no gradient is kept through a later forward: freed after each step already",
+        LeftOut::NotAdam => "the optimizer's state is not Adam's by the recorder's tags (or not tagged)",
+        LeftOut::NoStepTemporaries => "the optimizer's step holds no temporaries (fused already)",
+        LeftOut::StepPerParameter => "the step holds one parameter's temporaries at a time already",
+        LeftOut::LayersNotSeen => {
+            "the trace does not list the model's layers (recorded by vramscope's PyTorch shim, it does)"
+        }
+        LeftOut::NoUntiedHead => "no trained output head of the embedding's shape (tied already, or none)",
+        LeftOut::MostWeightsFrozen => "most linear weights are frozen already (adapters, or a frozen model)",
+        LeftOut::NoLinearInBlocks => "no linear layer inside the repeated blocks",
+        LeftOut::NoModelState => "no gradients or optimizer state to save",
+    }
+}
+
+/// The remedies not projected, a line for each reason: `not proposed: SGD, Adafactor: no
+/// optimizer state ...`. Sharding on one GPU and allocator settings have notes of their own.
+pub fn left_out_lines(advice: &Advice) -> Vec<String> {
+    let mut by_why: std::collections::BTreeMap<LeftOut, Vec<&str>> = std::collections::BTreeMap::new();
+    for &(remedy, why) in &advice.left_out {
+        if !matches!(why, LeftOut::OneGpu | LeftOut::NoBetterSplit) {
+            by_why.entry(why).or_default().push(remedy_name(remedy));
+        }
+    }
+    by_why
+        .into_iter()
+        .map(|(why, names)| format!("not proposed: {}: {}", names.join(", "), left_out_why(why)))
+        .collect()
 }
 
 /// The remedies considered that would not change the peak, in one line; none when there are none.
