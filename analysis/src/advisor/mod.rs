@@ -16,6 +16,7 @@ mod remedy;
 mod rules;
 pub mod scaling;
 pub mod simulate;
+mod stack_blocks;
 
 use std::collections::BTreeMap;
 
@@ -265,6 +266,8 @@ struct Breakdown {
     spans: Vec<(i64, i64, AnnotationKind)>,
     peak_phase: Option<Phase>,
     peaks: peak::Peaks,
+    /// The repeated blocks by the stacks, where no module spans say them.
+    stacks: Option<stack_blocks::StackBlocks>,
 }
 
 impl Breakdown {
@@ -310,13 +313,13 @@ fn breakdown(trace: &Trace, device: DeviceId) -> Breakdown {
     });
     let peak_phase = phase_at(&spans, peaks.allocated.time_ns);
     let mut attributor = Attributor::new(trace, device);
-    let sides = Sides::of(trace);
+    let sides = Sides::of(trace, device);
     let at = (peaks.allocated.event, peaks.allocated.time_ns);
     let mut instants = vec![parts_at(trace, device, &mut attributor, &sides, at, peak_phase)];
     for (_, event, time) in highest.values() {
         instants.push(parts_at(trace, device, &mut attributor, &sides, (*event, *time), phase_at(&spans, *time)));
     }
-    Breakdown { instants, spans, peak_phase, peaks }
+    Breakdown { instants, spans, peak_phase, peaks, stacks: sides.stacks }
 }
 
 /// Fragmentation: from the allocator's segments at the peak (and at the first OOM), what
@@ -385,7 +388,9 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         || found_phases().kinds().contains(&crate::phases::PhaseKind::Backward);
     let ctx = Context {
         gpus: gpus.map_or(1, |g| g.count),
-        blocks: base.blocks.len(),
+        // At the peak, or at the highest point of a phase (a peak in the optimizer step holds no
+        // block's activations).
+        blocks: b.instants.iter().map(|p| p.blocks.len()).max().unwrap_or(0),
         autocast: autocast.is_some(),
         fp32_parameter_share: fp32_parameter_share(trace),
         peak_allocated_bytes: peak_allocated,
@@ -416,8 +421,14 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     };
     // The replay counts what the trace's own replay counts: where they differ, the stream is
     // not the whole story and the rules stand.
-    let replayer = Replayer::new(trace, device, &b.spans).filter(|r| r.baseline.bytes == peak_allocated);
-    let ctx = Context { checkpoint_replayed: replayer.as_ref().is_some_and(Replayer::replays_checkpointing), ..ctx };
+    let replayer =
+        Replayer::new(trace, device, &b.spans, b.stacks.as_ref()).filter(|r| r.baseline.bytes == peak_allocated);
+    let ctx = Context {
+        checkpoint_replayed: replayer.as_ref().is_some_and(Replayer::replays_checkpointing),
+        // The blocks the replay found in the stream count too (a peak outside forward holds none).
+        blocks: ctx.blocks.max(replayer.as_ref().map_or(0, Replayer::checkpointable_blocks)),
+        ..ctx
+    };
     let ctx = with_the_models_parts(trace, replayer.as_ref(), ctx);
     let rules = RuleParts {
         matmul_parameter_bytes: base.matmul_parameter,

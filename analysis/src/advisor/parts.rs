@@ -205,11 +205,14 @@ pub struct Sides {
     forwards: Vec<(i64, i64, i64)>,
     /// Modules outside the blocks that first ran after the blocks ended.
     after_modules: std::collections::BTreeSet<String>,
+    /// The repeated blocks by the stacks, where no module spans say them.
+    pub stacks: Option<super::stack_blocks::StackBlocks>,
 }
 
 impl Sides {
-    /// From the module and forward spans.
-    pub fn of(trace: &Trace) -> Self {
+    /// From the module and forward spans (and the stacks of `device`'s allocations, without
+    /// module spans).
+    pub fn of(trace: &Trace, device: DeviceId) -> Self {
         let interner = &trace.interner;
         let mut forwards: Vec<(i64, i64, i64)> = trace
             .annotations
@@ -241,7 +244,7 @@ impl Sides {
                 .map(|(name, _)| (*name).to_owned())
                 .collect()
         });
-        Self { forwards, after_modules }
+        Self { forwards, after_modules, stacks: super::stack_blocks::StackBlocks::of(trace, device) }
     }
 
     /// Whether a parameter of this name belongs to a module run after the blocks.
@@ -310,10 +313,14 @@ pub fn parts_at(
                 if stays_fp32(trace, device, block.stack) {
                     parts.fp32_activation += bytes;
                 }
+                let by_stack = || sides.stacks.as_ref()?.block_of(block.alloc_event?).map(|(_, name)| name);
                 if let Evidence::Phase { module: Some(module), .. } = evidence
                     && let Some(repeated) = repeated_block(trace.interner.resolve(module))
                 {
                     *parts.blocks.entry(repeated.to_owned()).or_default() += bytes;
+                    *sizes.entry(block.size_bytes).or_default() += 1;
+                } else if let Some(repeated) = by_stack() {
+                    *parts.blocks.entry(repeated).or_default() += bytes;
                     *sizes.entry(block.size_bytes).or_default() += 1;
                 } else if sides.activation_after(alloc_ns) {
                     parts.after_activation += bytes;

@@ -36,6 +36,7 @@ use vramscope_trace_format::{AnnotationKind, Category, DeviceId, EventKind, Stac
 use super::Phase;
 use super::parts::{is_loss, phase_at, repeated_block, stays_fp32, upcasts_its_input};
 use super::remedy::Remedy;
+use super::stack_blocks::StackBlocks;
 use crate::attribution::{Attribution, Attributor, Evidence};
 use crate::replay;
 
@@ -159,7 +160,12 @@ pub const MAX_REPLAYED_ALLOCATIONS: usize = 2_000_000;
 impl Replayer {
     /// The stream of `device`, each block attributed; `None` when it is too long to replay
     /// for every remedy ([`MAX_REPLAYED_ALLOCATIONS`]).
-    pub fn new(trace: &Trace, device: DeviceId, spans: &[(i64, i64, AnnotationKind)]) -> Option<Self> {
+    pub fn new(
+        trace: &Trace,
+        device: DeviceId,
+        spans: &[(i64, i64, AnnotationKind)],
+        stacks: Option<&StackBlocks>,
+    ) -> Option<Self> {
         let events = replay::device_events(trace, device);
         let allocations =
             events.iter().filter(|&i| trace.events.get(i as usize).is_some_and(|e| e.kind == EventKind::Alloc));
@@ -183,7 +189,11 @@ impl Replayer {
         };
         // The activations of each repeated block in each forward: (forward, block) -> blocks.
         let mut groups: HashMap<(usize, String), Vec<usize>> = HashMap::default();
-        let mut add = |r: &mut Self, address: u64, size_bytes: u64, time_ns: i64, stack: StackId, freed: bool| {
+        let mut add = |r: &mut Self,
+                       (address, size_bytes, time_ns): (u64, u64, i64),
+                       stack: StackId,
+                       event: Option<usize>,
+                       freed: Option<i64>| {
             let attribution = attributor.block(address, time_ns, i64::MAX, stack);
             let Attribution { category, evidence } = attribution;
             let forward = forwards.partition_point(|&f| f <= time_ns);
@@ -210,10 +220,17 @@ impl Replayer {
             });
             if let Evidence::Phase { module: Some(module), .. } = evidence
                 && category == Category::Activation
-                && freed
+                && freed.is_some()
                 && let Some(repeated) = repeated_block(trace.interner.resolve(module))
             {
                 groups.entry((forward, repeated.to_owned())).or_default().push(b);
+            } else if category == Category::Activation
+                && let Some((stacks, (pass, repeated), freed_ns)) =
+                    stacks.zip(event).and_then(|(s, e)| Some((s, s.block_of(e)?, freed?)))
+                && stacks.outlives_pass(pass, freed_ns)
+            {
+                // By the stacks: their pass through the blocks' loop stands for the forward.
+                groups.entry((pass as usize, repeated)).or_default().push(b);
             }
             b
         };
@@ -222,7 +239,7 @@ impl Replayer {
         let mut before: HashMap<u64, usize> = HashMap::default();
         // Blocks waiting for their streams at the start are not allocated.
         for p in initial.blocks.iter().filter(|p| !p.awaiting) {
-            let b = add(&mut r, p.address, p.size_bytes, i64::MIN, p.stack(trace), false);
+            let b = add(&mut r, (p.address, p.size_bytes, i64::MIN), p.stack(trace), None, None);
             r.changes.push(Change { time_ns: i64::MIN, order: 0, block: b, alloc: true });
             if p.address != 0 {
                 before.insert(p.address, b);
@@ -230,7 +247,7 @@ impl Replayer {
         }
         // Whether each allocation is freed, to know which activations backward frees.
         let mut freed: HashMap<u64, usize> = HashMap::default();
-        let mut is_freed = vec![false; events.len()];
+        let mut is_freed: Vec<Option<i64>> = vec![None; events.len()];
         for (order, i) in events.iter().map(|i| i as usize).enumerate() {
             let Some(e) = trace.events.get(i) else { continue };
             match e.kind {
@@ -239,7 +256,7 @@ impl Replayer {
                 }
                 EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(two_step) => {
                     if let Some(at) = freed.remove(&e.address) {
-                        is_freed[at] = true;
+                        is_freed[at] = Some(e.time_ns);
                     }
                 }
                 _ => {}
@@ -250,7 +267,7 @@ impl Replayer {
             let Some(e) = trace.events.get(i) else { continue };
             match e.kind {
                 EventKind::Alloc => {
-                    let b = add(&mut r, e.address, e.size_bytes, e.time_ns, e.stack, is_freed[order]);
+                    let b = add(&mut r, (e.address, e.size_bytes, e.time_ns), e.stack, Some(i), is_freed[order]);
                     r.changes.push(Change { time_ns: e.time_ns, order, block: b, alloc: true });
                     live.insert(e.address, b);
                 }
@@ -688,7 +705,7 @@ mod tests {
         for (at, address) in [(120, 0x200), (121, 0x210), (122, 0x220), (150, 0x100), (151, 0x110), (152, 0x120)] {
             free(at, address);
         }
-        let replayer = Replayer::new(&trace, DeviceId(0), &phase_spans(&trace)).expect("replayable");
+        let replayer = Replayer::new(&trace, DeviceId(0), &phase_spans(&trace), None).expect("replayable");
         assert_eq!(replayer.baseline.bytes, 50);
         let (checkpointed, method) =
             replayer.project(&[Remedy::ActivationCheckpointing], RuleParts::default()).expect("two blocks");
@@ -738,7 +755,7 @@ mod tests {
     fn remedies_change_the_blocks_they_reach_and_the_replay_finds_the_new_peak() {
         let trace = one_step();
         let spans = phase_spans(&trace);
-        let replayer = Replayer::new(&trace, DeviceId(0), &spans).expect("replayable");
+        let replayer = Replayer::new(&trace, DeviceId(0), &spans, None).expect("replayable");
         assert_eq!(replayer.baseline, SimulatedPeak { bytes: 480, time_ns: 120 });
         let rules = RuleParts {
             matmul_parameter_bytes: 60.0,
