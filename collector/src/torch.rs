@@ -140,6 +140,9 @@ pub enum Line {
         /// trainable]` each (what LoRA adapts; a head that could share the embedding's weight).
         #[serde(default)]
         layers: Vec<serde_json::Value>,
+        /// Where the model was loaded from (`from_pretrained`), when it was: a fine-tune.
+        #[serde(default)]
+        pretrained: Option<String>,
     },
     /// Forward ran under autocast.
     Autocast {
@@ -300,7 +303,10 @@ fn add_log(
                 *settings = serde_json::json!({ "PYTORCH_CUDA_ALLOC_CONF": joined });
                 continue;
             }
-            Line::Dtypes { parameters, layers } => {
+            Line::Dtypes { parameters, layers, pretrained } => {
+                if let Some(name) = pretrained {
+                    trace.metadata.extra.insert("pretrained".to_owned(), name.clone().into());
+                }
                 trace.metadata.extra.insert("parameter_dtypes".to_owned(), serde_json::json!(parameters));
                 if !layers.is_empty() {
                     trace.metadata.extra.insert("model_layers".to_owned(), serde_json::Value::Array(layers.clone()));

@@ -503,3 +503,55 @@ fn repeated_blocks_are_found_in_the_stacks_of_snapshots() {
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("not proposed: activation checkpointing"), "{text}");
 }
+
+/// A fine-tune of a checkpoint (`tests/workloads/finetune.py`: a Llama-style and a GPT-2 model
+/// from `from_pretrained`, AdamW): the advice knows it fine-tunes, lists LoRA first where it
+/// fits and plans it first, and LoRA's projection lands within 3% of the same fine-tune run with
+/// peft's adapters (rank 8 on the attention and MLP projections; GPT-2's are transformers'
+/// `Conv1D`, not `nn.Linear`). Its weights, loaded into one buffer, are parameters by their tags.
+#[test]
+fn a_fine_tune_is_told_lora_first_and_lora_lands_on_the_peft_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let workload = repo_root().join("tests/workloads/finetune.py");
+    let run = |name: &str, args: &[&str]| {
+        let trace = dir.path().join(format!("{name}.vtrace"));
+        let output = vramscope_e2e::record_command(&trace, vramscope_e2e::torch_python())
+            .arg(&workload)
+            .args(args)
+            .output()
+            .expect("vramscope record runs");
+        assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+        trace
+    };
+    for arch in ["llama", "gpt2"] {
+        let base = run(arch, &["--arch", arch]);
+        let lora = run(&format!("{arch}_lora"), &["--arch", arch, "--lora", "8"]);
+        let measured = peak(&lora, -1);
+        let baseline = peak(&base, -1);
+        // A target the fine-tune is over and LoRA is under.
+        let target = format!("--target-bytes={}", (measured + baseline) / 2);
+        let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), OsStr::new(&target), base.as_os_str()]);
+        let notes = advice["notes"].as_array().expect("notes");
+        assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.starts_with("fine-tuning: the model was loaded"))));
+        assert_eq!(advice["remedies"][0]["id"], "lora", "{arch}: {}", advice["remedies"]);
+        assert_eq!(advice["plan"][0]["id"], "lora", "{arch}: {}", advice["plan"]);
+        assert_eq!(advice["smallest_change_that_fits"], "lora", "{arch}");
+        // The weights are tagged inside the buffer they were loaded into.
+        let categories = &advice["baseline"]["categories_at_peak"];
+        assert!(categories["parameter"].as_u64().is_some_and(|p| p > 10 << 20), "{arch}: {categories}");
+        let (projected, uncertainty) = projection(&advice, "lora");
+        let error = (projected as f64 - measured as f64) / measured as f64;
+        let say = format!("{arch}: projected {projected}, measured {measured} ({:+.2}%)", 100.0 * error);
+        assert!(error.abs() <= 0.03 && error.abs() <= uncertainty, "{say}");
+        // The peft run trains adapters already: LoRA is not proposed to it.
+        let again = json(&[OsStr::new("advise"), OsStr::new("--json"), lora.as_os_str()]);
+        let left: Vec<&str> = again["left_out"]
+            .as_array()
+            .expect("left_out")
+            .iter()
+            .filter(|r| r["id"] == "lora")
+            .filter_map(|r| r["why"].as_str())
+            .collect();
+        assert_eq!(left, ["most_weights_frozen"], "{arch}");
+    }
+}

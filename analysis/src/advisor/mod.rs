@@ -109,7 +109,7 @@ pub struct Advice {
     pub target_bytes: Option<u64>,
     /// Whether the baseline's reserved peak fits under the target already.
     pub baseline_fits: bool,
-    /// Single remedies, lowest projected peak first.
+    /// Single remedies, lowest projected peak first (a fine-tune's LoRA first, where it fits).
     pub remedies: Vec<Projection>,
     /// Pairs of remedies, lowest projected peak first: those that do better than either of the
     /// two alone.
@@ -159,6 +159,8 @@ pub struct Advice {
     pub lora: Option<(usize, u64)>,
     /// The remedies not projected, each with why.
     pub left_out: Vec<(Remedy, LeftOut)>,
+    /// Where the model was loaded from, when the run fine-tunes a checkpoint.
+    pub fine_tuning: Option<String>,
 }
 
 /// Checkpointing only the first `blocks` of the model's repeated blocks, replayed.
@@ -418,6 +420,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         adapter_state_bytes: 0.0,
         trainable_share: 1.0,
         layers_seen: false,
+        fine_tuning: trace.metadata.extra.get("pretrained").and_then(|v| v.as_str()).map(str::to_owned),
     };
     // The replay counts what the trace's own replay counts: where they differ, the stream is
     // not the whole story and the rules stand.
@@ -467,8 +470,15 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
             })
         })
         .collect();
-    let (singles, without_effect): (Vec<Projection>, Vec<Projection>) =
+    let (mut singles, without_effect): (Vec<Projection>, Vec<Projection>) =
         singles.into_iter().partition(|p| changes(p, (peak_allocated, peak_reserved)));
+    // A fine-tune of a checkpoint lists LoRA first, where it fits: what such a run tries first.
+    if ctx.fine_tuning.is_some()
+        && let Some(i) = singles.iter().position(|p| p.remedies == [Remedy::Lora] && (target.is_none() || p.fits))
+    {
+        let lora = singles.remove(i);
+        singles.insert(0, lora);
+    }
     let smallest_change_that_fits = smallest_that_fits(&singles, &combinations, target);
     let plan = target.map_or_else(Vec::new, |t| plan(&projector, &remedies, t));
     let checkpointing_by_blocks = if remedies.contains(&Remedy::ActivationCheckpointing) {
@@ -520,6 +530,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         tied: ctx.untied.as_ref().map(|u| (u.embedding.clone(), u.head.clone())),
         lora: ctx.adapters.as_ref().map(|a| (a.layers, a.rank)),
         left_out,
+        fine_tuning: ctx.fine_tuning.clone(),
     })
 }
 

@@ -154,7 +154,7 @@ fn projection(
     let id = remedies.iter().map(|r| r.id()).collect::<Vec<_>>().join("+");
     Projection {
         id,
-        rank: remedies.iter().map(|r| r.rank()).sum(),
+        rank: remedies.iter().map(|r| r.rank(ctx)).sum(),
         remedies,
         projected_peak_allocated_bytes: allocated,
         projected_peak_reserved_bytes: reserved,
@@ -269,7 +269,7 @@ pub(super) fn plan(p: &Projector<'_>, remedies: &[Remedy], target: u64) -> Vec<P
             if with_reserved as f64 > reserved as f64 * 0.995 {
                 continue;
             }
-            let key = (r.rank(), with_reserved as i64);
+            let key = (r.rank(ctx), with_reserved as i64);
             if best.as_ref().is_none_or(|(rank, bytes, ..)| key < (*rank, *bytes)) {
                 best = Some((key.0, key.1, r, projected, with_reserved));
             }

@@ -128,6 +128,9 @@ pub struct Context {
     pub trainable_share: f64,
     /// Whether the recorder wrote the model's layers.
     pub layers_seen: bool,
+    /// Where the model was loaded from, when the run fine-tunes a checkpoint
+    /// (`from_pretrained`).
+    pub fine_tuning: Option<String>,
 }
 
 /// What the allocator's model projects for a setting: a `max_split_size`, or expandable segments
@@ -255,8 +258,11 @@ impl Remedy {
     }
 
     /// How much it asks of the user; lower first.
-    pub fn rank(self) -> u32 {
+    pub fn rank(self, ctx: &Context) -> u32 {
         match self {
+            // Fine-tuning a checkpoint, adapters are what people reach for first: the base
+            // weights stay as they were loaded, and the result is a small file.
+            Self::Lora if ctx.fine_tuning.is_some() => 0,
             // One argument, nothing else changes (the fused step is usually faster).
             Self::ExpandableSegments | Self::MaxSplitSize | Self::SetToNone | Self::FusedStep => 0,
             Self::AmpBf16 | Self::Bf16Weights | Self::ForeachOff => 1,

@@ -81,6 +81,58 @@ impl Attribution {
     const UNKNOWN: Self = Self { category: Category::Unknown, evidence: Evidence::Nothing };
 }
 
+/// Tensors that live inside a larger allocation (a checkpoint loaded into one buffer, a
+/// flattened parameter, a contiguous gradient buffer) are tagged at their own addresses, which
+/// start no block: each such tag is also filed under the block that held its address when it was
+/// written, so that the block takes the category of what it holds.
+fn tags_inside_blocks(trace: &Trace, device: DeviceId, tags: &mut HashMap<u64, Vec<(i64, Category, StringId)>>) {
+    if tags.is_empty() {
+        return;
+    }
+    let events = crate::replay::device_events(trace, device);
+    let starts: rustc_hash::FxHashSet<u64> = events
+        .iter()
+        .filter_map(|i| trace.events.get(i as usize))
+        .filter(|e| e.kind == EventKind::Alloc)
+        .map(|e| e.address)
+        .collect();
+    let mut inside: Vec<(i64, u64, Category, StringId)> = tags
+        .iter()
+        .filter(|(address, _)| !starts.contains(address))
+        .flat_map(|(&address, list)| list.iter().map(move |&(time, category, name)| (time, address, category, name)))
+        .collect();
+    if inside.is_empty() {
+        return;
+    }
+    inside.sort_unstable_by_key(|t| (t.0, t.1));
+    let two_step = trace.frees_in_two_steps(device);
+    let mut live: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    let mut next = inside.iter().peekable();
+    let mut file = |live: &std::collections::BTreeMap<u64, u64>, until: i64| {
+        while let Some(&&(time, address, category, name)) = next.peek().filter(|t| t.0 < until) {
+            next.next();
+            if let Some((&start, &size)) = live.range(..=address).next_back()
+                && address < start.saturating_add(size)
+            {
+                tags.entry(start).or_default().push((time, category, name));
+            }
+        }
+    };
+    for e in events.iter().filter_map(|i| trace.events.get(i as usize)) {
+        file(&live, e.time_ns);
+        match e.kind {
+            EventKind::Alloc => {
+                live.insert(e.address, e.size_bytes);
+            }
+            EventKind::FreeRequested | EventKind::FreeCompleted if e.ends_allocation(two_step) => {
+                live.remove(&e.address);
+            }
+            _ => {}
+        }
+    }
+    file(&live, i64::MAX);
+}
+
 /// Attributes blocks of one trace, caching the stack rules by stack.
 pub struct Attributor<'a> {
     trace: &'a Trace,
@@ -132,6 +184,7 @@ impl<'a> Attributor<'a> {
         for tag in trace.tags.iter().filter(|t| t.device == device) {
             tags.entry(tag.address).or_default().push((tag.time_ns, tag.category, tag.name));
         }
+        tags_inside_blocks(trace, device, &mut tags);
         for list in tags.values_mut() {
             list.sort_by_key(|t| t.0);
         }

@@ -161,8 +161,13 @@ pub fn answer(path: &Path, options: &Options<'_>, to: &mut super::To<'_>) -> Res
     }
     writeln!(
         out,
-        "\nremedies, lowest projected peak first (allocated; ± the uncertainty; how: replayed from the changed \
-         event stream, or by rules):"
+        "\nremedies, {}lowest projected peak first (allocated; ± the uncertainty; how: replayed from the changed \
+         event stream, or by rules):",
+        if advice.fine_tuning.is_some() && advice.remedies.first().is_some_and(|p| p.id == "lora") {
+            "LoRA first (a fine-tune), then "
+        } else {
+            ""
+        }
     )?;
     for p in &advice.remedies {
         line(out, p, b.peak_allocated_bytes)?;

@@ -170,7 +170,27 @@ class Tagger:
         if dtypes and (dtypes != self.parameter_dtypes or layers != self.layers):
             self.parameter_dtypes = dtypes
             self.layers = layers
-            self.log.write({"t": "dtypes", "parameters": dtypes, "layers": layers})
+            line: dict[str, object] = {"t": "dtypes", "parameters": dtypes, "layers": layers}
+            pretrained = self.pretrained()
+            if pretrained:
+                line["pretrained"] = pretrained
+            self.log.write(line)
+
+    def pretrained(self) -> str:
+        """Where a model was loaded from (`from_pretrained`'s name or directory, as
+        transformers keeps it in the model's config), empty for a model made in the program: the
+        run fine-tunes a checkpoint when it is not."""
+        for reference in self.roots:
+            root = reference()
+            if root is None:
+                continue
+            try:
+                name = getattr(getattr(_unwrapped(root), "config", None), "_name_or_path", "")
+            except Exception:
+                continue
+            if isinstance(name, str) and name:
+                return name[-200:]
+        return ""
 
     def model_layers(self) -> list[list[object]]:
         """The models' linear and embedding layers, each `[kind, module, weight, rows, columns,
@@ -190,6 +210,9 @@ class Tagger:
                     continue
                 if isinstance(module, torch.nn.Linear):
                     kind, rows, columns = "linear", module.in_features, module.out_features
+                elif type(module).__name__ == "Conv1D" and weight.dim() == 2:
+                    # transformers' GPT-2 projections: a linear layer with its weight (in, out).
+                    kind, rows, columns = "linear", int(weight.shape[0]), int(weight.shape[1])
                 elif isinstance(module, torch.nn.Embedding):
                     kind, rows, columns = "embedding", module.num_embeddings, module.embedding_dim
                 else:

@@ -120,6 +120,10 @@ pub fn advice_notes(advice: &Advice, set_gpus: &str) -> Vec<String> {
         }
         None => notes.push(format!("sharding: not projected, the trace shows one GPU ({set_gpus} to project ZeRO)")),
     }
+    if let Some(name) = &advice.fine_tuning {
+        let lora = if advice.lora.is_some() { ": LoRA comes first among the changes to try" } else { "" };
+        notes.push(format!("fine-tuning: the model was loaded from {name} (from_pretrained){lora}"));
+    }
     let known = &advice.evidence;
     let total = known.total();
     if total > 0.0 {

@@ -1,0 +1,71 @@
+"""A fine-tuning run as people write one: a causal language model saved with `save_pretrained`,
+loaded back with `from_pretrained` (so it comes from a checkpoint, as a hub model would), and
+trained for a few steps with AdamW on random tokens; with `--lora R`, peft's rank-R adapters on
+its attention and MLP projections and every other weight frozen.
+
+    python finetune.py [--arch llama|gpt2] [--lora R] [--steps N] [--batch B] [--seq T]
+
+Prints one JSON line: the parameters' bytes and how many of them are trained.
+"""
+
+import argparse
+import json
+import tempfile
+
+import torch
+
+
+def build(arch: str):
+    """A small model of the architecture, with its config (no download: made here)."""
+    import transformers
+
+    if arch == "gpt2":
+        config = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=2048, n_positions=256)
+        return transformers.GPT2LMHeadModel(config), ["c_attn", "c_proj", "c_fc"]
+    config = transformers.LlamaConfig(
+        hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=4, vocab_size=2048, max_position_embeddings=256,
+    )
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    return transformers.LlamaForCausalLM(config), targets
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", choices=["llama", "gpt2"], default="llama")
+    parser.add_argument("--lora", type=int, default=None, metavar="R")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=64)
+    args = parser.parse_args()
+    import transformers
+
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as checkpoint:
+        model, targets = build(args.arch)
+        # A PyTorch pickle, not safetensors: safetensors maps the file into memory on the CPU, where
+        # the weights would then live outside the allocator (on a GPU they are copied to it).
+        model.save_pretrained(checkpoint, safe_serialization=False)
+        del model
+        model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, low_cpu_mem_usage=False)
+    if args.lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=args.lora, lora_alpha=2 * args.lora, target_modules=targets))
+    model.train()
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=1e-4)
+    tokens = torch.randint(model.config.vocab_size, (args.batch, args.seq))
+    for _ in range(args.steps):
+        loss = model(input_ids=tokens, labels=tokens).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    print(json.dumps({
+        "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "trained_bytes": sum(p.numel() * p.element_size() for p in trained),
+    }))
+
+
+if __name__ == "__main__":
+    main()
