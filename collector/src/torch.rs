@@ -275,6 +275,24 @@ struct Merging {
     framework_ooms: Vec<Oom>,
 }
 
+/// What the recorder saw of the model: its parameters' bytes by dtype, its linear and
+/// embedding layers, and where it was loaded from.
+fn add_model(
+    trace: &mut Trace,
+    parameters: &BTreeMap<String, u64>,
+    layers: &[serde_json::Value],
+    pretrained: Option<&str>,
+) {
+    let extra = &mut trace.metadata.extra;
+    extra.insert("parameter_dtypes".to_owned(), serde_json::json!(parameters));
+    if !layers.is_empty() {
+        extra.insert("model_layers".to_owned(), serde_json::Value::Array(layers.to_vec()));
+    }
+    if let Some(name) = pretrained {
+        extra.insert("pretrained".to_owned(), name.into());
+    }
+}
+
 /// One process's log: tags, spans, frames and OOMs go to the trace; block and segment events
 /// are collected in `m` (where the driver saw a device, its account of the segments stands).
 fn add_log(
@@ -304,13 +322,7 @@ fn add_log(
                 continue;
             }
             Line::Dtypes { parameters, layers, pretrained } => {
-                if let Some(name) = pretrained {
-                    trace.metadata.extra.insert("pretrained".to_owned(), name.clone().into());
-                }
-                trace.metadata.extra.insert("parameter_dtypes".to_owned(), serde_json::json!(parameters));
-                if !layers.is_empty() {
-                    trace.metadata.extra.insert("model_layers".to_owned(), serde_json::Value::Array(layers.clone()));
-                }
+                add_model(trace, parameters, layers, pretrained.as_deref());
                 continue;
             }
             Line::Autocast { device_type, dtype } => {

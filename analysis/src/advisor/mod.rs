@@ -472,13 +472,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         .collect();
     let (mut singles, without_effect): (Vec<Projection>, Vec<Projection>) =
         singles.into_iter().partition(|p| changes(p, (peak_allocated, peak_reserved)));
-    // A fine-tune of a checkpoint lists LoRA first, where it fits: what such a run tries first.
-    if ctx.fine_tuning.is_some()
-        && let Some(i) = singles.iter().position(|p| p.remedies == [Remedy::Lora] && (target.is_none() || p.fits))
-    {
-        let lora = singles.remove(i);
-        singles.insert(0, lora);
-    }
+    lora_first(&mut singles, &ctx, target);
     let smallest_change_that_fits = smallest_that_fits(&singles, &combinations, target);
     let plan = target.map_or_else(Vec::new, |t| plan(&projector, &remedies, t));
     let checkpointing_by_blocks = if remedies.contains(&Remedy::ActivationCheckpointing) {
@@ -532,6 +526,16 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         left_out,
         fine_tuning: ctx.fine_tuning.clone(),
     })
+}
+
+/// A fine-tune of a checkpoint lists LoRA first, where it fits: what such a run tries first.
+fn lora_first(singles: &mut Vec<Projection>, ctx: &Context, target: Option<u64>) {
+    if ctx.fine_tuning.is_some()
+        && let Some(i) = singles.iter().position(|p| p.remedies == [Remedy::Lora] && (target.is_none() || p.fits))
+    {
+        let lora = singles.remove(i);
+        singles.insert(0, lora);
+    }
 }
 
 /// What the remedies that change particular parts of the model and its step need: the gradients
