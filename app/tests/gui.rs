@@ -294,8 +294,8 @@ fn the_advisor_lists_the_remedies_with_the_cli_numbers() {
     let advice = vramscope::query::advisor::advise(&trace, Some(DeviceId(0)), None, None).expect("advice");
     let checkpointing = advice.remedies.iter().find(|r| r.id == "activation_checkpointing").expect("remedy");
     let started = Instant::now();
-    // The advice is worked out on its own thread.
-    while harness.query_by_label("activation_checkpointing").is_none() {
+    // The advice is worked out on its own thread; the table names remedies in words.
+    while harness.query_by_label("activation checkpointing").is_none() {
         assert!(started.elapsed() < Duration::from_secs(60), "no advice within a minute");
         harness.step();
         std::thread::sleep(Duration::from_millis(5));

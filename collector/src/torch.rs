@@ -151,6 +151,12 @@ pub enum Line {
         /// `bfloat16` or `float16`.
         dtype: String,
     },
+    /// A model's forward ran with autograd recording its graph (not under `no_grad` or
+    /// `inference_mode`).
+    GradMode {
+        /// Always true: written when it is.
+        enabled: bool,
+    },
     /// A stretch in which the process's tensor allocations were not recorded (the CPU profiler
     /// was off: the program's own profiler ran, or it could not be restarted safely yet).
     Gap {
@@ -323,6 +329,10 @@ fn add_log(
             }
             Line::Dtypes { parameters, layers, pretrained } => {
                 add_model(trace, parameters, layers, pretrained.as_deref());
+                continue;
+            }
+            Line::GradMode { enabled } => {
+                trace.metadata.extra.insert("forward_with_grad".to_owned(), (*enabled).into());
                 continue;
             }
             Line::Autocast { device_type, dtype } => {

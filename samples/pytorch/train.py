@@ -77,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train_group.add_argument("--inference", action="store_true",
                              help="forward only, under torch.inference_mode: no backward, no optimizer "
                                   "(--steps forward passes)")
+    train_group.add_argument("--no-inference-mode", action="store_true",
+                             help="--inference without torch.inference_mode: autograd records the "
+                                  "graph (and keeps what it saves) though nothing goes backward")
     train_group.add_argument("--weights-dtype", choices=["float32", "bfloat16"], default="float32",
                              help="the dtype the model's parameters are stored in (bfloat16: with "
                                   "--inference only)")
@@ -142,6 +145,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.lora is not None and (args.model != "gpt" or args.lora < 1 or args.inference or args.zero1 or args.fsdp
                                   or args.tp or args.pp):
         parser.error("--lora R: R at least 1, --model gpt, training on one process")
+    if args.no_inference_mode and not args.inference:
+        parser.error("--no-inference-mode applies to --inference only")
     if args.weights_dtype != "float32" and not args.inference:
         parser.error("--weights-dtype bfloat16 applies to --inference only (training keeps 32-bit master weights)")
     if args.inference and (args.accumulate > 1 or args.checkpoint or args.zero1 or args.fsdp or args.tp or args.pp):

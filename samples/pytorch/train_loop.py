@@ -131,7 +131,7 @@ def train(args: argparse.Namespace) -> dict:
         summary.update(gradient_bytes=0, gradient_tensors=0, optimizer_state_bytes=0,
                        optimizer_state_bytes_excluding_step=0)
     for step in range(args.steps if args.inference else 0):
-        with torch.inference_mode(), autocast:
+        with torch.inference_mode(not args.no_inference_mode), autocast:
             logits = forward(inputs)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
         summary["losses"].append(loss.item())

@@ -555,3 +555,25 @@ fn a_fine_tune_is_told_lora_first_and_lora_lands_on_the_peft_run() {
         assert_eq!(left, ["most_weights_frozen"], "{arch}");
     }
 }
+
+/// Inference with autograd recording (no `no_grad`, no `inference_mode`): `no_grad` is proposed,
+/// its projection an upper bound within its stated ± of the run under `inference_mode`; that run
+/// is not told to use it, nor is a training run.
+#[test]
+fn inference_that_records_a_graph_is_told_to_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = record(dir.path(), "graph", &["--inference", "--no-inference-mode"]);
+    let without = record(dir.path(), "without", &["--inference"]);
+    let advise = |trace: &Path| json(&[OsStr::new("advise"), OsStr::new("--json"), trace.as_os_str()]);
+    let advice = advise(&graph);
+    let (projected, uncertainty) = projection(&advice, "no_grad");
+    let measured = peak(&without, -1);
+    let error = (projected as f64 - measured as f64) / measured as f64;
+    assert!((0.0..=uncertainty).contains(&error), "no_grad: projected {projected}, measured {measured}");
+    let why = |advice: &serde_json::Value| {
+        let rows = advice["left_out"].as_array().expect("left_out");
+        rows.iter().find(|r| r["id"] == "no_grad").map(|r| r["why"].clone()).unwrap_or_default()
+    };
+    assert_eq!(why(&advise(&without)), "no_grad_already");
+    assert_eq!(why(&advise(&record(dir.path(), "train", &[]))), "trains");
+}

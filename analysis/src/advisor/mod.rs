@@ -409,18 +409,12 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
             .flatten(),
         gradient_bytes: b.instants.iter().map(|p| p.gradient).fold(0.0, f64::max),
         checkpoint_replayed: false,
-        kept_gradient_bytes: 0.0,
-        step_temporary_bytes: 0.0,
-        largest_gradient_bytes: 0.0,
-        adam: false,
-        untied: None,
-        untied_bytes: 0.0,
-        adapters: None,
-        adapter_bytes: 0.0,
-        adapter_state_bytes: 0.0,
+        // The model's parts: filled in by `with_the_models_parts`.
         trainable_share: 1.0,
-        layers_seen: false,
         fine_tuning: trace.metadata.extra.get("pretrained").and_then(|v| v.as_str()).map(str::to_owned),
+        forward_with_grad: trace.metadata.extra.get("forward_with_grad").and_then(serde_json::Value::as_bool)
+            == Some(true),
+        ..Context::default()
     };
     // The replay counts what the trace's own replay counts: where they differ, the stream is
     // not the whole story and the rules stand.

@@ -93,6 +93,19 @@ struct Block {
     owner: Option<u32>,
 }
 
+/// How the remedies that change the step or the model set the replay.
+#[derive(Clone, Copy, Debug, Default)]
+struct StepKnobs {
+    /// What the optimizer step's temporaries are multiplied by.
+    step_temporaries: f64,
+    /// Kept gradients freed after each step.
+    set_to_none: bool,
+    /// The parameter whose blocks go (tied embeddings' head).
+    drop_owner: Option<u32>,
+    /// Forward's blocks freed as `no_grad` would free them.
+    no_grad: bool,
+}
+
 /// What the rules add to a replay: autocast's weight copies, ZeRO-3's gathered block.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RuleParts {
@@ -146,6 +159,10 @@ pub struct Replayer {
     /// The optimizer's state as Adam's (`exp_avg`, `exp_avg_sq`): the optimizers whose
     /// multi-tensor step holds temporaries of every parameter's size.
     pub adam: bool,
+    /// Under `no_grad`, when each block made in forward would be freed: as its module returns,
+    /// unless it is what the module returns (its last allocation), then as the module that
+    /// called it returns, and so on.
+    no_grad_frees: HashMap<usize, i64>,
 }
 
 /// A block's activations to allocate again: (block, when).
@@ -186,6 +203,7 @@ impl Replayer {
             owners: HashMap::default(),
             kept_gradients: Vec::new(),
             adam: false,
+            no_grad_frees: HashMap::default(),
         };
         // The activations of each repeated block in each forward: (forward, block) -> blocks.
         let mut groups: HashMap<(usize, String), Vec<usize>> = HashMap::default();
@@ -281,8 +299,63 @@ impl Replayer {
         }
         r.checkpointing = checkpoint_moves(&r, &groups);
         r.kept_gradients = kept_gradients(&r, spans);
+        if !spans.iter().any(|s| s.2 == AnnotationKind::Backward) {
+            r.no_grad_frees = no_grad_frees(&r, trace, spans);
+        }
         r.baseline = r.project(&[], RuleParts::default()).map(|(p, _)| p).unwrap_or_default();
         Some(r)
+    }
+
+    /// What the remedies that change a part of the step or of the model do to the replay;
+    /// `None` where the stream cannot show it.
+    fn step_and_model(
+        &self,
+        remedy: Remedy,
+        rules: RuleParts,
+        knobs: &mut StepKnobs,
+        factor: &mut [f64; Category::ALL.len()],
+        extra: &mut Vec<(i64, usize, i64)>,
+    ) -> Option<()> {
+        match remedy {
+            Remedy::SetToNone => knobs.set_to_none = true,
+            Remedy::FusedStep => knobs.step_temporaries = 0.0,
+            Remedy::ForeachOff => {
+                knobs.step_temporaries = 0.0;
+                // One parameter at a time: `exp_avg_sq.sqrt()` and its quotient by the bias
+                // correction, alive together, of the largest parameter, through each step.
+                let loop_bytes = (2.0 * rules.largest_gradient_bytes).round() as i64;
+                for &(start, end) in &self.steps {
+                    extra.push((start, 0, loop_bytes));
+                    extra.push((end, usize::MAX, -loop_bytes));
+                }
+            }
+            Remedy::TiedEmbeddings => knobs.drop_owner = Some(rules.untied_head?),
+            Remedy::NoGrad => {
+                if self.no_grad_frees.is_empty() {
+                    return None;
+                }
+                knobs.no_grad = true;
+            }
+            Remedy::Lora => {
+                // Every weight frozen: no optimizer state but the adapters', alive
+                // throughout with their parameters. Their gradients come as backward reaches
+                // them, as the weights' did: each gradient shrinks to the adapters' share of
+                // them. The step runs over the adapters alone: its temporaries, per trained
+                // parameter, shrink as much.
+                let share = if rules.gradient_bytes > 0.0 {
+                    (rules.adapter_bytes / rules.gradient_bytes).min(1.0)
+                } else {
+                    0.0
+                };
+                factor[Category::Gradient as usize] *= share;
+                factor[Category::OptimizerState as usize] = 0.0;
+                knobs.step_temporaries *= share;
+                let adapters = (rules.adapter_bytes + rules.adapter_state_bytes).round() as i64;
+                extra.push((i64::MIN, 0, adapters));
+            }
+            _ => {}
+        }
+        Some(())
     }
 
     /// The parameter named `name` (its weight, gradient and state), when the trace tags it.
@@ -368,7 +441,7 @@ impl Replayer {
         let mut method = Method::Replay;
         let mut factor: [f64; Category::ALL.len()] = [1.0; Category::ALL.len()];
         let (mut batch, mut cast, mut accumulate, mut checkpoint) = (1.0, false, false, false);
-        let (mut step_temporaries, mut set_to_none, mut drop_owner) = (1.0, false, None);
+        let mut knobs = StepKnobs { step_temporaries: 1.0, ..StepKnobs::default() };
         let mut computed = 1.0;
         let mut extra: Vec<(i64, usize, i64)> = Vec::new();
         for &remedy in applied {
@@ -415,37 +488,19 @@ impl Replayer {
                     checkpoint = true;
                 }
                 Remedy::TensorParallel | Remedy::PipelineParallel => return None,
-                Remedy::SetToNone => set_to_none = true,
-                Remedy::FusedStep => step_temporaries = 0.0,
-                Remedy::ForeachOff => {
-                    step_temporaries = 0.0;
-                    // One parameter at a time: `exp_avg_sq.sqrt()` and its quotient by the bias
-                    // correction, alive together, of the largest parameter, through each step.
-                    let loop_bytes = (2.0 * rules.largest_gradient_bytes).round() as i64;
-                    for &(start, end) in &self.steps {
-                        extra.push((start, 0, loop_bytes));
-                        extra.push((end, usize::MAX, -loop_bytes));
+                Remedy::SetToNone
+                | Remedy::FusedStep
+                | Remedy::ForeachOff
+                | Remedy::TiedEmbeddings
+                | Remedy::NoGrad
+                | Remedy::Lora => {
+                    self.step_and_model(remedy, rules, &mut knobs, &mut factor, &mut extra)?;
+                    if !matches!(
+                        remedy,
+                        Remedy::SetToNone | Remedy::FusedStep | Remedy::TiedEmbeddings | Remedy::NoGrad
+                    ) {
+                        method = Method::ReplayAndRule;
                     }
-                    method = Method::ReplayAndRule;
-                }
-                Remedy::TiedEmbeddings => drop_owner = Some(rules.untied_head?),
-                Remedy::Lora => {
-                    // Every weight frozen: no optimizer state but the adapters', alive
-                    // throughout with their parameters. Their gradients come as backward reaches
-                    // them, as the weights' did: each gradient shrinks to the adapters' share of
-                    // them. The step runs over the adapters alone: its temporaries, per trained
-                    // parameter, shrink as much.
-                    let share = if rules.gradient_bytes > 0.0 {
-                        (rules.adapter_bytes / rules.gradient_bytes).min(1.0)
-                    } else {
-                        0.0
-                    };
-                    factor[Category::Gradient as usize] *= share;
-                    factor[Category::OptimizerState as usize] = 0.0;
-                    step_temporaries *= share;
-                    let adapters = (rules.adapter_bytes + rules.adapter_state_bytes).round() as i64;
-                    extra.push((i64::MIN, 0, adapters));
-                    method = Method::ReplayAndRule;
                 }
                 Remedy::ExpandableSegments | Remedy::MaxSplitSize => {}
             }
@@ -455,12 +510,12 @@ impl Replayer {
             cast && !b.fp32 && !b.in_step && (b.category == Category::Activation || (!rules.training && computes(b)))
         };
         let size = |b: &Block| -> i64 {
-            if drop_owner.is_some() && b.owner == drop_owner {
+            if knobs.drop_owner.is_some() && b.owner == knobs.drop_owner {
                 return 0;
             }
             let mut f = factor[b.category as usize];
             if b.in_step && b.category == Category::Temporary {
-                f *= step_temporaries;
+                f *= knobs.step_temporaries;
             }
             let scales =
                 matches!(b.category, Category::Activation | Category::Temporary | Category::Input) && !b.resident;
@@ -507,11 +562,13 @@ impl Replayer {
                     }
                     None => changes.push((c.time_ns, c.order, bytes)),
                 }
+            } else if let Some(&at) = self.no_grad_frees.get(&c.block).filter(|&&at| knobs.no_grad && at < c.time_ns) {
+                changes.push((at, usize::MAX, -bytes));
             } else {
                 changes.push((c.time_ns, c.order, -bytes));
             }
         }
-        if set_to_none {
+        if knobs.set_to_none {
             // Freed after each step and allocated again by the next backward.
             for (block, splits) in &self.kept_gradients {
                 let Some(b) = self.blocks.get(*block) else { continue };
@@ -541,6 +598,67 @@ fn peak_of(mut changes: Vec<(i64, usize, i64)>) -> SimulatedPeak {
         }
     }
     best
+}
+
+/// Under `no_grad`, when each block forward makes would be freed (see
+/// [`Replayer::no_grad_frees`]), by the module spans: a module's locals die as it returns, what
+/// it returns lives on in its caller.
+fn no_grad_frees(r: &Replayer, trace: &Trace, spans: &[(i64, i64, AnnotationKind)]) -> HashMap<usize, i64> {
+    let mut modules: Vec<(i64, i64)> =
+        trace.annotations.iter().filter(|a| a.kind == AnnotationKind::Module).map(|a| (a.start_ns, a.end_ns)).collect();
+    if modules.is_empty() {
+        return HashMap::default();
+    }
+    modules.sort_unstable_by_key(|m| (m.0, std::cmp::Reverse(m.1)));
+    // Each module's caller: the innermost span around it.
+    let mut parents: Vec<Option<usize>> = vec![None; modules.len()];
+    let mut open: Vec<usize> = Vec::new();
+    for (i, m) in modules.iter().enumerate() {
+        while open.last().is_some_and(|&o| modules[o].1 < m.0) {
+            open.pop();
+        }
+        parents[i] = open.last().copied();
+        open.push(i);
+    }
+    let innermost = |t: i64| {
+        let mut i = modules.partition_point(|m| m.0 <= t).checked_sub(1)?;
+        loop {
+            if modules[i].1 >= t {
+                return Some(i);
+            }
+            i = parents[i]?;
+        }
+    };
+    let in_forward = |t: i64| phase_at(spans, t) == Some(Phase::Forward);
+    // What each module made in forward, in order; its last is what it returns.
+    let mut made: Vec<(usize, usize)> = Vec::new();
+    let mut last: HashMap<usize, usize> = HashMap::default();
+    for c in r.changes.iter().filter(|c| c.alloc && c.time_ns != i64::MIN && in_forward(c.time_ns)) {
+        let Some(b) = r.blocks.get(c.block) else { continue };
+        if !matches!(b.category, Category::Activation | Category::Temporary) {
+            continue;
+        }
+        let Some(m) = innermost(c.time_ns) else { continue };
+        made.push((c.block, m));
+        // The last allocation of this module and of every module around it so far.
+        let mut at = Some(m);
+        while let Some(i) = at {
+            last.insert(i, c.block);
+            at = parents[i];
+        }
+    }
+    let mut frees = HashMap::default();
+    for (block, m) in made {
+        let mut at = Some(m);
+        while let Some(i) = at {
+            if last.get(&i) != Some(&block) {
+                frees.insert(block, modules[i].1);
+                break;
+            }
+            at = parents[i];
+        }
+    }
+    frees
 }
 
 /// The parameter a tagged block is or belongs to, and the part it is (`exp_avg`, `grad`): a

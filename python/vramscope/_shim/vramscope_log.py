@@ -6,7 +6,8 @@ Every time is CLOCK_MONOTONIC in ns, the clock of the driver-level hook. Line ty
 `segment_free` / `segment_map` / `segment_unmap` (time, dev, addr, size, stream, stack: frame ids
 innermost first), `oom` (time, dev, size, free), `tag` (time, dev, addr, cat, name), `span` (kind:
 forward, backward, optimizer_step, iteration, evaluation, module; name, begin, end), `autocast`
-(device_type, dtype: forward ran under autocast), `allocator_conf` (conf: the allocator's
+(device_type, dtype: forward ran under autocast), `grad_mode` (enabled: a forward ran with autograd
+recording), `allocator_conf` (conf: the allocator's
 configuration string, from the environment when torch is imported and from each
 `torch.cuda.memory._set_allocator_settings` call), `dtypes` (parameters: the model's parameter
 bytes by dtype; layers: its linear and embedding layers; when either changes), `gap` (dev,

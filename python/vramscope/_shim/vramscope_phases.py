@@ -50,6 +50,7 @@ class Phases:
         # trainer's validation or evaluation loop), while one runs.
         self.evaluation_start: int | None = None
         self.autocast_noted = False
+        self.grad_noted = False
 
     def when(self) -> tuple[int, int]:
         """The backwards and the iterations so far (when a gradient was tagged)."""
@@ -70,6 +71,7 @@ class Phases:
                 self.iteration_start = self.log.now()
             self.forward_start = self.log.now()
             self.note_autocast()
+            self.note_grad_mode()
             self.tagger.tag_parameters()
             self.tagger.tag_inputs(args)
             self.log.safe(self.note_evaluation)
@@ -100,6 +102,15 @@ class Phases:
                     return
             except (TypeError, AttributeError, RuntimeError):
                 return
+
+    def note_grad_mode(self) -> None:
+        """Records once that a model's forward ran with autograd recording its graph (not under
+        `no_grad` or `inference_mode`): a run that never goes backward keeps, for nothing, what
+        that graph saves."""
+        if self.grad_noted or not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+            return
+        self.grad_noted = True
+        self.log.write({"t": "grad_mode", "enabled": True})
 
     # -- evaluation --------------------------------------------------------------------------------
 

@@ -65,6 +65,9 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
             ),
             None => "LoRA: freeze the model and train low-rank adapters (peft)".to_owned(),
         },
+        Remedy::NoGrad => {
+            "run forward under torch.no_grad() (or torch.inference_mode()): nothing goes backward".to_owned()
+        }
     }
 }
 
@@ -251,6 +254,7 @@ pub fn remedy_cost(remedy: Remedy, training: bool) -> &'static str {
             "quality: only the adapters learn (usually close to full fine-tuning for adaptation, not for \
              pretraining); a dependency"
         }
+        Remedy::NoGrad => "none: the outputs are the same; they carry no graph to call backward on",
     }
 }
 
@@ -315,6 +319,8 @@ pub fn left_out_why(why: LeftOut) -> &'static str {
         LeftOut::MostWeightsFrozen => "most linear weights are frozen already (adapters, or a frozen model)",
         LeftOut::NoLinearInBlocks => "no linear layer inside the repeated blocks",
         LeftOut::NoModelState => "no gradients or optimizer state to save",
+        LeftOut::Trains => "the run goes backward: its graph is what backward needs",
+        LeftOut::NoGradAlready => "forward runs without a graph already (no_grad or inference_mode)",
     }
 }
 
@@ -375,6 +381,7 @@ pub fn remedy_name(r: Remedy) -> &'static str {
         Remedy::ForeachOff => "the optimizer without its multi-tensor step (foreach=False)",
         Remedy::TiedEmbeddings => "tied embeddings (the head shares the embedding's weight)",
         Remedy::Lora => "LoRA (low-rank adapters, the model frozen)",
+        Remedy::NoGrad => "no_grad / inference_mode (no autograd graph)",
     }
 }
 
@@ -630,6 +637,7 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
             bytes(m.projected_bytes())
         ),
         Reason::KeptGradients { .. }
+        | Reason::Graph { .. }
         | Reason::StepTemporaries { .. }
         | Reason::Tied { .. }
         | Reason::Adapters { .. } => step_and_model_reason(&p.reason, &before, &after),
@@ -670,6 +678,12 @@ fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
             bytes(*gradient_bytes),
             bytes(*optimizer_state_bytes),
             bytes(*adapter_bytes)
+        ),
+        Reason::Graph { activation_bytes } => format!(
+            "forward records autograd's graph though nothing goes backward: it keeps {} of activations at the \
+             peak for a backward that never runs; without it each module's tensors go as it returns: {before} -> \
+             {after}",
+            bytes(*activation_bytes)
         ),
         _ => String::new(),
     }
