@@ -536,6 +536,14 @@ fn a_fine_tune_is_told_lora_first_and_lora_lands_on_the_peft_run() {
         assert_eq!(advice["remedies"][0]["id"], "lora", "{arch}: {}", advice["remedies"]);
         assert_eq!(advice["plan"][0]["id"], "lora", "{arch}: {}", advice["plan"]);
         assert_eq!(advice["smallest_change_that_fits"], "lora", "{arch}");
+        // Threes: LoRA with checkpointing and a third (autocast, a shorter sequence, half the
+        // micro-batch), each lower than any two of them.
+        let combinations = advice["combinations"].as_array().expect("combinations");
+        let three = combinations.iter().find(|c| {
+            let id = c["id"].as_str().unwrap_or("");
+            id.split('+').count() == 3 && id.contains("lora") && id.contains("activation_checkpointing")
+        });
+        assert!(three.is_some(), "{arch}: {combinations:?}");
         // The weights are tagged inside the buffer they were loaded into.
         let categories = &advice["baseline"]["categories_at_peak"];
         assert!(categories["parameter"].as_u64().is_some_and(|p| p > 10 << 20), "{arch}: {categories}");

@@ -26,7 +26,7 @@ use vramscope_trace_format::{AnnotationKind, Category, DeviceId, Trace};
 pub use self::parts::EvidenceBytes;
 use self::parts::{Parts, Sides, parts_at, phase_at};
 pub use self::project::PlanStep;
-use self::project::{Projector, pairs, plan, selective_checkpointing, singles, smallest_that_fits};
+use self::project::{Projector, pairs, plan, selective_checkpointing, singles, smallest_that_fits, triples};
 use self::remedy::{Context, PAGE_BYTES};
 pub use self::remedy::{LeftOut, Reason, Remedy, SplitProjection};
 pub use self::rules::PIPELINE_MICRO_BATCHES_PER_STAGE;
@@ -111,8 +111,8 @@ pub struct Advice {
     pub baseline_fits: bool,
     /// Single remedies, lowest projected peak first (a fine-tune's LoRA first, where it fits).
     pub remedies: Vec<Projection>,
-    /// Pairs of remedies, lowest projected peak first: those that do better than either of the
-    /// two alone.
+    /// Pairs of remedies that do better than either alone, and the best pairs with a third that
+    /// does better than the pair, lowest projected peak first.
     pub combinations: Vec<Projection>,
     /// Remedies that apply but would not change the peak (allocated or reserved, by
     /// `NO_CHANGE` of it or more): what they shrink is not alive at the peak.
@@ -444,26 +444,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     let remedies: Vec<Remedy> = Remedy::ALL.iter().copied().filter(|r| r.applies(&ctx)).collect();
     let left_out: Vec<(Remedy, LeftOut)> = Remedy::ALL.iter().filter_map(|&r| Some((r, r.left_out(&ctx)?))).collect();
     let singles = singles(&projector, &remedies, target);
-    let changes = |p: &Projection, than: (u64, u64)| {
-        let apart = |a: u64, b: u64| a.abs_diff(b) as f64 > NO_CHANGE * b.max(1) as f64;
-        apart(p.projected_peak_allocated_bytes, than.0) || apart(p.projected_peak_reserved_bytes, than.1)
-    };
-    let alone: BTreeMap<&str, (u64, u64)> = singles
-        .iter()
-        .map(|p| (p.id.as_str(), (p.projected_peak_allocated_bytes, p.projected_peak_reserved_bytes)))
-        .collect();
-    // A pair is worth naming when it projects lower than both of its parts alone.
-    let combinations: Vec<Projection> = pairs(&projector, &remedies, target)
-        .into_iter()
-        .filter(|pair| {
-            pair.remedies.iter().all(|r| {
-                alone.get(r.id()).is_none_or(|&part| {
-                    changes(pair, part)
-                        && (pair.projected_peak_allocated_bytes < part.0 || pair.projected_peak_reserved_bytes < part.1)
-                })
-            })
-        })
-        .collect();
+    let combinations = combined(&projector, &remedies, &singles, target);
     let (mut singles, without_effect): (Vec<Projection>, Vec<Projection>) =
         singles.into_iter().partition(|p| changes(p, (peak_allocated, peak_reserved)));
     lora_first(&mut singles, &ctx, target);
@@ -520,6 +501,46 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         left_out,
         fine_tuning: ctx.fine_tuning.clone(),
     })
+}
+
+/// Whether a projection's peaks are apart from `than` (allocated, reserved) by more than
+/// [`NO_CHANGE`] of them.
+fn changes(p: &Projection, than: (u64, u64)) -> bool {
+    let apart = |a: u64, b: u64| a.abs_diff(b) as f64 > NO_CHANGE * b.max(1) as f64;
+    apart(p.projected_peak_allocated_bytes, than.0) || apart(p.projected_peak_reserved_bytes, than.1)
+}
+
+/// The best pairs extended by a third remedy.
+const PAIRS_EXTENDED: usize = 6;
+
+/// The combinations worth naming, lowest first: pairs lower than both of their parts alone, and
+/// the best pairs with a third remedy where that is lower than the pair.
+fn combined(
+    projector: &Projector<'_>,
+    remedies: &[Remedy],
+    singles: &[Projection],
+    target: Option<u64>,
+) -> Vec<Projection> {
+    let alone: BTreeMap<&str, (u64, u64)> = singles
+        .iter()
+        .map(|p| (p.id.as_str(), (p.projected_peak_allocated_bytes, p.projected_peak_reserved_bytes)))
+        .collect();
+    let mut combinations: Vec<Projection> = pairs(projector, remedies, target)
+        .into_iter()
+        .filter(|pair| {
+            pair.remedies.iter().all(|r| {
+                alone.get(r.id()).is_none_or(|&part| {
+                    changes(pair, part)
+                        && (pair.projected_peak_allocated_bytes < part.0 || pair.projected_peak_reserved_bytes < part.1)
+                })
+            })
+        })
+        .collect();
+    let best = &combinations[..combinations.len().min(PAIRS_EXTENDED)];
+    let threes = triples(projector, best, remedies, target);
+    combinations.extend(threes);
+    combinations.sort_by_key(|p| p.projected_peak_allocated_bytes);
+    combinations
 }
 
 /// A fine-tune of a checkpoint lists LoRA first, where it fits: what such a run tries first.

@@ -201,10 +201,52 @@ pub(super) fn pairs(p: &Projector<'_>, remedies: &[Remedy], target: Option<u64>)
                 vec![a, b],
                 projected,
                 a.reserved_bytes(projected.bytes, p.ctx),
-                Reason::Together(a, b),
+                Reason::Together(vec![a, b]),
                 p.ctx,
                 target,
             ));
+        }
+    }
+    out.sort_by_key(|p| p.projected_peak_allocated_bytes);
+    out
+}
+
+/// Step two, in threes: each of the best pairs with a third remedy that goes with both; those
+/// lower than each pair among the three (by [`super::NO_CHANGE`] of it), lowest first, one per
+/// set.
+pub(super) fn triples(
+    p: &Projector<'_>,
+    best_pairs: &[Projection],
+    remedies: &[Remedy],
+    target: Option<u64>,
+) -> Vec<Projection> {
+    let mut out: Vec<Projection> = Vec::new();
+    for pair in best_pairs {
+        for &c in remedies.iter().filter(|r| r.changes_allocated()) {
+            if pair.remedies.iter().any(|&r| r == c || r.excludes(c)) {
+                continue;
+            }
+            let mut set = pair.remedies.clone();
+            set.push(c);
+            set.sort_by_key(|r| Remedy::ALL.iter().position(|a| a == r));
+            if out.iter().any(|t| t.remedies == set) {
+                continue;
+            }
+            let projected = p.project(&set);
+            // Lower than each pair in it: the third adds something whichever two it joins.
+            let lower = (0..3).all(|skip| {
+                let two: Vec<Remedy> = set.iter().enumerate().filter(|(i, _)| *i != skip).map(|(_, &r)| r).collect();
+                let pair_bytes = if two == pair.remedies || two.iter().rev().eq(pair.remedies.iter()) {
+                    pair.projected_peak_allocated_bytes as f64
+                } else {
+                    p.project(&two).bytes
+                };
+                projected.bytes < pair_bytes * (1.0 - super::NO_CHANGE)
+            });
+            if lower {
+                let reserved = reserved_together(&set, projected.bytes, p.ctx);
+                out.push(projection(set.clone(), projected, reserved, Reason::Together(set), p.ctx, target));
+            }
         }
     }
     out.sort_by_key(|p| p.projected_peak_allocated_bytes);

@@ -860,8 +860,8 @@ pub enum Reason {
         /// Activations at the peak.
         activation_bytes: u64,
     },
-    /// Two remedies applied together.
-    Together(Remedy, Remedy),
+    /// Remedies applied together (two or three).
+    Together(Vec<Remedy>),
 }
 
 /// Reserved over allocated at the baseline's peak: what a projected allocated peak reserves.

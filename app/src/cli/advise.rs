@@ -187,7 +187,7 @@ pub fn answer(path: &Path, options: &Options<'_>, to: &mut super::To<'_>) -> Res
         }
     }
     if !advice.combinations.is_empty() {
-        writeln!(out, "\nbest combinations (lower than either alone):")?;
+        writeln!(out, "\nbest combinations (pairs lower than either alone, threes lower than their pair):")?;
         for p in advice.combinations.iter().take(5) {
             line(out, p, b.peak_allocated_bytes)?;
         }

@@ -325,11 +325,12 @@ pub fn left_out_why(why: LeftOut) -> &'static str {
 }
 
 /// The remedies not projected, a line for each reason: `not proposed: SGD, Adafactor: no
-/// optimizer state ...`. Sharding on one GPU and allocator settings have notes of their own.
+/// optimizer state ...`. Sharding on one GPU and allocator settings have notes of their own, and
+/// a training run is not told why inference's remedy is not for it.
 pub fn left_out_lines(advice: &Advice) -> Vec<String> {
     let mut by_why: std::collections::BTreeMap<LeftOut, Vec<&str>> = std::collections::BTreeMap::new();
     for &(remedy, why) in &advice.left_out {
-        if !matches!(why, LeftOut::OneGpu | LeftOut::NoBetterSplit) {
+        if !matches!(why, LeftOut::OneGpu | LeftOut::NoBetterSplit | LeftOut::Trains) {
             by_why.entry(why).or_default().push(remedy_name(remedy));
         }
     }
@@ -385,12 +386,21 @@ pub fn remedy_name(r: Remedy) -> &'static str {
     }
 }
 
-/// A remedy or pair by its id (`amp_bf16+activation_checkpointing`) in words, `bf16 autocast and
-/// activation checkpointing`; the id itself when it names none.
+/// Remedies in words, `bf16 autocast, activation checkpointing and LoRA`.
+fn named_list(set: &[Remedy]) -> String {
+    let names: Vec<&str> = set.iter().map(|&r| remedy_name(r)).collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => names.join(""),
+    }
+}
+
+/// A remedy or combination by its id (`amp_bf16+activation_checkpointing`) in words, `bf16
+/// autocast and activation checkpointing`; the id itself when it names none.
 pub fn remedies_named(id: &str) -> String {
-    let names: Option<Vec<&str>> =
-        id.split('+').map(|part| Remedy::ALL.iter().find(|r| r.id() == part).map(|&r| remedy_name(r))).collect();
-    names.map_or_else(|| id.to_owned(), |n| n.join(" and "))
+    let set: Option<Vec<Remedy>> =
+        id.split('+').map(|part| Remedy::ALL.iter().find(|r| r.id() == part).copied()).collect();
+    set.map_or_else(|| id.to_owned(), |set| named_list(&set))
 }
 
 /// The smallest change that fits, in a sentence: what it is, and when it is two changes, the
@@ -641,7 +651,7 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
         | Reason::StepTemporaries { .. }
         | Reason::Tied { .. }
         | Reason::Adapters { .. } => step_and_model_reason(&p.reason, &before, &after),
-        Reason::Together(a, b) => format!("{} and {} together: {before} -> {after}", remedy_name(*a), remedy_name(*b)),
+        Reason::Together(set) => format!("{} together: {before} -> {after}", named_list(set)),
     }
 }
 

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The advisor's remedy table for docs/BENCHMARKS.md, in one run: for each remedy that one
+process on this machine's CPU can run, a program recorded without the change, `vramscope advise`
+on it, and the same program recorded with the change made; the projection beside the measured
+peak (allocated bytes, `vramscope info`).
+
+    scripts/bench_remedies.py BIN TORCH_PYTHON
+
+Prints a Markdown table. The programs are samples/pytorch/train.py (the default 2-layer GPT,
+AdamW, batch 8 x 64, fp32, 3 steps; `small` is batch 1 x 16 at width 256, where the optimizer's
+step is the peak) and tests/workloads/finetune.py (Llama- and GPT-2-style models loaded with
+from_pretrained and fine-tuned; LoRA through peft).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = [str(REPO / "samples" / "pytorch" / "train.py"), "--device", "cpu", "--steps", "3"]
+FINETUNE = [str(REPO / "tests" / "workloads" / "finetune.py")]
+SMALL = ["--batch-size", "1", "--seq-len", "16", "--d-model", "256"]
+BIN, PYTHON = sys.argv[1], sys.argv[2]
+
+# (remedy id, program, arguments without the change, arguments with it)
+CASES = [
+    ("activation_checkpointing", TRAIN, [], ["--checkpoint"]),
+    ("micro_batch_half", TRAIN, [], ["--batch-size", "4", "--accumulate", "2"]),
+    ("sequence_half", TRAIN, [], ["--seq-len", "32"]),
+    ("sgd", TRAIN, [], ["--optimizer", "sgd"]),
+    ("adafactor", TRAIN, [], ["--optimizer", "adafactor"]),
+    ("amp_bf16", TRAIN, [], ["--bf16"]),
+    ("bf16_weights", TRAIN, ["--inference"], ["--inference", "--weights-dtype", "bfloat16"]),
+    ("zero_grad_set_to_none", TRAIN, ["--no-zero-grad-none"], []),
+    ("tied_embeddings", TRAIN, [], ["--tie-weights"]),
+    ("fused_optimizer_step", TRAIN, SMALL + ["--foreach"], SMALL + ["--fused"]),
+    ("foreach_off", TRAIN, SMALL + ["--foreach"], SMALL + ["--no-foreach"]),
+    ("lora", TRAIN, [], ["--lora", "8"]),
+    ("lora", TRAIN, SMALL, SMALL + ["--lora", "8"]),
+    ("lora", FINETUNE, ["--arch", "llama"], ["--arch", "llama", "--lora", "8"]),
+    ("lora", FINETUNE, ["--arch", "gpt2"], ["--arch", "gpt2", "--lora", "8"]),
+    ("no_grad", TRAIN, ["--inference", "--no-inference-mode"], ["--inference"]),
+    # Three together: a fine-tune's usual answer.
+    ("amp_bf16+activation_checkpointing+lora", TRAIN, [], ["--bf16", "--checkpoint", "--lora", "8"]),
+    ("activation_checkpointing+lora", TRAIN, [], ["--checkpoint", "--lora", "8"]),
+]
+
+
+def run(*args: str) -> str:
+    done = subprocess.run([BIN, *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"vramscope {' '.join(args)}: {done.stderr}")
+    return done.stdout
+
+
+def record(directory: Path, name: str, program: list[str], args: list[str]) -> Path:
+    trace = directory / f"{name}.vtrace"
+    run("record", "-o", str(trace), "--", PYTHON, *program, *args)
+    return trace
+
+
+def peak(trace: Path) -> int:
+    return int(json.loads(run("info", "--json", str(trace)))["devices"][0]["peak_allocated_bytes"])
+
+
+def main() -> None:
+    print("| remedy | recorded without | recorded with | projected | measured | error | stated ± | how |")
+    print("|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        baselines: dict[tuple[str, ...], tuple[Path, dict]] = {}
+        for i, (remedy, program, without, with_) in enumerate(CASES):
+            key = (program[0], *without)
+            if key not in baselines:
+                trace = record(directory, f"base{i}", program, without)
+                baselines[key] = (trace, json.loads(run("advise", "--json", str(trace))))
+            _, advice = baselines[key]
+            rows = advice["remedies"] + advice["combinations"]
+            row = next((r for r in rows if r["id"] == remedy), None)
+            if row is None:
+                sys.exit(f"{remedy} not proposed for {without}")
+            measured = peak(record(directory, f"changed{i}", program, with_))
+            projected = int(row["projected_peak_allocated_bytes"])
+            error = 100.0 * (projected - measured) / measured
+            name = Path(program[0]).name
+            print(
+                f"| {row['name']} | `{name} {' '.join(without)}` | `{' '.join(with_)}` | {projected:,} | "
+                f"{measured:,} | {error:+.2f}% | {100 * row['uncertainty']:.0f}% | {row['method']} |"
+            )
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
