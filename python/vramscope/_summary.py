@@ -192,10 +192,11 @@ def _device_html(device: dict[str, Any], blocks: list[BlockOut]) -> str:
 
 def _remedies_html(advice: AdviceDocument) -> str:
     rows = ["<table><tr><th>remedy (projected by replaying the run)</th><th>peak</th><th>saves</th></tr>"]
-    remedies = sorted(advice["remedies"], key=lambda r: -r["saving_bytes"])[:3]
-    for remedy in remedies:
+    # The advice's own order: lowest projected peak first (a fine-tune's LoRA first, where it fits).
+    for remedy in advice["remedies"][:3]:
+        name = html.escape(remedy["name"])
         rows.append(
-            f"<tr><td>{html.escape(remedy['change'] or remedy['id'])}</td>"
+            f"<tr><td><b>{name}</b>: {html.escape(remedy['change'])}</td>"
             f"{_bytes_cell(remedy['projected_peak_allocated_bytes'])}"
             f"{_bytes_cell(remedy['saving_bytes'])}</tr>"
         )
