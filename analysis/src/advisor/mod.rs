@@ -114,8 +114,8 @@ pub struct Advice {
     /// Pairs of remedies that do better than either alone, and the best pairs with a third that
     /// does better than the pair, lowest projected peak first.
     pub combinations: Vec<Projection>,
-    /// Remedies that apply but would not change the peak (allocated or reserved, by
-    /// `NO_CHANGE` of it or more): what they shrink is not alive at the peak.
+    /// Remedies that apply but would not lower the peak (allocated or reserved, by `NO_CHANGE`
+    /// of it or more): what they shrink is not alive at the peak, or they add more elsewhere.
     pub without_effect: Vec<Projection>,
     /// The cheapest change that fits under the target, if one does.
     pub smallest_change_that_fits: Option<String>,
@@ -446,7 +446,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     let singles = singles(&projector, &remedies, target);
     let combinations = combined(&projector, &remedies, &singles, target);
     let (mut singles, without_effect): (Vec<Projection>, Vec<Projection>) =
-        singles.into_iter().partition(|p| changes(p, (peak_allocated, peak_reserved)));
+        singles.into_iter().partition(|p| lowers(p, (peak_allocated, peak_reserved)));
     lora_first(&mut singles, &ctx, target);
     let smallest_change_that_fits = smallest_that_fits(&singles, &combinations, target);
     let plan = target.map_or_else(Vec::new, |t| plan(&projector, &remedies, t));
@@ -508,6 +508,13 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
 fn changes(p: &Projection, than: (u64, u64)) -> bool {
     let apart = |a: u64, b: u64| a.abs_diff(b) as f64 > NO_CHANGE * b.max(1) as f64;
     apart(p.projected_peak_allocated_bytes, than.0) || apart(p.projected_peak_reserved_bytes, than.1)
+}
+
+/// Whether a projection lowers the peak (allocated or reserved) by more than [`NO_CHANGE`] of it:
+/// one that would not, or would raise it, is considered and left out.
+fn lowers(p: &Projection, than: (u64, u64)) -> bool {
+    let lower = |a: u64, b: u64| (a as f64) < b as f64 * (1.0 - NO_CHANGE);
+    lower(p.projected_peak_allocated_bytes, than.0) || lower(p.projected_peak_reserved_bytes, than.1)
 }
 
 /// The best pairs extended by a third remedy.

@@ -58,7 +58,7 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], advice: &Advice) {
     TableBuilder::new(ui)
         .id_salt(id)
         .striped(true)
-        .column(Column::auto().at_least(200.0))
+        .column(Column::auto().at_least(300.0))
         .column(Column::auto().at_least(90.0))
         .column(Column::auto().at_least(90.0))
         .column(Column::auto().at_least(70.0))
@@ -259,7 +259,7 @@ pub fn advisor_ui(ui: &mut egui::Ui, trace: &Arc<Trace>, device: DeviceId, state
         table(ui, "advisor-remedies", &advice.remedies, advice);
         if !advice.combinations.is_empty() {
             ui.add_space(8.0);
-            ui.strong("Best pairs (lower than either alone)");
+            ui.strong("Best combinations (pairs lower than either alone, threes lower than their pairs)");
             let best: Vec<Projection> = advice.combinations.iter().take(6).cloned().collect();
             table(ui, "advisor-pairs", &best, advice);
         }

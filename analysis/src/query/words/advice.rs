@@ -351,7 +351,7 @@ pub fn without_effect(advice: &Advice) -> Option<String> {
         .map(|(c, v)| format!("{} {}", c.name(), bytes(v)))
         .collect();
     Some(format!(
-        "considered and left out, the peak would not change: {} (what {} is not what is alive at the peak: {})",
+        "considered and left out, the peak would not go down: {} (what {} is not alive at the peak, or comes back elsewhere; alive at the peak: {})",
         ids.join(", "),
         if ids.len() == 1 { "it shrinks" } else { "they shrink" },
         alive.join(", ")
