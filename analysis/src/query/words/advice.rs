@@ -308,7 +308,9 @@ pub fn left_out_why(why: LeftOut) -> &'static str {
         }
         LeftOut::NoBetterSplit => "no setting reserves less in the allocator's model",
         LeftOut::NoSequences => "no attention seen: the model does not work on sequences",
-        LeftOut::GradientsFreedAlready => "no gradient is kept through a later forward: freed after each step already",
+        LeftOut::GradientsFreedAlready => {
+            "no gradient is seen kept through a later forward (freed after each step, or no later forward in the trace)"
+        }
         LeftOut::NotAdam => "the optimizer's state is not Adam's by the recorder's tags (or not tagged)",
         LeftOut::NoStepTemporaries => "the optimizer's step holds no temporaries (fused already)",
         LeftOut::StepPerParameter => "the step holds one parameter's temporaries at a time already",
