@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The advisor's remedy table for docs/BENCHMARKS.md, in one run: for each remedy that one
-process on this machine's CPU can run, a program recorded without the change, `vramscope advise`
-on it, and the same program recorded with the change made; the projection beside the measured
+process on this machine's CPU can run (and data parallelism, under torchrun with gloo), a program
+recorded without the change, `vramscope advise --gpus 2` on it, and the same program recorded with
+the change made; the projection beside the measured
 peak (allocated bytes, `vramscope info`).
 
     scripts/bench_remedies.py BIN TORCH_PYTHON
@@ -44,6 +45,8 @@ CASES = [
     ("lora", FINETUNE, ["--arch", "llama"], ["--arch", "llama", "--lora", "8"]),
     ("lora", FINETUNE, ["--arch", "gpt2"], ["--arch", "gpt2", "--lora", "8"]),
     ("no_grad", TRAIN, ["--inference", "--no-inference-mode"], ["--inference"]),
+    # Data parallelism over 2: against rank 0 of the DDP run (torchrun, gloo, batch 4 per rank).
+    ("data_parallel", TRAIN, [], ["--batch-size", "4"]),
     # Three together: a fine-tune's usual answer.
     ("amp_bf16+activation_checkpointing+lora", TRAIN, [], ["--bf16", "--checkpoint", "--lora", "8"]),
     ("activation_checkpointing+lora", TRAIN, [], ["--checkpoint", "--lora", "8"]),
@@ -63,6 +66,13 @@ def record(directory: Path, name: str, program: list[str], args: list[str]) -> P
     return trace
 
 
+def record_ranks(directory: Path, name: str, program: list[str], args: list[str]) -> Path:
+    trace = directory / f"{name}.vtrace"
+    torchrun = str(Path(PYTHON).with_name("torchrun"))
+    run("record", "-o", str(trace), "--", torchrun, "--nproc_per_node=2", "--master_port=29651", *program, *args)
+    return directory / f"{name}.rank0.vtrace"
+
+
 def peak(trace: Path) -> int:
     return int(json.loads(run("info", "--json", str(trace)))["devices"][0]["peak_allocated_bytes"])
 
@@ -77,13 +87,16 @@ def main() -> None:
             key = (program[0], *without)
             if key not in baselines:
                 trace = record(directory, f"base{i}", program, without)
-                baselines[key] = (trace, json.loads(run("advise", "--json", str(trace))))
+                baselines[key] = (trace, json.loads(run("advise", "--json", "--gpus=2", str(trace))))
             _, advice = baselines[key]
             rows = advice["remedies"] + advice["combinations"]
             row = next((r for r in rows if r["id"] == remedy), None)
             if row is None:
                 sys.exit(f"{remedy} not proposed for {without}")
-            measured = peak(record(directory, f"changed{i}", program, with_))
+            if remedy == "data_parallel":
+                measured = peak(record_ranks(directory, f"changed{i}", program, with_))
+            else:
+                measured = peak(record(directory, f"changed{i}", program, with_))
             projected = int(row["projected_peak_allocated_bytes"])
             error = 100.0 * (projected - measured) / measured
             name = Path(program[0]).name

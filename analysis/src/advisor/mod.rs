@@ -414,6 +414,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         fine_tuning: trace.metadata.extra.get("pretrained").and_then(|v| v.as_str()).map(str::to_owned),
         forward_with_grad: trace.metadata.extra.get("forward_with_grad").and_then(serde_json::Value::as_bool)
             == Some(true),
+        distributed: distributed(trace),
         ..Context::default()
     };
     // The replay counts what the trace's own replay counts: where they differ, the stream is
@@ -508,6 +509,12 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
 fn changes(p: &Projection, than: (u64, u64)) -> bool {
     let apart = |a: u64, b: u64| a.abs_diff(b) as f64 > NO_CHANGE * b.max(1) as f64;
     apart(p.projected_peak_allocated_bytes, than.0) || apart(p.projected_peak_reserved_bytes, than.1)
+}
+
+/// Whether the run is distributed already: several ranks, or a rank's world size above 1.
+fn distributed(trace: &Trace) -> bool {
+    let ranks: std::collections::BTreeSet<u32> = trace.metadata.processes.iter().filter_map(|p| p.rank).collect();
+    ranks.len() > 1 || trace.metadata.extra.get("world_size").and_then(serde_json::Value::as_u64).is_some_and(|w| w > 1)
 }
 
 /// Whether a projection lowers the peak (allocated or reserved) by more than [`NO_CHANGE`] of it:

@@ -488,6 +488,14 @@ impl Replayer {
                     checkpoint = true;
                 }
                 Remedy::TensorParallel | Remedy::PipelineParallel => return None,
+                Remedy::DataParallel => {
+                    batch /= n;
+                    // DDP's buckets: the gradients' size, from its construction on.
+                    if rules.training {
+                        extra.push((i64::MIN, 0, rules.gradient_bytes.round() as i64));
+                        method = Method::ReplayAndRule;
+                    }
+                }
                 Remedy::SetToNone
                 | Remedy::FusedStep
                 | Remedy::ForeachOff

@@ -68,6 +68,13 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
         Remedy::NoGrad => {
             "run forward under torch.no_grad() (or torch.inference_mode()): nothing goes backward".to_owned()
         }
+        Remedy::DataParallel => {
+            let gpus = advice.gpus.map_or(1, |g| g.count);
+            format!(
+                "split the batch over {gpus} GPUs with DistributedDataParallel (each 1/{gpus} of it; torchrun \
+                 --nproc_per_node={gpus})"
+            )
+        }
     }
 }
 
@@ -255,6 +262,7 @@ pub fn remedy_cost(remedy: Remedy, training: bool) -> &'static str {
              pretraining); a dependency"
         }
         Remedy::NoGrad => "none: the outputs are the same; they carry no graph to call backward on",
+        Remedy::DataParallel => "communication: an all-reduce of the gradients per step; the GPUs",
     }
 }
 
@@ -323,6 +331,7 @@ pub fn left_out_why(why: LeftOut) -> &'static str {
         LeftOut::NoModelState => "no gradients or optimizer state to save",
         LeftOut::Trains => "the run goes backward: its graph is what backward needs",
         LeftOut::NoGradAlready => "forward runs without a graph already (no_grad or inference_mode)",
+        LeftOut::AlreadyDistributed => "the run is distributed already",
     }
 }
 
@@ -385,6 +394,7 @@ pub fn remedy_name(r: Remedy) -> &'static str {
         Remedy::TiedEmbeddings => "tied embeddings (the head shares the embedding's weight)",
         Remedy::Lora => "LoRA (low-rank adapters, the model frozen)",
         Remedy::NoGrad => "no_grad / inference_mode (no autograd graph)",
+        Remedy::DataParallel => "data parallelism (DDP, the batch split over the GPUs)",
     }
 }
 
@@ -650,6 +660,7 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
         ),
         Reason::KeptGradients { .. }
         | Reason::Graph { .. }
+        | Reason::DataParallel { .. }
         | Reason::StepTemporaries { .. }
         | Reason::Tied { .. }
         | Reason::Adapters { .. } => step_and_model_reason(&p.reason, &before, &after),
@@ -690,6 +701,12 @@ fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
             bytes(*gradient_bytes),
             bytes(*optimizer_state_bytes),
             bytes(*adapter_bytes)
+        ),
+        Reason::DataParallel { scaling_bytes, bucket_bytes, gpus } => format!(
+            "what scales with the batch (activations, temporaries, inputs) is {} at the peak; each of {gpus} GPUs \
+             holds 1/{gpus} of it, the whole model, and DDP's gradient buckets ({}): {before} -> {after}",
+            bytes(*scaling_bytes),
+            bytes(*bucket_bytes)
         ),
         Reason::Graph { activation_bytes } => format!(
             "forward records autograd's graph though nothing goes backward: it keeps {} of activations at the \
