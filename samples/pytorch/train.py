@@ -92,6 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                   "parameters (foreach=False); PyTorch's default when not given")
     train_group.add_argument("--fused", action="store_true",
                              help="the optimizer's fused step (fused=True; Adam and AdamW)")
+    train_group.add_argument("--offload-optimizer", action="store_true",
+                             help="keep the optimizer's state on the host and step there, the "
+                                  "gradients taken to it first (CPU offload, as ZeRO-Offload does)")
     train_group.add_argument("--lora", type=int, default=None, metavar="R",
                              help="fine-tune rank-R LoRA adapters on the blocks' linear layers "
                                   "(peft), every other weight frozen (gpt only)")
@@ -145,6 +148,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.lora is not None and (args.model != "gpt" or args.lora < 1 or args.inference or args.zero1 or args.fsdp
                                   or args.tp or args.pp):
         parser.error("--lora R: R at least 1, --model gpt, training on one process")
+    if args.offload_optimizer and (args.inference or args.zero1 or args.fsdp or args.tp or args.pp or args.lora):
+        parser.error("--offload-optimizer: training on one process, without --lora")
     if args.no_inference_mode and not args.inference:
         parser.error("--no-inference-mode applies to --inference only")
     if args.weights_dtype != "float32" and not args.inference:

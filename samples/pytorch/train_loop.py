@@ -91,7 +91,10 @@ def train(args: argparse.Namespace) -> dict:
     # Frozen weights (LoRA's base model) have no gradients and no optimizer state.
     named = [(name, p) for name, p in named if p.requires_grad]
     params = [p for _, p in named]
-    optimizer = None if args.inference else make_optimizer(args, params)
+    # --offload-optimizer: the optimizer keeps fp32 copies of the parameters on the host and steps
+    # there (its state is the host's); each step takes the gradients to the host first.
+    masters = [p.detach().to("cpu", copy=True) for p in params] if args.offload_optimizer else None
+    optimizer = None if args.inference else make_optimizer(args, masters if masters is not None else params)
     inputs, targets = make_batch(args, device)
     forward = torch.compile(model) if args.compile else model
 
@@ -166,7 +169,15 @@ def train(args: argparse.Namespace) -> dict:
             summary["gradient_tensors"] = len(grads)
             # Holding them would keep this step's gradients alive through the next backward.
             del grads
+        if masters is not None:
+            for p, master in zip(params, masters):
+                master.grad = None if p.grad is None else p.grad.to("cpu")
+                p.grad = None
         optimizer.step()
+        if masters is not None:
+            with torch.no_grad():
+                for p, master in zip(params, masters):
+                    p.copy_(master)
         if step == 0:
             # ZeroRedundancyOptimizer keeps this rank's share in the optimizer it wraps.
             summary.update(optimizer_state_summary(getattr(optimizer, "optim", optimizer), device))

@@ -619,3 +619,44 @@ fn data_parallelism_lands_on_each_rank_of_the_ddp_run() {
         .collect();
     assert_eq!(why, ["already_distributed"]);
 }
+
+/// CPU offload of the optimizer only shows on a GPU: checked by estimating the program with the
+/// change (`vramscope estimate --gpu h100`, `train.py --offload-optimizer`: the state and the
+/// step on the host, the gradients taken there as the step begins) against the advice on the
+/// estimate of the program without it. A CPU run is told there is nowhere to offload to.
+#[test]
+fn cpu_offload_lands_on_the_estimate_of_the_program_that_offloads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let estimate = |name: &str, args: &[&str]| {
+        let trace = dir.path().join(format!("{name}.vtrace"));
+        let output = vramscope_e2e::vramscope_command()
+            .args(["estimate", "--gpu", "h100", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(vramscope_e2e::torch_python())
+            .arg(repo_root().join("samples/pytorch/train.py"))
+            .args(["--layers", "4", "--d-model", "256", "--steps", "2"])
+            .args(args)
+            .output()
+            .expect("vramscope estimate runs");
+        assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+        trace
+    };
+    let base = estimate("base", &[]);
+    let offloaded = estimate("offloaded", &["--offload-optimizer"]);
+    let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), base.as_os_str()]);
+    let (projected, uncertainty) = projection(&advice, "cpu_offload");
+    let measured = peak(&offloaded, 0);
+    let error = (projected as f64 - measured as f64) / measured as f64;
+    let say = format!("projected {projected}, measured {measured} ({:+.2}%)", 100.0 * error);
+    assert!(error.abs() <= 0.03 && error.abs() <= uncertainty, "{say}");
+    let cpu = json(&[OsStr::new("advise"), OsStr::new("--json"), record(dir.path(), "cpu", &[]).as_os_str()]);
+    let why: Vec<&str> = cpu["left_out"]
+        .as_array()
+        .expect("left_out")
+        .iter()
+        .filter(|r| r["id"] == "cpu_offload")
+        .filter_map(|r| r["why"].as_str())
+        .collect();
+    assert_eq!(why, ["on_the_host"]);
+}

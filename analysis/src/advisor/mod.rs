@@ -415,6 +415,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         forward_with_grad: trace.metadata.extra.get("forward_with_grad").and_then(serde_json::Value::as_bool)
             == Some(true),
         distributed: distributed(trace),
+        host: device.is_host(),
         ..Context::default()
     };
     // The replay counts what the trace's own replay counts: where they differ, the stream is

@@ -104,6 +104,8 @@ struct StepKnobs {
     drop_owner: Option<u32>,
     /// Forward's blocks freed as `no_grad` would free them.
     no_grad: bool,
+    /// Gradients freed as the step after them begins (taken to the host).
+    offload: bool,
 }
 
 /// What the rules add to a replay: autocast's weight copies, ZeRO-3's gathered block.
@@ -159,6 +161,8 @@ pub struct Replayer {
     /// The optimizer's state as Adam's (`exp_avg`, `exp_avg_sq`): the optimizers whose
     /// multi-tensor step holds temporaries of every parameter's size.
     pub adam: bool,
+    /// When each block was allocated (by block).
+    allocated_at: Vec<i64>,
     /// Under `no_grad`, when each block made in forward would be freed: as its module returns,
     /// unless it is what the module returns (its last allocation), then as the module that
     /// called it returns, and so on.
@@ -204,6 +208,7 @@ impl Replayer {
             kept_gradients: Vec::new(),
             adam: false,
             no_grad_frees: HashMap::default(),
+            allocated_at: Vec::new(),
         };
         // The activations of each repeated block in each forward: (forward, block) -> blocks.
         let mut groups: HashMap<(usize, String), Vec<usize>> = HashMap::default();
@@ -299,6 +304,12 @@ impl Replayer {
         }
         r.checkpointing = checkpoint_moves(&r, &groups);
         r.kept_gradients = kept_gradients(&r, spans);
+        r.allocated_at = vec![i64::MIN; r.blocks.len()];
+        for c in r.changes.iter().filter(|c| c.alloc) {
+            if let Some(at) = r.allocated_at.get_mut(c.block) {
+                *at = c.time_ns;
+            }
+        }
         if !spans.iter().any(|s| s.2 == AnnotationKind::Backward) {
             r.no_grad_frees = no_grad_frees(&r, trace, spans);
         }
@@ -356,6 +367,17 @@ impl Replayer {
             _ => {}
         }
         Some(())
+    }
+
+    /// The start of the first optimizer step after a gradient was allocated, when the gradient
+    /// (freed by `c`) lives into it: where an offloading optimizer takes it to the host.
+    fn step_start_after(&self, b: &Block, c: &Change) -> Option<i64> {
+        if b.category != Category::Gradient || b.in_step {
+            return None;
+        }
+        let allocated = self.allocated_at.get(c.block).copied()?;
+        let step = self.steps.iter().find(|s| s.0 >= allocated)?;
+        (c.time_ns > step.0).then_some(step.0)
     }
 
     /// The parameter named `name` (its weight, gradient and state), when the trace tags it.
@@ -488,6 +510,11 @@ impl Replayer {
                     checkpoint = true;
                 }
                 Remedy::TensorParallel | Remedy::PipelineParallel => return None,
+                Remedy::CpuOffload => {
+                    factor[Category::OptimizerState as usize] = 0.0;
+                    knobs.step_temporaries = 0.0;
+                    knobs.offload = true;
+                }
                 Remedy::DataParallel => {
                     batch /= n;
                     // DDP's buckets: the gradients' size, from its construction on.
@@ -572,6 +599,8 @@ impl Replayer {
                 }
             } else if let Some(&at) = self.no_grad_frees.get(&c.block).filter(|&&at| knobs.no_grad && at < c.time_ns) {
                 changes.push((at, usize::MAX, -bytes));
+            } else if let Some(at) = knobs.offload.then(|| self.step_start_after(b, c)).flatten() {
+                changes.push((at, 0, -bytes));
             } else {
                 changes.push((c.time_ns, c.order, -bytes));
             }

@@ -68,6 +68,11 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
         Remedy::NoGrad => {
             "run forward under torch.no_grad() (or torch.inference_mode()): nothing goes backward".to_owned()
         }
+        Remedy::CpuOffload => {
+            "keep the optimizer's state on the CPU and step there (DeepSpeed's offload_optimizer, torchao's \
+             CPUOffloadOptimizer): the gradients go to the host after backward"
+                .to_owned()
+        }
         Remedy::DataParallel => {
             let gpus = advice.gpus.map_or(1, |g| g.count);
             format!(
@@ -263,6 +268,9 @@ pub fn remedy_cost(remedy: Remedy, training: bool) -> &'static str {
         }
         Remedy::NoGrad => "none: the outputs are the same; they carry no graph to call backward on",
         Remedy::DataParallel => "communication: an all-reduce of the gradients per step; the GPUs",
+        Remedy::CpuOffload => {
+            "time: the step on the CPU, the gradients and the weights over PCIe every step; host memory for the state"
+        }
     }
 }
 
@@ -332,6 +340,7 @@ pub fn left_out_why(why: LeftOut) -> &'static str {
         LeftOut::Trains => "the run goes backward: its graph is what backward needs",
         LeftOut::NoGradAlready => "forward runs without a graph already (no_grad or inference_mode)",
         LeftOut::AlreadyDistributed => "the run is distributed already",
+        LeftOut::OnTheHost => "the device is the host (a CPU run): nowhere to offload to",
     }
 }
 
@@ -395,6 +404,7 @@ pub fn remedy_name(r: Remedy) -> &'static str {
         Remedy::Lora => "LoRA (low-rank adapters, the model frozen)",
         Remedy::NoGrad => "no_grad / inference_mode (no autograd graph)",
         Remedy::DataParallel => "data parallelism (DDP, the batch split over the GPUs)",
+        Remedy::CpuOffload => "CPU offload of the optimizer (ZeRO-Offload)",
     }
 }
 
@@ -661,6 +671,7 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
         Reason::KeptGradients { .. }
         | Reason::Graph { .. }
         | Reason::DataParallel { .. }
+        | Reason::Offload { .. }
         | Reason::StepTemporaries { .. }
         | Reason::Tied { .. }
         | Reason::Adapters { .. } => step_and_model_reason(&p.reason, &before, &after),
@@ -707,6 +718,12 @@ fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
              holds 1/{gpus} of it, the whole model, and DDP's gradient buckets ({}): {before} -> {after}",
             bytes(*scaling_bytes),
             bytes(*bucket_bytes)
+        ),
+        Reason::Offload { optimizer_state_bytes, gradient_bytes } => format!(
+            "the optimizer's state ({} at the peak) lives on the host, and the step with it; the gradients ({} \
+             at the peak) go there as the step begins: {before} -> {after}",
+            bytes(*optimizer_state_bytes),
+            bytes(*gradient_bytes)
         ),
         Reason::Graph { activation_bytes } => format!(
             "forward records autograd's graph though nothing goes backward: it keeps {} of activations at the \
