@@ -329,6 +329,11 @@ impl Replayer {
     ) -> Option<()> {
         match remedy {
             Remedy::SetToNone => knobs.set_to_none = true,
+            Remedy::CpuOffload => {
+                factor[Category::OptimizerState as usize] = 0.0;
+                knobs.step_temporaries = 0.0;
+                knobs.offload = true;
+            }
             Remedy::FusedStep => knobs.step_temporaries = 0.0,
             Remedy::ForeachOff => {
                 knobs.step_temporaries = 0.0;
@@ -510,11 +515,6 @@ impl Replayer {
                     checkpoint = true;
                 }
                 Remedy::TensorParallel | Remedy::PipelineParallel => return None,
-                Remedy::CpuOffload => {
-                    factor[Category::OptimizerState as usize] = 0.0;
-                    knobs.step_temporaries = 0.0;
-                    knobs.offload = true;
-                }
                 Remedy::DataParallel => {
                     batch /= n;
                     // DDP's buckets: the gradients' size, from its construction on.
@@ -528,12 +528,10 @@ impl Replayer {
                 | Remedy::ForeachOff
                 | Remedy::TiedEmbeddings
                 | Remedy::NoGrad
-                | Remedy::Lora => {
+                | Remedy::Lora
+                | Remedy::CpuOffload => {
                     self.step_and_model(remedy, rules, &mut knobs, &mut factor, &mut extra)?;
-                    if !matches!(
-                        remedy,
-                        Remedy::SetToNone | Remedy::FusedStep | Remedy::TiedEmbeddings | Remedy::NoGrad
-                    ) {
+                    if matches!(remedy, Remedy::ForeachOff | Remedy::Lora) {
                         method = Method::ReplayAndRule;
                     }
                 }
