@@ -80,6 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train_group.add_argument("--no-inference-mode", action="store_true",
                              help="--inference without torch.inference_mode: autograd records the "
                                   "graph (and keeps what it saves) though nothing goes backward")
+    train_group.add_argument("--int8-weights", action="store_true",
+                             help="--inference with every linear layer's weight quantised to int8 "
+                                  "(one scale per output; torch's int8 weight-only matrix product)")
     train_group.add_argument("--weights-dtype", choices=["float32", "bfloat16"], default="float32",
                              help="the dtype the model's parameters are stored in (bfloat16: with "
                                   "--inference only)")
@@ -150,6 +153,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--lora R: R at least 1, --model gpt, training on one process")
     if args.offload_optimizer and (args.inference or args.zero1 or args.fsdp or args.tp or args.pp or args.lora):
         parser.error("--offload-optimizer: training on one process, without --lora")
+    if args.int8_weights and not args.inference:
+        parser.error("--int8-weights applies to --inference only")
     if args.no_inference_mode and not args.inference:
         parser.error("--no-inference-mode applies to --inference only")
     if args.weights_dtype != "float32" and not args.inference:

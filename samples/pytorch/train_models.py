@@ -202,3 +202,36 @@ class SavedTensorCounter:
 
     def parameter_bytes(self) -> int:
         return sum(n for ptr, n in self.storages.items() if ptr in self.parameter_storages)
+
+
+class Int8Linear(nn.Module):
+    """A linear layer whose weight is int8 with one scale per output (weight-only quantisation,
+    as torchao's int8_weight_only does it): the matrix product reads the 8-bit weight
+    (`torch._weight_int8pack_mm`), the input and output keep their dtype."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach()
+        scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+        self.register_buffer("weight_int8", torch.round(weight / scales[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scales", scales.to(weight.dtype))
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone())
+        self.out_features = linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        y = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales)
+        if self.bias is not None:
+            y.add_(self.bias)  # in place, as a kernel adds it in its epilogue
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """Every nn.Linear of `model` replaced by an Int8Linear; the fp32 weights freed."""
+    for name, child in list(model.named_children()):
+        if isinstance(child, nn.Linear):
+            setattr(model, name, Int8Linear(child))
+        else:
+            quantize_int8(child)
+    return model
+

@@ -183,6 +183,9 @@ fn an_inference_run_gets_its_own_remedies() {
         ("bf16_weights", &["--weights-dtype", "bfloat16"][..], 0.03),
         ("amp_bf16", &["--bf16"][..], 0.03),
         ("micro_batch_half", &["--batch-size", "4"][..], 0.05),
+        // Every linear layer's weight in int8 with a scale per output (torch's int8 weight-only
+        // product, on the CPU too): exact.
+        ("int8_weights", &["--int8-weights"][..], 0.03),
     ] {
         let changed = run(id, args);
         let measured = peak(&changed, -1);

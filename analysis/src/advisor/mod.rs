@@ -420,8 +420,11 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     };
     // The replay counts what the trace's own replay counts: where they differ, the stream is
     // not the whole story and the rules stand.
-    let replayer =
+    let mut replayer =
         Replayer::new(trace, device, &b.spans, b.stacks.as_ref()).filter(|r| r.baseline.bytes == peak_allocated);
+    if let Some(r) = replayer.as_mut() {
+        r.learn_linear_layers(&model::layers(trace));
+    }
     let ctx = Context {
         checkpoint_replayed: replayer.as_ref().is_some_and(Replayer::replays_checkpointing),
         // The blocks the replay found in the stream count too (a peak outside forward holds none).
@@ -579,6 +582,14 @@ fn with_the_models_parts(trace: &Trace, replayer: Option<&Replayer>, ctx: Contex
     let bytes_per_element = fp32_parameter_share(trace).map_or(4.0, |share| if share > 0.5 { 4.0 } else { 2.0 });
     let untied = model::untied_head(&layers).filter(|u| replayer.is_some_and(|r| r.owner(&u.head).is_some()));
     let adapters = model::adapters(&layers);
+    // The linear layers' weights of their own (a tied head's is the embedding's), and the same
+    // in int8 with a scale per output in the weights' dtype.
+    let linear: Vec<&model::Layer> = layers.iter().filter(|l| !l.embedding).collect();
+    let own = |l: &&&model::Layer| !layers.iter().any(|e| e.embedding && e.weight == l.weight);
+    let linear_weight_bytes: f64 =
+        linear.iter().filter(own).map(|l| (l.rows * l.columns) as f64 * bytes_per_element).sum();
+    let int8_weight_bytes: f64 =
+        linear.iter().filter(own).map(|l| (l.rows * l.columns) as f64 + l.columns as f64 * bytes_per_element).sum();
     let adapter_bytes = adapters.as_ref().map_or(0.0, |a| a.elements as f64 * bytes_per_element);
     Context {
         kept_gradient_bytes: replayer.map_or(0, Replayer::kept_gradient_bytes) as f64,
@@ -591,6 +602,8 @@ fn with_the_models_parts(trace: &Trace, replayer: Option<&Replayer>, ctx: Contex
         adapter_bytes,
         adapters,
         trainable_share: model::trainable_share(&layers),
+        linear_weight_bytes,
+        int8_weight_bytes,
         layers_seen: !layers.is_empty(),
         ..ctx
     }

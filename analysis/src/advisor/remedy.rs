@@ -68,6 +68,9 @@ pub enum Remedy {
     /// `offload_optimizer`, torchao's `CPUOffloadOptimizer`): the gradients go to the host as the
     /// step begins.
     CpuOffload,
+    /// Inference with the linear layers' weights in int8, one scale per output (weight-only
+    /// quantisation: torchao's `int8_weight_only`, bitsandbytes' LLM.int8).
+    Int8Weights,
 }
 
 /// Remedies of one group exclude each other (one precision, one optimizer, one sharding).
@@ -147,6 +150,9 @@ pub struct Context {
     pub distributed: bool,
     /// Whether the device advised on is the host (a CPU run).
     pub host: bool,
+    /// The linear layers' weights, in bytes, and the same in int8 with a scale per output.
+    pub linear_weight_bytes: f64,
+    pub int8_weight_bytes: f64,
 }
 
 /// What the allocator's model projects for a setting: a `max_split_size`, or expandable segments
@@ -197,7 +203,7 @@ impl Context {
 
 impl Remedy {
     /// Every remedy, in the order they are listed.
-    pub const ALL: [Self; 24] = [
+    pub const ALL: [Self; 25] = [
         Self::AmpBf16,
         Self::AmpFp16,
         Self::Bf16Weights,
@@ -222,6 +228,7 @@ impl Remedy {
         Self::NoGrad,
         Self::DataParallel,
         Self::CpuOffload,
+        Self::Int8Weights,
     ];
 
     /// Its id in `advise --json` and in combinations (`amp_bf16+activation_checkpointing`).
@@ -251,6 +258,7 @@ impl Remedy {
             Self::NoGrad => "no_grad",
             Self::DataParallel => "data_parallel",
             Self::CpuOffload => "cpu_offload",
+            Self::Int8Weights => "int8_weights",
         }
     }
 
@@ -274,7 +282,8 @@ impl Remedy {
             | Self::SetToNone
             | Self::TiedEmbeddings
             | Self::Lora
-            | Self::NoGrad => None,
+            | Self::NoGrad
+            | Self::Int8Weights => None,
         }
     }
 
@@ -292,6 +301,8 @@ impl Remedy {
             // One argument, nothing else changes (the fused step is usually faster).
             Self::ExpandableSegments | Self::MaxSplitSize | Self::SetToNone | Self::FusedStep | Self::NoGrad => 0,
             Self::AmpBf16 | Self::Bf16Weights | Self::ForeachOff => 1,
+            // A library's quantised layers in place of the model's.
+            Self::Int8Weights => 2,
             Self::AmpFp16 | Self::MicroBatchHalf => 2,
             // LoRA changes what is trained (the base weights stay as they are).
             Self::Adam8bit | Self::ActivationCheckpointing | Self::Lora => 3,
@@ -368,6 +379,9 @@ impl Remedy {
             // Replayed: the state and the step's temporaries gone, the gradients freed as the
             // step begins; checked by estimating the program with the change (-0.2% on an H100).
             Self::CpuOffload => 0.05,
+            // Replayed: each linear weight's bytes become one per element and a scale per
+            // output; exact against the CPU GPT with torch's int8 weight-only product.
+            Self::Int8Weights => 0.05,
         }
     }
 
@@ -387,6 +401,7 @@ impl Remedy {
             }
             Self::DataParallel => 1.0 - 1.0 / f64::from(ctx.gpus.max(1)),
             Self::CpuOffload => 1.0,
+            Self::Int8Weights => 0.75,
         }
     }
 
@@ -457,6 +472,8 @@ impl Remedy {
                 Some(_) => None,
             })),
             Self::DataParallel => gpus(ctx.distributed.then_some(LeftOut::AlreadyDistributed)),
+            Self::Int8Weights if ctx.training => Some(LeftOut::TrainingKeepsFp32),
+            Self::Int8Weights => layers((ctx.linear_weight_bytes <= 0.0).then_some(LeftOut::NoLinearLayers)),
             Self::CpuOffload if ctx.host => Some(LeftOut::OnTheHost),
             Self::CpuOffload => training(state()),
             Self::NoGrad if ctx.training => Some(LeftOut::Trains),
@@ -564,6 +581,9 @@ impl Remedy {
                 p.parameter += ctx.adapter_bytes;
                 p.gradient = if p.gradient > 0.0 { ctx.adapter_bytes } else { 0.0 };
                 p.optimizer_state = ctx.adapter_state_bytes;
+            }
+            Self::Int8Weights => {
+                p.parameter = (p.parameter - ctx.linear_weight_bytes + ctx.int8_weight_bytes).max(0.0);
             }
             Self::CpuOffload => {
                 p.optimizer_state = 0.0;
@@ -691,6 +711,10 @@ impl Remedy {
                 head_bytes: bytes(ctx.untied_bytes),
             },
             Self::NoGrad => Reason::Graph { activation_bytes: bytes(base.activation) },
+            Self::Int8Weights => Reason::Quantised {
+                linear_weight_bytes: bytes(ctx.linear_weight_bytes),
+                quantised_bytes: bytes(ctx.int8_weight_bytes),
+            },
             Self::CpuOffload => Reason::Offload {
                 optimizer_state_bytes: bytes(base.optimizer_state),
                 gradient_bytes: bytes(base.gradient),
@@ -768,6 +792,8 @@ pub enum LeftOut {
     AlreadyDistributed,
     /// The device is the host: there is nowhere to offload to.
     OnTheHost,
+    /// No linear layer with a weight of its own in the model.
+    NoLinearLayers,
 }
 
 /// Why a projection is what it is: the numbers of the trace its rule rests on. Shares are of
@@ -923,6 +949,13 @@ pub enum Reason {
         bucket_bytes: u64,
         /// GPUs.
         gpus: u32,
+    },
+    /// Weight-only quantisation: the linear layers' weights, and what they take quantised.
+    Quantised {
+        /// The linear layers' weights.
+        linear_weight_bytes: u64,
+        /// The same in int8, with their scales.
+        quantised_bytes: u64,
     },
     /// The optimizer on the host: its state and the gradients at the peak.
     Offload {

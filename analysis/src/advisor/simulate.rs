@@ -106,6 +106,8 @@ struct StepKnobs {
     no_grad: bool,
     /// Gradients freed as the step after them begins (taken to the host).
     offload: bool,
+    /// The linear layers' weights in int8.
+    int8: bool,
 }
 
 /// What the rules add to a replay: autocast's weight copies, ZeRO-3's gathered block.
@@ -163,6 +165,8 @@ pub struct Replayer {
     pub adam: bool,
     /// When each block was allocated (by block).
     allocated_at: Vec<i64>,
+    /// The linear layers' weights by owner: (elements, outputs), for weight-only quantisation.
+    linear_weights: HashMap<u32, (u64, u64)>,
     /// Under `no_grad`, when each block made in forward would be freed: as its module returns,
     /// unless it is what the module returns (its last allocation), then as the module that
     /// called it returns, and so on.
@@ -209,6 +213,7 @@ impl Replayer {
             adam: false,
             no_grad_frees: HashMap::default(),
             allocated_at: Vec::new(),
+            linear_weights: HashMap::default(),
         };
         // The activations of each repeated block in each forward: (forward, block) -> blocks.
         let mut groups: HashMap<(usize, String), Vec<usize>> = HashMap::default();
@@ -329,6 +334,12 @@ impl Replayer {
     ) -> Option<()> {
         match remedy {
             Remedy::SetToNone => knobs.set_to_none = true,
+            Remedy::Int8Weights => {
+                if self.linear_weights.is_empty() {
+                    return None;
+                }
+                knobs.int8 = true;
+            }
             Remedy::CpuOffload => {
                 factor[Category::OptimizerState as usize] = 0.0;
                 knobs.step_temporaries = 0.0;
@@ -383,6 +394,27 @@ impl Replayer {
         let allocated = self.allocated_at.get(c.block).copied()?;
         let step = self.steps.iter().find(|s| s.0 >= allocated)?;
         (c.time_ns > step.0).then_some(step.0)
+    }
+
+    /// Learns the model's linear layers (from the layers the recorder wrote), the weights that
+    /// int8 quantisation shrinks.
+    pub fn learn_linear_layers(&mut self, layers: &[super::model::Layer]) {
+        for l in layers.iter().filter(|l| !l.embedding) {
+            if let Some(owner) = self.owner(&l.weight) {
+                self.linear_weights.insert(owner, (l.rows * l.columns, l.columns));
+            }
+        }
+    }
+
+    /// A linear layer's weight in int8: one byte per element, and a scale per output in the
+    /// weight's own dtype; `None` for any other block.
+    fn int8_bytes(&self, b: &Block) -> Option<i64> {
+        if b.category != Category::Parameter {
+            return None;
+        }
+        let &(elements, outputs) = self.linear_weights.get(&b.owner?).filter(|w| w.0 > 0)?;
+        let element_bytes = (b.size_bytes / elements).max(1);
+        Some((elements + outputs * element_bytes) as i64)
     }
 
     /// The parameter named `name` (its weight, gradient and state), when the trace tags it.
@@ -529,7 +561,8 @@ impl Replayer {
                 | Remedy::TiedEmbeddings
                 | Remedy::NoGrad
                 | Remedy::Lora
-                | Remedy::CpuOffload => {
+                | Remedy::CpuOffload
+                | Remedy::Int8Weights => {
                     self.step_and_model(remedy, rules, &mut knobs, &mut factor, &mut extra)?;
                     if matches!(remedy, Remedy::ForeachOff | Remedy::Lora) {
                         method = Method::ReplayAndRule;
@@ -545,6 +578,9 @@ impl Replayer {
         let size = |b: &Block| -> i64 {
             if knobs.drop_owner.is_some() && b.owner == knobs.drop_owner {
                 return 0;
+            }
+            if let Some(bytes) = self.int8_bytes(b).filter(|_| knobs.int8) {
+                return bytes;
             }
             let mut f = factor[b.category as usize];
             if b.in_step && b.category == Category::Temporary {

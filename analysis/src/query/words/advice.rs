@@ -68,6 +68,11 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
         Remedy::NoGrad => {
             "run forward under torch.no_grad() (or torch.inference_mode()): nothing goes backward".to_owned()
         }
+        Remedy::Int8Weights => {
+            "quantise the linear layers' weights to int8 for inference (torchao's int8_weight_only, bitsandbytes' \
+             LLM.int8): the matrix products read 8-bit weights"
+                .to_owned()
+        }
         Remedy::CpuOffload => {
             "keep the optimizer's state on the CPU and step there (DeepSpeed's offload_optimizer, torchao's \
              CPUOffloadOptimizer): the gradients go to the host after backward"
@@ -268,6 +273,9 @@ pub fn remedy_cost(remedy: Remedy, training: bool) -> &'static str {
         }
         Remedy::NoGrad => "none: the outputs are the same; they carry no graph to call backward on",
         Remedy::DataParallel => "communication: an all-reduce of the gradients per step; the GPUs",
+        Remedy::Int8Weights => {
+            "quality: 8-bit weights (usually close for inference; check the outputs); a library's kernels"
+        }
         Remedy::CpuOffload => {
             "time: the step on the CPU, the gradients and the weights over PCIe every step; host memory for the state"
         }
@@ -341,6 +349,7 @@ pub fn left_out_why(why: LeftOut) -> &'static str {
         LeftOut::NoGradAlready => "forward runs without a graph already (no_grad or inference_mode)",
         LeftOut::AlreadyDistributed => "the run is distributed already",
         LeftOut::OnTheHost => "the device is the host (a CPU run): nowhere to offload to",
+        LeftOut::NoLinearLayers => "no linear layer with a weight of its own (quantised already, or none)",
     }
 }
 
@@ -405,6 +414,7 @@ pub fn remedy_name(r: Remedy) -> &'static str {
         Remedy::NoGrad => "no_grad / inference_mode (no autograd graph)",
         Remedy::DataParallel => "data parallelism (DDP, the batch split over the GPUs)",
         Remedy::CpuOffload => "CPU offload of the optimizer (ZeRO-Offload)",
+        Remedy::Int8Weights => "int8 weights (weight-only quantisation of the linear layers)",
     }
 }
 
@@ -672,6 +682,7 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
         | Reason::Graph { .. }
         | Reason::DataParallel { .. }
         | Reason::Offload { .. }
+        | Reason::Quantised { .. }
         | Reason::StepTemporaries { .. }
         | Reason::Tied { .. }
         | Reason::Adapters { .. } => step_and_model_reason(&p.reason, &before, &after),
@@ -718,6 +729,11 @@ fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
              holds 1/{gpus} of it, the whole model, and DDP's gradient buckets ({}): {before} -> {after}",
             bytes(*scaling_bytes),
             bytes(*bucket_bytes)
+        ),
+        Reason::Quantised { linear_weight_bytes, quantised_bytes } => format!(
+            "the linear layers' weights take {}; in int8, with a scale per output, {}: {before} -> {after}",
+            bytes(*linear_weight_bytes),
+            bytes(*quantised_bytes)
         ),
         Reason::Offload { optimizer_state_bytes, gradient_bytes } => format!(
             "the optimizer's state ({} at the peak) lives on the host, and the step with it; the gradients ({} \
