@@ -108,6 +108,8 @@ struct StepKnobs {
     offload: bool,
     /// The linear layers' weights in int8.
     int8: bool,
+    /// What scales with the batch is multiplied by this (data parallelism's share).
+    batch: f64,
 }
 
 /// What the rules add to a replay: autocast's weight copies, ZeRO-3's gathered block.
@@ -334,6 +336,13 @@ impl Replayer {
     ) -> Option<()> {
         match remedy {
             Remedy::SetToNone => knobs.set_to_none = true,
+            Remedy::DataParallel => {
+                knobs.batch /= f64::from(rules.gpus.max(1));
+                // DDP's buckets: the gradients' size, from its construction on.
+                if rules.training {
+                    extra.push((i64::MIN, 0, rules.gradient_bytes.round() as i64));
+                }
+            }
             Remedy::Int8Weights => {
                 if self.linear_weights.is_empty() {
                     return None;
@@ -500,7 +509,7 @@ impl Replayer {
         let mut method = Method::Replay;
         let mut factor: [f64; Category::ALL.len()] = [1.0; Category::ALL.len()];
         let (mut batch, mut cast, mut accumulate, mut checkpoint) = (1.0, false, false, false);
-        let mut knobs = StepKnobs { step_temporaries: 1.0, ..StepKnobs::default() };
+        let mut knobs = StepKnobs { step_temporaries: 1.0, batch: 1.0, ..StepKnobs::default() };
         let mut computed = 1.0;
         let mut extra: Vec<(i64, usize, i64)> = Vec::new();
         for &remedy in applied {
@@ -547,14 +556,6 @@ impl Replayer {
                     checkpoint = true;
                 }
                 Remedy::TensorParallel | Remedy::PipelineParallel => return None,
-                Remedy::DataParallel => {
-                    batch /= n;
-                    // DDP's buckets: the gradients' size, from its construction on.
-                    if rules.training {
-                        extra.push((i64::MIN, 0, rules.gradient_bytes.round() as i64));
-                        method = Method::ReplayAndRule;
-                    }
-                }
                 Remedy::SetToNone
                 | Remedy::FusedStep
                 | Remedy::ForeachOff
@@ -562,15 +563,19 @@ impl Replayer {
                 | Remedy::NoGrad
                 | Remedy::Lora
                 | Remedy::CpuOffload
-                | Remedy::Int8Weights => {
+                | Remedy::Int8Weights
+                | Remedy::DataParallel => {
                     self.step_and_model(remedy, rules, &mut knobs, &mut factor, &mut extra)?;
-                    if matches!(remedy, Remedy::ForeachOff | Remedy::Lora) {
+                    if matches!(remedy, Remedy::ForeachOff | Remedy::Lora)
+                        || (remedy == Remedy::DataParallel && rules.training)
+                    {
                         method = Method::ReplayAndRule;
                     }
                 }
                 Remedy::ExpandableSegments | Remedy::MaxSplitSize => {}
             }
         }
+        batch *= knobs.batch;
         let computes = |b: &Block| matches!(b.category, Category::Activation | Category::Temporary);
         let cast_here = |b: &Block| {
             cast && !b.fp32 && !b.in_step && (b.category == Category::Activation || (!rules.training && computes(b)))

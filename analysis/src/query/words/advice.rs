@@ -667,18 +667,8 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
             bytes(m.recorded_bytes),
             bytes(m.projected_bytes())
         ),
-        Reason::Simulated(m) => format!(
-            "replayed through the caching allocator's model: under the run's own settings it reserves {} at the peak \
-             (the trace recorded {}, {:.1}% apart); with max_split_size_mb:{} it reserves {}: {} -> {} reserved",
-            bytes(m.simulated_baseline_bytes),
-            bytes(m.recorded_bytes),
-            100.0 * m.model_error(),
-            m.setting_bytes >> 20,
-            bytes(m.simulated_bytes),
-            bytes(m.recorded_bytes),
-            bytes(m.projected_bytes())
-        ),
         Reason::KeptGradients { .. }
+        | Reason::Simulated(_)
         | Reason::Graph { .. }
         | Reason::DataParallel { .. }
         | Reason::Offload { .. }
@@ -690,7 +680,8 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
     }
 }
 
-/// The reasons of the remedies that change a part of the step or of the model.
+/// The reasons of the remedies that change a part of the step or of the model, and of
+/// `max_split_size_mb`.
 fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
     match reason {
         Reason::KeptGradients { kept_gradient_bytes, gradient_bytes } => format!(
@@ -746,6 +737,17 @@ fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
              peak for a backward that never runs; without it each module's tensors go as it returns: {before} -> \
              {after}",
             bytes(*activation_bytes)
+        ),
+        Reason::Simulated(m) => format!(
+            "replayed through the caching allocator's model: under the run's own settings it reserves {} at the peak \
+             (the trace recorded {}, {:.1}% apart); with max_split_size_mb:{} it reserves {}: {} -> {} reserved",
+            bytes(m.simulated_baseline_bytes),
+            bytes(m.recorded_bytes),
+            100.0 * m.model_error(),
+            m.setting_bytes >> 20,
+            bytes(m.simulated_bytes),
+            bytes(m.recorded_bytes),
+            bytes(m.projected_bytes())
         ),
         _ => String::new(),
     }
