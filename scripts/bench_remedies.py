@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The advisor's remedy table for docs/BENCHMARKS.md, in one run: for each remedy that one
-process on this machine's CPU can run (and data parallelism, under torchrun with gloo), a program
-recorded without the change, `vramscope advise --gpus 2` on it, and the same program recorded with
-the change made; the projection beside the measured
-peak (allocated bytes, `vramscope info`).
+process on this machine's CPU can run (and data parallelism, under torchrun with gloo), a
+program recorded without the change, `vramscope advise` on it (`--gpus 2` for data
+parallelism), and the same program recorded with the change made; the projection beside the
+measured peak (allocated bytes, `vramscope info`).
 
     scripts/bench_remedies.py BIN TORCH_PYTHON
 
@@ -85,10 +85,12 @@ def main() -> None:
         directory = Path(tmp)
         baselines: dict[tuple[str, ...], tuple[Path, dict]] = {}
         for i, (remedy, program, without, with_) in enumerate(CASES):
-            key = (program[0], *without)
+            # Data parallelism is projected over 2 GPUs; the rest on the one the run had.
+            gpus = ["--gpus=2"] if remedy == "data_parallel" else []
+            key = (program[0], *without, *gpus)
             if key not in baselines:
                 trace = record(directory, f"base{i}", program, without)
-                baselines[key] = (trace, json.loads(run("advise", "--json", "--gpus=2", str(trace))))
+                baselines[key] = (trace, json.loads(run("advise", "--json", *gpus, str(trace))))
             _, advice = baselines[key]
             rows = advice["remedies"] + advice["combinations"]
             row = next((r for r in rows if r["id"] == remedy), None)
