@@ -543,8 +543,9 @@ fn combined(
         .iter()
         .map(|p| (p.id.as_str(), (p.projected_peak_allocated_bytes, p.projected_peak_reserved_bytes)))
         .collect();
-    let mut combinations: Vec<Projection> = pairs(projector, remedies, target)
-        .into_iter()
+    let all = pairs(projector, remedies, target);
+    let mut combinations: Vec<Projection> = all
+        .iter()
         .filter(|pair| {
             pair.remedies.iter().all(|r| {
                 alone.get(r.id()).is_none_or(|&part| {
@@ -553,9 +554,10 @@ fn combined(
                 })
             })
         })
+        .cloned()
         .collect();
     let best = &combinations[..combinations.len().min(PAIRS_EXTENDED)];
-    let threes = triples(projector, best, remedies, target);
+    let threes = triples(projector, best, &all, remedies, target);
     combinations.extend(threes);
     combinations.sort_by_key(|p| p.projected_peak_allocated_bytes);
     combinations

@@ -217,9 +217,20 @@ pub(super) fn pairs(p: &Projector<'_>, remedies: &[Remedy], target: Option<u64>)
 pub(super) fn triples(
     p: &Projector<'_>,
     best_pairs: &[Projection],
+    all_pairs: &[Projection],
     remedies: &[Remedy],
     target: Option<u64>,
 ) -> Vec<Projection> {
+    // Every pair was projected already: its peak by its remedies, in `Remedy::ALL`'s order.
+    let order = |set: &mut Vec<Remedy>| set.sort_by_key(|r| Remedy::ALL.iter().position(|a| a == r));
+    let known: std::collections::HashMap<Vec<Remedy>, f64> = all_pairs
+        .iter()
+        .map(|pair| {
+            let mut set = pair.remedies.clone();
+            order(&mut set);
+            (set, pair.projected_peak_allocated_bytes as f64)
+        })
+        .collect();
     let mut out: Vec<Projection> = Vec::new();
     for pair in best_pairs {
         for &c in remedies.iter().filter(|r| r.changes_allocated()) {
@@ -228,7 +239,7 @@ pub(super) fn triples(
             }
             let mut set = pair.remedies.clone();
             set.push(c);
-            set.sort_by_key(|r| Remedy::ALL.iter().position(|a| a == r));
+            order(&mut set);
             if out.iter().any(|t| t.remedies == set) {
                 continue;
             }
@@ -236,12 +247,7 @@ pub(super) fn triples(
             // Lower than each pair in it: the third adds something whichever two it joins.
             let lower = (0..3).all(|skip| {
                 let two: Vec<Remedy> = set.iter().enumerate().filter(|(i, _)| *i != skip).map(|(_, &r)| r).collect();
-                let pair_bytes = if two == pair.remedies || two.iter().rev().eq(pair.remedies.iter()) {
-                    pair.projected_peak_allocated_bytes as f64
-                } else {
-                    p.project(&two).bytes
-                };
-                projected.bytes < pair_bytes * (1.0 - super::NO_CHANGE)
+                known.get(&two).is_some_and(|&bytes| projected.bytes < bytes * (1.0 - super::NO_CHANGE))
             });
             if lower {
                 let reserved = reserved_together(&set, projected.bytes, p.ctx);

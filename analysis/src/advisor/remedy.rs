@@ -8,7 +8,7 @@ use super::parts::Parts;
 use super::rules::{amp, checkpoint, pipeline_parallel, tensor_parallel};
 
 /// A remedy the advisor projects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Remedy {
     /// `torch.autocast(dtype=torch.bfloat16)`.
     AmpBf16,

@@ -401,7 +401,7 @@ impl Replayer {
             return None;
         }
         let allocated = self.allocated_at.get(c.block).copied()?;
-        let step = self.steps.iter().find(|s| s.0 >= allocated)?;
+        let step = self.steps.get(self.steps.partition_point(|s| s.0 < allocated))?;
         (c.time_ns > step.0).then_some(step.0)
     }
 
@@ -790,17 +790,27 @@ fn kept_gradients(r: &Replayer, spans: &[(i64, i64, AnnotationKind)]) -> Vec<(us
     let mut kept = Vec::new();
     for (block, from, to) in lifetimes {
         // Its own backward, and how many allocations that backward had made before it.
-        let Some(own) = backwards.iter().rposition(|b| b.0 <= from.0 && from.0 <= b.1) else { continue };
+        // Spans are sorted and do not overlap: searched, not scanned (a long run has thousands).
+        let Some(own) =
+            backwards.partition_point(|b| b.0 <= from.0).checked_sub(1).filter(|&i| from.0 <= backwards[i].1)
+        else {
+            continue;
+        };
         let before = allocations[own].partition_point(|&a| a < from);
         let mut splits = Vec::new();
-        for &forward in forwards.iter().filter(|&&f| f > from.0 && f < to) {
-            let Some(next) = backwards.iter().position(|b| b.0 > forward) else { continue };
+        let first = forwards.partition_point(|&f| f <= from.0);
+        for &forward in forwards[first..].iter().take_while(|&&f| f < to) {
+            let next = backwards.partition_point(|b| b.0 <= forward);
+            if next >= backwards.len() {
+                continue;
+            }
             if backwards[next].0 >= to {
                 continue;
             }
             let again = allocations[next].get(before).map_or(backwards[next].1, |a| a.0);
-            let freed =
-                r.steps.iter().rev().map(|s| s.1).find(|&end| end > from.0 && end <= forward).unwrap_or(forward);
+            // The last step to end before that forward, if it ended after the gradient came.
+            let ended = r.steps.partition_point(|s| s.1 <= forward);
+            let freed = ended.checked_sub(1).map(|i| r.steps[i].1).filter(|&end| end > from.0).unwrap_or(forward);
             splits.push((freed, again));
         }
         if !splits.is_empty() {
