@@ -6,7 +6,8 @@
 # (at the peak and at the first optimizer step) beside PyTorch's own figures from the same run.
 # With the pip wheel (WHEEL, default dist/*.whl): its install, the out-of-memory capture
 # (`vramscope run`, VRAMSCOPE_CAPTURE_OOM) and `vramscope.record()` on CUDA. Last, held-out runs'
-# summaries (torch.cuda's own counters) for `vramscope estimate` to be checked against.
+# summaries (torch.cuda's own counters) for `vramscope estimate` to be checked against, and the
+# advisor's GPU-only remedies against runs with each change.
 # Everything lands in RESULTS (default /tmp/gpu-check) and, packed, in $OUT/gpu-check.tar.gz
 # when OUT is set.
 set -u
@@ -143,6 +144,24 @@ torch.cuda.synchronize()
 json.dump({"max_memory_allocated": torch.cuda.max_memory_allocated(), "max_memory_reserved": torch.cuda.max_memory_reserved(),
            "device": torch.cuda.get_device_name(), "torch": torch.__version__}, open(sys.argv[1], "w"))
 PY
+
+# The advisor's remedies that only show on a GPU or differ there, for `vramscope advise` on the
+# base recording to be compared with each changed run's torch.cuda counters (its summary's
+# `cuda.max_memory_allocated`): the multi-tensor step is CUDA's default, so the fused and the
+# per-parameter steps save there; CPU offload; gradients kept zeroed; tied embeddings.
+step "remedies: a base recording and the runs with each change (summaries)"
+REMEDY=(--layers 4 --d-model 512 --heads 8 --batch-size 2 --seq-len 128 --vocab 16000)
+timeout 300 "$BIN/vramscope" record -o "$RESULTS/remedy-base.vtrace" -- \
+    python3 samples/pytorch/train.py --device cuda --steps 3 "${REMEDY[@]}" || problem "remedy base run failed"
+for run in "fused --fused" "loop --no-foreach" "offload --offload-optimizer" "kept --no-zero-grad-none" \
+           "tied --tie-weights"; do
+    set -- $run
+    name=$1; shift
+    timeout 300 python3 samples/pytorch/train.py --device cuda --steps 3 "${REMEDY[@]}" \
+        --summary "$RESULTS/remedy-$name.summary.json" "$@" || problem "remedy run $name failed"
+done
+"$BIN/vramscope" advise --json "$RESULTS/remedy-base.vtrace" > "$RESULTS/remedy-base.advice.json" \
+    || problem "advise on the remedy base failed"
 
 ls -la "$RESULTS"
 if [ ${#PROBLEMS[@]} -eq 0 ]; then
