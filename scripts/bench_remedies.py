@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = [str(REPO / "samples" / "pytorch" / "train.py"), "--device", "cpu", "--steps", "3"]
 FINETUNE = [str(REPO / "tests" / "workloads" / "finetune.py")]
+GROWTH = [str(REPO / "tests" / "workloads" / "growth.py")]
 SMALL = ["--batch-size", "1", "--seq-len", "16", "--d-model", "256"]
 BIN, PYTHON = sys.argv[1], sys.argv[2]
 
@@ -46,6 +47,8 @@ CASES = [
     ("lora", FINETUNE, ["--arch", "llama"], ["--arch", "llama", "--lora", "8"]),
     ("lora", FINETUNE, ["--arch", "gpt2"], ["--arch", "gpt2", "--lora", "8"]),
     ("no_grad", TRAIN, ["--inference", "--no-inference-mode"], ["--inference"]),
+    # A validation loss kept with its graph every iteration, against the loop keeping loss.item().
+    ("drop_kept", GROWTH, ["loss-list"], ["loss-item"]),
     # Data parallelism over 2: against rank 0 of the DDP run (torchrun, gloo, batch 4 per rank).
     ("data_parallel", TRAIN, [], ["--batch-size", "4"]),
     # Three together: a fine-tune's usual answer.

@@ -33,6 +33,24 @@ fn peak(trace: &Path, device: i64) -> u64 {
         .expect("a peak")
 }
 
+/// Records `tests/workloads/NAME ARGS` (with the PyTorch venv) into `dir/TRACE.vtrace`.
+fn record_workload(dir: &Path, trace: &str, workload: &str, args: &[&str]) -> PathBuf {
+    let path = dir.join(format!("{trace}.vtrace"));
+    let output = vramscope_e2e::record_command(&path, vramscope_e2e::torch_python())
+        .arg(repo_root().join("tests/workloads").join(workload))
+        .args(args)
+        .output()
+        .expect("vramscope record runs");
+    assert!(output.status.success(), "{trace}: {}", String::from_utf8_lossy(&output.stderr));
+    path
+}
+
+/// Why `advice` leaves the remedy `id` out (its `left_out` reasons), none when it does not.
+fn left_out(advice: &serde_json::Value, id: &str) -> Vec<String> {
+    let rows = advice["left_out"].as_array().map_or(&[][..], Vec::as_slice);
+    rows.iter().filter(|r| r["id"] == id).filter_map(|r| r["why"].as_str().map(str::to_owned)).collect()
+}
+
 fn projection(advice: &serde_json::Value, id: &str) -> (u64, f64) {
     let remedy = advice["remedies"]
         .as_array()
@@ -515,17 +533,7 @@ fn repeated_blocks_are_found_in_the_stacks_of_snapshots() {
 #[test]
 fn a_fine_tune_is_told_lora_first_and_lora_lands_on_the_peft_run() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let workload = repo_root().join("tests/workloads/finetune.py");
-    let run = |name: &str, args: &[&str]| {
-        let trace = dir.path().join(format!("{name}.vtrace"));
-        let output = vramscope_e2e::record_command(&trace, vramscope_e2e::torch_python())
-            .arg(&workload)
-            .args(args)
-            .output()
-            .expect("vramscope record runs");
-        assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
-        trace
-    };
+    let run = |name: &str, args: &[&str]| record_workload(dir.path(), name, "finetune.py", args);
     for arch in ["llama", "gpt2"] {
         let base = run(arch, &["--arch", arch]);
         let lora = run(&format!("{arch}_lora"), &["--arch", arch, "--lora", "8"]);
@@ -556,13 +564,7 @@ fn a_fine_tune_is_told_lora_first_and_lora_lands_on_the_peft_run() {
         assert!(error.abs() <= 0.03 && error.abs() <= uncertainty, "{say}");
         // The peft run trains adapters already: LoRA is not proposed to it.
         let again = json(&[OsStr::new("advise"), OsStr::new("--json"), lora.as_os_str()]);
-        let left: Vec<&str> = again["left_out"]
-            .as_array()
-            .expect("left_out")
-            .iter()
-            .filter(|r| r["id"] == "lora")
-            .filter_map(|r| r["why"].as_str())
-            .collect();
+        let left = left_out(&again, "lora");
         assert_eq!(left, ["most_weights_frozen"], "{arch}");
     }
 }
@@ -613,13 +615,7 @@ fn data_parallelism_lands_on_each_rank_of_the_ddp_run() {
     assert!(errors.iter().any(|e| e.abs() <= 0.03 && e.abs() <= uncertainty), "{say}");
     assert!(errors.iter().all(|e| e.abs() <= 0.15), "{say}");
     let again = json(&[OsStr::new("advise"), OsStr::new("--json"), ranks[0].as_os_str()]);
-    let why: Vec<&str> = again["left_out"]
-        .as_array()
-        .expect("left_out")
-        .iter()
-        .filter(|r| r["id"] == "data_parallel")
-        .filter_map(|r| r["why"].as_str())
-        .collect();
+    let why = left_out(&again, "data_parallel");
     assert_eq!(why, ["already_distributed"]);
 }
 
@@ -654,12 +650,26 @@ fn cpu_offload_lands_on_the_estimate_of_the_program_that_offloads() {
     let say = format!("projected {projected}, measured {measured} ({:+.2}%)", 100.0 * error);
     assert!(error.abs() <= 0.03 && error.abs() <= uncertainty, "{say}");
     let cpu = json(&[OsStr::new("advise"), OsStr::new("--json"), record(dir.path(), "cpu", &[]).as_os_str()]);
-    let why: Vec<&str> = cpu["left_out"]
-        .as_array()
-        .expect("left_out")
-        .iter()
-        .filter(|r| r["id"] == "cpu_offload")
-        .filter_map(|r| r["why"].as_str())
-        .collect();
+    let why = left_out(&cpu, "cpu_offload");
     assert_eq!(why, ["on_the_host"]);
+}
+
+/// A loop that keeps each validation loss with its graph (`tests/workloads/growth.py
+/// loss-list`): not keeping it is proposed, projected from that run, and lands within 3% of the
+/// same loop keeping `loss.item()`; that loop is not told to.
+#[test]
+fn a_kept_graph_is_told_to_go_and_lands_on_the_loop_that_keeps_a_number() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |mode: &str| record_workload(dir.path(), mode, "growth.py", &[mode]);
+    let kept = run("loss-list");
+    let item = run("loss-item");
+    let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), kept.as_os_str()]);
+    let (projected, uncertainty) = projection(&advice, "drop_kept");
+    let measured = peak(&item, -1);
+    let error = (projected as f64 - measured as f64) / measured as f64;
+    let say = format!("projected {projected}, measured {measured} ({:+.2}%)", 100.0 * error);
+    assert!(error.abs() <= 0.03 && error.abs() <= uncertainty, "{say}");
+    let again = json(&[OsStr::new("advise"), OsStr::new("--json"), item.as_os_str()]);
+    let why = left_out(&again, "drop_kept");
+    assert_eq!(why, ["nothing_kept"]);
 }

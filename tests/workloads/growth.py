@@ -6,6 +6,7 @@ the workloads vramscope's growth finding is tested on (`tests/tests/growth.rs`).
 MODE:
   loss-list   validation losses appended to a list without .item(), computed with grad on:
               each keeps its whole graph (the activations it saved)
+  loss-item   the same, appending loss.item(): nothing kept
   outputs     the model's outputs kept for logging (each a batch x classes tensor)
   cache       features cached in a dict keyed by step, never evicted
   none        no leak: the same loop, everything per step freed (the optimizer's state is
@@ -20,7 +21,7 @@ from torch import nn
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["loss-list", "outputs", "cache", "none"])
+    parser.add_argument("mode", choices=["loss-list", "loss-item", "outputs", "cache", "none"])
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -36,9 +37,10 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if args.mode == "loss-list":
+        if args.mode in ("loss-list", "loss-item"):
             xv = torch.randn(128, 256)
-            val_losses.append(loss_fn(model(xv), y))
+            val_loss = loss_fn(model(xv), y)
+            val_losses.append(val_loss if args.mode == "loss-list" else val_loss.item())
         elif args.mode == "outputs":
             logged.append(out)
         elif args.mode == "cache":

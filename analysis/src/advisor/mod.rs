@@ -422,8 +422,12 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     // not the whole story and the rules stand.
     let mut replayer =
         Replayer::new(trace, device, &b.spans, b.stacks.as_ref()).filter(|r| r.baseline.bytes == peak_allocated);
+    let growth = crate::growth::growth(trace, device).filter(|g| g.grows);
     if let Some(r) = replayer.as_mut() {
         r.learn_linear_layers(&model::layers(trace));
+        if let Some(g) = &growth {
+            r.learn_growth(trace, g);
+        }
     }
     let ctx = Context {
         checkpoint_replayed: replayer.as_ref().is_some_and(Replayer::replays_checkpointing),
@@ -432,6 +436,11 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         ..ctx
     };
     let ctx = with_the_models_parts(trace, replayer.as_ref(), ctx);
+    let ctx = Context {
+        kept_replayed: replayer.as_ref().is_some_and(Replayer::replays_kept),
+        kept_bytes_per_iteration: growth.as_ref().map_or(0, |g| g.bytes_per_iteration),
+        ..ctx
+    };
     let rules = RuleParts {
         matmul_parameter_bytes: base.matmul_parameter,
         block_parameter_bytes: base.block_parameter,

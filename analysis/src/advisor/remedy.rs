@@ -71,6 +71,9 @@ pub enum Remedy {
     /// Inference with the linear layers' weights in int8, one scale per output (weight-only
     /// quantisation: torchao's `int8_weight_only`, bitsandbytes' LLM.int8).
     Int8Weights,
+    /// Not keeping what grows from one iteration to the next (a loss kept with its graph,
+    /// outputs kept for logging): `loss.item()`, `out.detach()`, or nothing kept.
+    DropKept,
 }
 
 /// Remedies of one group exclude each other (one precision, one optimizer, one sharding).
@@ -153,6 +156,10 @@ pub struct Context {
     /// The linear layers' weights, in bytes, and the same in int8 with a scale per output.
     pub linear_weight_bytes: f64,
     pub int8_weight_bytes: f64,
+    /// Whether the replay knows what the program keeps from one iteration to the next, and how
+    /// much it keeps per iteration.
+    pub kept_replayed: bool,
+    pub kept_bytes_per_iteration: u64,
 }
 
 /// What the allocator's model projects for a setting: a `max_split_size`, or expandable segments
@@ -203,7 +210,7 @@ impl Context {
 
 impl Remedy {
     /// Every remedy, in the order they are listed.
-    pub const ALL: [Self; 25] = [
+    pub const ALL: [Self; 26] = [
         Self::AmpBf16,
         Self::AmpFp16,
         Self::Bf16Weights,
@@ -229,6 +236,7 @@ impl Remedy {
         Self::DataParallel,
         Self::CpuOffload,
         Self::Int8Weights,
+        Self::DropKept,
     ];
 
     /// Its id in `advise --json` and in combinations (`amp_bf16+activation_checkpointing`).
@@ -259,6 +267,7 @@ impl Remedy {
             Self::DataParallel => "data_parallel",
             Self::CpuOffload => "cpu_offload",
             Self::Int8Weights => "int8_weights",
+            Self::DropKept => "drop_kept",
         }
     }
 
@@ -283,7 +292,8 @@ impl Remedy {
             | Self::TiedEmbeddings
             | Self::Lora
             | Self::NoGrad
-            | Self::Int8Weights => None,
+            | Self::Int8Weights
+            | Self::DropKept => None,
         }
     }
 
@@ -299,7 +309,12 @@ impl Remedy {
             // weights stay as they were loaded, and the result is a small file.
             Self::Lora if ctx.fine_tuning.is_some() => 0,
             // One argument, nothing else changes (the fused step is usually faster).
-            Self::ExpandableSegments | Self::MaxSplitSize | Self::SetToNone | Self::FusedStep | Self::NoGrad => 0,
+            Self::ExpandableSegments
+            | Self::MaxSplitSize
+            | Self::SetToNone
+            | Self::FusedStep
+            | Self::NoGrad
+            | Self::DropKept => 0,
             Self::AmpBf16 | Self::Bf16Weights | Self::ForeachOff => 1,
             // A library's quantised layers in place of the model's.
             Self::Int8Weights => 2,
@@ -382,6 +397,9 @@ impl Remedy {
             // Replayed: each linear weight's bytes become one per element and a scale per
             // output; exact against the CPU GPT with torch's int8 weight-only product.
             Self::Int8Weights => 0.05,
+            // Replayed: each kept block freed as the iteration after its own begins (code that
+            // keeps a number instead frees it sooner, within its iteration).
+            Self::DropKept => 0.05,
         }
     }
 
@@ -402,6 +420,7 @@ impl Remedy {
             Self::DataParallel => 1.0 - 1.0 / f64::from(ctx.gpus.max(1)),
             Self::CpuOffload => 1.0,
             Self::Int8Weights => 0.75,
+            Self::DropKept => 1.0,
         }
     }
 
@@ -474,6 +493,7 @@ impl Remedy {
             Self::DataParallel => gpus(ctx.distributed.then_some(LeftOut::AlreadyDistributed)),
             Self::Int8Weights if ctx.training => Some(LeftOut::TrainingKeepsFp32),
             Self::Int8Weights => layers((ctx.linear_weight_bytes <= 0.0).then_some(LeftOut::NoLinearLayers)),
+            Self::DropKept => (!ctx.kept_replayed).then_some(LeftOut::NothingKept),
             Self::CpuOffload if ctx.host => Some(LeftOut::OnTheHost),
             Self::CpuOffload => training(state()),
             Self::NoGrad if ctx.training => Some(LeftOut::Trains),
@@ -582,6 +602,8 @@ impl Remedy {
                 p.gradient = if p.gradient > 0.0 { ctx.adapter_bytes } else { 0.0 };
                 p.optimizer_state = ctx.adapter_state_bytes;
             }
+            // The stream shows what is kept; without it, the rule knows nothing to take.
+            Self::DropKept => {}
             Self::Int8Weights => {
                 p.parameter = (p.parameter - ctx.linear_weight_bytes + ctx.int8_weight_bytes).max(0.0);
             }
@@ -711,6 +733,7 @@ impl Remedy {
                 head_bytes: bytes(ctx.untied_bytes),
             },
             Self::NoGrad => Reason::Graph { activation_bytes: bytes(base.activation) },
+            Self::DropKept => Reason::Kept { kept_bytes_per_iteration: ctx.kept_bytes_per_iteration },
             Self::Int8Weights => Reason::Quantised {
                 linear_weight_bytes: bytes(ctx.linear_weight_bytes),
                 quantised_bytes: bytes(ctx.int8_weight_bytes),
@@ -794,6 +817,8 @@ pub enum LeftOut {
     OnTheHost,
     /// No linear layer with a weight of its own in the model.
     NoLinearLayers,
+    /// Nothing grows from one iteration to the next (or what does is a cache by design).
+    NothingKept,
 }
 
 /// Why a projection is what it is: the numbers of the trace its rule rests on. Shares are of
@@ -949,6 +974,11 @@ pub enum Reason {
         bucket_bytes: u64,
         /// GPUs.
         gpus: u32,
+    },
+    /// What a program keeps from one iteration to the next.
+    Kept {
+        /// Bytes kept per iteration.
+        kept_bytes_per_iteration: u64,
     },
     /// Weight-only quantisation: the linear layers' weights, and what they take quantised.
     Quantised {

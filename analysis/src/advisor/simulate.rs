@@ -38,6 +38,7 @@ use super::parts::{is_loss, phase_at, repeated_block, stays_fp32, upcasts_its_in
 use super::remedy::Remedy;
 use super::stack_blocks::StackBlocks;
 use crate::attribution::{Attribution, Attributor, Evidence};
+use crate::instant::allocation_site;
 use crate::replay;
 
 /// How a projection was made.
@@ -91,6 +92,8 @@ struct Block {
     /// The parameter it is, or is the gradient or optimizer state of, by the recorder's tag
     /// (an index into [`Replayer::owners`]).
     owner: Option<u32>,
+    /// Its allocation's stack.
+    stack: StackId,
 }
 
 /// How the remedies that change the step or the model set the replay.
@@ -108,6 +111,8 @@ struct StepKnobs {
     offload: bool,
     /// The linear layers' weights in int8.
     int8: bool,
+    /// What the program kept from one iteration to the next freed as the next begins.
+    drop_kept: bool,
     /// What scales with the batch is multiplied by this (data parallelism's share).
     batch: f64,
 }
@@ -169,6 +174,10 @@ pub struct Replayer {
     allocated_at: Vec<i64>,
     /// The linear layers' weights by owner: (elements, outputs), for weight-only quantisation.
     linear_weights: HashMap<u32, (u64, u64)>,
+    /// What grows from one iteration to the next, freed as the iteration after its own begins:
+    /// blocks freed later (block -> when), and blocks never freed (block, when).
+    kept_frees: HashMap<usize, i64>,
+    kept_never_freed: Vec<(usize, i64)>,
     /// Under `no_grad`, when each block made in forward would be freed: as its module returns,
     /// unless it is what the module returns (its last allocation), then as the module that
     /// called it returns, and so on.
@@ -216,6 +225,8 @@ impl Replayer {
             no_grad_frees: HashMap::default(),
             allocated_at: Vec::new(),
             linear_weights: HashMap::default(),
+            kept_frees: HashMap::default(),
+            kept_never_freed: Vec::new(),
         };
         // The activations of each repeated block in each forward: (forward, block) -> blocks.
         let mut groups: HashMap<(usize, String), Vec<usize>> = HashMap::default();
@@ -247,6 +258,7 @@ impl Replayer {
                 forward_ns: forward.checked_sub(1).map(|f| forwards[f]),
                 resident: attribution.is_resident_input(trace),
                 owner,
+                stack,
             });
             if let Evidence::Phase { module: Some(module), .. } = evidence
                 && category == Category::Activation
@@ -336,6 +348,12 @@ impl Replayer {
     ) -> Option<()> {
         match remedy {
             Remedy::SetToNone => knobs.set_to_none = true,
+            Remedy::DropKept => {
+                if !self.replays_kept() {
+                    return None;
+                }
+                knobs.drop_kept = true;
+            }
             Remedy::DataParallel => {
                 knobs.batch /= f64::from(rules.gpus.max(1));
                 // DDP's buckets: the gradients' size, from its construction on.
@@ -392,6 +410,90 @@ impl Replayer {
             _ => {}
         }
         Some(())
+    }
+
+    /// The changes of the remedies that end blocks' lives elsewhere: what a program kept, freed
+    /// as the next iteration begins; kept gradients, freed after each step and allocated again.
+    fn moved_lifetimes(&self, knobs: &StepKnobs, size: &dyn Fn(&Block) -> i64, changes: &mut Vec<(i64, usize, i64)>) {
+        if knobs.drop_kept {
+            // Kept to the end: freed as the iteration after theirs begins.
+            for &(block, at) in &self.kept_never_freed {
+                if let Some(b) = self.blocks.get(block) {
+                    changes.push((at, usize::MAX, -size(b)));
+                }
+            }
+        }
+        if knobs.set_to_none {
+            // Freed after each step and allocated again by the next backward.
+            for (block, splits) in &self.kept_gradients {
+                let Some(b) = self.blocks.get(*block) else { continue };
+                let bytes = size(b);
+                for &(free, again) in splits {
+                    changes.push((free, usize::MAX, -bytes));
+                    changes.push((again, 0, bytes));
+                }
+            }
+        }
+    }
+
+    /// When a block freed by `c` is freed with the remedies' knobs: earlier under `no_grad`, with
+    /// an offloading optimizer, or when what a program kept is not kept; else when it was.
+    fn freed_at(&self, b: &Block, c: &Change, knobs: &StepKnobs) -> (i64, usize) {
+        let earlier =
+            |map: &HashMap<usize, i64>, on: bool| map.get(&c.block).copied().filter(|&at| on && at < c.time_ns);
+        if let Some(at) =
+            earlier(&self.no_grad_frees, knobs.no_grad).or_else(|| earlier(&self.kept_frees, knobs.drop_kept))
+        {
+            return (at, usize::MAX);
+        }
+        if let Some(at) = knobs.offload.then(|| self.step_start_after(b, c)).flatten() {
+            return (at, 0);
+        }
+        (c.time_ns, c.order)
+    }
+
+    /// Learns what grows from one iteration to the next ([`crate::growth`]): the blocks of its
+    /// sites that outlive the iteration after theirs, and when that iteration begins (where
+    /// they would be freed if the program did not keep them).
+    pub fn learn_growth(&mut self, trace: &Trace, growth: &crate::growth::Growth) {
+        if !growth.grows || growth.nature != crate::growth::Nature::Kept {
+            return;
+        }
+        let sites: rustc_hash::FxHashSet<&str> =
+            growth.sites.iter().filter(|s| !s.kv_cache).map(|s| s.site.as_str()).collect();
+        let boundaries = &growth.boundary_ns;
+        let mut freed: HashMap<usize, i64> = HashMap::default();
+        for c in self.changes.iter().filter(|c| !c.alloc) {
+            freed.insert(c.block, c.time_ns);
+        }
+        let mut by_stack: HashMap<StackId, bool> = HashMap::default();
+        for (block, b) in self.blocks.iter().enumerate() {
+            let Some(&at) = self.allocated_at.get(block).filter(|&&at| at != i64::MIN) else { continue };
+            let k = boundaries.partition_point(|&t| t <= at);
+            // After the first iteration (warm-up), and with an iteration after it.
+            let Some(&next) = boundaries.get(k).filter(|_| k >= 2) else { continue };
+            let end = freed.get(&block).copied();
+            if end.is_some_and(|end| end <= next) {
+                continue;
+            }
+            let grows = *by_stack
+                .entry(b.stack)
+                .or_insert_with(|| sites.contains(allocation_site(trace, b.stack, true).as_str()));
+            if !grows {
+                continue;
+            }
+            match end {
+                Some(_) => {
+                    self.kept_frees.insert(block, next);
+                }
+                None => self.kept_never_freed.push((block, next)),
+            }
+        }
+    }
+
+    /// Whether the replay knows what a program keeps from one iteration to the next.
+    pub fn replays_kept(&self) -> bool {
+        !self.kept_frees.is_empty() || !self.kept_never_freed.is_empty()
     }
 
     /// The start of the first optimizer step after a gradient was allocated, when the gradient
@@ -564,6 +666,7 @@ impl Replayer {
                 | Remedy::Lora
                 | Remedy::CpuOffload
                 | Remedy::Int8Weights
+                | Remedy::DropKept
                 | Remedy::DataParallel => {
                     self.step_and_model(remedy, rules, &mut knobs, &mut factor, &mut extra)?;
                     if matches!(remedy, Remedy::ForeachOff | Remedy::Lora)
@@ -636,25 +739,12 @@ impl Replayer {
                     }
                     None => changes.push((c.time_ns, c.order, bytes)),
                 }
-            } else if let Some(&at) = self.no_grad_frees.get(&c.block).filter(|&&at| knobs.no_grad && at < c.time_ns) {
-                changes.push((at, usize::MAX, -bytes));
-            } else if let Some(at) = knobs.offload.then(|| self.step_start_after(b, c)).flatten() {
-                changes.push((at, 0, -bytes));
             } else {
-                changes.push((c.time_ns, c.order, -bytes));
+                let (at, order) = self.freed_at(b, c, &knobs);
+                changes.push((at, order, -bytes));
             }
         }
-        if knobs.set_to_none {
-            // Freed after each step and allocated again by the next backward.
-            for (block, splits) in &self.kept_gradients {
-                let Some(b) = self.blocks.get(*block) else { continue };
-                let bytes = size(b);
-                for &(free, again) in splits {
-                    changes.push((free, usize::MAX, -bytes));
-                    changes.push((again, 0, bytes));
-                }
-            }
-        }
+        self.moved_lifetimes(&knobs, &size, &mut changes);
         changes.extend(extra);
         Some((peak_of(changes), method))
     }

@@ -68,6 +68,9 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
         Remedy::NoGrad => {
             "run forward under torch.no_grad() (or torch.inference_mode()): nothing goes backward".to_owned()
         }
+        Remedy::DropKept => "keep loss.item() (a number) or out.detach(), not the tensor with its graph; or keep \
+                             nothing from one iteration to the next"
+            .to_owned(),
         Remedy::Int8Weights => {
             "quantise the linear layers' weights to int8 for inference (torchao's int8_weight_only, bitsandbytes' \
              LLM.int8): the matrix products read 8-bit weights"
@@ -273,6 +276,7 @@ pub fn remedy_cost(remedy: Remedy, training: bool) -> &'static str {
         }
         Remedy::NoGrad => "none: the outputs are the same; they carry no graph to call backward on",
         Remedy::DataParallel => "communication: an all-reduce of the gradients per step; the GPUs",
+        Remedy::DropKept => "none, unless the program needs what it kept (then keep it on the host)",
         Remedy::Int8Weights => {
             "quality: 8-bit weights (usually close for inference; check the outputs); a library's kernels"
         }
@@ -350,16 +354,18 @@ pub fn left_out_why(why: LeftOut) -> &'static str {
         LeftOut::AlreadyDistributed => "the run is distributed already",
         LeftOut::OnTheHost => "the device is the host (a CPU run): nowhere to offload to",
         LeftOut::NoLinearLayers => "no linear layer with a weight of its own (quantised already, or none)",
+        LeftOut::NothingKept => "nothing is kept from one iteration to the next (or what is, is a cache by design)",
     }
 }
 
 /// The remedies not projected, a line for each reason: `not proposed: SGD, Adafactor: no
 /// optimizer state ...`. Sharding on one GPU and allocator settings have notes of their own, and
-/// a training run is not told why inference's remedy is not for it.
+/// a training run is not told why inference's remedy is not for it, nor a run that keeps
+/// nothing why it need not stop keeping it.
 pub fn left_out_lines(advice: &Advice) -> Vec<String> {
     let mut by_why: std::collections::BTreeMap<LeftOut, Vec<&str>> = std::collections::BTreeMap::new();
     for &(remedy, why) in &advice.left_out {
-        if !matches!(why, LeftOut::OneGpu | LeftOut::NoBetterSplit | LeftOut::Trains) {
+        if !matches!(why, LeftOut::OneGpu | LeftOut::NoBetterSplit | LeftOut::Trains | LeftOut::NothingKept) {
             by_why.entry(why).or_default().push(remedy_name(remedy));
         }
     }
@@ -415,6 +421,7 @@ pub fn remedy_name(r: Remedy) -> &'static str {
         Remedy::DataParallel => "data parallelism (DDP, the batch split over the GPUs)",
         Remedy::CpuOffload => "CPU offload of the optimizer (ZeRO-Offload)",
         Remedy::Int8Weights => "int8 weights (weight-only quantisation of the linear layers)",
+        Remedy::DropKept => "not keeping outputs with their graphs (loss.item(), .detach())",
     }
 }
 
@@ -673,6 +680,7 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
         | Reason::DataParallel { .. }
         | Reason::Offload { .. }
         | Reason::Quantised { .. }
+        | Reason::Kept { .. }
         | Reason::StepTemporaries { .. }
         | Reason::Tied { .. }
         | Reason::Adapters { .. } => step_and_model_reason(&p.reason, &before, &after),
@@ -720,6 +728,11 @@ fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
              holds 1/{gpus} of it, the whole model, and DDP's gradient buckets ({}): {before} -> {after}",
             bytes(*scaling_bytes),
             bytes(*bucket_bytes)
+        ),
+        Reason::Kept { kept_bytes_per_iteration } => format!(
+            "{} more is alive at each iteration's start, kept from the one before (see growth); freed as the next \
+             iteration begins: {before} -> {after}",
+            bytes(*kept_bytes_per_iteration)
         ),
         Reason::Quantised { linear_weight_bytes, quantised_bytes } => format!(
             "the linear layers' weights take {}; in int8, with a scale per output, {}: {before} -> {after}",
