@@ -15,6 +15,7 @@ mod estimate;
 mod growth;
 mod phases;
 mod postmortem;
+mod reasons;
 mod run;
 
 pub use self::advice::*;
@@ -22,6 +23,7 @@ pub use self::estimate::*;
 pub use self::growth::*;
 pub use self::phases::*;
 pub use self::postmortem::*;
+pub use self::reasons::*;
 pub use self::run::*;
 
 /// How to record a snapshot with history, for the notes that need it.
