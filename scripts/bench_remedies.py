@@ -47,13 +47,18 @@ CASES = [
     ("lora", FINETUNE, ["--arch", "llama"], ["--arch", "llama", "--lora", "8"]),
     ("lora", FINETUNE, ["--arch", "gpt2"], ["--arch", "gpt2", "--lora", "8"]),
     ("no_grad", TRAIN, ["--inference", "--no-inference-mode"], ["--inference"]),
+    # Evaluation without no_grad, against the same loop under it (the output's cache kept).
+    ("no_grad", FINETUNE, ["--arch", "llama", "--evaluate", "grad"], ["--arch", "llama", "--evaluate", "no-grad"]),
+    ("no_grad", FINETUNE, ["--arch", "gpt2", "--evaluate", "grad"], ["--arch", "gpt2", "--evaluate", "no-grad"]),
     # A validation loss kept with its graph every iteration, against the loop keeping loss.item().
     ("drop_kept", GROWTH, ["loss-list"], ["loss-item"]),
     # Data parallelism over 2: against rank 0 of the DDP run (torchrun, gloo, batch 4 per rank).
     ("data_parallel", TRAIN, [], ["--batch-size", "4"]),
-    # Three together: a fine-tune's usual answer.
-    ("amp_bf16+activation_checkpointing+lora", TRAIN, [], ["--bf16", "--checkpoint", "--lora", "8"]),
+    # Together: a fine-tune's usual answers, among the pairs and threes the advice lists.
+    ("micro_batch_half+activation_checkpointing+lora", TRAIN, [],
+     ["--batch-size", "4", "--accumulate", "2", "--checkpoint", "--lora", "8"]),
     ("activation_checkpointing+lora", TRAIN, [], ["--checkpoint", "--lora", "8"]),
+    ("amp_bf16+lora", TRAIN, [], ["--bf16", "--lora", "8"]),
 ]
 
 

@@ -440,9 +440,9 @@ fn sharding_projections_land_on_the_zero1_fsdp_tensor_and_pipeline_parallel_runs
 /// The remedies that change a part of the step or of the model, each projected from a run
 /// without it and measured in the run with it (CPU, `train.py`), within 3%: gradients freed
 /// instead of zeroed (`--no-zero-grad-none` -> the default), the embedding tied to the head,
-/// LoRA through peft (rank 8 on every linear layer of the blocks, the rest frozen), and Adam's
-/// step fused or one parameter at a time where the run used the multi-tensor step (on a model
-/// small enough for the step to be the peak). Each is named in words, and a run that already
+/// LoRA through peft (rank 8 on every linear layer of the blocks, the rest frozen; alone and with
+/// checkpointing), and Adam's step fused or one parameter at a time where the run used the
+/// multi-tensor step (on a model small enough for the step to be the peak). Each is named in words, and a run that already
 /// does what a remedy says is not told to.
 #[test]
 fn the_step_and_model_remedies_land_on_the_runs_with_the_change() {
@@ -483,6 +483,16 @@ fn the_step_and_model_remedies_land_on_the_runs_with_the_change() {
     // multi-tensor step's remedy is not proposed to it, the fused one is.
     let looped = advise(&run("loop_again", &[small, &["--no-foreach"]]));
     assert!(!has(&looped, "foreach_off") && has(&looped, "fused_optimizer_step"), "{looped}");
+    // LoRA with checkpointing: the recomputed forward is the peak, with what the adapters add
+    // beside each layer's call (+0.94% on 2026-12-05; -10% before they were replayed).
+    let row = base_advice["combinations"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["id"] == "activation_checkpointing+lora"))
+        .expect("checkpointing and LoRA together");
+    let projected = row["projected_peak_allocated_bytes"].as_u64().expect("bytes");
+    let measured = peak(&run("checkpoint_lora", &[&["--checkpoint", "--lora", "8"]]), -1);
+    let error = (projected as f64 - measured as f64) / measured as f64;
+    assert!(error.abs() <= 0.03, "checkpointing and LoRA: projected {projected}, measured {measured}");
 }
 
 /// Snapshots have no module spans: the repeated blocks are found in the stacks (the line that
@@ -570,19 +580,25 @@ fn a_fine_tune_is_told_lora_first_and_lora_lands_on_the_peft_run() {
 }
 
 /// Inference with autograd recording (no `no_grad`, no `inference_mode`): `no_grad` is proposed,
-/// its projection an upper bound within its stated ± of the run under `inference_mode`; that run
-/// is not told to use it, nor is a training run.
+/// its projection within 3% of the run under `inference_mode` (the CPU GPT; +0.03% on
+/// 2026-12-05), and of a Llama-style model from `from_pretrained` evaluated under `no_grad`,
+/// whose output holds a cache of keys and values that lives on after the call (-0.65%); the run
+/// under `inference_mode` is not told to use it, nor is a training run.
 #[test]
 fn inference_that_records_a_graph_is_told_to_stop() {
     let dir = tempfile::tempdir().expect("tempdir");
     let graph = record(dir.path(), "graph", &["--inference", "--no-inference-mode"]);
     let without = record(dir.path(), "without", &["--inference"]);
+    let llama = |mode: &str| record_workload(dir.path(), mode, "finetune.py", &["--arch", "llama", "--evaluate", mode]);
     let advise = |trace: &Path| json(&[OsStr::new("advise"), OsStr::new("--json"), trace.as_os_str()]);
-    let advice = advise(&graph);
-    let (projected, uncertainty) = projection(&advice, "no_grad");
-    let measured = peak(&without, -1);
-    let error = (projected as f64 - measured as f64) / measured as f64;
-    assert!((0.0..=uncertainty).contains(&error), "no_grad: projected {projected}, measured {measured}");
+    for (with_graph, under_no_grad) in [(graph, without.clone()), (llama("grad"), llama("no-grad"))] {
+        let (projected, uncertainty) = projection(&advise(&with_graph), "no_grad");
+        let measured = peak(&under_no_grad, -1);
+        let error = (projected as f64 - measured as f64) / measured as f64;
+        let say =
+            format!("{}: projected {projected}, measured {measured} ({:+.2}%)", with_graph.display(), 100.0 * error);
+        assert!(error.abs() <= 0.03 && error.abs() <= uncertainty, "{say}");
+    }
     let why = |advice: &serde_json::Value| {
         let rows = advice["left_out"].as_array().expect("left_out");
         rows.iter().find(|r| r["id"] == "no_grad").map(|r| r["why"].clone()).unwrap_or_default()

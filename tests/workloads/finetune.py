@@ -1,9 +1,12 @@
 """A fine-tuning run as people write one: a causal language model saved with `save_pretrained`,
 loaded back with `from_pretrained` (so it comes from a checkpoint, as a hub model would), and
 trained for a few steps with AdamW on random tokens; with `--lora R`, peft's rank-R adapters on
-its attention and MLP projections and every other weight frozen.
+its attention and MLP projections and every other weight frozen. With `--evaluate grad`, no
+training: the model evaluated (its loss read each step) with autograd recording the graph, as an
+evaluation loop without `no_grad` does; `--evaluate no-grad` the same under `torch.no_grad()`.
 
-    python finetune.py [--arch llama|gpt2] [--lora R] [--steps N] [--batch B] [--seq T]
+    python finetune.py [--arch llama|gpt2] [--lora R] [--evaluate grad|no-grad] [--steps N]
+                       [--batch B] [--seq T]
 
 Prints one JSON line: the parameters' bytes and how many of them are trained.
 """
@@ -34,6 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", choices=["llama", "gpt2"], default="llama")
     parser.add_argument("--lora", type=int, default=None, metavar="R")
+    parser.add_argument("--evaluate", choices=["grad", "no-grad"], default=None)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=64)
@@ -52,6 +56,15 @@ def main() -> None:
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=args.lora, lora_alpha=2 * args.lora, target_modules=targets))
+    if args.evaluate is not None:
+        model.eval()
+        tokens = torch.randint(model.config.vocab_size, (args.batch, args.seq))
+        losses = []
+        with torch.set_grad_enabled(args.evaluate == "grad"):
+            for _ in range(args.steps):
+                losses.append(model(input_ids=tokens, labels=tokens).loss.item())
+        print(json.dumps({"losses": losses}))
+        return
     model.train()
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=1e-4)

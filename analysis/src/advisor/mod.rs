@@ -394,7 +394,9 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         Replayer::new(trace, device, &b.spans, b.stacks.as_ref()).filter(|r| r.baseline.bytes == peak_allocated);
     let growth = crate::growth::growth(trace, device).filter(|g| g.grows);
     if let Some(r) = replayer.as_mut() {
-        r.learn_linear_layers(&model::layers(trace));
+        let layers = model::layers(trace);
+        r.learn_linear_layers(&layers);
+        r.learn_adapted_layers(trace, &layers);
         if let Some(g) = &growth {
             r.learn_growth(trace, g);
         }

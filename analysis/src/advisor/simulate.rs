@@ -39,6 +39,7 @@ use super::parts::{is_loss, phase_at, repeated_block, stays_fp32, upcasts_its_in
 use super::remedy::Remedy;
 use super::stack_blocks::StackBlocks;
 
+mod lora;
 mod step;
 use crate::attribution::{Attribution, Attributor, Evidence};
 use crate::replay;
@@ -96,6 +97,9 @@ struct Block {
     owner: Option<u32>,
     /// Its allocation's stack.
     stack: StackId,
+    /// What the model's call returned (tagged by the recorder): the program holds it after the
+    /// call, as long as it did.
+    returned: bool,
 }
 
 /// What the rules add to a replay: autocast's weight copies, ZeRO-3's gathered block.
@@ -160,9 +164,13 @@ pub struct Replayer {
     kept_frees: HashMap<usize, i64>,
     kept_never_freed: Vec<(usize, i64)>,
     /// Under `no_grad`, when each block made in forward would be freed: as its module returns,
-    /// unless it is what the module returns (its last allocation), then as the module that
-    /// called it returns, and so on.
+    /// as the module call it is the input of returns, or (what a module returns) as its
+    /// caller's next call returns ([`step::no_grad_frees`]).
     no_grad_frees: HashMap<usize, i64>,
+    /// The calls of the layers LoRA would adapt, by when they returned.
+    adapted_calls: Vec<lora::AdaptedCall>,
+    /// Under LoRA, when the inputs of the linear layers it leaves out (frozen then) are freed.
+    frozen_input_frees: HashMap<usize, i64>,
 }
 
 /// A block's activations to allocate again: (block, when).
@@ -204,6 +212,8 @@ impl Replayer {
             kept_gradients: Vec::new(),
             adam: false,
             no_grad_frees: HashMap::default(),
+            adapted_calls: Vec::new(),
+            frozen_input_frees: HashMap::default(),
             allocated_at: Vec::new(),
             linear_weights: HashMap::default(),
             kept_frees: HashMap::default(),
@@ -219,6 +229,8 @@ impl Replayer {
             let attribution = attributor.block(address, time_ns, i64::MAX, stack);
             let Attribution { category, evidence } = attribution;
             let forward = forwards.partition_point(|&f| f <= time_ns);
+            let returned = matches!(evidence, Evidence::Tag(name)
+                if category == Category::Activation && trace.interner.resolve(name).starts_with("output"));
             let owner = match evidence {
                 Evidence::Tag(name) => owner_of(trace.interner.resolve(name), category).map(|(owner, part)| {
                     r.adam |= category == Category::OptimizerState && part == "exp_avg_sq";
@@ -240,6 +252,7 @@ impl Replayer {
                 resident: attribution.is_resident_input(trace),
                 owner,
                 stack,
+                returned,
             });
             if let Evidence::Phase { module: Some(module), .. } = evidence
                 && category == Category::Activation
@@ -479,6 +492,9 @@ impl Replayer {
             }
         }
         self.moved_lifetimes(&knobs, &size, &mut changes);
+        if knobs.lora {
+            self.lora_transients(&size, &moved, &mut changes);
+        }
         changes.extend(extra);
         Some((peak_of(changes), method))
     }

@@ -85,6 +85,8 @@ class Phases:
         name = self.tagger.module_name(module)
         self.log.write({"t": "span", "kind": "module", "name": name, "begin": begin, "end": end})
         if depth == 0 and self.forward_start is not None and self.backward_depth == 0:
+            if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+                self.log.safe(self.tagger.tag_output, output)
             self.log.write({"t": "span", "kind": "forward", "name": "forward", "begin": self.forward_start, "end": end})
             self.forward_start = None
             self.ends.forward_ended()

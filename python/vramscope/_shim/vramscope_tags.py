@@ -274,6 +274,37 @@ class Tagger:
             for j, tensor in enumerate(value if isinstance(value, (list, tuple)) else (value,)):
                 self.tag(tensor, "input", f"input[{index}]" + (f"[{j}]" if nested else ""))
 
+    def tag_output(self, output: object) -> None:
+        """Tags what a model's call returned, with autograd recording (its logits, a cache of keys
+        and values in a `ModelOutput`, through lists, dicts and objects' attributes, four deep):
+        what the program holds after the call lives as long as it does, however the call's
+        graph is kept."""
+        seen: set[int] = set()
+        count = [0]
+
+        def walk(value: object, name: str, depth: int) -> None:
+            if depth > 4 or count[0] >= 512 or id(value) in seen:
+                return
+            seen.add(id(value))
+            if isinstance(value, torch.Tensor):
+                count[0] += 1
+                self.tag(value, "activation", name)
+            elif isinstance(value, (list, tuple)):
+                for index, item in enumerate(value[:256]):
+                    walk(item, f"{name}[{index}]", depth + 1)
+            elif isinstance(value, dict):
+                for index, (key, item) in enumerate(value.items()):
+                    if index >= 64:
+                        break
+                    walk(item, f"{name}.{key}", depth + 1)
+            elif depth > 0 and not isinstance(value, (str, bytes, int, float, bool, type(None), torch.nn.Module)):
+                # A cache object's tensors, in its attributes (`layers[i].keys`).
+                for key, item in list(getattr(value, "__dict__", {}).items())[:64]:
+                    if not key.startswith("_"):
+                        walk(item, f"{name}.{key}", depth + 1)
+
+        walk(output, "output", 0)
+
     def tag_dataset(self, dataset: object) -> None:
         """Tags the tensors a DataLoader's dataset holds whole (a `TensorDataset`'s, through
         `Subset` and `ConcatDataset`, and the tensor attributes of a dataset class of the

@@ -30,6 +30,8 @@ pub(super) struct StepKnobs {
     pub(super) drop_kept: bool,
     /// What scales with the batch is multiplied by this (data parallelism's share).
     pub(super) batch: f64,
+    /// LoRA's adapters beside each adapted layer's call.
+    pub(super) lora: bool,
 }
 
 impl Replayer {
@@ -103,6 +105,7 @@ impl Replayer {
                 knobs.step_temporaries *= share;
                 let adapters = (rules.adapter_bytes + rules.adapter_state_bytes).round() as i64;
                 extra.push((i64::MIN, 0, adapters));
+                knobs.lora = true;
             }
             _ => {}
         }
@@ -139,12 +142,14 @@ impl Replayer {
     }
 
     /// When a block freed by `c` is freed with the remedies' knobs: earlier under `no_grad`, with
-    /// an offloading optimizer, or when what a program kept is not kept; else when it was.
+    /// an offloading optimizer, when what a program kept is not kept, or (LoRA) as the frozen
+    /// layer it was saved for returns; else when it was.
     pub(super) fn freed_at(&self, b: &Block, c: &Change, knobs: &StepKnobs) -> (i64, usize) {
         let earlier =
             |map: &HashMap<usize, i64>, on: bool| map.get(&c.block).copied().filter(|&at| on && at < c.time_ns);
-        if let Some(at) =
-            earlier(&self.no_grad_frees, knobs.no_grad).or_else(|| earlier(&self.kept_frees, knobs.drop_kept))
+        if let Some(at) = earlier(&self.no_grad_frees, knobs.no_grad)
+            .or_else(|| earlier(&self.kept_frees, knobs.drop_kept))
+            .or_else(|| earlier(&self.frozen_input_frees, knobs.lora))
         {
             return (at, usize::MAX);
         }
@@ -287,8 +292,14 @@ impl Replayer {
 }
 
 /// Under `no_grad`, when each block forward makes would be freed (see
-/// [`Replayer::no_grad_frees`]), by the module spans: a module's locals die as it returns, what
-/// it returns lives on in its caller.
+/// [`Replayer::no_grad_frees`]), by the module spans, as Python frees what nothing refers to:
+/// a module's locals die as it returns; what it returns is its caller's, passed to the caller's
+/// next module call (`x = block(x)`, `attn(ln1(x))`) and dead as that call returns, or, with no
+/// call after it, returned again; and a value the caller computes itself just before a module
+/// call is that call's input, dead as it returns. A value bound to a name that outlives the
+/// next call (`q = q_proj(x); k = k_proj(x)`, a residual kept over a norm) dies earlier here
+/// than in the program: the projection's ± says how far the rule's alternatives lie. What the
+/// model returned (the recorder tags it: logits, a cache of keys and values) lives as it did.
 pub(super) fn no_grad_frees(r: &Replayer, trace: &Trace, spans: &[(i64, i64, AnnotationKind)]) -> HashMap<usize, i64> {
     let mut modules: Vec<(i64, i64)> =
         trace.annotations.iter().filter(|a| a.kind == AnnotationKind::Module).map(|a| (a.start_ns, a.end_ns)).collect();
@@ -296,55 +307,94 @@ pub(super) fn no_grad_frees(r: &Replayer, trace: &Trace, spans: &[(i64, i64, Ann
         return HashMap::default();
     }
     modules.sort_unstable_by_key(|m| (m.0, std::cmp::Reverse(m.1)));
-    // Each module's caller: the innermost span around it.
-    let mut parents: Vec<Option<usize>> = vec![None; modules.len()];
-    let mut open: Vec<usize> = Vec::new();
-    for (i, m) in modules.iter().enumerate() {
-        while open.last().is_some_and(|&o| modules[o].1 < m.0) {
-            open.pop();
-        }
-        parents[i] = open.last().copied();
-        open.push(i);
-    }
-    let innermost = |t: i64| {
-        let mut i = modules.partition_point(|m| m.0 <= t).checked_sub(1)?;
-        loop {
-            if modules[i].1 >= t {
-                return Some(i);
-            }
-            i = parents[i]?;
-        }
-    };
+    let tree = ModuleTree::new(modules);
     let in_forward = |t: i64| phase_at(spans, t) == Some(Phase::Forward);
-    // What each module made in forward, in order; its last is what it returns.
-    let mut made: Vec<(usize, usize)> = Vec::new();
+    // What each module made in forward, in order (with when); its last is what it returns.
+    let mut made: Vec<(usize, usize, i64)> = Vec::new();
     let mut last: HashMap<usize, usize> = HashMap::default();
     for c in r.changes.iter().filter(|c| c.alloc && c.time_ns != i64::MIN && in_forward(c.time_ns)) {
         let Some(b) = r.blocks.get(c.block) else { continue };
         if !matches!(b.category, Category::Activation | Category::Temporary) {
             continue;
         }
-        let Some(m) = innermost(c.time_ns) else { continue };
-        made.push((c.block, m));
+        let Some(m) = tree.innermost(c.time_ns) else { continue };
+        made.push((c.block, m, c.time_ns));
         // The last allocation of this module and of every module around it so far.
         let mut at = Some(m);
         while let Some(i) = at {
             last.insert(i, c.block);
-            at = parents[i];
+            at = tree.parents[i];
         }
     }
     let mut frees = HashMap::default();
-    for (block, m) in made {
+    for (k, &(block, m, time)) in made.iter().enumerate() {
+        if r.blocks.get(block).is_some_and(|b| b.returned) {
+            continue;
+        }
         let mut at = Some(m);
         while let Some(i) = at {
             if last.get(&i) != Some(&block) {
-                frees.insert(block, modules[i].1);
+                // A local of `i`, or (made by `i` itself just before one of its calls) that
+                // call's input.
+                let input_of = (i == m)
+                    .then(|| tree.next_child(i, time))
+                    .flatten()
+                    .filter(|&call| made[k + 1..].iter().take_while(|n| n.2 < tree.spans[call].0).all(|n| n.1 != m));
+                frees.insert(block, input_of.map_or(tree.spans[i].1, |call| tree.spans[call].1));
                 break;
             }
-            at = parents[i];
+            // What `i` returns: the input of its caller's next call, if it makes one.
+            if let Some(call) = tree.parents[i].and_then(|p| tree.next_child(p, tree.spans[i].1)) {
+                frees.insert(block, tree.spans[call].1);
+                break;
+            }
+            at = tree.parents[i];
         }
     }
     frees
+}
+
+/// The module spans as calls: each one's caller (the innermost span around it) and calls.
+struct ModuleTree {
+    /// (start, end), sorted by start (the outer first where two start together).
+    spans: Vec<(i64, i64)>,
+    parents: Vec<Option<usize>>,
+    /// Each module's calls, in order (the outermost's under `None`).
+    children: HashMap<Option<usize>, Vec<usize>>,
+}
+
+impl ModuleTree {
+    fn new(spans: Vec<(i64, i64)>) -> Self {
+        let mut parents: Vec<Option<usize>> = vec![None; spans.len()];
+        let mut children: HashMap<Option<usize>, Vec<usize>> = HashMap::default();
+        let mut open: Vec<usize> = Vec::new();
+        for (i, m) in spans.iter().enumerate() {
+            while open.last().is_some_and(|&o| spans[o].1 < m.0) {
+                open.pop();
+            }
+            parents[i] = open.last().copied();
+            children.entry(parents[i]).or_default().push(i);
+            open.push(i);
+        }
+        Self { spans, parents, children }
+    }
+
+    /// The innermost module running at `t`.
+    fn innermost(&self, t: i64) -> Option<usize> {
+        let mut i = self.spans.partition_point(|m| m.0 <= t).checked_sub(1)?;
+        loop {
+            if self.spans[i].1 >= t {
+                return Some(i);
+            }
+            i = self.parents[i]?;
+        }
+    }
+
+    /// The first call `parent` makes after `t`.
+    fn next_child(&self, parent: usize, t: i64) -> Option<usize> {
+        let calls = self.children.get(&Some(parent))?;
+        calls.get(calls.partition_point(|&c| self.spans[c].0 <= t)).copied()
+    }
 }
 
 /// The parameter a tagged block is or belongs to, and the part it is (`exp_avg`, `grad`): a

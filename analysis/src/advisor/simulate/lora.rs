@@ -1,0 +1,163 @@
+//! LoRA's adapters in the replay: what their forward and backward add beside each adapted
+//! layer, as peft computes them. Forward: `base(x) + lora_B(lora_A(dropout(x))) * scaling`, so
+//! as the layer returns, `lora_B`'s output and its scaled copy (each of the output's size) are
+//! alive with the base output while their sum is made, and `lora_A`'s output (`rank` columns)
+//! is saved for backward. Backward, where the base weight's gradient was computed: the scaled
+//! gradient of `lora_B`'s output (the output's size) and the gradient `lora_A` passes to the
+//! input (the input's size), before autograd adds it to the base layer's. And a linear layer
+//! left out of the adapters (the output head) is frozen: autograd does not save its input for
+//! it (a weight's gradient is what needs it), which dies as the layer returns.
+
+use rustc_hash::FxHashMap as HashMap;
+use vramscope_trace_format::{AnnotationKind, Category, Trace};
+
+use super::{Block, Change, Replayer};
+use crate::advisor::model::{LORA_RANK, Layer};
+use crate::advisor::parts::repeated_block;
+
+/// A call of a layer LoRA would adapt, in the stream.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AdaptedCall {
+    /// The base layer's output block.
+    output: usize,
+    /// When the call returned.
+    end_ns: i64,
+    /// The layer's inputs and outputs (features).
+    inputs: u64,
+    outputs: u64,
+    /// Its weight's parameter (an index into the replay's owners).
+    owner: Option<u32>,
+}
+
+impl Replayer {
+    /// Learns the calls of the layers LoRA would adapt (the trainable linear layers of the
+    /// repeated blocks, as [`crate::advisor::model::adapters`] picks them), by the module spans.
+    pub fn learn_adapted_layers(&mut self, trace: &Trace, layers: &[Layer]) {
+        let trained: Vec<&Layer> = layers.iter().filter(|l| !l.embedding && l.trainable).collect();
+        let targets: HashMap<&str, &Layer> =
+            trained.iter().filter(|l| repeated_block(&l.module).is_some()).map(|l| (l.module.as_str(), *l)).collect();
+        if targets.is_empty() {
+            return;
+        }
+        let frozen: HashMap<&str, &Layer> = trained
+            .iter()
+            .filter(|l| !targets.contains_key(l.module.as_str()))
+            .map(|l| (l.module.as_str(), *l))
+            .collect();
+        let mut freed: HashMap<usize, i64> = HashMap::default();
+        for c in self.changes.iter().filter(|c| !c.alloc) {
+            freed.insert(c.block, c.time_ns);
+        }
+        let computed = |c: &&Change| computes(&self.blocks, c);
+        let mut frozen_inputs = Vec::new();
+        let mut calls = Vec::new();
+        for a in trace.annotations.iter().filter(|a| a.kind == AnnotationKind::Module) {
+            let name = trace.interner.resolve(a.name);
+            if let Some(layer) = frozen.get(name) {
+                frozen_inputs.extend(self.frozen_input(layer, (a.start_ns, a.end_ns), &freed));
+                continue;
+            }
+            let Some(layer) = targets.get(name) else { continue };
+            // The call's output: its last allocation of what forward computes.
+            let from = self.changes.partition_point(|c| c.time_ns < a.start_ns);
+            let to = self.changes.partition_point(|c| c.time_ns <= a.end_ns);
+            let output = self.changes[from..to].iter().rev().find(computed);
+            if let Some(c) = output {
+                calls.push(AdaptedCall {
+                    output: c.block,
+                    end_ns: a.end_ns,
+                    inputs: layer.rows,
+                    outputs: layer.columns.max(1),
+                    owner: self.owner(&layer.weight),
+                });
+            }
+        }
+        calls.sort_unstable_by_key(|c| c.end_ns);
+        self.adapted_calls = calls;
+        self.frozen_input_frees.extend(frozen_inputs);
+    }
+
+    /// The input of a call of a linear layer LoRA leaves out: the block computed last before the
+    /// call, alive after it, of the input's size (the call's output's, times inputs over
+    /// outputs); freed as the call returns under LoRA.
+    fn frozen_input(
+        &self,
+        layer: &Layer,
+        (start, end): (i64, i64),
+        freed: &HashMap<usize, i64>,
+    ) -> Option<(usize, i64)> {
+        let computed = |c: &&Change| computes(&self.blocks, c);
+        let from = self.changes.partition_point(|c| c.time_ns < start);
+        let to = self.changes.partition_point(|c| c.time_ns <= end);
+        let output = self.changes[from..to].iter().rev().find(computed).and_then(|c| self.blocks.get(c.block))?;
+        let bytes = output.size_bytes as f64 * layer.rows as f64 / layer.columns.max(1) as f64;
+        let input = self.changes[..from].iter().rev().find(|c| {
+            computed(c)
+                && freed.get(&c.block).is_none_or(|&at| at > end)
+                && self.blocks.get(c.block).is_some_and(|b| (b.size_bytes as f64 - bytes).abs() < 1.0)
+        });
+        input.map(|c| (c.block, end))
+    }
+
+    /// What the adapters add to the replay: each call's forward transients (again where
+    /// checkpointing computes its output again, at `moved`), the `rank`-column output saved
+    /// until backward reaches the layer, and backward's transients there. `size` is a block's
+    /// bytes with the other remedies applied.
+    pub(super) fn lora_transients(
+        &self,
+        size: &dyn Fn(&Block) -> i64,
+        moved: &HashMap<usize, i64>,
+        changes: &mut Vec<(i64, usize, i64)>,
+    ) {
+        // Where backward computed each weight's gradient: (time, order), by owner.
+        let mut gradients: HashMap<u32, Vec<(i64, usize)>> = HashMap::default();
+        for c in self.changes.iter().filter(|c| c.alloc && c.time_ns != i64::MIN) {
+            let Some(b) = self.blocks.get(c.block) else { continue };
+            if b.category == Category::Gradient
+                && !b.in_step
+                && let Some(owner) = b.owner
+            {
+                gradients.entry(owner).or_default().push((c.time_ns, c.order));
+            }
+        }
+        let spikes = |changes: &mut Vec<(i64, usize, i64)>, at: (i64, usize), bytes: i64| {
+            changes.push((at.0, at.1, bytes));
+            changes.push((at.0, at.1, -bytes));
+        };
+        for call in &self.adapted_calls {
+            let Some(b) = self.blocks.get(call.output) else { continue };
+            let output = size(b);
+            let per_column = output as f64 / call.outputs as f64;
+            let input = (per_column * call.inputs as f64).round() as i64;
+            let saved = (per_column * LORA_RANK as f64).round() as i64;
+            spikes(changes, (call.end_ns, 0), 2 * output);
+            if let Some(&again) = moved.get(&call.output) {
+                spikes(changes, (again, usize::MAX), 2 * output);
+            }
+            // Backward reaches the layer where its weight's gradient is computed.
+            let backward = call.owner.and_then(|o| gradients.get(&o)).and_then(|g| {
+                let i = g.partition_point(|&(t, _)| t <= call.end_ns);
+                g.get(i).copied().filter(|&(t, _)| t <= self.pass_end(call.end_ns))
+            });
+            changes.push((call.end_ns, 0, saved));
+            match backward {
+                Some(at) => {
+                    spikes(changes, at, output + input);
+                    changes.push((at.0, at.1, -saved));
+                }
+                None => changes.push((self.pass_end(call.end_ns), usize::MAX, -saved)),
+            }
+        }
+    }
+
+    /// The end of the pass (a forward and the backward after it) around `t`.
+    fn pass_end(&self, t: i64) -> i64 {
+        let i = self.passes.partition_point(|p| p.0 <= t);
+        i.checked_sub(1).map_or(t, |i| self.passes[i].1.max(t))
+    }
+}
+
+/// Whether `c` allocates what forward (or backward) computes.
+fn computes(blocks: &[Block], c: &Change) -> bool {
+    c.alloc && blocks.get(c.block).is_some_and(|b| matches!(b.category, Category::Activation | Category::Temporary))
+}
