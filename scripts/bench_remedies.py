@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 TRAIN = [str(REPO / "samples" / "pytorch" / "train.py"), "--device", "cpu", "--steps", "3"]
 FINETUNE = [str(REPO / "tests" / "workloads" / "finetune.py")]
 GROWTH = [str(REPO / "tests" / "workloads" / "growth.py")]
+PADDING = [str(REPO / "tests" / "workloads" / "padding.py")]
 SMALL = ["--batch-size", "1", "--seq-len", "16", "--d-model", "256"]
 BIN, PYTHON = sys.argv[1], sys.argv[2]
 
@@ -50,6 +51,8 @@ CASES = [
     # Evaluation without no_grad, against the same loop under it (the output's cache kept).
     ("no_grad", FINETUNE, ["--arch", "llama", "--evaluate", "grad"], ["--arch", "llama", "--evaluate", "no-grad"]),
     ("no_grad", FINETUNE, ["--arch", "gpt2", "--evaluate", "grad"], ["--arch", "gpt2", "--evaluate", "no-grad"]),
+    # Batches padded to 128 tokens by the collate function, against each padded to its longest.
+    ("dynamic_padding", PADDING, ["--pad", "max"], ["--pad", "longest"]),
     # A validation loss kept with its graph every iteration, against the loop keeping loss.item().
     ("drop_kept", GROWTH, ["loss-list"], ["loss-item"]),
     # Data parallelism over 2: against rank 0 of the DDP run (torchrun, gloo, batch 4 per rank).

@@ -157,6 +157,15 @@ pub enum Line {
         /// Always true: written when it is.
         enabled: bool,
     },
+    /// How a batch a DataLoader gave was padded (from its `attention_mask`).
+    Padding {
+        /// When.
+        time: i64,
+        /// Its length (tokens per row, padding included).
+        padded: u64,
+        /// Its longest row without the padding.
+        longest: u64,
+    },
     /// A stretch in which the process's tensor allocations were not recorded (the CPU profiler
     /// was off: the program's own profiler ran, or it could not be restarted safely yet).
     Gap {
@@ -299,6 +308,52 @@ fn add_model(
     }
 }
 
+/// What a line says of the whole run, into the trace's metadata: the allocator's settings, the
+/// model, its grad mode and autocast, how its batches were padded.
+fn add_run_line(trace: &mut Trace, line: &Line) {
+    match line {
+        Line::AllocatorConf { conf } => {
+            // Later settings override earlier ones pair by pair: the string keeps them in order.
+            let settings = &mut trace.metadata.allocator_settings;
+            let before = settings.get("PYTORCH_CUDA_ALLOC_CONF").and_then(|v| v.as_str()).unwrap_or("");
+            let joined = if before.is_empty() { conf.clone() } else { format!("{before},{conf}") };
+            *settings = serde_json::json!({ "PYTORCH_CUDA_ALLOC_CONF": joined });
+        }
+        Line::Dtypes { parameters, layers, pretrained } => add_model(trace, parameters, layers, pretrained.as_deref()),
+        Line::GradMode { enabled } => {
+            trace.metadata.extra.insert("forward_with_grad".to_owned(), (*enabled).into());
+        }
+        Line::Padding { time, padded, longest } => add_padding(trace, *time, *padded, *longest),
+        Line::Autocast { device_type, dtype } => {
+            trace.metadata.extra.insert("autocast".to_owned(), format!("{device_type}:{dtype}").into());
+        }
+        _ => {}
+    }
+}
+
+/// The batches a trace keeps the padding of; past them, only the most padded length's longest.
+const MAX_PADDED_BATCHES: usize = 65_536;
+
+/// A batch's padding, in `metadata.extra`: `batch_padding` (`[time, padded, longest]` each, the
+/// first [`MAX_PADDED_BATCHES`]), `batch_padding_count` (all of them) and `batch_padding_most`
+/// (the batch whose longest row fills its length most, `[padded, longest]`, over all of them).
+fn add_padding(trace: &mut Trace, time: i64, padded: u64, longest: u64) {
+    let extra = &mut trace.metadata.extra;
+    let list = extra.entry("batch_padding").or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    if let Some(rows) = list.as_array_mut()
+        && rows.len() < MAX_PADDED_BATCHES
+    {
+        rows.push(serde_json::json!([time, padded, longest]));
+    }
+    let count = extra.get("batch_padding_count").and_then(serde_json::Value::as_u64).unwrap_or(0);
+    extra.insert("batch_padding_count".to_owned(), (count + 1).into());
+    let fill = |p: u64, l: u64| l as f64 / p.max(1) as f64;
+    let most = extra.get("batch_padding_most").and_then(|v| Some((v.get(0)?.as_u64()?, v.get(1)?.as_u64()?)));
+    if most.is_none_or(|(p, l)| fill(padded, longest) > fill(p, l)) {
+        extra.insert("batch_padding_most".to_owned(), serde_json::json!([padded, longest]));
+    }
+}
+
 /// One process's log: tags, spans, frames and OOMs go to the trace; block and segment events
 /// are collected in `m` (where the driver saw a device, its account of the segments stands).
 fn add_log(
@@ -319,24 +374,12 @@ fn add_log(
     for line in &log.lines {
         let (kind, block) = match line {
             Line::Meta { .. } => continue,
-            Line::AllocatorConf { conf } => {
-                // Later settings override earlier ones pair by pair: the string keeps them in order.
-                let settings = &mut trace.metadata.allocator_settings;
-                let before = settings.get("PYTORCH_CUDA_ALLOC_CONF").and_then(|v| v.as_str()).unwrap_or("");
-                let joined = if before.is_empty() { conf.clone() } else { format!("{before},{conf}") };
-                *settings = serde_json::json!({ "PYTORCH_CUDA_ALLOC_CONF": joined });
-                continue;
-            }
-            Line::Dtypes { parameters, layers, pretrained } => {
-                add_model(trace, parameters, layers, pretrained.as_deref());
-                continue;
-            }
-            Line::GradMode { enabled } => {
-                trace.metadata.extra.insert("forward_with_grad".to_owned(), (*enabled).into());
-                continue;
-            }
-            Line::Autocast { device_type, dtype } => {
-                trace.metadata.extra.insert("autocast".to_owned(), format!("{device_type}:{dtype}").into());
+            Line::AllocatorConf { .. }
+            | Line::Dtypes { .. }
+            | Line::GradMode { .. }
+            | Line::Padding { .. }
+            | Line::Autocast { .. } => {
+                add_run_line(trace, line);
                 continue;
             }
             Line::Counters { .. } | Line::Attention { .. } | Line::Standin { .. } => {

@@ -579,6 +579,26 @@ fn a_fine_tune_is_told_lora_first_and_lora_lands_on_the_peft_run() {
     }
 }
 
+/// Dynamic padding: a Llama-style fine-tune whose collate function pads every batch to 128
+/// tokens (sequences of 16 to 80), projected to the same run padding each batch to its longest
+/// (the recorder reads each batch's attention mask): within 3% (+0.32% on 2026-12-05). That
+/// run is not told to, and a run whose batches say nothing of their padding is not either.
+#[test]
+fn dynamic_padding_lands_on_the_run_that_pads_each_batch_to_its_longest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let padded = record_workload(dir.path(), "max", "padding.py", &["--pad", "max"]);
+    let longest = record_workload(dir.path(), "longest", "padding.py", &["--pad", "longest"]);
+    let advise = |trace: &Path| json(&[OsStr::new("advise"), OsStr::new("--json"), trace.as_os_str()]);
+    let advice = advise(&padded);
+    let (projected, uncertainty) = projection(&advice, "dynamic_padding");
+    let measured = peak(&longest, -1);
+    let error = (projected as f64 - measured as f64) / measured as f64;
+    let say = format!("projected {projected}, measured {measured} ({:+.2}%)", 100.0 * error);
+    assert!(error.abs() <= 0.03 && error.abs() <= uncertainty, "{say}");
+    assert_eq!(left_out(&advise(&longest), "dynamic_padding"), ["padded_to_longest"]);
+    assert_eq!(left_out(&advise(&record(dir.path(), "plain", &[])), "dynamic_padding"), ["no_padding_seen"]);
+}
+
 /// Inference with autograd recording (no `no_grad`, no `inference_mode`): `no_grad` is proposed,
 /// its projection within 3% of the run under `inference_mode` (the CPU GPT; +0.03% on
 /// 2026-12-05), and of a Llama-style model from `from_pretrained` evaluated under `no_grad`,

@@ -10,6 +10,7 @@
 //! (bytes, shares, ids and the numbers each reason rests on); the front ends word it.
 
 mod model;
+mod padding;
 mod parts;
 mod project;
 mod remedy;
@@ -382,6 +383,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         // The model's parts: filled in by `with_the_models_parts`.
         trainable_share: 1.0,
         fine_tuning: trace.metadata.extra.get("pretrained").and_then(|v| v.as_str()).map(str::to_owned),
+        padding: padding::Padding::of(trace),
         forward_with_grad: trace.metadata.extra.get("forward_with_grad").and_then(serde_json::Value::as_bool)
             == Some(true),
         distributed: distributed(trace),
@@ -397,6 +399,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         let layers = model::layers(trace);
         r.learn_linear_layers(&layers);
         r.learn_adapted_layers(trace, &layers);
+        r.padding = padding::Padding::of(trace);
         if let Some(g) = &growth {
             r.learn_growth(trace, g);
         }

@@ -78,6 +78,9 @@ pub enum Remedy {
     /// Not keeping what grows from one iteration to the next (a loss kept with its graph,
     /// outputs kept for logging): `loss.item()`, `out.detach()`, or nothing kept.
     DropKept,
+    /// Each batch padded only to its longest sequence, not to a fixed length (dynamic padding:
+    /// `padding="longest"`, `DataCollatorWithPadding`).
+    DynamicPadding,
 }
 
 /// Remedies of one group exclude each other (one precision, one optimizer, one sharding).
@@ -164,6 +167,8 @@ pub struct Context {
     /// much it keeps per iteration.
     pub kept_replayed: bool,
     pub kept_bytes_per_iteration: u64,
+    /// How the DataLoader's batches were padded, where they said (an attention mask).
+    pub padding: Option<super::padding::Padding>,
 }
 
 /// What the allocator's model projects for a setting: a `max_split_size`, or expandable segments
@@ -214,7 +219,7 @@ impl Context {
 
 impl Remedy {
     /// Every remedy, in the order they are listed.
-    pub const ALL: [Self; 26] = [
+    pub const ALL: [Self; 27] = [
         Self::AmpBf16,
         Self::AmpFp16,
         Self::Bf16Weights,
@@ -241,6 +246,7 @@ impl Remedy {
         Self::CpuOffload,
         Self::Int8Weights,
         Self::DropKept,
+        Self::DynamicPadding,
     ];
 
     /// Its id in `advise --json` and in combinations (`amp_bf16+activation_checkpointing`).
@@ -272,6 +278,7 @@ impl Remedy {
             Self::CpuOffload => "cpu_offload",
             Self::Int8Weights => "int8_weights",
             Self::DropKept => "drop_kept",
+            Self::DynamicPadding => "dynamic_padding",
         }
     }
 
@@ -297,7 +304,8 @@ impl Remedy {
             | Self::Lora
             | Self::NoGrad
             | Self::Int8Weights
-            | Self::DropKept => None,
+            | Self::DropKept
+            | Self::DynamicPadding => None,
         }
     }
 
@@ -319,7 +327,8 @@ impl Remedy {
             | Self::FusedStep
             | Self::NoGrad
             | Self::DropKept => 0,
-            Self::AmpBf16 | Self::Bf16Weights | Self::ForeachOff => 1,
+            // The collate function's one setting; the batches' shapes vary then.
+            Self::AmpBf16 | Self::Bf16Weights | Self::ForeachOff | Self::DynamicPadding => 1,
             // A library's quantised layers in place of the model's.
             Self::Int8Weights => 2,
             Self::AmpFp16 | Self::MicroBatchHalf => 2,
@@ -410,6 +419,10 @@ impl Remedy {
             // Replayed: each kept block freed as the iteration after its own begins (code that
             // keeps a number instead frees it sooner, within its iteration).
             Self::DropKept => 0.05,
+            // Replayed: what scales with the batch, in each iteration, by its longest row over
+            // its length. What is quadratic in the length (attention's scores, a 4-D mask)
+            // shrinks by the square of that, so the projection is high by their share.
+            Self::DynamicPadding => 0.1,
         }
     }
 
@@ -431,6 +444,7 @@ impl Remedy {
             Self::CpuOffload => 1.0,
             Self::Int8Weights => 0.75,
             Self::DropKept => 1.0,
+            Self::DynamicPadding => 1.0 - ctx.padding.as_ref().map_or(1.0, super::padding::Padding::most_filled),
         }
     }
 
@@ -491,6 +505,12 @@ impl Remedy {
             Self::SequenceHalf => {
                 if !p.in_step() {
                     p.scale_with_batch(0.5);
+                }
+            }
+            // The rule, without the stream: the fullest batch's share of its length.
+            Self::DynamicPadding => {
+                if !p.in_step() {
+                    p.scale_with_batch(ctx.padding.as_ref().map_or(1.0, super::padding::Padding::most_filled));
                 }
             }
             Self::Adam8bit => p.optimizer_state /= 4.0,

@@ -100,6 +100,8 @@ struct Block {
     /// What the model's call returned (tagged by the recorder): the program holds it after the
     /// call, as long as it did.
     returned: bool,
+    /// When it was allocated (`i64::MIN`: before the trace).
+    at_ns: i64,
 }
 
 /// What the rules add to a replay: autocast's weight copies, ZeRO-3's gathered block.
@@ -171,6 +173,8 @@ pub struct Replayer {
     adapted_calls: Vec<lora::AdaptedCall>,
     /// Under LoRA, when the inputs of the linear layers it leaves out (frozen then) are freed.
     frozen_input_frees: HashMap<usize, i64>,
+    /// How the batches were padded, where the recorder saw it.
+    pub padding: Option<crate::advisor::padding::Padding>,
 }
 
 /// A block's activations to allocate again: (block, when).
@@ -214,6 +218,7 @@ impl Replayer {
             no_grad_frees: HashMap::default(),
             adapted_calls: Vec::new(),
             frozen_input_frees: HashMap::default(),
+            padding: None,
             allocated_at: Vec::new(),
             linear_weights: HashMap::default(),
             kept_frees: HashMap::default(),
@@ -253,6 +258,7 @@ impl Replayer {
                 owner,
                 stack,
                 returned,
+                at_ns: time_ns,
             });
             if let Evidence::Phase { module: Some(module), .. } = evidence
                 && category == Category::Activation
@@ -414,6 +420,7 @@ impl Replayer {
                 | Remedy::CpuOffload
                 | Remedy::Int8Weights
                 | Remedy::DropKept
+                | Remedy::DynamicPadding
                 | Remedy::DataParallel => {
                     self.step_and_model(remedy, rules, &mut knobs, &mut factor, &mut extra)?;
                     if matches!(remedy, Remedy::ForeachOff | Remedy::Lora)
@@ -445,6 +452,9 @@ impl Replayer {
                 matches!(b.category, Category::Activation | Category::Temporary | Category::Input) && !b.resident;
             if scales && !b.in_step {
                 f *= batch;
+                if knobs.padding {
+                    f *= self.padding.as_ref().map_or(1.0, |p| p.filled_at(b.at_ns));
+                }
             }
             if cast_here(b) {
                 f *= 0.5;

@@ -95,11 +95,14 @@ def _wrap_loader(log: Log, tagger: Tagger) -> Undo | None:
         return None
 
     def __next__(iterator: object) -> object:
+        # When it was asked for: what it allocates (collating, copying from workers) comes after.
+        asked = log.now()
         batch = real_next(iterator)
         if not log.closed and os.getpid() == log.pid:
             # The dataset first: a batch that is a view of it is the dataset's memory.
             log.safe(tagger.tag_dataset, getattr(iterator, "_dataset", None))
             log.safe(tagger.tag_batch, batch)
+            log.safe(tagger.note_padding, batch, asked)
         return batch
 
     mark(__next__)

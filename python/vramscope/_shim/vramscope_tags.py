@@ -305,6 +305,28 @@ class Tagger:
 
         walk(output, "output", 0)
 
+    def note_padding(self, batch: object, asked: int) -> None:
+        """Writes how a batch is padded, where it says so (an `attention_mask` of ones and zeros
+        in a dict, as collate functions and tokenizers make it): its length and its longest row
+        without the padding, at `asked` (when the DataLoader was asked for it). Read on the host
+        only, through numpy where it is installed (no tensor is made, nothing waits for a
+        device)."""
+        get = getattr(batch, "get", None)
+        mask = get("attention_mask") if callable(get) and not isinstance(batch, torch.Tensor) else None
+        if type(mask) is not torch.Tensor or mask.dim() != 2 or mask.device.type != "cpu" or mask.numel() == 0:
+            return
+        if mask.numel() > 1 << 24 or mask.dtype not in (torch.bool, torch.int32, torch.int64, torch.uint8):
+            return
+        try:
+            import numpy  # noqa: F401  (torch reads tensors into numpy only where it is installed)
+
+            longest = int((mask.numpy() != 0).sum(axis=1).max())
+        except (ImportError, RuntimeError):
+            if mask.numel() > 1 << 16:
+                return
+            longest = max(sum(1 for v in row if v) for row in mask.tolist())
+        self.log.write({"t": "padding", "time": asked, "padded": int(mask.shape[1]), "longest": longest})
+
     def tag_dataset(self, dataset: object) -> None:
         """Tags the tensors a DataLoader's dataset holds whole (a `TensorDataset`'s, through
         `Subset` and `ConcatDataset`, and the tensor attributes of a dataset class of the

@@ -67,6 +67,11 @@ impl Remedy {
             Self::Int8Weights if ctx.training => Some(LeftOut::TrainingKeepsFp32),
             Self::Int8Weights => layers((ctx.linear_weight_bytes <= 0.0).then_some(LeftOut::NoLinearLayers)),
             Self::DropKept => (!ctx.kept_replayed).then_some(LeftOut::NothingKept),
+            Self::DynamicPadding => match &ctx.padding {
+                None => Some(LeftOut::NoPaddingSeen),
+                Some(p) if p.most_filled() >= 1.0 => Some(LeftOut::PaddedToLongest),
+                Some(_) => None,
+            },
             Self::CpuOffload if ctx.host => Some(LeftOut::OnTheHost),
             Self::CpuOffload => training(state()),
             Self::NoGrad if ctx.training => Some(LeftOut::Trains),
@@ -160,6 +165,15 @@ impl Remedy {
             },
             Self::NoGrad => Reason::Graph { activation_bytes: bytes(base.activation) },
             Self::DropKept => Reason::Kept { kept_bytes_per_iteration: ctx.kept_bytes_per_iteration },
+            Self::DynamicPadding => {
+                let (padded_length, longest) = ctx.padding.as_ref().map_or((0, 0), |p| p.most);
+                Reason::Padding {
+                    scaling_bytes: bytes(base.activation + base.temporary + base.input),
+                    padded_length,
+                    longest,
+                    batches: ctx.padding.as_ref().map_or(0, |p| p.batches_seen),
+                }
+            }
             Self::Int8Weights => Reason::Quantised {
                 linear_weight_bytes: bytes(ctx.linear_weight_bytes),
                 quantised_bytes: bytes(ctx.int8_weight_bytes),
@@ -245,6 +259,11 @@ pub enum LeftOut {
     NoLinearLayers,
     /// Nothing grows from one iteration to the next (or what does is a cache by design).
     NothingKept,
+    /// No batch said how it is padded (no `attention_mask` in what the DataLoader gave).
+    NoPaddingSeen,
+    /// A batch fills its length: padded to its longest already, or a batch as long as the
+    /// fixed length.
+    PaddedToLongest,
 }
 
 /// Why a projection is what it is: the numbers of the trace its rule rests on. Shares are of
@@ -400,6 +419,17 @@ pub enum Reason {
         bucket_bytes: u64,
         /// GPUs.
         gpus: u32,
+    },
+    /// Padding: what scales with the tokens, and the batch whose longest row fills its length
+    /// most.
+    Padding {
+        /// Bytes that scale with the batch at the peak.
+        scaling_bytes: u64,
+        /// That batch's length and its longest row.
+        padded_length: u64,
+        longest: u64,
+        /// Batches that said how they were padded.
+        batches: u64,
     },
     /// What a program keeps from one iteration to the next.
     Kept {

@@ -32,6 +32,8 @@ pub(super) struct StepKnobs {
     pub(super) batch: f64,
     /// LoRA's adapters beside each adapted layer's call.
     pub(super) lora: bool,
+    /// What scales with the batch shrunk, in each iteration, to its batch's longest row.
+    pub(super) padding: bool,
 }
 
 impl Replayer {
@@ -47,6 +49,10 @@ impl Replayer {
     ) -> Option<()> {
         match remedy {
             Remedy::SetToNone => knobs.set_to_none = true,
+            Remedy::DynamicPadding => {
+                self.padding.as_ref()?;
+                knobs.padding = true;
+            }
             Remedy::DropKept => {
                 if !self.replays_kept() {
                     return None;

@@ -19,6 +19,10 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
         Remedy::MicroBatchHalf if !advice.training => "halve the batch (2 passes for the same inputs)".to_owned(),
         Remedy::MicroBatchHalf => "halve the micro-batch and accumulate gradients over 2 micro-batches".to_owned(),
         Remedy::SequenceHalf => "halve the sequence length (tokens per sample)".to_owned(),
+        Remedy::DynamicPadding => "pad each batch only to its longest sequence, not to a fixed length (the \
+                                   tokenizer's padding=\"longest\", transformers' DataCollatorWithPadding, \
+                                   pad_sequence in a collate function)"
+            .to_owned(),
         Remedy::Adam8bit => "an 8-bit Adam (bitsandbytes' Adam8bit): optimizer state in 8 bits".to_owned(),
         Remedy::Adafactor => "Adafactor: factored second moments, no first moment".to_owned(),
         Remedy::Sgd => "plain SGD (no momentum): no optimizer state".to_owned(),
@@ -276,6 +280,10 @@ pub fn remedy_cost(remedy: Remedy, training: bool) -> &'static str {
         Remedy::NoGrad => "none: the outputs are the same; they carry no graph to call backward on",
         Remedy::DataParallel => "communication: an all-reduce of the gradients per step; the GPUs",
         Remedy::DropKept => "none, unless the program needs what it kept (then keep it on the host)",
+        Remedy::DynamicPadding => {
+            "none for the results (the padding is masked out); batches of varying shapes: torch.compile and CUDA \
+             graphs see more of them, and the allocator caches blocks of more sizes"
+        }
         Remedy::Int8Weights => {
             "quality: 8-bit weights (usually close for inference; check the outputs); a library's kernels"
         }
@@ -354,6 +362,10 @@ pub fn left_out_why(why: LeftOut) -> &'static str {
         LeftOut::OnTheHost => "the device is the host (a CPU run): nowhere to offload to",
         LeftOut::NoLinearLayers => "no linear layer with a weight of its own (quantised already, or none)",
         LeftOut::NothingKept => "nothing is kept from one iteration to the next (or what is, is a cache by design)",
+        LeftOut::NoPaddingSeen => "no batch said how it is padded (no attention_mask in what the DataLoader gave)",
+        LeftOut::PaddedToLongest => {
+            "a batch fills its length: padded to its longest sequence already (or as long as the fixed length)"
+        }
     }
 }
 
@@ -364,7 +376,10 @@ pub fn left_out_why(why: LeftOut) -> &'static str {
 pub fn left_out_lines(advice: &Advice) -> Vec<String> {
     let mut by_why: std::collections::BTreeMap<LeftOut, Vec<&str>> = std::collections::BTreeMap::new();
     for &(remedy, why) in &advice.left_out {
-        if !matches!(why, LeftOut::OneGpu | LeftOut::NoBetterSplit | LeftOut::Trains | LeftOut::NothingKept) {
+        if !matches!(
+            why,
+            LeftOut::OneGpu | LeftOut::NoBetterSplit | LeftOut::Trains | LeftOut::NothingKept | LeftOut::NoPaddingSeen
+        ) {
             by_why.entry(why).or_default().push(remedy_name(remedy));
         }
     }
@@ -421,6 +436,7 @@ pub fn remedy_name(r: Remedy) -> &'static str {
         Remedy::CpuOffload => "CPU offload of the optimizer (ZeRO-Offload)",
         Remedy::Int8Weights => "int8 weights (weight-only quantisation of the linear layers)",
         Remedy::DropKept => "not keeping outputs with their graphs (loss.item(), .detach())",
+        Remedy::DynamicPadding => "dynamic padding (each batch padded to its longest sequence)",
     }
 }
 

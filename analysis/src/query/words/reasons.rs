@@ -145,6 +145,7 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
         | Reason::Offload { .. }
         | Reason::Quantised { .. }
         | Reason::Kept { .. }
+        | Reason::Padding { .. }
         | Reason::StepTemporaries { .. }
         | Reason::Tied { .. }
         | Reason::Adapters { .. } => step_and_model_reason(&p.reason, &before, &after),
@@ -192,6 +193,12 @@ fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
              holds 1/{gpus} of it, the whole model, and DDP's gradient buckets ({}): {before} -> {after}",
             bytes(*scaling_bytes),
             bytes(*bucket_bytes)
+        ),
+        Reason::Padding { scaling_bytes, padded_length, longest, batches } => format!(
+            "{} at the peak scales with the tokens in a batch; of {batches} batches, the fullest's longest sequence \
+             is {longest} of its {padded_length} tokens ({:.0}%), the rest is padding: {before} -> {after}",
+            bytes(*scaling_bytes),
+            100.0 * *longest as f64 / (*padded_length).max(1) as f64
         ),
         Reason::Kept { kept_bytes_per_iteration } => format!(
             "{} more is alive at each iteration's start, kept from the one before (see growth); freed as the next \
