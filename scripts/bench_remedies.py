@@ -39,6 +39,7 @@ CASES = [
     ("amp_bf16", TRAIN, [], ["--bf16"]),
     ("bf16_weights", TRAIN, ["--inference"], ["--inference", "--weights-dtype", "bfloat16"]),
     ("int8_weights", TRAIN, ["--inference"], ["--inference", "--int8-weights"]),
+    ("int4_weights", TRAIN, ["--inference"], ["--inference", "--int4-weights"]),
     ("zero_grad_set_to_none", TRAIN, ["--no-zero-grad-none"], []),
     ("tied_embeddings", TRAIN, [], ["--tie-weights"]),
     ("fused_optimizer_step", TRAIN, SMALL + ["--foreach"], SMALL + ["--fused"]),

@@ -83,6 +83,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train_group.add_argument("--int8-weights", action="store_true",
                              help="--inference with every linear layer's weight quantised to int8 "
                                   "(one scale per output; torch's int8 weight-only matrix product)")
+    train_group.add_argument("--int4-weights", action="store_true",
+                             help="--inference on the host with every linear layer whose inputs split "
+                                  "into groups of 128 quantised to 4 bits (a scale and zero point per "
+                                  "group; torch's int4 weight-only matrix product for the CPU)")
     train_group.add_argument("--weights-dtype", choices=["float32", "bfloat16"], default="float32",
                              help="the dtype the model's parameters are stored in (bfloat16: with "
                                   "--inference only)")
@@ -155,6 +159,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--offload-optimizer: training on one process, without --lora")
     if args.int8_weights and not args.inference:
         parser.error("--int8-weights applies to --inference only")
+    if args.int4_weights and (not args.inference or args.device != "cpu" or args.int8_weights):
+        parser.error("--int4-weights applies to --inference on --device cpu only, without --int8-weights "
+                     "(the GPU's int4 kernel packs differently: torchao's int4_weight_only does it there)")
     if args.no_inference_mode and not args.inference:
         parser.error("--no-inference-mode applies to --inference only")
     if args.weights_dtype != "float32" and not args.inference:

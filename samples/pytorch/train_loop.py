@@ -12,7 +12,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from train_counting import cuda_summary, optimizer_state_summary, tensor_bytes, unique_parameters
-from train_models import GPT, MLP, SavedTensorCounter, mlp_dims, mlp_saved_bytes_by_hand, quantize_int8
+from train_models import (
+    GPT,
+    MLP,
+    SavedTensorCounter,
+    mlp_dims,
+    mlp_saved_bytes_by_hand,
+    quantize_int4,
+    quantize_int8,
+)
 from train_parallel import PipelineStage, pipeline_schedule, start_distributed, wrap_distributed
 
 
@@ -80,6 +88,8 @@ def train(args: argparse.Namespace) -> dict:
     model.train(not args.inference)
     if args.int8_weights:
         model = quantize_int8(model)
+    if args.int4_weights:
+        model = quantize_int4(model)
     if args.lora is not None:
         model = with_lora(model, args.lora)
     named = unique_parameters(model)

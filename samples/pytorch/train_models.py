@@ -226,6 +226,51 @@ class Int8Linear(nn.Module):
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
+INT4_GROUP = 128
+
+
+class Int4Linear(nn.Module):
+    """A linear layer whose weight is 4-bit, in groups of 128 inputs each with a scale and a zero
+    point (weight-only quantisation, as torchao's int4_weight_only does it): two weights per
+    byte, packed for the host's int4 matrix product (`torch._weight_int4pack_mm_for_cpu`); the
+    scales and zero points in the weight's dtype, the input and output keep theirs."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach()
+        out_features, in_features = weight.shape
+        groups = weight.reshape(out_features, in_features // INT4_GROUP, INT4_GROUP)
+        low, high = groups.amin(dim=2), groups.amax(dim=2)
+        scales = ((high - low) / 15.0).clamp(min=1e-8)
+        # The kernel computes (q - 8) * scale + zero: zero is the group's middle.
+        zeros = low + 8.0 * scales
+        q = torch.round((groups - low[..., None]) / scales[..., None]).clamp(0, 15).to(torch.int32)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.reshape(out_features, in_features), 2)
+        self.register_buffer("weight_int4", packed)
+        # (input groups, outputs, 2): each group's scale and zero point, per output.
+        self.register_buffer("scales_and_zeros", torch.stack([scales.t(), zeros.t()], dim=2).contiguous().to(weight.dtype))
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone())
+        self.out_features = out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.weight_int4, INT4_GROUP, self.scales_and_zeros)
+        if self.bias is not None:
+            y.add_(self.bias)  # in place, as a kernel adds it in its epilogue
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def quantize_int4(model: nn.Module) -> nn.Module:
+    """Every nn.Linear of `model` whose inputs split into groups of 128 replaced by an
+    Int4Linear (the others stay as they are, as torchao leaves them); the weights freed."""
+    for name, child in list(model.named_children()):
+        if isinstance(child, nn.Linear) and child.in_features % INT4_GROUP == 0:
+            setattr(model, name, Int4Linear(child))
+        else:
+            quantize_int4(child)
+    return model
+
+
 def quantize_int8(model: nn.Module) -> nn.Module:
     """Every nn.Linear of `model` replaced by an Int8Linear; the fp32 weights freed."""
     for name, child in list(model.named_children()):

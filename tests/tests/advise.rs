@@ -181,7 +181,7 @@ fn the_largest_batch_and_sequence_are_fitted_over_recordings() {
 
 /// An inference run (forward only, under `torch.inference_mode`) gets its own remedies,
 /// projected from the fp32 run against the runs with each made: the model stored in bf16, the
-/// forward under autocast, half the batch. A run whose weights are bf16 already is not told to
+/// forward under autocast, half the batch, the linear layers' weights in int8 and in 4 bits. A run whose weights are bf16 already is not told to
 /// store them in bf16, and a training run is not told at all.
 #[test]
 fn an_inference_run_gets_its_own_remedies() {
@@ -204,6 +204,9 @@ fn an_inference_run_gets_its_own_remedies() {
         // Every linear layer's weight in int8 with a scale per output (torch's int8 weight-only
         // product, on the CPU too): exact.
         ("int8_weights", &["--int8-weights"][..], 0.03),
+        // In 4 bits, a scale and zero point per 128 inputs (torch's int4 weight-only product for
+        // the host): exact.
+        ("int4_weights", &["--int4-weights"][..], 0.03),
     ] {
         let changed = run(id, args);
         let measured = peak(&changed, -1);

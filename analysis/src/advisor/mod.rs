@@ -29,7 +29,7 @@ pub use self::parts::EvidenceBytes;
 use self::parts::{Parts, Sides, parts_at, phase_at};
 pub use self::project::PlanStep;
 use self::project::{Projector, pairs, plan, selective_checkpointing, singles, smallest_that_fits, triples};
-use self::remedy::Context;
+use self::remedy::{Context, quantised_weight_bytes};
 pub use self::remedy::{LeftOut, Reason, Remedy, SplitProjection};
 pub use self::rules::PIPELINE_MICRO_BATCHES_PER_STAGE;
 use self::settings::{best_max_split, expandable_model, fragmentation};
@@ -574,8 +574,10 @@ fn with_the_models_parts(trace: &Trace, replayer: Option<&Replayer>, ctx: Contex
     let own = |l: &&&model::Layer| !layers.iter().any(|e| e.embedding && e.weight == l.weight);
     let linear_weight_bytes: f64 =
         linear.iter().filter(own).map(|l| (l.rows * l.columns) as f64 * bytes_per_element).sum();
-    let int8_weight_bytes: f64 =
-        linear.iter().filter(own).map(|l| (l.rows * l.columns) as f64 + l.columns as f64 * bytes_per_element).sum();
+    let quantised = |bits: u32| -> f64 {
+        let element_bytes = bytes_per_element as u64;
+        linear.iter().filter(own).map(|l| quantised_weight_bytes(l.rows, l.columns, element_bytes, bits) as f64).sum()
+    };
     let adapter_bytes = adapters.as_ref().map_or(0.0, |a| a.elements as f64 * bytes_per_element);
     Context {
         kept_gradient_bytes: replayer.map_or(0, Replayer::kept_gradient_bytes) as f64,
@@ -589,7 +591,8 @@ fn with_the_models_parts(trace: &Trace, replayer: Option<&Replayer>, ctx: Contex
         adapters,
         trainable_share: model::trainable_share(&layers),
         linear_weight_bytes,
-        int8_weight_bytes,
+        int8_weight_bytes: quantised(8),
+        int4_weight_bytes: quantised(4),
         layers_seen: !layers.is_empty(),
         ..ctx
     }

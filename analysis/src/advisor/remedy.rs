@@ -75,6 +75,10 @@ pub enum Remedy {
     /// Inference with the linear layers' weights in int8, one scale per output (weight-only
     /// quantisation: torchao's `int8_weight_only`, bitsandbytes' LLM.int8).
     Int8Weights,
+    /// Inference with the linear layers' weights in 4 bits, in groups of 128 inputs each with a
+    /// scale and a zero point (torchao's `int4_weight_only`; bitsandbytes' 4-bit, GPTQ and AWQ
+    /// checkpoints take about as much).
+    Int4Weights,
     /// Not keeping what grows from one iteration to the next (a loss kept with its graph,
     /// outputs kept for logging): `loss.item()`, `out.detach()`, or nothing kept.
     DropKept,
@@ -91,6 +95,8 @@ enum Group {
     Sharding,
     /// How the optimizer's step runs.
     Step,
+    /// How the linear layers' weights are quantised.
+    Quantisation,
 }
 
 /// What the remedies' rules and words depend on, from the trace.
@@ -163,6 +169,8 @@ pub struct Context {
     /// The linear layers' weights, in bytes, and the same in int8 with a scale per output.
     pub linear_weight_bytes: f64,
     pub int8_weight_bytes: f64,
+    /// The same in 4 bits, where the inputs split into groups ([`INT4_GROUP`]).
+    pub int4_weight_bytes: f64,
     /// Whether the replay knows what the program keeps from one iteration to the next, and how
     /// much it keeps per iteration.
     pub kept_replayed: bool,
@@ -207,6 +215,23 @@ impl SplitProjection {
     }
 }
 
+/// The inputs of a linear layer that share a scale and zero point in 4-bit weights (torchao's
+/// default); a layer whose inputs do not split into such groups keeps its weight.
+pub const INT4_GROUP: u64 = 128;
+
+/// A linear layer's weight in `bits` (8: a scale per output; 4: two weights per byte, a scale
+/// and zero point per [`INT4_GROUP`] inputs), the scales in the weight's dtype
+/// (`element_bytes` each); as it is where 4 bits do not apply.
+pub fn quantised_weight_bytes(inputs: u64, outputs: u64, element_bytes: u64, bits: u32) -> u64 {
+    match bits {
+        8 => inputs * outputs + outputs * element_bytes,
+        _ if inputs.is_multiple_of(INT4_GROUP) => {
+            inputs * outputs / 2 + (inputs / INT4_GROUP) * outputs * 2 * element_bytes
+        }
+        _ => inputs * outputs * element_bytes,
+    }
+}
+
 /// The page expandable segments map memory in.
 pub const PAGE_BYTES: u64 = 2 << 20;
 
@@ -219,7 +244,7 @@ impl Context {
 
 impl Remedy {
     /// Every remedy, in the order they are listed.
-    pub const ALL: [Self; 27] = [
+    pub const ALL: [Self; 28] = [
         Self::AmpBf16,
         Self::AmpFp16,
         Self::Bf16Weights,
@@ -245,6 +270,7 @@ impl Remedy {
         Self::DataParallel,
         Self::CpuOffload,
         Self::Int8Weights,
+        Self::Int4Weights,
         Self::DropKept,
         Self::DynamicPadding,
     ];
@@ -277,6 +303,7 @@ impl Remedy {
             Self::DataParallel => "data_parallel",
             Self::CpuOffload => "cpu_offload",
             Self::Int8Weights => "int8_weights",
+            Self::Int4Weights => "int4_weights",
             Self::DropKept => "drop_kept",
             Self::DynamicPadding => "dynamic_padding",
         }
@@ -294,6 +321,7 @@ impl Remedy {
             | Self::PipelineParallel
             | Self::DataParallel => Some(Group::Sharding),
             Self::FusedStep | Self::ForeachOff => Some(Group::Step),
+            Self::Int8Weights | Self::Int4Weights => Some(Group::Quantisation),
             Self::MicroBatchHalf
             | Self::SequenceHalf
             | Self::ActivationCheckpointing
@@ -303,7 +331,6 @@ impl Remedy {
             | Self::TiedEmbeddings
             | Self::Lora
             | Self::NoGrad
-            | Self::Int8Weights
             | Self::DropKept
             | Self::DynamicPadding => None,
         }
@@ -332,6 +359,8 @@ impl Remedy {
             // A library's quantised layers in place of the model's.
             Self::Int8Weights => 2,
             Self::AmpFp16 | Self::MicroBatchHalf => 2,
+            // As int8, with more to check of the outputs (or a calibrated GPTQ/AWQ checkpoint).
+            Self::Int4Weights => 3,
             // LoRA changes what is trained (the base weights stay as they are).
             Self::Adam8bit | Self::ActivationCheckpointing | Self::Lora => 3,
             // It changes what the model sees at a time.
@@ -416,6 +445,9 @@ impl Remedy {
             // Replayed: each linear weight's bytes become one per element and a scale per
             // output; exact against the CPU GPT with torch's int8 weight-only product.
             Self::Int8Weights => 0.05,
+            // Replayed as int8 is: two weights per byte, a scale and zero point per 128 inputs;
+            // exact against the CPU GPT with torch's int4 weight-only product for the host.
+            Self::Int4Weights => 0.05,
             // Replayed: each kept block freed as the iteration after its own begins (code that
             // keeps a number instead frees it sooner, within its iteration).
             Self::DropKept => 0.05,
@@ -443,6 +475,7 @@ impl Remedy {
             Self::DataParallel => 1.0 - 1.0 / f64::from(ctx.gpus.max(1)),
             Self::CpuOffload => 1.0,
             Self::Int8Weights => 0.75,
+            Self::Int4Weights => 0.875,
             Self::DropKept => 1.0,
             Self::DynamicPadding => 1.0 - ctx.padding.as_ref().map_or(1.0, super::padding::Padding::most_filled),
         }
@@ -567,6 +600,9 @@ impl Remedy {
             Self::DropKept => {}
             Self::Int8Weights => {
                 p.parameter = (p.parameter - ctx.linear_weight_bytes + ctx.int8_weight_bytes).max(0.0);
+            }
+            Self::Int4Weights => {
+                p.parameter = (p.parameter - ctx.linear_weight_bytes + ctx.int4_weight_bytes).max(0.0);
             }
             Self::CpuOffload => {
                 p.optimizer_state = 0.0;

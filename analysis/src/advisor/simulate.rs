@@ -419,6 +419,7 @@ impl Replayer {
                 | Remedy::Lora
                 | Remedy::CpuOffload
                 | Remedy::Int8Weights
+                | Remedy::Int4Weights
                 | Remedy::DropKept
                 | Remedy::DynamicPadding
                 | Remedy::DataParallel => {
@@ -441,7 +442,7 @@ impl Replayer {
             if knobs.drop_owner.is_some() && b.owner == knobs.drop_owner {
                 return 0;
             }
-            if let Some(bytes) = self.int8_bytes(b).filter(|_| knobs.int8) {
+            if let Some(bytes) = self.quantised_bytes(b, knobs.quantised_bits) {
                 return bytes;
             }
             let mut f = factor[b.category as usize];

@@ -64,8 +64,10 @@ impl Remedy {
                 Some(_) => None,
             })),
             Self::DataParallel => gpus(ctx.distributed.then_some(LeftOut::AlreadyDistributed)),
-            Self::Int8Weights if ctx.training => Some(LeftOut::TrainingKeepsFp32),
-            Self::Int8Weights => layers((ctx.linear_weight_bytes <= 0.0).then_some(LeftOut::NoLinearLayers)),
+            Self::Int8Weights | Self::Int4Weights if ctx.training => Some(LeftOut::TrainingKeepsFp32),
+            Self::Int8Weights | Self::Int4Weights => {
+                layers((ctx.linear_weight_bytes <= 0.0).then_some(LeftOut::NoLinearLayers))
+            }
             Self::DropKept => (!ctx.kept_replayed).then_some(LeftOut::NothingKept),
             Self::DynamicPadding => match &ctx.padding {
                 None => Some(LeftOut::NoPaddingSeen),
@@ -174,9 +176,14 @@ impl Remedy {
                     batches: ctx.padding.as_ref().map_or(0, |p| p.batches_seen),
                 }
             }
-            Self::Int8Weights => Reason::Quantised {
+            Self::Int8Weights | Self::Int4Weights => Reason::Quantised {
                 linear_weight_bytes: bytes(ctx.linear_weight_bytes),
-                quantised_bytes: bytes(ctx.int8_weight_bytes),
+                quantised_bytes: bytes(if self == Self::Int8Weights {
+                    ctx.int8_weight_bytes
+                } else {
+                    ctx.int4_weight_bytes
+                }),
+                bits: if self == Self::Int8Weights { 8 } else { 4 },
             },
             Self::CpuOffload => Reason::Offload {
                 optimizer_state_bytes: bytes(base.optimizer_state),
@@ -442,6 +449,8 @@ pub enum Reason {
         linear_weight_bytes: u64,
         /// The same in int8, with their scales.
         quantised_bytes: u64,
+        /// The bits per weight (8 or 4).
+        bits: u32,
     },
     /// The optimizer on the host: its state and the gradients at the peak.
     Offload {

@@ -8,7 +8,7 @@ use vramscope_trace_format::{AnnotationKind, Category, StackId, Trace};
 use super::{Block, Change, Place, Replayer, RuleParts};
 use crate::advisor::Phase;
 use crate::advisor::parts::phase_at;
-use crate::advisor::remedy::Remedy;
+use crate::advisor::remedy::{Remedy, quantised_weight_bytes};
 use crate::instant::allocation_site;
 
 /// How the remedies that change the step or the model set the replay.
@@ -24,8 +24,8 @@ pub(super) struct StepKnobs {
     pub(super) no_grad: bool,
     /// Gradients freed as the step after them begins (taken to the host).
     pub(super) offload: bool,
-    /// The linear layers' weights in int8.
-    pub(super) int8: bool,
+    /// The linear layers' weights in this many bits (8 or 4; 0: as they are).
+    pub(super) quantised_bits: u32,
     /// What the program kept from one iteration to the next freed as the next begins.
     pub(super) drop_kept: bool,
     /// What scales with the batch is multiplied by this (data parallelism's share).
@@ -66,11 +66,11 @@ impl Replayer {
                     extra.push((i64::MIN, 0, rules.gradient_bytes.round() as i64));
                 }
             }
-            Remedy::Int8Weights => {
+            Remedy::Int8Weights | Remedy::Int4Weights => {
                 if self.linear_weights.is_empty() {
                     return None;
                 }
-                knobs.int8 = true;
+                knobs.quantised_bits = if remedy == Remedy::Int8Weights { 8 } else { 4 };
             }
             Remedy::CpuOffload => {
                 factor[Category::OptimizerState as usize] = 0.0;
@@ -230,15 +230,15 @@ impl Replayer {
         }
     }
 
-    /// A linear layer's weight in int8: one byte per element, and a scale per output in the
-    /// weight's own dtype; `None` for any other block.
-    pub(super) fn int8_bytes(&self, b: &Block) -> Option<i64> {
-        if b.category != Category::Parameter {
+    /// A linear layer's weight quantised to `bits` ([`quantised_weight_bytes`]), its scales in
+    /// the weight's own dtype; `None` for any other block.
+    pub(super) fn quantised_bytes(&self, b: &Block, bits: u32) -> Option<i64> {
+        if b.category != Category::Parameter || bits == 0 {
             return None;
         }
-        let &(elements, outputs) = self.linear_weights.get(&b.owner?).filter(|w| w.0 > 0)?;
+        let &(elements, outputs) = self.linear_weights.get(&b.owner?).filter(|w| w.0 > 0 && w.1 > 0)?;
         let element_bytes = (b.size_bytes / elements).max(1);
-        Some((elements + outputs * element_bytes) as i64)
+        Some(quantised_weight_bytes(elements / outputs, outputs, element_bytes, bits) as i64)
     }
 
     /// The parameter named `name` (its weight, gradient and state), when the trace tags it.

@@ -79,6 +79,11 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
              LLM.int8): the matrix products read 8-bit weights"
                 .to_owned()
         }
+        Remedy::Int4Weights => {
+            "quantise the linear layers' weights to 4 bits for inference (torchao's int4_weight_only, bitsandbytes' \
+             4-bit, a GPTQ or AWQ checkpoint): two weights per byte, a scale and zero point per 128 inputs"
+                .to_owned()
+        }
         Remedy::CpuOffload => {
             "keep the optimizer's state on the CPU and step there (DeepSpeed's offload_optimizer, torchao's \
              CPUOffloadOptimizer): the gradients go to the host after backward"
@@ -287,6 +292,10 @@ pub fn remedy_cost(remedy: Remedy, training: bool) -> &'static str {
         Remedy::Int8Weights => {
             "quality: 8-bit weights (usually close for inference; check the outputs); a library's kernels"
         }
+        Remedy::Int4Weights => {
+            "quality: 4-bit weights lose more than 8-bit (check the outputs; GPTQ and AWQ calibrate to keep it); a \
+             library's kernels, fastest on 16-bit inputs"
+        }
         Remedy::CpuOffload => {
             "time: the step on the CPU, the gradients and the weights over PCIe every step; host memory for the state"
         }
@@ -435,6 +444,7 @@ pub fn remedy_name(r: Remedy) -> &'static str {
         Remedy::DataParallel => "data parallelism (DDP, the batch split over the GPUs)",
         Remedy::CpuOffload => "CPU offload of the optimizer (ZeRO-Offload)",
         Remedy::Int8Weights => "int8 weights (weight-only quantisation of the linear layers)",
+        Remedy::Int4Weights => "int4 weights (4-bit weight-only quantisation of the linear layers)",
         Remedy::DropKept => "not keeping outputs with their graphs (loss.item(), .detach())",
         Remedy::DynamicPadding => "dynamic padding (each batch padded to its longest sequence)",
     }

@@ -205,9 +205,14 @@ fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
              iteration begins: {before} -> {after}",
             bytes(*kept_bytes_per_iteration)
         ),
-        Reason::Quantised { linear_weight_bytes, quantised_bytes } => format!(
-            "the linear layers' weights take {}; in int8, with a scale per output, {}: {before} -> {after}",
+        Reason::Quantised { linear_weight_bytes, quantised_bytes, bits } => format!(
+            "the linear layers' weights take {}; in {}, {}: {before} -> {after}",
             bytes(*linear_weight_bytes),
+            if *bits == 8 {
+                "int8, with a scale per output"
+            } else {
+                "4 bits, with a scale and zero point per 128 inputs"
+            },
             bytes(*quantised_bytes)
         ),
         Reason::Offload { optimizer_state_bytes, gradient_bytes } => format!(
