@@ -65,6 +65,8 @@ extra_requirements=(
     # peft: LoRA, as `train.py --lora` fine-tunes with it (the advisor's LoRA remedy is checked
     # against that run).
     peft==0.21.2
+    # bitsandbytes: 4-bit loading for QLoRA (`finetune.py --qlora`), on the host too.
+    bitsandbytes==0.50.2
     mcp==2.3.0
     # jsonschema: validates every JSON answer against `vramscope schema` (tests/scripts/validate_documents.py).
     jsonschema==4.26.0

@@ -542,7 +542,8 @@ fn repeated_blocks_are_found_in_the_stacks_of_snapshots() {
 /// from `from_pretrained`, AdamW): the advice knows it fine-tunes, lists LoRA first where it
 /// fits and plans it first, and LoRA's projection lands within 3% of the same fine-tune run with
 /// peft's adapters (rank 8 on the attention and MLP projections; GPT-2's are transformers'
-/// `Conv1D`, not `nn.Linear`). Its weights, loaded into one buffer, are parameters by their tags.
+/// `Conv1D`, not `nn.Linear`), and QLoRA's on the Llama-style model loaded in 4 bits. Its weights,
+/// loaded into one buffer, are parameters by their tags.
 #[test]
 fn a_fine_tune_is_told_lora_first_and_lora_lands_on_the_peft_run() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -579,7 +580,28 @@ fn a_fine_tune_is_told_lora_first_and_lora_lands_on_the_peft_run() {
         let again = json(&[OsStr::new("advise"), OsStr::new("--json"), lora.as_os_str()]);
         let left = left_out(&again, "lora");
         assert_eq!(left, ["most_weights_frozen"], "{arch}");
+        if arch == "llama" {
+            // QLoRA: the same adapters on the model loaded in 4 bits (bitsandbytes' NF4, on the
+            // host), against the training's high point (+1.08% on 2026-12-05): on the host,
+            // loading in 4 bits reads the whole 32-bit checkpoint first and peaks there; on a GPU
+            // the checkpoint stays on the host.
+            let qlora = run("llama_qlora", &["--arch", arch, "--qlora", "8"]);
+            let (projected, uncertainty) = projection(&advice, "qlora");
+            let measured = training_high_point(&qlora);
+            let error = (projected as f64 - measured as f64) / measured as f64;
+            let say = format!("qlora: projected {projected}, measured {measured} ({:+.2}%)", 100.0 * error);
+            assert!(error.abs() <= 0.03 && error.abs() <= uncertainty, "{say}");
+            let again = json(&[OsStr::new("advise"), OsStr::new("--json"), qlora.as_os_str()]);
+            assert_eq!(left_out(&again, "qlora"), ["most_weights_frozen"]);
+        }
     }
+}
+
+/// The highest point of a trace's forward, backward and optimizer-step phases.
+fn training_high_point(trace: &Path) -> u64 {
+    let info = json(&[OsStr::new("info"), OsStr::new("--json"), trace.as_os_str()]);
+    let phases = info["devices"][0]["phases"]["highest"].as_array().expect("phases");
+    phases.iter().filter_map(|p| p["high_bytes"].as_u64()).max().expect("a phase")
 }
 
 /// Dynamic padding: a Llama-style fine-tune whose collate function pads every batch to 128

@@ -1,11 +1,13 @@
 """A fine-tuning run as people write one: a causal language model saved with `save_pretrained`,
 loaded back with `from_pretrained` (so it comes from a checkpoint, as a hub model would), and
 trained for a few steps with AdamW on random tokens; with `--lora R`, peft's rank-R adapters on
-its attention and MLP projections and every other weight frozen. With `--evaluate grad`, no
+its attention and MLP projections and every other weight frozen; with `--qlora R`, the same on
+the model loaded in 4 bits (bitsandbytes' NF4, as QLoRA does; the output head left as it is,
+computing in fp32). With `--evaluate grad`, no
 training: the model evaluated (its loss read each step) with autograd recording the graph, as an
 evaluation loop without `no_grad` does; `--evaluate no-grad` the same under `torch.no_grad()`.
 
-    python finetune.py [--arch llama|gpt2] [--lora R] [--evaluate grad|no-grad] [--steps N]
+    python finetune.py [--arch llama|gpt2] [--lora R | --qlora R] [--evaluate grad|no-grad] [--steps N]
                        [--batch B] [--seq T]
 
 Prints one JSON line: the parameters' bytes and how many of them are trained.
@@ -36,7 +38,9 @@ def build(arch: str):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", choices=["llama", "gpt2"], default="llama")
-    parser.add_argument("--lora", type=int, default=None, metavar="R")
+    adapters = parser.add_mutually_exclusive_group()
+    adapters.add_argument("--lora", type=int, default=None, metavar="R")
+    adapters.add_argument("--qlora", type=int, default=None, metavar="R")
     parser.add_argument("--evaluate", choices=["grad", "no-grad"], default=None)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=2)
@@ -51,11 +55,28 @@ def main() -> None:
         # the weights would then live outside the allocator (on a GPU they are copied to it).
         model.save_pretrained(checkpoint, safe_serialization=False)
         del model
-        model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, low_cpu_mem_usage=False)
-    if args.lora is not None:
+        quantized = {}
+        if args.qlora is not None:
+            # The rest of the model in fp32 as in the other runs (transformers makes it fp16 when
+            # loading in 4 bits unless told): only the 4-bit weights differ.
+            quantized["quantization_config"] = transformers.BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+            )
+            quantized["dtype"] = torch.float32
+        model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, low_cpu_mem_usage=False, **quantized)
+    if args.qlora is not None:
+        # The weights left in 32 bits are views of the checkpoint's one buffer as loaded on the
+        # host, which they would keep alive whole; moving the model to a GPU copies each of them
+        # out, and so does this.
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter.dtype == torch.float32:
+                    parameter.data = parameter.data.clone()
+    rank = args.lora if args.lora is not None else args.qlora
+    if rank is not None:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=args.lora, lora_alpha=2 * args.lora, target_modules=targets))
+        model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets))
     if args.evaluate is not None:
         model.eval()
         tokens = torch.randint(model.config.vocab_size, (args.batch, args.seq))

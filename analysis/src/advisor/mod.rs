@@ -398,7 +398,9 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     if let Some(r) = replayer.as_mut() {
         let layers = model::layers(trace);
         r.learn_linear_layers(&layers);
-        r.learn_adapted_layers(trace, &layers);
+        // The weights' bytes per element, from the trained parameters' dtypes.
+        let element_bytes = fp32_parameter_share(trace).map_or(4, |share| if share > 0.5 { 4 } else { 2 });
+        r.learn_adapted_layers(trace, &layers, element_bytes);
         r.padding = padding::Padding::of(trace);
         if let Some(g) = &growth {
             r.learn_growth(trace, g);
@@ -426,6 +428,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         untied_head: ctx.untied.as_ref().and_then(|u| replayer.as_ref()?.owner(&u.head)),
         adapter_bytes: ctx.adapter_bytes,
         adapter_state_bytes: ctx.adapter_state_bytes,
+        nf4_saving_bytes: ctx.adapted_weight_bytes - ctx.nf4_weight_bytes,
         largest_gradient_bytes: ctx.largest_gradient_bytes,
         gradient_bytes: ctx.gradient_bytes,
     };
@@ -579,6 +582,12 @@ fn with_the_models_parts(trace: &Trace, replayer: Option<&Replayer>, ctx: Contex
         linear.iter().filter(own).map(|l| quantised_weight_bytes(l.rows, l.columns, element_bytes, bits) as f64).sum()
     };
     let adapter_bytes = adapters.as_ref().map_or(0.0, |a| a.elements as f64 * bytes_per_element);
+    // The weights LoRA adapts (the repeated blocks' trained linear layers), and in NF4 (QLoRA).
+    let adapted: Vec<u64> = linear
+        .iter()
+        .filter(|l| l.trainable && parts::repeated_block(&l.module).is_some())
+        .map(|l| l.rows * l.columns)
+        .collect();
     Context {
         kept_gradient_bytes: replayer.map_or(0, Replayer::kept_gradient_bytes) as f64,
         step_temporary_bytes: step_temporaries as f64,
@@ -593,6 +602,8 @@ fn with_the_models_parts(trace: &Trace, replayer: Option<&Replayer>, ctx: Contex
         linear_weight_bytes,
         int8_weight_bytes: quantised(8),
         int4_weight_bytes: quantised(4),
+        adapted_weight_bytes: adapted.iter().map(|&e| e as f64 * bytes_per_element).sum(),
+        nf4_weight_bytes: adapted.iter().map(|&e| simulate::nf4_bytes(e) as f64).sum(),
         layers_seen: !layers.is_empty(),
         ..ctx
     }

@@ -62,6 +62,9 @@ pub enum Remedy {
     TiedEmbeddings,
     /// LoRA: every weight frozen, low-rank adapters trained on the repeated blocks' linear layers.
     Lora,
+    /// QLoRA: LoRA on the model loaded in 4 bits (bitsandbytes' NF4, the adapted layers'
+    /// weights dequantised at each call).
+    Qlora,
     /// Forward under `torch.no_grad()` (or `inference_mode`) where nothing goes backward: autograd
     /// records no graph and saves nothing for it.
     NoGrad,
@@ -97,6 +100,8 @@ enum Group {
     Step,
     /// How the linear layers' weights are quantised.
     Quantisation,
+    /// Adapters: on the weights as they are, or on 4-bit ones.
+    Adapters,
 }
 
 /// What the remedies' rules and words depend on, from the trace.
@@ -171,6 +176,9 @@ pub struct Context {
     pub int8_weight_bytes: f64,
     /// The same in 4 bits, where the inputs split into groups ([`INT4_GROUP`]).
     pub int4_weight_bytes: f64,
+    /// The weights LoRA adapts, in bytes, and the same in NF4 (QLoRA).
+    pub adapted_weight_bytes: f64,
+    pub nf4_weight_bytes: f64,
     /// Whether the replay knows what the program keeps from one iteration to the next, and how
     /// much it keeps per iteration.
     pub kept_replayed: bool,
@@ -244,7 +252,7 @@ impl Context {
 
 impl Remedy {
     /// Every remedy, in the order they are listed.
-    pub const ALL: [Self; 28] = [
+    pub const ALL: [Self; 29] = [
         Self::AmpBf16,
         Self::AmpFp16,
         Self::Bf16Weights,
@@ -266,6 +274,7 @@ impl Remedy {
         Self::ForeachOff,
         Self::TiedEmbeddings,
         Self::Lora,
+        Self::Qlora,
         Self::NoGrad,
         Self::DataParallel,
         Self::CpuOffload,
@@ -299,6 +308,7 @@ impl Remedy {
             Self::ForeachOff => "foreach_off",
             Self::TiedEmbeddings => "tied_embeddings",
             Self::Lora => "lora",
+            Self::Qlora => "qlora",
             Self::NoGrad => "no_grad",
             Self::DataParallel => "data_parallel",
             Self::CpuOffload => "cpu_offload",
@@ -322,6 +332,7 @@ impl Remedy {
             | Self::DataParallel => Some(Group::Sharding),
             Self::FusedStep | Self::ForeachOff => Some(Group::Step),
             Self::Int8Weights | Self::Int4Weights => Some(Group::Quantisation),
+            Self::Lora | Self::Qlora => Some(Group::Adapters),
             Self::MicroBatchHalf
             | Self::SequenceHalf
             | Self::ActivationCheckpointing
@@ -329,7 +340,6 @@ impl Remedy {
             | Self::MaxSplitSize
             | Self::SetToNone
             | Self::TiedEmbeddings
-            | Self::Lora
             | Self::NoGrad
             | Self::DropKept
             | Self::DynamicPadding => None,
@@ -347,6 +357,9 @@ impl Remedy {
             // Fine-tuning a checkpoint, adapters are what people reach for first: the base
             // weights stay as they were loaded, and the result is a small file.
             Self::Lora if ctx.fine_tuning.is_some() => 0,
+            // QLoRA: the same, with the base weights in 4 bits (their quality, a library).
+            Self::Qlora if ctx.fine_tuning.is_some() => 1,
+            Self::Qlora => 4,
             // One argument, nothing else changes (the fused step is usually faster).
             Self::ExpandableSegments
             | Self::MaxSplitSize
@@ -427,6 +440,10 @@ impl Remedy {
             // (frozen, nothing saves them): on 2026-12-05 within 1.7% of peft runs of the CPU GPT
             // (with checkpointing +0.94%) and of Llama- and GPT-2-style fine-tunes.
             Self::Lora => 0.1,
+            // Replayed as LoRA is, the adapted layers' weights in NF4 and each dequantised whole
+            // at its call in forward and backward (bitsandbytes' matrix product for training):
+            // against peft on a Llama-style model loaded in 4 bits (bitsandbytes on the host).
+            Self::Qlora => 0.1,
             // Replayed: what forward makes inside a module freed as the module returns, what it
             // returns as the caller's next module call returns (that call's input), what the
             // model returned as it was. A name that outlives the next call (`q = q_proj(x)` before
@@ -469,9 +486,13 @@ impl Remedy {
                 1.0 - 1.0 / f64::from(ctx.gpus.max(1))
             }
             Self::ExpandableSegments | Self::MaxSplitSize => 0.0,
-            Self::SetToNone | Self::FusedStep | Self::ForeachOff | Self::TiedEmbeddings | Self::Lora | Self::NoGrad => {
-                1.0
-            }
+            Self::SetToNone
+            | Self::FusedStep
+            | Self::ForeachOff
+            | Self::TiedEmbeddings
+            | Self::Lora
+            | Self::Qlora
+            | Self::NoGrad => 1.0,
             Self::DataParallel => 1.0 - 1.0 / f64::from(ctx.gpus.max(1)),
             Self::CpuOffload => 1.0,
             Self::Int8Weights => 0.75,
@@ -588,7 +609,10 @@ impl Remedy {
                 p.gradient = (p.gradient - head).max(0.0);
                 p.optimizer_state = (p.optimizer_state - head * state_per_byte).max(0.0);
             }
-            Self::Lora => {
+            Self::Lora | Self::Qlora => {
+                if self == Self::Qlora {
+                    p.parameter = (p.parameter - ctx.adapted_weight_bytes + ctx.nf4_weight_bytes).max(0.0);
+                }
                 if p.in_step() && ctx.gradient_bytes > 0.0 {
                     p.temporary *= (ctx.adapter_bytes / ctx.gradient_bytes).min(1.0);
                 }

@@ -40,6 +40,7 @@ use super::remedy::Remedy;
 use super::stack_blocks::StackBlocks;
 
 mod lora;
+pub use self::lora::nf4_bytes;
 mod step;
 use crate::attribution::{Attribution, Attributor, Evidence};
 use crate::replay;
@@ -127,6 +128,8 @@ pub struct RuleParts {
     /// The adapters' optimizer state: as many bytes per adapter byte as the run's optimizer
     /// keeps per trained parameter byte.
     pub adapter_state_bytes: f64,
+    /// What QLoRA's NF4 takes off the adapted layers' weights, in bytes.
+    pub nf4_saving_bytes: f64,
     /// The largest gradient: a loop over the parameters holds temporaries of one at a time.
     pub largest_gradient_bytes: f64,
     /// The gradients of all the trained parameters (what the optimizer's step runs over).
@@ -417,6 +420,7 @@ impl Replayer {
                 | Remedy::TiedEmbeddings
                 | Remedy::NoGrad
                 | Remedy::Lora
+                | Remedy::Qlora
                 | Remedy::CpuOffload
                 | Remedy::Int8Weights
                 | Remedy::Int4Weights
@@ -424,7 +428,7 @@ impl Replayer {
                 | Remedy::DynamicPadding
                 | Remedy::DataParallel => {
                     self.step_and_model(remedy, rules, &mut knobs, &mut factor, &mut extra)?;
-                    if matches!(remedy, Remedy::ForeachOff | Remedy::Lora)
+                    if matches!(remedy, Remedy::ForeachOff | Remedy::Lora | Remedy::Qlora)
                         || (remedy == Remedy::DataParallel && rules.training)
                     {
                         method = Method::ReplayAndRule;
@@ -504,7 +508,7 @@ impl Replayer {
         }
         self.moved_lifetimes(&knobs, &size, &mut changes);
         if knobs.lora {
-            self.lora_transients(&size, &moved, &mut changes);
+            self.lora_transients(&size, &moved, knobs.nf4, &mut changes);
         }
         changes.extend(extra);
         Some((peak_of(changes), method))

@@ -57,7 +57,7 @@ impl Remedy {
                 (ctx.step_temporary_bytes <= 2.5 * ctx.largest_gradient_bytes).then_some(LeftOut::StepPerParameter)
             }
             Self::TiedEmbeddings => training(layers(ctx.untied.is_none().then_some(LeftOut::NoUntiedHead))),
-            Self::Lora => training(layers(match ctx.adapters {
+            Self::Lora | Self::Qlora => training(layers(match ctx.adapters {
                 None if ctx.trainable_share < 0.5 => Some(LeftOut::MostWeightsFrozen),
                 None => Some(LeftOut::NoLinearInBlocks),
                 Some(_) if ctx.gradient_bytes <= 0.0 && !ctx.optimizer_state => Some(LeftOut::NoModelState),
@@ -194,7 +194,9 @@ impl Remedy {
                 bucket_bytes: if ctx.training { bytes(ctx.gradient_bytes) } else { 0 },
                 gpus: ctx.gpus,
             },
-            Self::Lora => Reason::Adapters {
+            Self::Lora | Self::Qlora => Reason::Adapters {
+                nf4_weight_bytes: (self == Self::Qlora).then(|| bytes(ctx.nf4_weight_bytes)),
+                weight_bytes: bytes(ctx.adapted_weight_bytes),
                 gradient_bytes: bytes(base.gradient),
                 optimizer_state_bytes: bytes(base.optimizer_state),
                 layers: ctx.adapters.as_ref().map_or(0, |a| a.layers),
@@ -417,6 +419,9 @@ pub enum Reason {
         rank: u64,
         /// The adapters' parameters, in bytes.
         adapter_bytes: u64,
+        /// The weights they adapt, and (QLoRA) the same in NF4.
+        weight_bytes: u64,
+        nf4_weight_bytes: Option<u64>,
     },
     /// Data parallelism: what scales with the batch, the buckets DDP adds, over how many GPUs.
     DataParallel {

@@ -7,6 +7,10 @@
 //! input (the input's size), before autograd adds it to the base layer's. And a linear layer
 //! left out of the adapters (the output head) is frozen: autograd does not save its input for
 //! it (a weight's gradient is what needs it), which dies as the layer returns.
+//!
+//! QLoRA: the adapted layers' weights in NF4 (bitsandbytes: two weights per byte and a 32-bit
+//! scale per 64), each dequantised whole for its matrix product, in forward and again in
+//! backward for the input's gradient: a transient of the weight's size at each.
 
 use rustc_hash::FxHashMap as HashMap;
 use vramscope_trace_format::{AnnotationKind, Category, Trace};
@@ -27,12 +31,22 @@ pub(super) struct AdaptedCall {
     outputs: u64,
     /// Its weight's parameter (an index into the replay's owners).
     owner: Option<u32>,
+    /// Its weight's bytes (what QLoRA dequantises).
+    weight_bytes: i64,
+}
+
+/// NF4's block: the weights that share a 32-bit scale (bitsandbytes' default for 4 bits).
+const NF4_BLOCK: u64 = 64;
+
+/// A weight of `elements` in NF4: half a byte each, and a 32-bit scale per block.
+pub fn nf4_bytes(elements: u64) -> u64 {
+    elements / 2 + elements.div_ceil(NF4_BLOCK) * 4
 }
 
 impl Replayer {
     /// Learns the calls of the layers LoRA would adapt (the trainable linear layers of the
     /// repeated blocks, as [`crate::advisor::model::adapters`] picks them), by the module spans.
-    pub fn learn_adapted_layers(&mut self, trace: &Trace, layers: &[Layer]) {
+    pub fn learn_adapted_layers(&mut self, trace: &Trace, layers: &[Layer], element_bytes: u64) {
         let trained: Vec<&Layer> = layers.iter().filter(|l| !l.embedding && l.trainable).collect();
         let targets: HashMap<&str, &Layer> =
             trained.iter().filter(|l| repeated_block(&l.module).is_some()).map(|l| (l.module.as_str(), *l)).collect();
@@ -69,6 +83,7 @@ impl Replayer {
                     inputs: layer.rows,
                     outputs: layer.columns.max(1),
                     owner: self.owner(&layer.weight),
+                    weight_bytes: (layer.rows * layer.columns * element_bytes) as i64,
                 });
             }
         }
@@ -107,6 +122,7 @@ impl Replayer {
         &self,
         size: &dyn Fn(&Block) -> i64,
         moved: &HashMap<usize, i64>,
+        nf4: bool,
         changes: &mut Vec<(i64, usize, i64)>,
     ) {
         // Where backward computed each weight's gradient: (time, order), by owner.
@@ -130,9 +146,13 @@ impl Replayer {
             let per_column = output as f64 / call.outputs as f64;
             let input = (per_column * call.inputs as f64).round() as i64;
             let saved = (per_column * LORA_RANK as f64).round() as i64;
+            // QLoRA's dequantised weight, before the output is made (apart from the adapters').
+            let dequantised = if nf4 { call.weight_bytes } else { 0 };
             spikes(changes, (call.end_ns, 0), 2 * output);
+            spikes(changes, (call.end_ns, 0), dequantised);
             if let Some(&again) = moved.get(&call.output) {
                 spikes(changes, (again, usize::MAX), 2 * output);
+                spikes(changes, (again, usize::MAX), dequantised);
             }
             // Backward reaches the layer where its weight's gradient is computed.
             let backward = call.owner.and_then(|o| gradients.get(&o)).and_then(|g| {
@@ -143,6 +163,7 @@ impl Replayer {
             match backward {
                 Some(at) => {
                     spikes(changes, at, output + input);
+                    spikes(changes, at, dequantised);
                     changes.push((at.0, at.1, -saved));
                 }
                 None => changes.push((self.pass_end(call.end_ns), usize::MAX, -saved)),

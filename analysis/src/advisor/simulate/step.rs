@@ -32,6 +32,8 @@ pub(super) struct StepKnobs {
     pub(super) batch: f64,
     /// LoRA's adapters beside each adapted layer's call.
     pub(super) lora: bool,
+    /// QLoRA: the adapted layers' weights in NF4, dequantised at each call.
+    pub(super) nf4: bool,
     /// What scales with the batch shrunk, in each iteration, to its batch's longest row.
     pub(super) padding: bool,
 }
@@ -95,7 +97,7 @@ impl Replayer {
                 }
                 knobs.no_grad = true;
             }
-            Remedy::Lora => {
+            Remedy::Lora | Remedy::Qlora => {
                 // Every weight frozen: no optimizer state but the adapters', alive
                 // throughout with their parameters. Their gradients come as backward reaches
                 // them, as the weights' did: each gradient shrinks to the adapters' share of
@@ -112,6 +114,12 @@ impl Replayer {
                 let adapters = (rules.adapter_bytes + rules.adapter_state_bytes).round() as i64;
                 extra.push((i64::MIN, 0, adapters));
                 knobs.lora = true;
+                knobs.nf4 = remedy == Remedy::Qlora;
+                // The adapted layers' weights in NF4, from before the trace (the model loaded):
+                // by their bytes, as a checkpoint's weights may share one buffer.
+                if knobs.nf4 {
+                    extra.push((i64::MIN, 0, -rules.nf4_saving_bytes.round() as i64));
+                }
             }
             _ => {}
         }

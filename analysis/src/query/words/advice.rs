@@ -63,10 +63,18 @@ pub fn remedy_change(remedy: Remedy, advice: &Advice) -> String {
         },
         Remedy::Lora => match advice.lora {
             Some((layers, rank)) => format!(
-                "LoRA: freeze the model and train rank-{rank} adapters on the blocks' {layers} linear layers \
+                "freeze the model and train rank-{rank} adapters on the blocks' {layers} linear layers (peft's \
+                 LoraConfig(r={rank}, target_modules=...))"
+            ),
+            None => "freeze the model and train low-rank adapters (peft)".to_owned(),
+        },
+        Remedy::Qlora => match advice.lora {
+            Some((layers, rank)) => format!(
+                "load the model in 4 bits (transformers' BitsAndBytesConfig(load_in_4bit=True, \
+                 bnb_4bit_quant_type=\"nf4\")) and train rank-{rank} adapters on the blocks' {layers} linear layers \
                  (peft's LoraConfig(r={rank}, target_modules=...))"
             ),
-            None => "LoRA: freeze the model and train low-rank adapters (peft)".to_owned(),
+            None => "load the model in 4 bits (bitsandbytes' NF4) and train low-rank adapters on it (peft)".to_owned(),
         },
         Remedy::NoGrad => {
             "run forward under torch.no_grad() (or torch.inference_mode()): nothing goes backward".to_owned()
@@ -282,6 +290,10 @@ pub fn remedy_cost(remedy: Remedy, training: bool) -> &'static str {
             "quality: only the adapters learn (usually close to full fine-tuning for adaptation, not for \
              pretraining); a dependency"
         }
+        Remedy::Qlora => {
+            "quality: only the adapters learn, on 4-bit base weights (QLoRA's paper finds 16-bit LoRA's results); \
+             time: each layer dequantises its weight in forward and backward; bitsandbytes"
+        }
         Remedy::NoGrad => "none: the outputs are the same; they carry no graph to call backward on",
         Remedy::DataParallel => "communication: an all-reduce of the gradients per step; the GPUs",
         Remedy::DropKept => "none, unless the program needs what it kept (then keep it on the host)",
@@ -440,6 +452,7 @@ pub fn remedy_name(r: Remedy) -> &'static str {
         Remedy::ForeachOff => "the optimizer without its multi-tensor step (foreach=False)",
         Remedy::TiedEmbeddings => "tied embeddings (the head shares the embedding's weight)",
         Remedy::Lora => "LoRA (low-rank adapters, the model frozen)",
+        Remedy::Qlora => "QLoRA (LoRA on the model loaded in 4 bits)",
         Remedy::NoGrad => "no_grad / inference_mode (no autograd graph)",
         Remedy::DataParallel => "data parallelism (DDP, the batch split over the GPUs)",
         Remedy::CpuOffload => "CPU offload of the optimizer (ZeRO-Offload)",

@@ -180,14 +180,29 @@ fn step_and_model_reason(reason: &Reason, before: &str, after: &str) -> String {
              state: {before} -> {after}",
             bytes(*head_bytes)
         ),
-        Reason::Adapters { gradient_bytes, optimizer_state_bytes, layers, rank, adapter_bytes } => format!(
-            "with the weights frozen, the gradients ({} at the peak) and optimizer state ({}) go; rank-{rank} \
-             adapters on {layers} linear layers add {} of parameters and as much of gradients, with their state: \
-             {before} -> {after}",
-            bytes(*gradient_bytes),
-            bytes(*optimizer_state_bytes),
-            bytes(*adapter_bytes)
-        ),
+        Reason::Adapters {
+            gradient_bytes,
+            optimizer_state_bytes,
+            layers,
+            rank,
+            adapter_bytes,
+            weight_bytes,
+            nf4_weight_bytes,
+        } => {
+            format!(
+                "with the weights frozen, the gradients ({} at the peak) and optimizer state ({}) go; rank-{rank} \
+                 adapters on {layers} linear layers add {} of parameters and as much of gradients, with their state{}: \
+                 {before} -> {after}",
+                bytes(*gradient_bytes),
+                bytes(*optimizer_state_bytes),
+                bytes(*adapter_bytes),
+                nf4_weight_bytes.map_or(String::new(), |nf4| format!(
+                    "; those layers' weights ({}) take {} in NF4, each dequantised whole as it is used",
+                    bytes(*weight_bytes),
+                    bytes(nf4)
+                ))
+            )
+        }
         Reason::DataParallel { scaling_bytes, bucket_bytes, gpus } => format!(
             "what scales with the batch (activations, temporaries, inputs) is {} at the peak; each of {gpus} GPUs \
              holds 1/{gpus} of it, the whole model, and DDP's gradient buckets ({}): {before} -> {after}",
