@@ -30,13 +30,16 @@ struct Call {
     callee_file: vramscope_trace_format::StringId,
 }
 
-/// Whether a frame is PyTorch's module call machinery (`Module._call_impl`).
+/// Whether a frame is PyTorch's module call machinery (`Module._call_impl`, and the `inner` it
+/// calls the module's `forward` from when hooks are registered: accelerate's, FSDP's, a
+/// profiler's).
 fn is_module_call(trace: &Trace, frame: FrameId) -> bool {
     let interner = &trace.interner;
     interner.frame_of(frame).is_some_and(|f| {
         let function = interner.resolve(f.function);
         let file = interner.resolve(f.file).replace('\\', "/");
-        matches!(function, "_call_impl" | "_wrapped_call_impl") && file.ends_with("torch/nn/modules/module.py")
+        matches!(function, "_call_impl" | "_wrapped_call_impl" | "inner")
+            && file.ends_with("torch/nn/modules/module.py")
     })
 }
 

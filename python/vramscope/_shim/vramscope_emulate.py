@@ -750,7 +750,19 @@ def _patch_cuda(emulation: Emulation) -> None:
             "PyTorch's caching allocator only"
         )
 
+    # A CUDA generator's state is its seed and offset, 16 bytes; activation checkpointing saves
+    # and restores it around each recomputed block.
+    def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+        return torch.zeros(16, dtype=torch.uint8)
+
+    def get_rng_state_all() -> list[torch.Tensor]:
+        return [get_rng_state() for _ in range(emulation.count)]
+
     patches: dict[str, Any] = {
+        "get_rng_state": get_rng_state,
+        "get_rng_state_all": get_rng_state_all,
+        "set_rng_state": nothing(),
+        "set_rng_state_all": nothing(),
         "get_device_properties": get_device_properties,
         "get_device_name": get_device_name,
         "get_device_capability": get_device_capability,
