@@ -11,6 +11,8 @@ sequences in the same order.
 Prints one JSON line: each batch's padded length and longest sequence.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 

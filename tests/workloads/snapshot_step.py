@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "samples" / "pytorch"))
-from train_models import GPT  # noqa: E402
+from train_models import GPT
 
 
 def main() -> None:
