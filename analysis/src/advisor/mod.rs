@@ -442,7 +442,8 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     lora_first(&mut singles, &ctx, target);
     let smallest_change_that_fits = smallest_that_fits(&singles, &combinations, target);
     let plan = target.map_or_else(Vec::new, |t| plan(&projector, &remedies, t));
-    let checkpointing_by_blocks = if remedies.contains(&Remedy::ActivationCheckpointing) {
+    // Only where checkpointing every block lowers the peak: some of them would not either.
+    let checkpointing_by_blocks = if singles.iter().any(|p| p.remedies == [Remedy::ActivationCheckpointing]) {
         selective_checkpointing(&projector, target)
     } else {
         Vec::new()

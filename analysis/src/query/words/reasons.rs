@@ -15,7 +15,8 @@ pub fn reason(p: &Projection, advice: &Advice) -> String {
         Reason::Precision { activation_bytes, share_of_peak, fp32_activation_bytes, matmul_parameter_bytes } => {
             format!(
                 "activations are {:.0}% of the peak ({}); all but {} (residual sums, the loss, embeddings) would be \
-                 16-bit, and autocast keeps 16-bit copies of {} of weights for backward: {before} -> {after}",
+                 16-bit, and autocast makes 16-bit copies of {} of weights (kept for backward when training): \
+                 {before} -> {after}",
                 pct(*share_of_peak),
                 bytes(*activation_bytes),
                 bytes(*fp32_activation_bytes),
