@@ -36,6 +36,7 @@ CASES = [
     ("sequence_half", TRAIN, [], ["--seq-len", "32"]),
     ("sgd", TRAIN, [], ["--optimizer", "sgd"]),
     ("adafactor", TRAIN, [], ["--optimizer", "adafactor"]),
+    ("adam_8bit", TRAIN, [], ["--optimizer", "adamw8bit"]),
     ("amp_bf16", TRAIN, [], ["--bf16"]),
     ("bf16_weights", TRAIN, ["--inference"], ["--inference", "--weights-dtype", "bfloat16"]),
     ("int8_weights", TRAIN, ["--inference"], ["--inference", "--int8-weights"]),

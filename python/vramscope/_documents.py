@@ -1587,7 +1587,7 @@ GpusFrom = Literal["given", "ranks", "world_size", "devices"]
 
 Iterations = Union[IterationsSpans, IterationsModelCalls, IterationsPattern]
 
-LeftOut = Literal["no_backward", "one_gpu", "no_optimizer_state", "no_repeated_blocks", "fewer_blocks_than_gpus", "already_autocast", "training_keeps_fp32", "dtypes_not_seen", "already16_bit", "already_expandable", "little_reserved_unused", "no_better_split", "no_sequences", "gradients_freed_already", "not_adam", "no_step_temporaries", "step_per_parameter", "layers_not_seen", "no_untied_head", "most_weights_frozen", "no_linear_in_blocks", "no_model_state", "trains", "no_grad_already", "already_distributed", "on_the_host", "no_linear_layers", "nothing_kept", "no_padding_seen", "padded_to_longest"]
+LeftOut = Literal["no_backward", "one_gpu", "no_optimizer_state", "no_repeated_blocks", "fewer_blocks_than_gpus", "already_autocast", "training_keeps_fp32", "dtypes_not_seen", "already16_bit", "already_expandable", "little_reserved_unused", "no_better_split", "no_sequences", "gradients_freed_already", "not_adam", "no_step_temporaries", "step_per_parameter", "layers_not_seen", "no_untied_head", "most_weights_frozen", "no_linear_in_blocks", "no_model_state", "trains", "no_grad_already", "already_distributed", "on_the_host", "no_linear_layers", "nothing_kept", "state8_bit_already", "no_padding_seen", "padded_to_longest"]
 
 Method = Literal["replay", "replay_and_rule", "rule"]
 

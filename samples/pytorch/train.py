@@ -53,10 +53,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--tie-weights", action="store_true",
                        help="share the token embedding and LM head weight (gpt only)")
     train_group = parser.add_argument_group("training")
-    train_group.add_argument("--optimizer", choices=["adam", "adamw", "adafactor", "sgd"], default="adamw",
+    train_group.add_argument("--optimizer", choices=["adam", "adamw", "adamw8bit", "adafactor", "sgd"],
+                             default="adamw",
                              help="adam and adamw keep two buffers per parameter (plus a step "
-                                  "counter), adafactor factored second moments (torch 2.5+), sgd "
-                                  "none (one with --momentum)")
+                                  "counter), adamw8bit the same in 8 bits (bitsandbytes), adafactor "
+                                  "factored second moments (torch 2.5+), sgd none (one with --momentum)")
     train_group.add_argument("--lr", type=float, default=1e-3, help="learning rate")
     train_group.add_argument("--momentum", type=float, default=0.0,
                              help="SGD momentum; non-zero gives SGD one buffer per parameter")

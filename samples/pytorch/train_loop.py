@@ -31,6 +31,12 @@ def make_optimizer(args: argparse.Namespace, params: list[nn.Parameter]) -> torc
         cls, kwargs = torch.optim.AdamW, {"lr": args.lr}
     elif args.optimizer == "adafactor":
         cls, kwargs = torch.optim.Adafactor, {"lr": args.lr}
+    elif args.optimizer == "adamw8bit":
+        # bitsandbytes' 8-bit AdamW (its moments in 8 bits in blocks of 256, each with a 32-bit
+        # scale; parameters under 4096 elements keep 32-bit moments). On the host too.
+        import bitsandbytes
+
+        return bitsandbytes.optim.AdamW8bit(params, lr=args.lr)
     else:
         cls, kwargs = torch.optim.SGD, {"lr": args.lr, "momentum": args.momentum}
     if args.foreach is not None:

@@ -440,13 +440,13 @@ fn sharding_projections_land_on_the_zero1_fsdp_tensor_and_pipeline_parallel_runs
     );
 }
 
-/// The remedies that change a part of the step or of the model, each projected from a run
-/// without it and measured in the run with it (CPU, `train.py`), within 3%: gradients freed
-/// instead of zeroed (`--no-zero-grad-none` -> the default), the embedding tied to the head,
-/// LoRA through peft (rank 8 on every linear layer of the blocks, the rest frozen; alone and with
-/// checkpointing), and Adam's step fused or one parameter at a time where the run used the
-/// multi-tensor step (on a model small enough for the step to be the peak). Each is named in words, and a run that already
-/// does what a remedy says is not told to.
+/// The remedies that change a part of the step or of the model, each projected from a run without
+/// it and measured in the run with it (CPU, `train.py`), within 3%: gradients freed instead of
+/// zeroed (`--no-zero-grad-none` -> the default), the embedding tied to the head, bitsandbytes'
+/// 8-bit AdamW, LoRA through peft (rank 8 on every linear layer of the blocks, the rest frozen;
+/// alone and with checkpointing), and Adam's step fused or one parameter at a time where the run
+/// used the multi-tensor step (on a model small enough for the step to be the peak). Each is named
+/// in words, and a run that already does what a remedy says is not told to.
 #[test]
 fn the_step_and_model_remedies_land_on_the_runs_with_the_change() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -461,10 +461,12 @@ fn the_step_and_model_remedies_land_on_the_runs_with_the_change() {
     let kept = run("kept", &[&["--no-zero-grad-none"]]);
     let foreach = run("foreach", &[small, &["--foreach"]]);
     let base_advice = advise(&base);
-    let cases: [(&str, &serde_json::Value, PathBuf, &str); 6] = [
+    let cases: [(&str, &serde_json::Value, PathBuf, &str); 7] = [
         ("zero_grad_set_to_none", &advise(&kept), base.clone(), "zero_grad(set_to_none=True)"),
         ("tied_embeddings", &base_advice, run("tied", &[&["--tie-weights"]]), "tied embeddings"),
         ("lora", &base_advice, run("lora", &[&["--lora", "8"]]), "LoRA"),
+        // bitsandbytes' 8-bit AdamW, on the host too.
+        ("adam_8bit", &base_advice, run("adam8bit", &[&["--optimizer", "adamw8bit"]]), "8-bit Adam"),
         ("fused_optimizer_step", &advise(&foreach), run("fused", &[small, &["--fused"]]), "fused"),
         ("foreach_off", &advise(&foreach), run("loop", &[small, &["--no-foreach"]]), "foreach=False"),
         ("lora", &advise(&run("small", &[small])), run("small_lora", &[small, &["--lora", "8"]]), "LoRA"),

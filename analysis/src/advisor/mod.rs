@@ -384,6 +384,12 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         trainable_share: 1.0,
         fine_tuning: trace.metadata.extra.get("pretrained").and_then(|v| v.as_str()).map(str::to_owned),
         padding: padding::Padding::of(trace),
+        state_8bit: trace.tags.iter().any(|t| {
+            t.category == Category::OptimizerState && {
+                let name = trace.interner.resolve(t.name);
+                name.ends_with(".state1") || name.ends_with(".absmax1")
+            }
+        }),
         forward_with_grad: trace.metadata.extra.get("forward_with_grad").and_then(serde_json::Value::as_bool)
             == Some(true),
         distributed: distributed(trace),

@@ -185,6 +185,9 @@ pub struct Context {
     pub kept_bytes_per_iteration: u64,
     /// How the DataLoader's batches were padded, where they said (an attention mask).
     pub padding: Option<super::padding::Padding>,
+    /// Whether the optimizer's state is 8-bit already (bitsandbytes' `state1`/`absmax1` by the
+    /// recorder's tags).
+    pub state_8bit: bool,
 }
 
 /// What the allocator's model projects for a setting: a `max_split_size`, or expandable segments
@@ -402,7 +405,11 @@ impl Remedy {
             Self::MicroBatchHalf | Self::SequenceHalf | Self::Sgd | Self::Bf16Weights => 0.05,
             // Adafactor's state is a few percent of Adam's whatever its share is (0.9% measured on
             // the CPU GPT, 2% assumed): the projection is off by a share of that share.
-            Self::Adam8bit | Self::Adafactor | Self::Zero1 | Self::Zero2 | Self::ExpandableSegments => 0.1,
+            // The 8-bit Adam replayed with each moment a byte per element and a 32-bit scale per
+            // 256 where its parameter has 4096 elements or more (bitsandbytes' layout), its step
+            // fused: -0.01% against `train.py --optimizer adamw8bit` on the host.
+            Self::Adafactor | Self::Zero1 | Self::Zero2 | Self::ExpandableSegments => 0.1,
+            Self::Adam8bit => 0.05,
             // Against FSDP2 (`fully_shard` of each block, 2 ranks on the CPU): +8.5% to +13.6% in
             // most runs of the same program; its all-gathered blocks come and go with the ranks'
             // timing, and the rule keeps one block gathered at any time. The DDP run projected

@@ -377,7 +377,13 @@ impl Replayer {
                     accumulate = true;
                 }
                 Remedy::SequenceHalf => batch *= 0.5,
-                Remedy::Adam8bit => factor[Category::OptimizerState as usize] *= 0.25,
+                // Each moment in 8 bits where the parameter has 4096 elements or more (with a 32-bit
+                // scale per 256), in 32 as before under that (bitsandbytes' `min_8bit_size`); its
+                // step one fused kernel per parameter, without the multi-tensor temporaries.
+                Remedy::Adam8bit => {
+                    knobs.adam8bit = true;
+                    knobs.step_temporaries = 0.0;
+                }
                 Remedy::Adafactor => factor[Category::OptimizerState as usize] *= 0.02,
                 Remedy::Sgd => factor[Category::OptimizerState as usize] = 0.0,
                 Remedy::Zero1 | Remedy::Zero2 | Remedy::Zero3 => {
@@ -449,6 +455,9 @@ impl Replayer {
             if let Some(bytes) = self.quantised_bytes(b, knobs.quantised_bits) {
                 return bytes;
             }
+            if knobs.adam8bit && b.category == Category::OptimizerState {
+                return adam8bit_bytes(b.size_bytes);
+            }
             let mut f = factor[b.category as usize];
             if b.in_step && b.category == Category::Temporary {
                 f *= knobs.step_temporaries;
@@ -513,6 +522,13 @@ impl Replayer {
         changes.extend(extra);
         Some((peak_of(changes), method))
     }
+}
+
+/// A 32-bit Adam moment of `bytes` in bitsandbytes' 8-bit Adam: a byte per element and a 32-bit
+/// scale per 256 where it has 4096 elements or more, else as it is.
+fn adam8bit_bytes(bytes: u64) -> i64 {
+    let elements = bytes / 4;
+    if elements >= 4096 { (elements + elements.div_ceil(256) * 4) as i64 } else { bytes as i64 }
 }
 
 /// The highest running total of `changes` (time, order, bytes), and when it was reached.

@@ -45,6 +45,7 @@ impl Remedy {
                 .max_split
                 .is_some_and(|m| m.trusted() && m.projected_bytes() + PAGE_BYTES < ctx.peak_reserved_bytes))
             .then_some(LeftOut::NoBetterSplit),
+            Self::Adam8bit if ctx.state_8bit => Some(LeftOut::State8BitAlready),
             Self::Adam8bit | Self::Adafactor | Self::Sgd => state(),
             Self::MicroBatchHalf => None,
             Self::SequenceHalf => (!ctx.sequence).then_some(LeftOut::NoSequences),
@@ -268,6 +269,8 @@ pub enum LeftOut {
     NoLinearLayers,
     /// Nothing grows from one iteration to the next (or what does is a cache by design).
     NothingKept,
+    /// The optimizer's state is 8-bit already.
+    State8BitAlready,
     /// No batch said how it is padded (no `attention_mask` in what the DataLoader gave).
     NoPaddingSeen,
     /// A batch fills its length: padded to its longest already, or a batch as long as the

@@ -34,6 +34,8 @@ pub(super) struct StepKnobs {
     pub(super) lora: bool,
     /// QLoRA: the adapted layers' weights in NF4, dequantised at each call.
     pub(super) nf4: bool,
+    /// Adam's moments in 8 bits (bitsandbytes).
+    pub(super) adam8bit: bool,
     /// What scales with the batch shrunk, in each iteration, to its batch's longest row.
     pub(super) padding: bool,
 }

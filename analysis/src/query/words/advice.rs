@@ -383,6 +383,7 @@ pub fn left_out_why(why: LeftOut) -> &'static str {
         LeftOut::OnTheHost => "the device is the host (a CPU run): nowhere to offload to",
         LeftOut::NoLinearLayers => "no linear layer with a weight of its own (quantised already, or none)",
         LeftOut::NothingKept => "nothing is kept from one iteration to the next (or what is, is a cache by design)",
+        LeftOut::State8BitAlready => "the optimizer's state is 8-bit already (bitsandbytes' state1 and absmax1)",
         LeftOut::NoPaddingSeen => "no batch said how it is padded (no attention_mask in what the DataLoader gave)",
         LeftOut::PaddedToLongest => {
             "a batch fills its length: padded to its longest sequence already (or as long as the fixed length)"
