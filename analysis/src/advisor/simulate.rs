@@ -377,15 +377,6 @@ impl Replayer {
                     accumulate = true;
                 }
                 Remedy::SequenceHalf => batch *= 0.5,
-                // Each moment in 8 bits where the parameter has 4096 elements or more (with a 32-bit
-                // scale per 256), in 32 as before under that (bitsandbytes' `min_8bit_size`); its
-                // step one fused kernel per parameter, without the multi-tensor temporaries.
-                Remedy::Adam8bit => {
-                    knobs.adam8bit = true;
-                    knobs.step_temporaries = 0.0;
-                }
-                Remedy::Adafactor => factor[Category::OptimizerState as usize] *= 0.02,
-                Remedy::Sgd => factor[Category::OptimizerState as usize] = 0.0,
                 Remedy::Zero1 | Remedy::Zero2 | Remedy::Zero3 => {
                     factor[Category::OptimizerState as usize] /= n;
                     if remedy.zero_stage() >= 2 {
@@ -420,7 +411,10 @@ impl Replayer {
                     checkpoint = true;
                 }
                 Remedy::TensorParallel | Remedy::PipelineParallel => return None,
-                Remedy::SetToNone
+                Remedy::Adam8bit
+                | Remedy::Adafactor
+                | Remedy::Sgd
+                | Remedy::SetToNone
                 | Remedy::FusedStep
                 | Remedy::ForeachOff
                 | Remedy::TiedEmbeddings

@@ -52,6 +52,15 @@ impl Replayer {
         extra: &mut Vec<(i64, usize, i64)>,
     ) -> Option<()> {
         match remedy {
+            // Each moment in 8 bits where the parameter has 4096 elements or more (with a 32-bit
+            // scale per 256), in 32 as before under that (bitsandbytes' `min_8bit_size`); its
+            // step one fused kernel per parameter, without the multi-tensor temporaries.
+            Remedy::Adam8bit => {
+                knobs.adam8bit = true;
+                knobs.step_temporaries = 0.0;
+            }
+            Remedy::Adafactor => factor[Category::OptimizerState as usize] *= 0.02,
+            Remedy::Sgd => factor[Category::OptimizerState as usize] = 0.0,
             Remedy::SetToNone => knobs.set_to_none = true,
             Remedy::DynamicPadding => {
                 self.padding.as_ref()?;
