@@ -384,12 +384,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         trainable_share: 1.0,
         fine_tuning: trace.metadata.extra.get("pretrained").and_then(|v| v.as_str()).map(str::to_owned),
         padding: padding::Padding::of(trace),
-        state_8bit: trace.tags.iter().any(|t| {
-            t.category == Category::OptimizerState && {
-                let name = trace.interner.resolve(t.name);
-                name.ends_with(".state1") || name.ends_with(".absmax1")
-            }
-        }),
+        state_8bit: state_is_8bit(trace),
         forward_with_grad: trace.metadata.extra.get("forward_with_grad").and_then(serde_json::Value::as_bool)
             == Some(true),
         distributed: distributed(trace),
@@ -407,6 +402,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         // The weights' bytes per element, from the trained parameters' dtypes.
         let element_bytes = fp32_parameter_share(trace).map_or(4, |share| if share > 0.5 { 4 } else { 2 });
         r.learn_adapted_layers(trace, &layers, element_bytes);
+        r.learn_linear_inputs(trace, &layers);
         r.padding = padding::Padding::of(trace);
         if let Some(g) = &growth {
             r.learn_growth(trace, g);
@@ -644,6 +640,17 @@ fn works_on_sequences(trace: &Trace) -> bool {
     };
     trace.annotations.iter().any(|a| a.kind == AnnotationKind::Module && attention(interner.resolve(a.name)))
         || interner.frames().iter().any(|f| attention(interner.resolve(f.function)))
+}
+
+/// Whether the optimizer's state is 8-bit already, by the recorder's tags (bitsandbytes names
+/// its moments `state1`, `state2` and their scales `absmax1`, `absmax2`).
+fn state_is_8bit(trace: &Trace) -> bool {
+    trace.tags.iter().any(|t| {
+        t.category == Category::OptimizerState && {
+            let name = trace.interner.resolve(t.name);
+            name.ends_with(".state1") || name.ends_with(".absmax1")
+        }
+    })
 }
 
 /// The share of the parameters' bytes in 32 bits, from the dtypes the recorder saw

@@ -150,8 +150,8 @@ pub(super) fn upcasts_its_input(trace: &Trace, device: DeviceId, stack: StackId)
 }
 
 /// Whether autocast leaves what this block holds in 32 bits: sums that mix the 32-bit residual
-/// stream in, the loss's (log-)softmax and reductions, embedding lookups (by the operator the CPU
-/// profiler names, or the Python function of a recorded stack).
+/// stream in, norms, the loss's (log-)softmax and reductions, embedding lookups, softmax on a GPU
+/// (by the operator the CPU profiler names, or the Python function of a recorded stack).
 pub(super) fn stays_fp32(trace: &Trace, device: DeviceId, stack: StackId) -> bool {
     allocated_by(trace, stack).any(|name| {
         matches!(
@@ -168,7 +168,9 @@ pub(super) fn stays_fp32(trace: &Trace, device: DeviceId, stack: StackId) -> boo
                 | "mse_loss"
                 | "sum"
                 | "mean"
-        ) || (!device.is_host() && matches!(name, "softmax" | "_softmax" | "layer_norm" | "native_layer_norm"))
+                | "layer_norm"
+                | "native_layer_norm"
+        ) || (!device.is_host() && matches!(name, "softmax" | "_softmax"))
     })
 }
 

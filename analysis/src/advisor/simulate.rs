@@ -103,6 +103,8 @@ struct Block {
     returned: bool,
     /// When it was allocated (`i64::MIN`: before the trace).
     at_ns: i64,
+    /// The linear layers' calls that take it as their input.
+    consumers: u32,
 }
 
 /// What the rules add to a replay: autocast's weight copies, ZeRO-3's gathered block.
@@ -174,6 +176,10 @@ pub struct Replayer {
     no_grad_frees: HashMap<usize, i64>,
     /// The calls of the layers LoRA would adapt, by when they returned.
     adapted_calls: Vec<lora::AdaptedCall>,
+    /// The linear layers' calls (start, weight) and each weight's elements, for autocast's
+    /// copies of them.
+    weight_uses: Vec<(i64, usize)>,
+    weight_elements: Vec<u64>,
     /// Under LoRA, when the inputs of the linear layers it leaves out (frozen then) are freed.
     frozen_input_frees: HashMap<usize, i64>,
     /// How the batches were padded, where the recorder saw it.
@@ -221,6 +227,8 @@ impl Replayer {
             no_grad_frees: HashMap::default(),
             adapted_calls: Vec::new(),
             frozen_input_frees: HashMap::default(),
+            weight_uses: Vec::new(),
+            weight_elements: Vec::new(),
             padding: None,
             allocated_at: Vec::new(),
             linear_weights: HashMap::default(),
@@ -262,6 +270,7 @@ impl Replayer {
                 stack,
                 returned,
                 at_ns: time_ns,
+                consumers: 0,
             });
             if let Evidence::Phase { module: Some(module), .. } = evidence
                 && category == Category::Activation
@@ -391,12 +400,7 @@ impl Replayer {
                 }
                 Remedy::AmpBf16 | Remedy::AmpFp16 => {
                     cast = true;
-                    // The weights' 16-bit copies, from each forward to the end of its backward.
-                    let copies = (rules.matmul_parameter_bytes / 2.0).round() as i64;
-                    for &(start, end) in &self.passes {
-                        extra.push((start, 0, copies));
-                        extra.push((end, usize::MAX, -copies));
-                    }
+                    extra.extend(self.weight_copies(rules));
                     method = Method::ReplayAndRule;
                 }
                 Remedy::Bf16Weights => {
@@ -466,6 +470,8 @@ impl Replayer {
             }
             if cast_here(b) {
                 f *= 0.5;
+            } else if cast && rules.training {
+                f *= b.copies_for_layers();
             }
             if computes(b) && !b.loss {
                 f *= computed;
@@ -515,6 +521,19 @@ impl Replayer {
         }
         changes.extend(extra);
         Some((peak_of(changes), method))
+    }
+}
+
+impl Block {
+    /// Under autocast, training: what a block kept in 32 bits by its operator (a norm) becomes
+    /// where it feeds linear layers: each casts it to 16 bits and saves its copy for backward,
+    /// and the 32-bit one goes with the casts (1 where it feeds none).
+    fn copies_for_layers(&self) -> f64 {
+        if self.fp32 && self.consumers > 0 && self.category == Category::Activation && !self.in_step {
+            0.5 * f64::from(self.consumers)
+        } else {
+            1.0
+        }
     }
 }
 

@@ -92,26 +92,95 @@ impl Replayer {
         self.frozen_input_frees.extend(frozen_inputs);
     }
 
-    /// The input of a call of a linear layer LoRA leaves out: the block computed last before the
-    /// call, alive after it, of the input's size (the call's output's, times inputs over
-    /// outputs); freed as the call returns under LoRA.
+    /// The input of a call of a linear layer LoRA leaves out, freed as the call returns under
+    /// LoRA (see [`Replayer::input_of_call`]).
     fn frozen_input(
         &self,
         layer: &Layer,
         (start, end): (i64, i64),
         freed: &HashMap<usize, i64>,
     ) -> Option<(usize, i64)> {
+        self.input_of_call(layer, (start, end), freed, &rustc_hash::FxHashSet::default()).map(|block| (block, end))
+    }
+
+    /// The input of a linear layer's call: the block computed last before the call (among the
+    /// last few thousand allocations), alive after it, of the input's size (the call's
+    /// output's, times inputs over outputs), and not in `outputs` (other linear layers'
+    /// outputs: `q_proj`'s is not `k_proj`'s input, though they are the same size).
+    pub(super) fn input_of_call(
+        &self,
+        layer: &Layer,
+        (start, end): (i64, i64),
+        freed: &HashMap<usize, i64>,
+        outputs: &rustc_hash::FxHashSet<usize>,
+    ) -> Option<usize> {
+        const LOOK_BACK: usize = 4096;
         let computed = |c: &&Change| computes(&self.blocks, c);
         let from = self.changes.partition_point(|c| c.time_ns < start);
         let to = self.changes.partition_point(|c| c.time_ns <= end);
         let output = self.changes[from..to].iter().rev().find(computed).and_then(|c| self.blocks.get(c.block))?;
         let bytes = output.size_bytes as f64 * layer.rows as f64 / layer.columns.max(1) as f64;
-        let input = self.changes[..from].iter().rev().find(|c| {
+        let input = self.changes[from.saturating_sub(LOOK_BACK)..from].iter().rev().find(|c| {
             computed(c)
+                && !outputs.contains(&c.block)
                 && freed.get(&c.block).is_none_or(|&at| at > end)
                 && self.blocks.get(c.block).is_some_and(|b| (b.size_bytes as f64 - bytes).abs() < 1.0)
         });
-        input.map(|c| (c.block, end))
+        input.map(|c| c.block)
+    }
+
+    /// Learns how many linear layers' calls take each block as their input: autocast casts it
+    /// to 16 bits once per call (it caches the weights' casts, not the activations'), and each
+    /// copy is saved for backward by its layer.
+    pub fn learn_linear_inputs(&mut self, trace: &Trace, layers: &[Layer]) {
+        let linear: HashMap<&str, &Layer> =
+            layers.iter().filter(|l| !l.embedding).map(|l| (l.module.as_str(), l)).collect();
+        if linear.is_empty() {
+            return;
+        }
+        let mut freed: HashMap<usize, i64> = HashMap::default();
+        for c in self.changes.iter().filter(|c| !c.alloc) {
+            freed.insert(c.block, c.time_ns);
+        }
+        let calls: Vec<(&Layer, (i64, i64))> = trace
+            .annotations
+            .iter()
+            .filter(|a| a.kind == AnnotationKind::Module)
+            .filter_map(|a| Some((*linear.get(trace.interner.resolve(a.name))?, (a.start_ns, a.end_ns))))
+            .collect();
+        // Each call's output: its last allocation of what forward computes.
+        let outputs: rustc_hash::FxHashSet<usize> = calls
+            .iter()
+            .filter_map(|&(_, (start, end))| {
+                let from = self.changes.partition_point(|c| c.time_ns < start);
+                let to = self.changes.partition_point(|c| c.time_ns <= end);
+                self.changes[from..to].iter().rev().find(|c| computes(&self.blocks, c)).map(|c| c.block)
+            })
+            .collect();
+        // When each weight is first used: where autocast makes (and caches) its 16-bit copy.
+        let mut weights: HashMap<&str, usize> = HashMap::default();
+        let mut uses = Vec::new();
+        for &(layer, (start, _)) in &calls {
+            let next = weights.len();
+            let w = *weights.entry(layer.weight.as_str()).or_insert(next);
+            if w == self.weight_elements.len() {
+                self.weight_elements.push(layer.rows * layer.columns);
+            }
+            uses.push((start, w));
+        }
+        uses.sort_unstable();
+        self.weight_uses = uses;
+        let mut consumers: HashMap<usize, u32> = HashMap::default();
+        for &(layer, span) in &calls {
+            if let Some(block) = self.input_of_call(layer, span, &freed, &outputs) {
+                *consumers.entry(block).or_default() += 1;
+            }
+        }
+        for (block, k) in consumers {
+            if let Some(b) = self.blocks.get_mut(block) {
+                b.consumers = k;
+            }
+        }
     }
 
     /// What the adapters add to the replay: each call's forward transients (again where
@@ -169,6 +238,34 @@ impl Replayer {
                 None => changes.push((self.pass_end(call.end_ns), usize::MAX, -saved)),
             }
         }
+    }
+
+    /// Autocast's 16-bit copies of the linear layers' weights, by the layers' calls: each from
+    /// its weight's first use in a pass to the pass's end (kept for backward, cached until the
+    /// autocast region ends); where the calls are not known, the rule's.
+    pub(super) fn weight_copies(&self, rules: super::RuleParts) -> Vec<(i64, usize, i64)> {
+        let mut out = Vec::new();
+        if self.weight_uses.is_empty() {
+            // From each forward to the end of its backward, the weights matrix products read.
+            let copies = (rules.matmul_parameter_bytes / 2.0).round() as i64;
+            for &(start, end) in &self.passes {
+                out.push((start, 0, copies));
+                out.push((end, usize::MAX, -copies));
+            }
+            return out;
+        }
+        for &(start, end) in &self.passes {
+            let mut seen = rustc_hash::FxHashSet::default();
+            let from = self.weight_uses.partition_point(|u| u.0 < start);
+            for &(at, w) in self.weight_uses[from..].iter().take_while(|u| u.0 <= end) {
+                if seen.insert(w) {
+                    let bytes = (self.weight_elements[w] * 2) as i64;
+                    out.push((at, 0, bytes));
+                    out.push((end, usize::MAX, -bytes));
+                }
+            }
+        }
+        out
     }
 
     /// The end of the pass (a forward and the backward after it) around `t`.
