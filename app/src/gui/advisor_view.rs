@@ -25,6 +25,11 @@ pub struct AdvisorState {
 }
 
 impl AdvisorState {
+    /// Whether the advice shown is the one asked for (none is being worked out).
+    pub fn is_settled(&self) -> bool {
+        self.pending.is_none() && self.advice.is_some()
+    }
+
     fn refresh(&mut self, ctx: &egui::Context, trace: &Arc<Trace>, device: DeviceId) {
         let key = (Arc::as_ptr(trace) as usize, device, self.gpus, self.target);
         // Only the trace changed (a run followed live grew): the advice shown stays until the
@@ -58,13 +63,15 @@ fn table(ui: &mut egui::Ui, id: &str, rows: &[Projection], advice: &Advice) {
     TableBuilder::new(ui)
         .id_salt(id)
         .striped(true)
-        .column(Column::auto().at_least(300.0))
-        .column(Column::auto().at_least(90.0))
-        .column(Column::auto().at_least(90.0))
-        .column(Column::auto().at_least(70.0))
-        .column(Column::auto().at_least(50.0))
-        .column(Column::auto().at_least(40.0))
-        .column(Column::auto().at_least(235.0))
+        // Fixed starting widths (resizable): auto-sized columns of truncated labels shrink to
+        // each row's own text, and the rows no longer line up.
+        .column(Column::initial(340.0).at_least(120.0).resizable(true).clip(true))
+        .column(Column::initial(100.0).at_least(90.0))
+        .column(Column::initial(100.0).at_least(90.0))
+        .column(Column::initial(70.0).at_least(60.0))
+        .column(Column::initial(50.0).at_least(40.0))
+        .column(Column::initial(40.0).at_least(30.0))
+        .column(Column::initial(235.0).at_least(120.0).resizable(true).clip(true))
         .column(Column::remainder().clip(true))
         .header(20.0, |mut header| {
             for title in ["remedy", "peak allocated", "peak reserved", "change", "±", "fits", "how", "cost"] {

@@ -105,7 +105,11 @@ impl eframe::App for ScreenshotApp {
         let ready = self.app.session.doc.is_some()
             && !self.app.session.is_loading()
             && (self.app.session.instant.is_some() || self.app.session.device().is_none())
-            && !self.app.session.is_analysing();
+            && !self.app.session.is_analysing()
+            // The Advisor works its advice out in the background once it is shown.
+            && (self.app.settings.view != super::views::View::Advisor
+                || self.app.session.device().is_none()
+                || self.app.views.advisor.is_settled());
         // Without a file, the welcome screen is what there is to show.
         let nothing_to_wait_for =
             self.app.session.doc.is_none() && !self.app.session.is_loading() && self.app.session.errors.is_empty();
