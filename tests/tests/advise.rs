@@ -608,13 +608,15 @@ fn training_high_point(trace: &Path) -> u64 {
 
 /// A snapshot of a later training step (`tests/workloads/snapshot_step.py`: two AdamW steps,
 /// then `_record_memory_history` around the third and `_dump_snapshot`), made by `vramscope
-/// estimate` for an H100: the optimizer's state from before the window is told apart by its
-/// sizes, the repeated blocks are found in stacks whose module calls go through the hooks'
-/// `inner`, and the projections from it land on the snapshots of the same program with the
-/// change: SGD exact, checkpointing -0.71% (2026-12-05). Estimating a program that checkpoints
-/// runs (checkpointing saves the device's generator state).
+/// estimate` for an H100, whose snapshot holds only the entries since the program started its
+/// history, as PyTorch's does: the repeated blocks are found in stacks whose module calls go
+/// through the hooks' `inner`, and checkpointing lands on the snapshot of the same program with
+/// it (-0.35% on 2026-12-05). The model and its optimizer's state are from before the window and
+/// its backward has no Python frames, so no gradient tells their sizes apart: the optimizer's
+/// remedies are left out, saying why. Estimating a program that checkpoints runs (checkpointing
+/// saves the device's generator state).
 #[test]
-fn a_snapshot_of_a_later_step_lands_on_the_snapshots_with_the_change() {
+fn a_snapshot_of_a_later_step_lands_on_the_snapshot_with_checkpointing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let snapshot = |name: &str, args: &[&str]| {
         let out = dir.path().join(format!("{name}.pickle"));
@@ -631,20 +633,15 @@ fn a_snapshot_of_a_later_step_lands_on_the_snapshots_with_the_change() {
     };
     let base = snapshot("adamw", &[]);
     let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), base.as_os_str()]);
-    let categories = &advice["baseline"]["categories_at_peak"];
-    let (parameters, state) = (categories["parameter"].as_u64(), categories["optimizer_state"].as_u64());
-    // Adam's two moments of each parameter, within a percent (a small parameter's may be matched
-    // to another size).
-    let (parameters, state) = (parameters.unwrap_or(0) as f64, state.unwrap_or(0) as f64);
-    assert!(parameters > 0.0 && (state / (2.0 * parameters) - 1.0).abs() < 0.01, "{categories}");
-    for (id, args, within) in
-        [("sgd", &["--optimizer", "sgd"][..], 0.001), ("activation_checkpointing", &["--checkpoint"], 0.03)]
-    {
-        let (projected, _) = projection(&advice, id);
-        let measured = peak(&snapshot(id, args), 0);
-        let error = (projected as f64 - measured as f64) / measured as f64;
-        assert!(error.abs() <= within, "{id}: projected {projected}, measured {measured} ({:+.2}%)", 100.0 * error);
-    }
+    let (projected, _) = projection(&advice, "activation_checkpointing");
+    let measured = peak(&snapshot("checkpoint", &["--checkpoint"]), 0);
+    let error = (projected as f64 - measured as f64) / measured as f64;
+    assert!(error.abs() <= 0.03, "projected {projected}, measured {measured} ({:+.2}%)", 100.0 * error);
+    assert_eq!(left_out(&advice, "sgd"), ["no_optimizer_state"]);
+    // The window begins where the program started its history: the model is from before it.
+    let info = json(&[OsStr::new("info"), OsStr::new("--json"), base.as_os_str()]);
+    let unknown = info["devices"][0]["categories_at_peak"]["unknown"].as_u64().unwrap_or(0);
+    assert!(unknown > 20 << 20, "{}", info["devices"][0]["categories_at_peak"]);
 }
 
 /// Dynamic padding: a Llama-style fine-tune whose collate function pads every batch to 128

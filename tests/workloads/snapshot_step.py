@@ -22,8 +22,11 @@ def main() -> None:
     parser.add_argument("--checkpoint", action="store_true", help="checkpoint every block's activations")
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     args = parser.parse_args()
+    # 384 wide: no weight is 1 MiB, the size of cuBLASLt's workspace (PyTorch keeps one per
+    # thread that multiplies: one from before the window, one backward's thread makes in it),
+    # which would leave a weight's size with a block over that no size can place.
     config = argparse.Namespace(
-        vocab=512, d_model=256, heads=4, layers=4, seq_len=128,
+        vocab=512, d_model=384, heads=4, layers=4, seq_len=128,
         checkpoint=args.checkpoint, checkpoint_blocks=None, tie_weights=False,
     )
     torch.manual_seed(0)

@@ -262,6 +262,10 @@ class Allocator:
         # The history (`_record_memory_history`): None while it is off.
         self.history: deque[dict[str, Any]] | None = None
         self.history_frames = True
+        # Entries ever traced, and how many there were when the program itself started the
+        # history (the shim started it first): what the program's snapshots begin at.
+        self.history_total = 0
+        self.program_history_from: int | None = None
 
     # -- the model -------------------------------------------------------------------------------
 
@@ -453,6 +457,7 @@ class Allocator:
 
     def _trace(self, action: str, address: int, size: int, stream: int, frames: list[dict[str, Any]]) -> None:
         if self.history is not None:
+            self.history_total += 1
             self.history.append(
                 {
                     "action": action,
@@ -486,6 +491,14 @@ class Allocator:
         out["num_device_free"] = self.segment_frees
         out["segment.all.current"] = len(self.segments)
         return out
+
+    def program_history(self) -> list[dict[str, Any]]:
+        """The history as the program's own snapshot has it: the entries since the program
+        started the history itself (all of them where it did not)."""
+        entries = list(self.history or ())
+        if self.program_history_from is None:
+            return entries
+        return entries[max(len(entries) - (self.history_total - self.program_history_from), 0) :]
 
     def snapshot_segments(self) -> list[dict[str, Any]]:
         """The segments and their blocks, as `torch.cuda.memory._snapshot()` gives them."""

@@ -151,7 +151,10 @@ class CudaHistory:
     def snapshot(self) -> _Snapshot:
         """The allocator's snapshot, taken without importing torch._inductor."""
         with self.taking_snapshot:
-            snapshot: _Snapshot = torch.cuda.memory._snapshot()
+            # Under `vramscope estimate`, the emulation's whole history (the program's own
+            # snapshots begin where it started its history).
+            take = getattr(torch.cuda.memory._snapshot, "vramscope_whole", torch.cuda.memory._snapshot)
+            snapshot: _Snapshot = take()
             return snapshot
 
     def note_alive_at_start(self) -> None:

@@ -721,17 +721,30 @@ def _patch_cuda(emulation: Emulation) -> None:
             for a in emulation.allocators:
                 if enabled in (None, False):
                     a.history = None
-                else:
-                    a.history = deque(a.history or (), maxlen=max(int(max_entries), 1))
-                    a.history_frames = stacks != "none" if isinstance(stacks, str) else True
+                    continue
+                if a.history is not None and a.program_history_from is None:
+                    # The shim started the history first; the program's snapshots begin here,
+                    # as they would without the shim.
+                    a.program_history_from = a.history_total
+                a.history = deque(a.history or (), maxlen=max(int(max_entries), 1))
+                a.history_frames = stacks != "none" if isinstance(stacks, str) else True
 
-    def snapshot(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    def snapshot_of(history: Any) -> dict[str, Any]:
         with emulation.lock:
             return {
                 "segments": [s for a in emulation.allocators for s in a.snapshot_segments()],
-                "device_traces": [list(a.history or ()) for a in emulation.allocators],
+                "device_traces": [history(a) for a in emulation.allocators],
                 "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")},
             }
+
+    def snapshot(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return snapshot_of(lambda a: a.program_history())
+
+    def whole_snapshot() -> dict[str, Any]:
+        return snapshot_of(lambda a: list(a.history or ()))
+
+    # The shim's own reading: the whole history, whenever the program started its own.
+    snapshot.vramscope_whole = whole_snapshot  # type: ignore[attr-defined]
 
     def dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
         with open(filename, "wb") as f:
