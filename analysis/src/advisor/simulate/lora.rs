@@ -11,6 +11,10 @@
 //! QLoRA: the adapted layers' weights in NF4 (bitsandbytes: two weights per byte and a 32-bit
 //! scale per 64), each dequantised whole for its matrix product, in forward and again in
 //! backward for the input's gradient: a transient of the weight's size at each.
+//!
+//! The linear layers' calls found here serve autocast's replay too: which block each call takes
+//! as its input (cast once per call), and when each weight is first used in a pass (where its
+//! 16-bit copy is made).
 
 use rustc_hash::FxHashMap as HashMap;
 use vramscope_trace_format::{AnnotationKind, Category, Trace};
@@ -259,7 +263,8 @@ impl Replayer {
             let from = self.weight_uses.partition_point(|u| u.0 < start);
             for &(at, w) in self.weight_uses[from..].iter().take_while(|u| u.0 <= end) {
                 if seen.insert(w) {
-                    let bytes = (self.weight_elements[w] * 2) as i64;
+                    // 16-bit copies of the 32-bit weights (a 16-bit weight is used as it is).
+                    let bytes = (self.weight_elements[w] as f64 * 2.0 * rules.fp32_parameter_share).round() as i64;
                     out.push((at, 0, bytes));
                     out.push((end, usize::MAX, -bytes));
                 }
