@@ -38,6 +38,7 @@ CASES = [
     ("adafactor", TRAIN, [], ["--optimizer", "adafactor"]),
     ("adam_8bit", TRAIN, [], ["--optimizer", "adamw8bit"]),
     ("amp_bf16", TRAIN, [], ["--bf16"]),
+    ("amp_fp16", TRAIN, [], ["--fp16"]),
     ("bf16_weights", TRAIN, ["--inference"], ["--inference", "--weights-dtype", "bfloat16"]),
     ("int8_weights", TRAIN, ["--inference"], ["--inference", "--int8-weights"]),
     ("int4_weights", TRAIN, ["--inference"], ["--inference", "--int4-weights"]),

@@ -75,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                   "(implies --checkpoint)")
     train_group.add_argument("--bf16", action="store_true",
                              help="run forward and loss under torch.autocast(bfloat16)")
+    train_group.add_argument("--fp16", action="store_true",
+                             help="run forward and loss under torch.autocast(float16), the loss "
+                                  "scaled by a GradScaler (training on one process)")
     train_group.add_argument("--inference", action="store_true",
                              help="forward only, under torch.inference_mode: no backward, no optimizer "
                                   "(--steps forward passes)")
@@ -158,6 +161,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--lora R: R at least 1, --model gpt, training on one process")
     if args.offload_optimizer and (args.inference or args.zero1 or args.fsdp or args.tp or args.pp or args.lora):
         parser.error("--offload-optimizer: training on one process, without --lora")
+    if args.fp16 and (args.bf16 or args.inference or args.pp or args.zero1 or args.fsdp or args.offload_optimizer):
+        parser.error("--fp16: training on one process, without --bf16")
     if args.int8_weights and not args.inference:
         parser.error("--int8-weights applies to --inference only")
     if args.int4_weights and (not args.inference or args.device != "cpu" or args.int8_weights):

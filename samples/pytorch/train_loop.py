@@ -146,7 +146,11 @@ def train(args: argparse.Namespace) -> dict:
         summary["tied"] = {"lm_head.weight": "tok_emb.weight"}
 
     counter = SavedTensorCounter(params) if args.model == "mlp" and not args.inference else None
-    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    autocast = torch.autocast(
+        device_type=device.type, dtype=torch.float16 if args.fp16 else torch.bfloat16, enabled=args.bf16 or args.fp16
+    )
+    # fp16's range needs the loss scaled (and the gradients unscaled before the step).
+    scaler = torch.amp.GradScaler(device.type) if args.fp16 else None
     start_s = time.perf_counter()
     if args.inference:
         summary.update(gradient_bytes=0, gradient_tensors=0, optimizer_state_bytes=0,
@@ -179,7 +183,8 @@ def train(args: argparse.Namespace) -> dict:
                 else:
                     logits = forward(inputs)
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
-            (loss / args.accumulate if args.accumulate > 1 else loss).backward()
+            scaled = loss / args.accumulate if args.accumulate > 1 else loss
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
             del logits
         if step == 0:
             grads = [p.grad for p in params if p.grad is not None]
@@ -191,7 +196,11 @@ def train(args: argparse.Namespace) -> dict:
             for p, master in zip(params, masters):
                 master.grad = None if p.grad is None else p.grad.to("cpu")
                 p.grad = None
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
         if masters is not None:
             with torch.no_grad():
                 for p, master in zip(params, masters):

@@ -164,9 +164,10 @@ def mlp_saved_bytes_by_hand(args: argparse.Namespace) -> dict[str, int]:
     """
     batch = args.batch_size
     d_in, hidden, d_out = mlp_dims(args)
-    elem = 2 if args.bf16 else 4
+    half = args.bf16 or getattr(args, "fp16", False)
+    elem = 2 if half else 4
     activations = elem * (batch * d_in + 2 * batch * hidden)
-    weight_copies = elem * (hidden * hidden + d_out * hidden) if args.bf16 else 0
+    weight_copies = elem * (hidden * hidden + d_out * hidden) if half else 0
     return {
         "input_bytes": elem * batch * d_in,
         "relu_output_bytes": elem * 2 * batch * hidden,

@@ -105,6 +105,7 @@ fn projections_from_one_run_land_within_15_percent_of_the_changed_runs() {
         ("sgd", &["--optimizer", "sgd"][..]),
         ("adafactor", &["--optimizer", "adafactor"][..]),
         ("amp_bf16", &["--bf16"][..]),
+        ("amp_fp16", &["--fp16"][..]),
     ] {
         let changed = record(dir.path(), id, args);
         let measured = peak(&changed, -1);
@@ -122,8 +123,9 @@ fn projections_from_one_run_land_within_15_percent_of_the_changed_runs() {
         let error = (projected as f64 - measured as f64) / measured as f64;
         assert!(error.abs() <= 0.15, "{id}: projected {projected}, measured {measured} ({:+.1}%)", 100.0 * error);
         assert!(error.abs() <= uncertainty + 0.01, "{id}: off by {:.1}%, said ±{uncertainty}", 100.0 * error);
-        if ["activation_checkpointing", "micro_batch_half", "sgd", "adafactor"].contains(&id) {
-            // Replayed from the changed event stream, nothing added by a rule: the 3%.
+        if ["activation_checkpointing", "micro_batch_half", "sgd", "adafactor", "amp_bf16", "amp_fp16"].contains(&id) {
+            // Replayed from the changed event stream (autocast's copies by the layers' calls):
+            // the 3%.
             assert!(error.abs() <= 0.03, "{id}: off by {:.2}%", 100.0 * error);
         }
     }
