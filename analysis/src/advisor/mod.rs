@@ -401,8 +401,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
         r.learn_linear_layers(&layers);
         // The weights' bytes per element, from the trained parameters' dtypes.
         let element_bytes = fp32_parameter_share(trace).map_or(4, |share| if share > 0.5 { 4 } else { 2 });
-        r.learn_adapted_layers(trace, &layers, element_bytes);
-        r.learn_linear_inputs(trace, &layers);
+        r.learn_layer_calls(trace, &layers, element_bytes);
         r.padding = padding::Padding::of(trace);
         if let Some(g) = &growth {
             r.learn_growth(trace, g);

@@ -48,9 +48,31 @@ pub fn nf4_bytes(elements: u64) -> u64 {
 }
 
 impl Replayer {
+    /// Learns the linear layers' calls from the module spans: those LoRA would adapt
+    /// ([`Replayer::learn_adapted_layers`]) and what each call takes as its input
+    /// ([`Replayer::learn_linear_inputs`]). `element_bytes`: the weights' bytes per element.
+    pub fn learn_layer_calls(&mut self, trace: &Trace, layers: &[Layer], element_bytes: u64) {
+        if layers.is_empty() {
+            return;
+        }
+        // When each block is freed, for both.
+        let mut freed: HashMap<usize, i64> = HashMap::default();
+        for c in self.changes.iter().filter(|c| !c.alloc) {
+            freed.insert(c.block, c.time_ns);
+        }
+        self.learn_adapted_layers(trace, layers, element_bytes, &freed);
+        self.learn_linear_inputs(trace, layers, &freed);
+    }
+
     /// Learns the calls of the layers LoRA would adapt (the trainable linear layers of the
     /// repeated blocks, as [`crate::advisor::model::adapters`] picks them), by the module spans.
-    pub fn learn_adapted_layers(&mut self, trace: &Trace, layers: &[Layer], element_bytes: u64) {
+    fn learn_adapted_layers(
+        &mut self,
+        trace: &Trace,
+        layers: &[Layer],
+        element_bytes: u64,
+        freed: &HashMap<usize, i64>,
+    ) {
         let trained: Vec<&Layer> = layers.iter().filter(|l| !l.embedding && l.trainable).collect();
         let targets: HashMap<&str, &Layer> =
             trained.iter().filter(|l| repeated_block(&l.module).is_some()).map(|l| (l.module.as_str(), *l)).collect();
@@ -62,17 +84,13 @@ impl Replayer {
             .filter(|l| !targets.contains_key(l.module.as_str()))
             .map(|l| (l.module.as_str(), *l))
             .collect();
-        let mut freed: HashMap<usize, i64> = HashMap::default();
-        for c in self.changes.iter().filter(|c| !c.alloc) {
-            freed.insert(c.block, c.time_ns);
-        }
         let computed = |c: &&Change| computes(&self.blocks, c);
         let mut frozen_inputs = Vec::new();
         let mut calls = Vec::new();
         for a in trace.annotations.iter().filter(|a| a.kind == AnnotationKind::Module) {
             let name = trace.interner.resolve(a.name);
             if let Some(layer) = frozen.get(name) {
-                frozen_inputs.extend(self.frozen_input(layer, (a.start_ns, a.end_ns), &freed));
+                frozen_inputs.extend(self.frozen_input(layer, (a.start_ns, a.end_ns), freed));
                 continue;
             }
             let Some(layer) = targets.get(name) else { continue };
@@ -136,15 +154,11 @@ impl Replayer {
     /// Learns how many linear layers' calls take each block as their input: autocast casts it
     /// to 16 bits once per call (it caches the weights' casts, not the activations'), and each
     /// copy is saved for backward by its layer.
-    pub fn learn_linear_inputs(&mut self, trace: &Trace, layers: &[Layer]) {
+    fn learn_linear_inputs(&mut self, trace: &Trace, layers: &[Layer], freed: &HashMap<usize, i64>) {
         let linear: HashMap<&str, &Layer> =
             layers.iter().filter(|l| !l.embedding).map(|l| (l.module.as_str(), l)).collect();
         if linear.is_empty() {
             return;
-        }
-        let mut freed: HashMap<usize, i64> = HashMap::default();
-        for c in self.changes.iter().filter(|c| !c.alloc) {
-            freed.insert(c.block, c.time_ns);
         }
         let calls: Vec<(&Layer, (i64, i64))> = trace
             .annotations
@@ -176,7 +190,7 @@ impl Replayer {
         self.weight_uses = uses;
         let mut consumers: HashMap<usize, u32> = HashMap::default();
         for &(layer, span) in &calls {
-            if let Some(block) = self.input_of_call(layer, span, &freed, &outputs) {
+            if let Some(block) = self.input_of_call(layer, span, freed, &outputs) {
                 *consumers.entry(block).or_default() += 1;
             }
         }
