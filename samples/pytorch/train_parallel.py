@@ -5,6 +5,7 @@ or tensor parallelism around the model, and the stages and 1F1B schedule of pipe
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 
 import torch
@@ -55,7 +56,17 @@ def wrap_distributed(args: argparse.Namespace, model: nn.Module, device: torch.d
             fully_shard(block)
         fully_shard(model)
         return model
-    return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # Every rank builds the model from the same seed, so DDP's check at construction (a broadcast
+    # of one flattened copy of every parameter) would confirm what is known. Skipped where this
+    # PyTorch can (`init_sync`, 2.4 on): on the CPU that copy is freed by gloo's thread now and
+    # then, which the CPU recording (PyTorch's profiler, on the threads it runs on) cannot see,
+    # and the copy would stay alive in the trace to the end.
+    kwargs: dict[str, object] = {}
+    if "init_sync" in inspect.signature(nn.parallel.DistributedDataParallel.__init__).parameters:
+        kwargs["init_sync"] = False
+    return nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None, **kwargs
+    )
 
 
 class PipelineStage(nn.Module):
