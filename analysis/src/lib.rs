@@ -20,6 +20,7 @@
 //! - `allocator`: the caching allocator's settings a run used.
 //! - `allocsim`: a model of the caching allocator to replay a trace through.
 //! - `run`: a distributed run as its ranks, each analysed alone, and the run summed up.
+//! - `whole`: a GPU whole: every process on it as the driver accounted it, and what each was.
 //! - [`query`]: one function per question a face asks, over all of the above; the documents that
 //!   answer them, their JSON Schema, and their words.
 
@@ -43,6 +44,7 @@ pub(crate) mod run;
 pub(crate) mod segments;
 pub(crate) mod summary;
 pub(crate) mod timeline;
+pub(crate) mod whole;
 
 #[cfg(test)]
 mod testing;

@@ -83,10 +83,86 @@ pub struct PostMortem {
     /// Whether the advisor found one that fits (false with `fix` None: none did; the question
     /// was not asked without a capacity).
     pub fix_searched: bool,
+    /// Who held the device when it failed, as the driver accounted it (the recording's last
+    /// sample of NVML at or before the failure), the most first: this process and every other,
+    /// recorded or not. Empty where the recording did not sample the driver. What the others
+    /// held is not the program's to have: the capacity a fix must fit under leaves it out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<Holder>,
+}
+
+/// A process holding memory on the device when an allocation failed.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Holder {
+    /// What to call it.
+    pub name: String,
+    /// Its pid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Whether it is the process that failed.
+    pub this_process: bool,
+    /// Whether the recording saw it.
+    pub recorded: bool,
+    /// What the driver accounted to it; where `sampled` is false, what the recording saw it
+    /// hold (its context left out).
+    pub bytes: u64,
+    /// Whether `bytes` is the driver's account (false: the failing process had not been sampled
+    /// holding memory yet).
+    pub sampled: bool,
+    /// Of that, recorded: what lies outside PyTorch's allocator (other allocations, its context).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside_pytorch_bytes: Option<u64>,
+}
+
+/// Who held `device` at `time_ns` in `whole` (the trace with every process), `process` being the
+/// one that failed there: from the driver's per-process samples.
+pub fn holders(
+    whole: &Trace,
+    device: DeviceId,
+    process: vramscope_trace_format::ProcessId,
+    time_ns: i64,
+) -> Vec<Holder> {
+    use vramscope_trace_format::{CounterKind, PROCESS_SERIES};
+    let mut out: Vec<Holder> = whole
+        .counters
+        .iter()
+        .filter(|c| {
+            c.device == device && c.kind == CounterKind::DeviceUsed && whole.interner.resolve(c.name) == PROCESS_SERIES
+        })
+        .filter_map(|series| {
+            let i = series.samples.partition_point(|s| s.time_ns <= time_ns).checked_sub(1)?;
+            let bytes = u64::try_from(series.samples[i].value).ok().filter(|&b| b > 0)?;
+            let info = whole.metadata.processes.get(series.process.0 as usize);
+            let recorded = info.is_some_and(|p| !p.not_recorded);
+            let outside_pytorch_bytes = recorded.then(|| {
+                let parts = crate::whole::parts_at(whole, device, series.process, time_ns, bytes);
+                parts.outside_allocations_bytes + parts.not_allocations_bytes
+            });
+            Some(Holder {
+                name: crate::whole::process_name(whole, series.process),
+                pid: info.and_then(|p| p.pid),
+                this_process: series.process == process,
+                recorded,
+                bytes,
+                sampled: true,
+                outside_pytorch_bytes,
+            })
+        })
+        .collect();
+    out.sort_by_key(|h| std::cmp::Reverse(h.bytes));
+    out
 }
 
 /// The post-mortem of OOM `index` of `trace`; `None` when there is no such OOM.
 pub fn postmortem(trace: &Trace, index: usize) -> Option<PostMortem> {
+    let oom = trace.ooms.get(index)?;
+    let holders = holders(trace, oom.device, oom.process, oom.time_ns);
+    postmortem_sharing(trace, index, holders)
+}
+
+/// [`postmortem`], with who held the device when it failed (`holders`, from the trace of every
+/// process: `trace` may be the failing process's part alone).
+pub fn postmortem_sharing(trace: &Trace, index: usize, mut holders: Vec<Holder>) -> Option<PostMortem> {
     let oom = *trace.ooms.get(index)?;
     let device = oom.device;
     // The state in force when it failed: after the last event of its device at or before then.
@@ -134,7 +210,25 @@ pub fn postmortem(trace: &Trace, index: usize) -> Option<PostMortem> {
     let iteration = (!iterations.is_empty()).then(|| iterations.partition_point(|&s| s <= oom.time_ns).max(1));
     let device_total_bytes =
         trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.total_memory_bytes);
-    let capacity_bytes = device_total_bytes.or_else(|| oom.device_free_bytes.map(|f| f + at.total.reserved_bytes));
+    // A process that failed before the driver was next asked is not in its last account: what
+    // the recording saw it hold stands for it (its context, which no call shows, left out).
+    if !holders.is_empty() && !holders.iter().any(|h| h.this_process) {
+        holders.push(Holder {
+            name: crate::whole::process_name(trace, oom.process),
+            pid: trace.metadata.processes.get(oom.process.0 as usize).and_then(|p| p.pid),
+            this_process: true,
+            recorded: true,
+            bytes: at.total.reserved_bytes.max(at.total.allocated_bytes),
+            sampled: false,
+            outside_pytorch_bytes: None,
+        });
+        holders.sort_by_key(|h| std::cmp::Reverse(h.bytes));
+    }
+    // What other processes held is not this one's to have.
+    let others: u64 = holders.iter().filter(|h| !h.this_process).map(|h| h.bytes).sum();
+    let capacity_bytes = device_total_bytes
+        .map(|t| t.saturating_sub(others))
+        .or_else(|| oom.device_free_bytes.map(|f| f + at.total.reserved_bytes));
     let target = capacity_bytes.map(|c| c.saturating_sub(oom.requested_bytes));
     let mut fix = None;
     if let Some(target) = target
@@ -168,6 +262,7 @@ pub fn postmortem(trace: &Trace, index: usize) -> Option<PostMortem> {
         capacity_bytes,
         fix,
         fix_searched: target.is_some(),
+        holders,
     })
 }
 

@@ -130,6 +130,10 @@ pub struct Summary {
     pub focus_device: Option<DeviceId>,
     /// Per device.
     pub devices: Vec<DeviceSummary>,
+    /// Each GPU whole, where the recording sampled the driver's accounting (NVML): every
+    /// process that held memory on it, recorded or not, and what each held.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub whole_devices: Vec<super::whole::WholeDevice>,
 }
 
 /// When a peak was reached on the trace's clock, `None` for traces without one.
@@ -272,7 +276,12 @@ pub fn summary(trace: &Trace, format: SourceFormat, wrappers: &[Wrapper]) -> Sum
     let devices: Vec<DeviceSummary> = trace.devices().into_iter().map(|d| device_summary(trace, d)).collect();
     Summary {
         wrapped_in: wrappers.iter().map(|w| w.name()).collect(),
-        rank: trace.metadata.processes.first().and_then(|p| p.rank).filter(|_| trace.metadata.processes.len() == 1),
+        rank: trace
+            .metadata
+            .processes
+            .first()
+            .and_then(|p| p.rank)
+            .filter(|_| trace.metadata.recorded_processes() == 1),
         caveats: super::caveats::caveats(trace),
         metadata: trace.metadata.extra.clone(),
         focus_device: focus_device(trace, devices.iter().map(|d| (d.device, d.peak_allocated_bytes))),
@@ -285,6 +294,7 @@ pub fn summary(trace: &Trace, format: SourceFormat, wrappers: &[Wrapper]) -> Sum
         stacks: referenced_stacks(trace),
         cuda_driver_version: trace.metadata.extra.get("cuda_driver_version").and_then(serde_json::Value::as_i64),
         devices,
+        whole_devices: super::whole::whole_devices(trace),
     }
 }
 

@@ -306,6 +306,11 @@ pub enum Command {
         /// the CPU (auto); or off, for driver-level memory only.
         #[arg(long, value_enum, default_value_t = TorchSource::Auto)]
         torch: TorchSource,
+        /// How often to ask the NVIDIA driver (NVML) what each GPU holds, for every process on
+        /// it (those not recorded too: another job, an inference server, a notebook): 100ms by
+        /// default, or off. Without NVML (no NVIDIA driver) nothing is sampled.
+        #[arg(long, value_name = "INTERVAL|off", default_value = "100ms", value_parser = vramscope::cli::record::parse_sampling)]
+        sample_devices: vramscope::cli::record::Sampling,
         /// The command to run, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,

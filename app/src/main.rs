@@ -110,7 +110,7 @@ fn main() -> ExitCode {
             let options = vramscope::cli::report::Options { force, range: range.range, blocks };
             vramscope::cli::report::run(&files, &output, options, &mut vramscope::cli::To::new(json, &mut stdout))
         }
-        Some(Command::Record { output, live, serve, tui, force, torch, command }) => {
+        Some(Command::Record { output, live, serve, tui, force, torch, sample_devices, command }) => {
             let torch = match torch {
                 TorchSource::Auto => "auto",
                 TorchSource::Cuda => "cuda",
@@ -122,7 +122,8 @@ fn main() -> ExitCode {
                 (false, true) => vramscope::cli::record::Watch::Terminal,
                 (false, false) => vramscope::cli::record::Watch::None,
             };
-            match vramscope::cli::record::run(output.as_deref(), force, torch, watch, serve.as_deref(), &command) {
+            let how = vramscope::cli::record::How { torch, watch, serve: serve.as_deref(), sampling: sample_devices };
+            match vramscope::cli::record::run(output.as_deref(), force, &how, &command) {
                 Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
                 Err(e) => Err(e),
             }

@@ -30,6 +30,12 @@ fn main() {
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap_or_else(|e| panic!("cannot link {}: {e}", link.display()));
 
+    // The fake NVML beside it: a sampler finds it where it finds the driver.
+    let nvml = lib_dir.join("libnvidia-ml.so.1");
+    let mut cmd = compiler();
+    cmd.args(["-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-o"]).arg(&nvml).arg(src.join("fake_nvml.c"));
+    run(cmd, "fake_nvml.c");
+
     let runtime = lib_dir.join("libcudart.so.12");
     let mut cmd = compiler();
     cmd.args(["-shared", "-fPIC", "-Wl,-soname,libcudart.so.12", "-o"])
@@ -57,7 +63,7 @@ fn main() {
 
     println!("cargo:rustc-env=VRAMSCOPE_FAKE_CUDA_LIB_DIR={}", lib_dir.display());
     println!("cargo:rustc-env=VRAMSCOPE_FAKE_CUDA_BIN_DIR={}", bin_dir.display());
-    for file in ["c/fake_cuda.c", "c/fake_cudart.c", "c/client.c", "c/runtime_client.c", "build.rs"] {
+    for file in ["c/fake_cuda.c", "c/fake_nvml.c", "c/fake_cudart.c", "c/client.c", "c/runtime_client.c", "build.rs"] {
         println!("cargo:rerun-if-changed={file}");
     }
 }

@@ -27,10 +27,12 @@ pub fn device_facts() -> (Vec<DeviceInfo>, Option<i32>) {
                 let name = result::device::get_name(device).ok();
                 // SAFETY: `device` came from the driver just now.
                 let total = unsafe { result::device::total_mem(device) }.ok();
+                let uuid = result::device::get_uuid(device).ok().map(|u| uuid_text(&u.bytes));
                 Some(DeviceInfo {
                     device: DeviceId(i16::try_from(ordinal).ok()?),
                     name,
                     total_memory_bytes: total.map(|t| t as u64),
+                    uuid,
                     ..DeviceInfo::default()
                 })
             })
@@ -48,9 +50,24 @@ pub fn add_facts(trace: &mut vramscope_trace_format::Trace, facts: &(Vec<DeviceI
         if let Some(known) = trace.metadata.devices.iter_mut().find(|d| d.device == fact.device) {
             known.name.clone_from(&fact.name);
             known.total_memory_bytes = fact.total_memory_bytes;
+            known.uuid.clone_from(&fact.uuid);
         }
     }
     if let Some(version) = driver_version {
         trace.metadata.extra.insert("cuda_driver_version".to_owned(), (*version).into());
     }
+}
+
+/// A device's UUID as NVML and `nvidia-smi -L` write it: `GPU-` and the 16 bytes in hex, grouped
+/// 4-2-2-2-6.
+pub fn uuid_text(bytes: &[std::ffi::c_char; 16]) -> String {
+    let hex: Vec<String> = bytes.iter().map(|&b| format!("{:02x}", b as u8)).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex[0..4].concat(),
+        hex[4..6].concat(),
+        hex[6..8].concat(),
+        hex[8..10].concat(),
+        hex[10..16].concat()
+    )
 }

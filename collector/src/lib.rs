@@ -12,6 +12,7 @@ mod error;
 pub mod hook;
 pub mod live;
 pub mod merge;
+pub mod nvml;
 pub mod session;
 pub mod signals;
 pub mod torch;

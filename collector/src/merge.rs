@@ -222,10 +222,14 @@ pub fn to_trace(records: &[Record], logs: &[crate::torch::Log], command_line: &[
                 local_rank: placed.local_rank,
                 host: placed.host,
                 in_process: placed.in_process,
+                name: placed.name,
+                ..ProcessInfo::default()
             }
         })
         .collect();
-    let mut devices: Vec<DeviceId> = trace.events.iter().map(|e| e.device).collect();
+    // A device the program only failed to allocate on is one of the run's too.
+    let mut devices: Vec<DeviceId> =
+        trace.events.iter().map(|e| e.device).chain(trace.ooms.iter().map(|o| o.device)).collect();
     devices.sort_unstable();
     devices.dedup();
     trace.metadata.devices = devices.into_iter().map(|device| DeviceInfo { device, ..DeviceInfo::default() }).collect();

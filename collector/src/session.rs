@@ -39,8 +39,16 @@ fn prepend(name: &str, value: &OsStr) -> OsString {
     joined
 }
 
-/// Runs `program` with `args` recorded, the PyTorch shim taking tensor allocations from `torch`
-/// (`auto`, `cuda`, `cpu` or `off`), and returns what was recorded. `output` (where the caller
+/// How a recording is made.
+#[derive(Clone, Copy, Debug)]
+pub struct How<'a> {
+    /// Where the PyTorch shim takes tensor allocations from: `auto`, `cuda`, `cpu` or `off`.
+    pub torch: &'a str,
+    /// How often NVML is asked what each device holds, for every process on it (`None`: never).
+    pub sampling: Option<std::time::Duration>,
+}
+
+/// Runs `program` with `args` recorded as `how` says, and returns what was recorded. `output` (where the caller
 /// will write the trace) goes into the recording's manifest, for viewers that follow it live;
 /// `started` is called with the recording's directory once it is ready, just before the
 /// workload starts. With `log`, the workload's standard output and error go to that file (a
@@ -48,12 +56,12 @@ fn prepend(name: &str, value: &OsStr) -> OsString {
 pub fn record(
     program: &OsStr,
     args: &[OsString],
-    torch: &str,
+    how: &How<'_>,
     output: Option<&Path>,
     log: Option<&Path>,
     started: impl FnOnce(&Path),
 ) -> Result<Recording, Error> {
-    run(program, args, torch, None, output, log, started)
+    run(program, args, how, None, output, log, started)
 }
 
 /// The GPU an estimate runs its program on.
@@ -84,13 +92,13 @@ pub fn estimate(
     log: Option<&Path>,
     started: impl FnOnce(&Path),
 ) -> Result<Recording, Error> {
-    run(program, args, "cuda", Some(device), output, log, started)
+    run(program, args, &How { torch: "cuda", sampling: None }, Some(device), output, log, started)
 }
 
 fn run(
     program: &OsStr,
     args: &[OsString],
-    torch: &str,
+    how: &How<'_>,
     emulated: Option<&Emulated>,
     output: Option<&Path>,
     log: Option<&Path>,
@@ -123,7 +131,7 @@ fn run(
         .args(args)
         .env("LD_PRELOAD", prepend("LD_PRELOAD", preload.as_os_str()))
         .env(env::RECORD_DIR, dir)
-        .env(env::TORCH, torch)
+        .env(env::TORCH, how.torch)
         .env("PYTHONPATH", prepend("PYTHONPATH", shim.as_os_str()));
     if let Some(device) = emulated {
         // The emulation answers as the driver too: the program finds it before any real one.
@@ -153,7 +161,11 @@ fn run(
     let mut child =
         spawned.map_err(|source| Error::Io { what: format!("cannot run {}", Path::new(program).display()), source })?;
     signals.child(child.id());
+    let sampler = how.sampling.and_then(|interval| crate::nvml::Sampler::start(dir, interval));
     let status = child.wait().map_err(io("cannot wait for the workload"));
+    if let Some(sampler) = sampler {
+        sampler.finish();
+    }
     drop(signals);
     let facts = emulated.map_or_else(crate::devices::device_facts, |device| (device.facts.clone(), None));
     collect(dir, status?, program, args, &facts)
@@ -244,6 +256,7 @@ fn collect(
     }
     let mut trace = merge::to_trace(&recorded.records, &logs, &command_line(program, args));
     crate::devices::add_facts(&mut trace, facts);
+    crate::nvml::add_to_trace(&mut trace, &crate::nvml::read(dir), &mut notes);
     Ok(Recording {
         trace,
         status,

@@ -72,6 +72,9 @@ pub enum Line {
         /// When recording began.
         #[serde(default)]
         time: Option<i64>,
+        /// The program's `sys.argv`.
+        #[serde(default)]
+        argv: Vec<String>,
     },
     /// A Python frame, referred to by `id` in stacks.
     Frame {
@@ -523,6 +526,24 @@ pub struct Placement {
     pub host: Option<String>,
     /// Recorded inside the program, without the driver-level hook.
     pub in_process: bool,
+    /// What to call it: its script, and a first argument that is a plain word
+    /// (`shared_gpu.py trainer`).
+    pub name: Option<String>,
+}
+
+/// What to call a Python program by its `sys.argv`.
+fn program_name(argv: &[String]) -> Option<String> {
+    let script = std::path::Path::new(argv.first()?).file_name()?.to_string_lossy().into_owned();
+    let plain = |a: &&String| {
+        !a.is_empty()
+            && a.len() <= 24
+            && a.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+            && !a.starts_with('-')
+    };
+    Some(match argv.get(1).filter(plain) {
+        Some(word) => format!("{script} {word}"),
+        None => script,
+    })
 }
 
 /// Each pid's placement, from the first meta line of its log.
@@ -530,9 +551,15 @@ pub fn placements(logs: &[Log]) -> HashMap<u32, Placement> {
     logs.iter()
         .filter_map(|log| {
             log.lines.iter().find_map(|l| match l {
-                Line::Meta { node, local_rank, host, in_process, .. } => Some((
+                Line::Meta { node, local_rank, host, in_process, argv, .. } => Some((
                     log.pid,
-                    Placement { node: *node, local_rank: *local_rank, host: host.clone(), in_process: *in_process },
+                    Placement {
+                        node: *node,
+                        local_rank: *local_rank,
+                        host: host.clone(),
+                        in_process: *in_process,
+                        name: program_name(argv),
+                    },
                 )),
                 _ => None,
             })
@@ -578,7 +605,20 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
         let process = *processes.entry(log.pid).or_insert(next);
         add_log(trace, log, process, &driver_devices, &mut m);
     }
+    // A process whose PyTorch works on the host (the shim's CPU source) allocates on a GPU only
+    // around PyTorch (an engine's own allocator, a library called through ctypes): all of it is
+    // outside the framework.
+    let host_torch: HashSet<ProcessId> = logs
+        .iter()
+        .filter(|log| log.lines.iter().any(|l| matches!(l, Line::Meta { source, .. } if source == "cpu")))
+        .filter_map(|log| processes.get(&log.pid).copied())
+        .collect();
     let Merging { mut framework_segments, mut added, framework_ooms } = m;
+    let no_framework_there: HashSet<(ProcessId, DeviceId)> = driver_devices
+        .iter()
+        .filter(|(p, d)| host_torch.contains(p) && !d.is_host() && !framework_segments.contains_key(&(*p, *d)))
+        .copied()
+        .collect();
     for ranges in framework_segments.values_mut() {
         ranges.0.sort_unstable();
     }
@@ -587,9 +627,13 @@ pub fn add_to_trace(trace: &mut Trace, logs: &[Log], processes: &mut BTreeMap<u3
     let mut outside: Vec<Tag> = Vec::new();
     let non_framework = trace.interner.string("outside the framework's allocator");
     trace.events.retain(|e| {
-        let Some(ranges) = framework_segments.get(&(e.process, e.device)) else { return true };
+        let inside = match framework_segments.get(&(e.process, e.device)) {
+            Some(ranges) => ranges.contains(e.address),
+            None if no_framework_there.contains(&(e.process, e.device)) => false,
+            None => return true,
+        };
         match e.kind {
-            EventKind::Alloc | EventKind::FreeCompleted if ranges.contains(e.address) => false,
+            EventKind::Alloc | EventKind::FreeCompleted if inside => false,
             EventKind::Alloc => {
                 outside.push(Tag {
                     time_ns: e.time_ns,

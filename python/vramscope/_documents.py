@@ -47,6 +47,7 @@ __all__ = [
     "GrowthFound",
     "HeldFree",
     "HighestPeak",
+    "Holder",
     "InfoDocument",
     "InstantDocument",
     "Iterations",
@@ -66,6 +67,7 @@ __all__ = [
     "OomDocument",
     "OomExplained",
     "Outline",
+    "Parts",
     "PathDelta",
     "Phase",
     "PhaseAt",
@@ -77,6 +79,7 @@ __all__ = [
     "PhasesFrom",
     "Place",
     "PlanStep",
+    "ProcessOnDevice",
     "ProjectionOut",
     "RangeDelta",
     "RankChosen",
@@ -99,6 +102,8 @@ __all__ = [
     "Spread",
     "Sweep",
     "SweepPoint",
+    "Turn",
+    "WholeDevice",
 ]
 
 
@@ -800,6 +805,32 @@ class HighestPeak(TypedDict):
     percent: Union[float, None]
 
 
+class _HolderRequired(TypedDict):
+    """The keys Holder always has."""
+
+    #: What the driver accounted to it; where `sampled` is false, what the recording saw it
+    #: hold (its context left out).
+    bytes: int
+    #: What to call it.
+    name: str
+    #: Whether the recording saw it.
+    recorded: bool
+    #: Whether `bytes` is the driver's account (false: the failing process had not been sampled
+    #: holding memory yet).
+    sampled: bool
+    #: Whether it is the process that failed.
+    this_process: bool
+
+
+class Holder(_HolderRequired, total=False):
+    """A process holding memory on the device when an allocation failed."""
+
+    #: Of that, recorded: what lies outside PyTorch's allocator (other allocations, its context).
+    outside_pytorch_bytes: Union[int, None]
+    #: Its pid.
+    pid: Union[int, None]
+
+
 class _InfoDocumentRequired(TypedDict):
     """The keys InfoDocument always has."""
 
@@ -846,6 +877,9 @@ class InfoDocument(_InfoDocumentRequired, total=False):
     metadata: dict[str, Any]
     #: The distributed rank the trace says it is, when it says so.
     rank: Union[int, None]
+    #: Each GPU whole, where the recording sampled the driver's accounting (NVML): every
+    #: process that held memory on it, recorded or not, and what each held.
+    whole_devices: list[WholeDevice]
     #: What the file's content came wrapped in, outermost first (`gzip`, `memory_viz HTML`).
     wrapped_in: list[str]
 
@@ -984,8 +1018,8 @@ class OomDocument(TypedDict):
     time_origin_us: Union[int, None]
 
 
-class OomExplained(TypedDict):
-    """One out-of-memory error explained, with its words."""
+class _OomExplainedRequired(TypedDict):
+    """The keys OomExplained always has."""
 
     #: Allocated when it failed.
     allocated_bytes: int
@@ -1035,6 +1069,16 @@ class OomExplained(TypedDict):
     words: list[str]
 
 
+class OomExplained(_OomExplainedRequired, total=False):
+    """One out-of-memory error explained, with its words."""
+
+    #: Who held the device when it failed, as the driver accounted it (the recording's last
+    #: sample of NVML at or before the failure), the most first: this process and every other,
+    #: recorded or not. Empty where the recording did not sample the driver. What the others
+    #: held is not the program's to have: the capacity a fix must fit under leaves it out.
+    holders: list[Holder]
+
+
 # The keys Outline always has.
 _OutlineRequired = TypedDict("_OutlineRequired", {
     #: How they were found.
@@ -1057,6 +1101,21 @@ class Outline(_OutlineRequired, total=False):
     iterations: Union[list[PhaseHigh], None]
     #: Every phase, when they are listed ([`Phases::listed`]).
     phases: Union[list[PhaseHigh], None]
+
+
+class Parts(TypedDict):
+    """A recorded process's share of a device at an instant."""
+
+    #: What the driver accounted to it that no allocation call shows: its CUDA context and the
+    #: driver's own memory for it (kernels, stacks, the cuBLAS and NCCL state it set up).
+    not_allocations_bytes: int
+    #: Allocated through the driver around PyTorch's allocator (another allocator, NCCL's
+    #: buffers, a library's own): outside PyTorch, seen as allocations.
+    outside_allocations_bytes: int
+    #: Of that, allocated, by category.
+    pytorch_by_category: dict[str, int]
+    #: Reserved by PyTorch's caching allocator.
+    pytorch_reserved_bytes: int
 
 
 class _PathDeltaRequired(TypedDict):
@@ -1190,6 +1249,34 @@ class PlanStep(TypedDict):
     projected_peak_reserved_bytes: int
     #: The projection's uncertainty, as a share of the peak.
     uncertainty: float
+
+
+class _ProcessOnDeviceRequired(TypedDict):
+    """The keys ProcessOnDevice always has."""
+
+    #: What the driver accounted to it at the device's high point.
+    at_high_bytes: int
+    #: What to call it: `rank 0`, the executable's name, or the program's.
+    name: str
+    #: The most the driver accounted to it in any sample.
+    peak_bytes: int
+    #: When.
+    peak_time_us: int
+    #: Its index in the trace's processes.
+    process: int
+    #: Whether the recording saw it (else only the driver's accounting did).
+    recorded: bool
+
+
+class ProcessOnDevice(_ProcessOnDeviceRequired, total=False):
+    """A process on a device."""
+
+    #: Recorded: what its share at the device's high point was made of.
+    parts: Union[Parts, None]
+    #: Its pid.
+    pid: Union[int, None]
+    #: Its distributed rank, when it has one.
+    rank: Union[int, None]
 
 
 class ProjectionOut(TypedDict):
@@ -1575,6 +1662,48 @@ class SweepPoint(TypedDict):
     peak_reserved_bytes: int
     #: The size.
     size: int
+
+
+class Turn(TypedDict):
+    """One process's turn on a device."""
+
+    #: From (µs on the trace's clock).
+    from_us: int
+    #: What to call it.
+    name: str
+    #: The most it held in the turn.
+    peak_bytes: int
+    #: The process (its index in the trace's processes).
+    process: int
+    #: To.
+    to_us: int
+
+
+class _WholeDeviceRequired(TypedDict):
+    """The keys WholeDevice always has."""
+
+    #: The device.
+    device: DeviceId
+    #: The most in use on the device in any sample, every process together.
+    high_bytes: int
+    #: When (µs on the trace's clock).
+    high_time_us: int
+    #: Its name in the trace (`cuda:0`).
+    label: str
+    #: Every process that held memory there, the most at the device's high point first.
+    processes: list[ProcessOnDevice]
+    #: Samples of the driver's accounting.
+    samples: int
+    #: Processes taking the device in turns (one gives back what it held and another takes it),
+    #: in order; empty where they do not.
+    turns: list[Turn]
+
+
+class WholeDevice(_WholeDeviceRequired, total=False):
+    """One GPU whole."""
+
+    #: Its memory, when known.
+    capacity_bytes: Union[int, None]
 
 
 Category = Literal["parameter", "gradient", "optimizer_state", "activation", "temporary", "input", "allocator_cache", "non_framework", "autograd_detail", "unknown"]

@@ -32,7 +32,7 @@ pub use error::{Error, Result};
 pub use import::{Imported, import, import_owned, import_owned_range, import_range};
 pub use model::annotation::{Annotation, AnnotationKind};
 pub use model::category::Category;
-pub use model::counter::{CounterKind, CounterSample, CounterSeries};
+pub use model::counter::{CounterKind, CounterSample, CounterSeries, DEVICE_SERIES, PROCESS_SERIES};
 pub use model::event::{Event, EventKind, event_flags};
 pub use model::ids::{ContextId, DeviceId, FrameId, ProcessId, StackId, StringId};
 pub use model::interner::{Context, Frame, Interner};

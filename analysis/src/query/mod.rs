@@ -144,6 +144,11 @@ pub mod summary {
     pub use crate::summary::{DeviceSummary, Summary, device_summary, focus_device, highest_peak};
 }
 
+/// A GPU whole: every process on it, as the driver accounted it.
+pub mod whole {
+    pub use crate::whole::{Parts, ProcessOnDevice, Turn, WholeDevice, parts_at, process_name, whole_devices};
+}
+
 /// Memory over time by category, for drawing.
 pub mod timeline {
     pub use crate::timeline::{CATEGORIES, Categories, Column, Point, Timeline};

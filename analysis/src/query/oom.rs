@@ -42,7 +42,7 @@ pub struct Explained {
 
 /// The first OOM of each device of each process, explained (those that can be).
 pub fn explain_firsts(trace: &Trace) -> Vec<Explained> {
-    let several = trace.metadata.processes.len() > 1;
+    let several = trace.metadata.recorded_processes() > 1;
     firsts(trace)
         .into_iter()
         .filter_map(|i| {
@@ -51,7 +51,8 @@ pub fn explain_firsts(trace: &Trace) -> Vec<Explained> {
             if several {
                 let part = trace.of_process(oom.process);
                 let index = part.ooms.iter().position(|o| o == oom)?;
-                let postmortem = postmortem::postmortem(&part, index)?;
+                let holders = postmortem::holders(trace, oom.device, oom.process, oom.time_ns);
+                let postmortem = postmortem::postmortem_sharing(&part, index, holders)?;
                 Some(Explained { index: i, postmortem, part: Some(part), later })
             } else {
                 Some(Explained { index: i, postmortem: postmortem::postmortem(trace, i)?, part: None, later })

@@ -23,17 +23,47 @@ pub enum Watch {
     Terminal,
 }
 
-/// Runs `command` recorded into `output`, the PyTorch shim taking allocations from `torch`
-/// (`auto`, `cuda`, `cpu` or `off`), watched as it goes where `watch` says; returns the
-/// workload's exit code.
-pub fn run(
-    output: Option<&Path>,
-    force: bool,
-    torch: &str,
-    watch: Watch,
-    serve: Option<&str>,
-    command: &[OsString],
-) -> Result<i32> {
+/// How often the devices are sampled (`--sample-devices`): `None` is off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sampling(pub Option<std::time::Duration>);
+
+/// Reads `--sample-devices`: `off`, or an interval (`100ms`, `1s`, `250us`) from 1 ms to 1 min.
+pub fn parse_sampling(text: &str) -> std::result::Result<Sampling, String> {
+    if text == "off" {
+        return Ok(Sampling(None));
+    }
+    let split = text.find(|c: char| c.is_alphabetic()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale = match unit {
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        _ => return Err(format!("{text:?}: give an interval such as 100ms or 1s, or off")),
+    };
+    let seconds = number.parse::<f64>().map(|n| n * scale).map_err(|_| format!("{text:?} is not NUMBER[us|ms|s]"))?;
+    if !(0.001..=60.0).contains(&seconds) {
+        return Err(format!("{text:?}: sample between every 1ms and every 60s (or off)"));
+    }
+    Ok(Sampling(Some(std::time::Duration::from_secs_f64(seconds))))
+}
+
+/// How to record: where tensor allocations come from (`auto`, `cuda`, `cpu` or `off`), where
+/// the run is watched, whether it is served, how often the devices are sampled.
+#[derive(Clone, Copy, Debug)]
+pub struct How<'a> {
+    /// The PyTorch shim's source.
+    pub torch: &'a str,
+    /// Where the run is watched as it goes.
+    pub watch: Watch,
+    /// Served on this address.
+    pub serve: Option<&'a str>,
+    /// NVML's sampling.
+    pub sampling: Sampling,
+}
+
+/// Runs `command` recorded into `output` as `how` says; returns the workload's exit code.
+pub fn run(output: Option<&Path>, force: bool, how: &How<'_>, command: &[OsString]) -> Result<i32> {
+    let (torch, watch, serve) = (how.torch, how.watch, how.serve);
     let Some((program, args)) = command.split_first() else {
         bail!("nothing to record: give the command after --, e.g. vramscope record -- python train.py");
     };
@@ -50,7 +80,15 @@ pub fn run(
     crate::atomic::check_writable(&output, force)?;
     // The port is taken before anything runs, so one in use is said at once.
     let serving = serve.map(Serving::bind).transpose()?.map(Arc::new);
-    let job = Job { program: program.clone(), args: args.to_vec(), torch: torch.to_owned(), output, force, serving };
+    let job = Job {
+        program: program.clone(),
+        args: args.to_vec(),
+        torch: torch.to_owned(),
+        sampling: how.sampling.0,
+        output,
+        force,
+        serving,
+    };
     match watch {
         Watch::Window => run_live(job),
         Watch::Terminal => run_in_terminal(job),
@@ -71,6 +109,7 @@ struct Job {
     program: OsString,
     args: Vec<OsString>,
     torch: String,
+    sampling: Option<std::time::Duration>,
     output: PathBuf,
     force: bool,
     serving: Option<Arc<Serving>>,
@@ -83,7 +122,8 @@ impl Job {
     /// recording and is told when its trace is written.
     fn record(&self, log: Option<&Path>, started: impl FnOnce(&Path)) -> Result<i32> {
         let serving = self.serving.as_deref();
-        let recorded = session::record(&self.program, &self.args, &self.torch, Some(&self.output), log, |dir| {
+        let how = session::How { torch: &self.torch, sampling: self.sampling };
+        let recorded = session::record(&self.program, &self.args, &how, Some(&self.output), log, |dir| {
             if let Some(serving) = serving {
                 serving.start(dir, &self.output);
             }
@@ -248,7 +288,7 @@ pub fn write_recording(recording: &session::Recording, torch: &str, output: &Pat
             }
         }
     }
-    let processes = trace.metadata.processes.len();
+    let processes = trace.metadata.recorded_processes();
     // Each process's own peak (two ranks' host memory is not one device's): the highest.
     let highest = |t: &vramscope_trace_format::Trace| {
         t.devices().into_iter().map(|d| peak::peaks(t, d).reserved.bytes).max().unwrap_or(0)

@@ -31,7 +31,7 @@ pub fn start(source: Source, repaint: impl Fn() + Send + Sync + 'static) -> anyh
 
 /// The document of `trace`, of the chosen process when it has several.
 fn build_update(trace: Trace, origin: Origin, chosen_pid: &AtomicU32) -> Update {
-    if trace.metadata.processes.len() < 2 {
+    if trace.metadata.recorded_processes() < 2 {
         let doc = Document::build_shared(Arc::new(trace), origin);
         return Update { doc, whole: None, process: 0 };
     }

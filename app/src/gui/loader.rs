@@ -51,7 +51,7 @@ pub enum Poll {
 /// that peaks highest alone, with the whole and its ranks. `outline`: its timelines' categories
 /// are left for the window to work out once it shows them.
 fn document(loaded: LoadedTrace, started: Instant, outline: bool) -> Loaded {
-    if loaded.trace.metadata.processes.len() < 2 {
+    if loaded.trace.metadata.recorded_processes() < 2 {
         let doc = if outline {
             Document::build_outline(loaded, started.elapsed())
         } else {

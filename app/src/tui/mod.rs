@@ -52,7 +52,7 @@ pub fn start(source: Source) -> Result<Follower<model::Screen>> {
     let mut cache = model::Cache::default();
     let build = move |trace: vramscope_trace_format::Trace, origin: crate::load::Origin, chosen: &AtomicU32| {
         let process =
-            if trace.metadata.processes.len() > 1 { crate::follow::process_to_show(&trace, chosen) } else { 0 };
+            if trace.metadata.recorded_processes() > 1 { crate::follow::process_to_show(&trace, chosen) } else { 0 };
         model::build(&trace, &origin, process, &mut cache)
     };
     Follower::start(source, build, || {})

@@ -79,8 +79,16 @@ pub struct Cache {
 
 /// The screen of the process `process` of `whole` (the whole when it has one process).
 pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) -> Screen {
-    let processes: Vec<String> = if whole.metadata.processes.len() > 1 {
-        whole.metadata.processes.iter().enumerate().map(|(i, p)| crate::words::process_name(Some(p), i)).collect()
+    let recorded = whole.metadata.recorded_processes();
+    let processes: Vec<String> = if recorded > 1 {
+        whole
+            .metadata
+            .processes
+            .iter()
+            .take(recorded)
+            .enumerate()
+            .map(|(i, p)| crate::words::process_name(Some(p), i))
+            .collect()
     } else {
         Vec::new()
     };
@@ -133,7 +141,11 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
             }
         })
         .collect();
-    let pids = if processes.is_empty() { Vec::new() } else { whole.metadata.processes.iter().map(|p| p.pid).collect() };
+    let pids = if processes.is_empty() {
+        Vec::new()
+    } else {
+        whole.metadata.processes.iter().take(recorded).map(|p| p.pid).collect()
+    };
     let focus = summary.focus_device.and_then(|f| summary.devices.iter().position(|d| d.device == f)).unwrap_or(0);
     Screen {
         path: origin.path.clone(),

@@ -1,13 +1,15 @@
 /* A test client of the fake driver: allocates and frees, reaching the driver the way argv[1]
  * says ("direct": linked symbols; "proc": cuGetProcAddress; "proc_v2": cuGetProcAddress_v2;
  * "dlsym": dlopen + dlsym(handle); "dlsym_proc": the resolver found with dlsym(handle)), or
- * exercising the hook's hard cases ("threads", "fork", "exit", "kill", "pool", ...), and prints each call as
+ * exercising the hook's hard cases ("threads", "fork", "exit", "kill", "pool", ...), or holding
+ * memory beside other processes ("hold DIR BYTES"), and prints each call as
  * "alloc ADDR SIZE" / "free ADDR" / "oom SIZE" so tests can compare the recorded trace with what
  * happened. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -318,6 +320,20 @@ static int live_run(const char *dir) {
     return 4;
 }
 
+/* Another program on the device (an inference server, a colleague's notebook): holds `bytes` on
+ * device 0 from when it says DIR/hold.ready until DIR/hold.go appears. */
+static int hold(const char *dir, const char *bytes) {
+    CUdeviceptr p;
+    size_t size = (size_t)strtoull(bytes, NULL, 10);
+    if (cuMemAlloc_v2(&p, size) != 0) return 3;
+    say_alloc(p, size);
+    touch(dir, "hold.ready");
+    wait_for(dir, "hold.go");
+    cuMemFree_v2(p);
+    say_free(p);
+    return 0;
+}
+
 static int hard_case(const char *how) {
     CUdeviceptr p;
     if (strcmp(how, "devices") == 0) return two_devices();
@@ -386,6 +402,7 @@ static int hard_case(const char *how) {
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "direct";
     if (strcmp(how, "live") == 0 && argc > 2) return live_run(argv[2]);
+    if (strcmp(how, "hold") == 0 && argc > 3) return hold(argv[2], argv[3]);
     if (strcmp(how, "subprocess") == 0) return subprocess_case(argv[0]);
     if (strcmp(how, "threads") == 0 || strcmp(how, "fork") == 0 || strcmp(how, "exit") == 0 ||
         strcmp(how, "kill") == 0 || strcmp(how, "bench") == 0 || strncmp(how, "others", 6) == 0 ||

@@ -6,6 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -18,9 +24,134 @@ typedef int CUdriverProcAddressQueryResult;
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_FOUND 500
 
-/* Capacity of the fake device: allocations past it fail with CUDA_ERROR_OUT_OF_MEMORY. */
-static const size_t FAKE_TOTAL_BYTES = (size_t)1 << 30;
+/* Capacity of each fake device (1 GiB, or VRAMSCOPE_FAKE_TOTAL_BYTES): allocations past it fail
+ * with CUDA_ERROR_OUT_OF_MEMORY. */
+static size_t FAKE_TOTAL_BYTES = (size_t)1 << 30;
 static size_t fake_used_bytes = 0;
+
+/* Several processes on one device. With VRAMSCOPE_FAKE_GPU_DIR set, each process keeps what it
+ * holds on each device in DIR/proc.<pid> ("<device 0> <device 1>\n" in bytes), rewritten under an
+ * exclusive lock of DIR/lock at each change, and an allocation fails when what every live process
+ * holds on the device, with it, passes the capacity; the fake NVML (fake_nvml.c) reads the same
+ * files, as the real one reports per-process memory. A process's first allocation on a device
+ * also takes VRAMSCOPE_FAKE_CONTEXT_BYTES (default 0) there: its CUDA context, which the driver
+ * accounts to the process but no allocation call shows. A process killed leaves its file; a
+ * reader skips the files of processes that are gone, as the driver frees a dead process's
+ * memory. */
+static char shared_dir[512];
+static size_t context_bytes = 0;
+static size_t held[2];
+static int has_context[2];
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void forget_own_file(void) {
+    if (!shared_dir[0]) return;
+    char path[600];
+    snprintf(path, sizeof path, "%s/proc.%d", shared_dir, (int)getpid());
+    unlink(path);
+}
+
+__attribute__((constructor)) static void fake_setup(void) {
+    const char *total = getenv("VRAMSCOPE_FAKE_TOTAL_BYTES");
+    if (total && *total) FAKE_TOTAL_BYTES = (size_t)strtoull(total, NULL, 10);
+    const char *context = getenv("VRAMSCOPE_FAKE_CONTEXT_BYTES");
+    if (context && *context) context_bytes = (size_t)strtoull(context, NULL, 10);
+    const char *dir = getenv("VRAMSCOPE_FAKE_GPU_DIR");
+    if (dir && *dir && strlen(dir) < 400) {
+        snprintf(shared_dir, sizeof shared_dir, "%s", dir);
+        atexit(forget_own_file);
+    }
+}
+
+/* What the other live processes hold on `device`, from their files. Called under the lock. */
+static size_t others_hold(int device) {
+    size_t sum = 0;
+    DIR *d = opendir(shared_dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int pid = 0;
+        if (sscanf(e->d_name, "proc.%d", &pid) != 1 || pid == (int)getpid()) continue;
+        if (kill(pid, 0) != 0 && errno == ESRCH) continue;
+        char path[800];
+        snprintf(path, sizeof path, "%s/%s", shared_dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        unsigned long long bytes[2] = {0, 0};
+        if (fscanf(f, "%llu %llu", &bytes[0], &bytes[1]) == 2 && device >= 0 && device < 2) sum += bytes[device];
+        fclose(f);
+    }
+    closedir(d);
+    return sum;
+}
+
+static void write_own_file(void) {
+    char path[600], text[64];
+    snprintf(path, sizeof path, "%s/proc.%d", shared_dir, (int)getpid());
+    int n = snprintf(text, sizeof text, "%llu %llu\n", (unsigned long long)held[0], (unsigned long long)held[1]);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    ssize_t wrote = write(fd, text, (size_t)n);
+    (void)wrote;
+    close(fd);
+}
+
+static int current_device(void);
+
+/* Takes `bytes` on the current device (with the context at the first time), or fails with
+ * CUDA_ERROR_OUT_OF_MEMORY where the device (every process on it) has no room. */
+static CUresult take(size_t bytes) {
+    int device = current_device();
+    pthread_mutex_lock(&held_lock);
+    int lock = -1;
+    if (shared_dir[0]) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/lock", shared_dir);
+        lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (lock >= 0) flock(lock, LOCK_EX);
+    }
+    size_t extra = has_context[device] ? 0 : context_bytes;
+    size_t elsewhere = lock >= 0 ? others_hold(device) : 0;
+    size_t mine = lock >= 0 ? held[device] : fake_used_bytes;
+    CUresult result = CUDA_SUCCESS;
+    if (bytes + extra > FAKE_TOTAL_BYTES || mine + elsewhere > FAKE_TOTAL_BYTES - bytes - extra) {
+        result = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        has_context[device] = 1;
+        held[device] += bytes + extra;
+        fake_used_bytes += bytes;
+        if (lock >= 0) write_own_file();
+    }
+    if (lock >= 0) close(lock);
+    pthread_mutex_unlock(&held_lock);
+    return result;
+}
+
+/* Gives back `bytes` on `device` (-1: the current one); `all` forgets what the device held. */
+static void give(size_t bytes, int device, int all) {
+    if (device < 0) device = current_device();
+    pthread_mutex_lock(&held_lock);
+    int lock = -1;
+    if (shared_dir[0]) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/lock", shared_dir);
+        lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (lock >= 0) flock(lock, LOCK_EX);
+    }
+    if (all) {
+        fake_used_bytes = 0;
+        held[device] = 0;
+        has_context[device] = 0;
+    } else {
+        held[device] = held[device] > bytes ? held[device] - bytes : 0;
+        fake_used_bytes = fake_used_bytes > bytes ? fake_used_bytes - bytes : 0;
+    }
+    if (lock >= 0) {
+        write_own_file();
+        close(lock);
+    }
+    pthread_mutex_unlock(&held_lock);
+}
 
 CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
 CUresult cuDriverGetVersion(int *version) { *version = 12040; return CUDA_SUCCESS; }
@@ -41,6 +172,17 @@ CUresult cuCtxGetDevice(CUdevice *device) {
     *device = current_context ? (CUdevice)((size_t)current_context - 1) : 0;
     return CUDA_SUCCESS;
 }
+static int current_device(void) { return current_context ? (int)((size_t)current_context - 1) : 0; }
+/* A device's UUID: 16 bytes, "vramscope-fake" and the ordinal (NVML names it GPU-7672616d-...). */
+typedef struct { char bytes[16]; } CUuuid;
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice device) {
+    if (device < 0 || device > 1) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(uuid->bytes, "vramscope-fake", 14);
+    uuid->bytes[14] = 0;
+    uuid->bytes[15] = (char)device;
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice device) { return cuDeviceGetUuid(uuid, device); }
 CUresult cuDeviceGetName(char *name, int len, CUdevice device) {
     (void)device;
     snprintf(name, (size_t)len, "vramscope fake GPU");
@@ -56,12 +198,16 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice device) {
 #define HEADER 256
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     if (bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
-    if (bytesize > FAKE_TOTAL_BYTES - fake_used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (take(bytesize) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
     unsigned char *base = NULL;
-    if (posix_memalign((void **)&base, HEADER, bytesize + HEADER) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (posix_memalign((void **)&base, HEADER, bytesize + HEADER) != 0) {
+        give(bytesize, -1, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     memcpy(base, &bytesize, sizeof bytesize);
     memset(base + sizeof bytesize, 0, sizeof(unsigned long long)); /* no pool */
-    __atomic_add_fetch(&fake_used_bytes, bytesize, __ATOMIC_RELAXED);
+    int device = current_device();
+    memcpy(base + 2 * sizeof bytesize, &device, sizeof device);
     *dptr = (CUdeviceptr)(base + HEADER);
     return CUDA_SUCCESS;
 }
@@ -70,7 +216,9 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
     unsigned char *base = (unsigned char *)dptr - HEADER;
     size_t size;
     memcpy(&size, base, sizeof size);
-    __atomic_sub_fetch(&fake_used_bytes, size, __ATOMIC_RELAXED);
+    int device = 0;
+    memcpy(&device, base + 2 * sizeof size, sizeof device);
+    give(size, device, 0);
     free(base);
     return CUDA_SUCCESS;
 }
@@ -224,17 +372,19 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { (void)ptr; (void)size; return CUDA_SUCCESS; }
 CUresult cuMemCreate(unsigned long long *handle, size_t size, const void *prop, unsigned long long flags) {
     (void)prop; (void)flags;
-    if (size > FAKE_TOTAL_BYTES - fake_used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
-    __atomic_add_fetch(&fake_used_bytes, size, __ATOMIC_RELAXED);
+    if (take(size) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
     size_t *h = malloc(sizeof *h);
-    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!h) {
+        give(size, -1, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *h = size;
     *handle = (unsigned long long)h;
     return CUDA_SUCCESS;
 }
 CUresult cuMemRelease(unsigned long long handle) {
     size_t *h = (size_t *)handle;
-    __atomic_sub_fetch(&fake_used_bytes, *h, __ATOMIC_RELAXED);
+    give(*h, -1, 0);
     free(h);
     return CUDA_SUCCESS;
 }
@@ -245,8 +395,11 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long lon
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) { (void)ptr; (void)size; return CUDA_SUCCESS; }
 /* Contexts: one primary context; destroying it forgets the device memory (the host copy leaks,
  * harmless in a test). */
-CUresult cuCtxDestroy_v2(void *ctx) { (void)ctx; fake_used_bytes = 0; return CUDA_SUCCESS; }
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { (void)dev; fake_used_bytes = 0; return CUDA_SUCCESS; }
+CUresult cuCtxDestroy_v2(void *ctx) {
+    give(0, ctx ? (int)((size_t)ctx - 1) : current_device(), 1);
+    return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { give(0, dev, 1); return CUDA_SUCCESS; }
 
 /* The legacy (v1) entry points the resolver hands out for old versions: same behaviour here. */
 CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) { return cuMemAlloc_v2(dptr, bytesize); }

@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-/// The directory holding the fake `libcuda.so.1` (and `libcuda.so`).
+/// The directory holding the fake `libcuda.so.1` (and `libcuda.so`) and the fake NVML
+/// (`libnvidia-ml.so.1`).
 pub fn lib_dir() -> PathBuf {
     PathBuf::from(env!("VRAMSCOPE_FAKE_CUDA_LIB_DIR"))
 }

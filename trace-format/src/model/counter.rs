@@ -3,10 +3,18 @@
 use super::category::Category;
 use super::ids::{DeviceId, ProcessId, StringId};
 
+/// The name of a [`CounterKind::DeviceUsed`] series of the whole device.
+pub const DEVICE_SERIES: &str = "device";
+/// The name of a [`CounterKind::DeviceUsed`] series of one process on the device.
+pub const PROCESS_SERIES: &str = "process";
+
 /// What a counter measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CounterKind {
-    /// Device memory in use as the driver sees it (includes memory outside the framework).
+    /// Device memory in use as the driver accounts it (NVML), outside the framework too: a
+    /// series named [`DEVICE_SERIES`] is the whole device, every process on it (its `process`
+    /// is not meaningful); one named [`PROCESS_SERIES`] is what the driver accounts to its
+    /// `process` there (its context, its allocations, another allocator's pools).
     DeviceUsed,
     /// Bytes allocated by the framework, as the source reported them.
     Allocated,

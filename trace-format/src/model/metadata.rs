@@ -55,6 +55,10 @@ pub struct DeviceInfo {
     /// Total memory of the device, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_memory_bytes: Option<u64>,
+    /// The device's UUID as NVML and `nvidia-smi -L` write it (`GPU-…`), when known: what ties
+    /// the framework's device number to the driver's accounting of the whole device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
     /// Bytes the source says were allocated when the trace started, when it says so (profiler
     /// traces report a running total that can start above zero).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,6 +117,12 @@ pub struct AboveTotals {
 }
 
 impl Metadata {
+    /// How many processes were recorded: the first this many of [`Metadata::processes`] (those
+    /// only the driver's accounting saw, [`ProcessInfo::not_recorded`], come after them).
+    pub fn recorded_processes(&self) -> usize {
+        self.processes.iter().take_while(|p| !p.not_recorded).count()
+    }
+
     /// How a device is named: `cuda:0`, `hip:1`, `xpu:0`; `host` for -1.
     pub fn device_label(&self, device: DeviceId) -> String {
         if device.is_host() {
@@ -149,6 +159,16 @@ pub struct ProcessInfo {
     /// are not seen.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub in_process: bool,
+    /// Not recorded: seen only in the driver's per-process accounting (NVML) of a device the
+    /// recording sampled, with the bytes it held there over time (the `process` series of
+    /// [`crate::CounterKind::DeviceUsed`]) and nothing else.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_recorded: bool,
+    /// What to call it, when known: the Python script (and a first argument that is a plain
+    /// word) of a process the PyTorch shim recorded; the executable's name (`/proc/PID/comm`) of
+    /// one only the driver's accounting saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Facts about the whole trace. Stored as JSON in a `.vtrace`, so it can grow without a new
