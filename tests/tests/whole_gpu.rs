@@ -132,6 +132,26 @@ fn info_shows_every_process_on_the_device_and_their_turns() {
     assert!(text.contains("cuda:0 whole — 3 processes on it"), "{text}");
     assert!(text.contains("not recorded"), "{text}");
     assert!(text.contains("in turns: shared_gpu.py trainer"), "{text}");
+    // The app's Whole GPU view, under Xvfb: the processes stacked (the one not recorded grey,
+    // the two recorded in colours of their own), the table and the turns.
+    let png = dir.path().join("device.png");
+    // A display of its own (tests run in parallel processes; `-a` alone races).
+    let display = (260 + std::process::id() % 1000 * 8).to_string();
+    let output = Command::new("xvfb-run")
+        .args(["-a", "-n", &display, "-s", "-screen 0 1600x1000x24"])
+        .arg(vramscope_e2e::vramscope_bin())
+        .arg("open")
+        .arg(&trace)
+        .args(["--view", "device", "--size", "1200x800", "--screenshot"])
+        .arg(&png)
+        .output()
+        .expect("xvfb-run runs (scripts/install-gui-deps.sh)");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let image = image::open(&png).expect("a PNG").to_rgba8();
+    let near =
+        |rgb: [u8; 3]| image.pixels().filter(|p| p.0[..3].iter().zip(rgb).all(|(a, b)| a.abs_diff(b) <= 6)).count();
+    let (grey, first, second) = (near([140, 140, 140]), near([0x4c, 0x72, 0xb0]), near([0x2a, 0x9d, 0x8f]));
+    assert!(grey > 5000 && first > 2000 && second > 2000, "grey {grey} px, recorded {first} and {second} px");
 }
 
 /// A recorded program runs out of memory because a process that is not recorded holds most of

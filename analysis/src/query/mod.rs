@@ -118,7 +118,7 @@ pub mod phases {
 
 /// OOMs explained.
 pub mod postmortem {
-    pub use crate::postmortem::{PostMortem, postmortem};
+    pub use crate::postmortem::{Holder, PostMortem, holders, postmortem, postmortem_sharing};
 }
 
 /// Memory over time, replayed.

@@ -28,6 +28,13 @@ pub fn signed_bytes(value: i64) -> String {
     format!("{sign}{}", bytes(value.unsigned_abs()))
 }
 
+/// A time from the trace's origin, signed: `+1.250 s`, or `−0.400 s` for a sample taken before the
+/// first event (the driver is sampled from the recording's start, before a program's first
+/// allocation).
+pub fn offset_ns(value: i64) -> String {
+    if value < 0 { format!("−{}", duration_ns(value.saturating_neg())) } else { format!("+{}", duration_ns(value)) }
+}
+
 /// A duration in nanoseconds as seconds or milliseconds.
 pub fn duration_ns(value: i64) -> String {
     let seconds = value as f64 / 1e9;

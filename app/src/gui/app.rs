@@ -487,6 +487,9 @@ impl VramscopeApp {
                     Needs::SecondRun => "a second run to compare with (vramscope compare A B)",
                     Needs::Run => "a run of several ranks",
                     Needs::Oom => "a trace with an out-of-memory error",
+                    Needs::Device => {
+                        "a recording that sampled the whole device (vramscope record, on an NVIDIA driver)"
+                    }
                     Needs::Nothing => "nothing more",
                 };
                 eprintln!("vramscope: --view {} needs {why}: showing the timeline", info.cli_name);
@@ -506,6 +509,7 @@ impl VramscopeApp {
             compare: session.compare.as_ref(),
             run: session.run.as_ref(),
             settings: &self.settings,
+            whole: session.whole(),
         };
         if let Some(share) = info.timeline_share {
             let height = (ui.available_height() * share).max(if share > 0.5 { 220.0 } else { 180.0 });

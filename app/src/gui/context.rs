@@ -17,6 +17,8 @@ pub struct Open {
     pub run: bool,
     /// A trace with an out-of-memory error.
     pub oom: bool,
+    /// A recording that sampled the driver's account of each whole device.
+    pub device_whole: bool,
 }
 
 /// What a view draws from. Its own state (zoom, picks, jobs) is passed beside it.
@@ -37,6 +39,8 @@ pub struct ViewCtx<'a> {
     pub run: Option<&'a RunState>,
     /// The persisted options.
     pub settings: &'a Settings,
+    /// The whole recording, when the document shows one of its several processes.
+    pub whole: Option<&'a std::sync::Arc<vramscope_trace_format::Trace>>,
 }
 
 /// Something the user asked for, from a view, a menu, a button or a key.

@@ -10,6 +10,7 @@ pub mod breakdown_view;
 pub mod compare;
 pub mod compare_view;
 pub mod context;
+pub mod device_view;
 pub mod document;
 pub mod follow;
 pub mod fragmentation_view;

@@ -25,17 +25,32 @@ pub struct OomState {
 }
 
 impl OomState {
-    fn refresh(&mut self, ctx: &egui::Context, trace: &Arc<Trace>, index: usize) {
+    /// Works out OOM `index` of `trace`; `whole` is the recording of every process when `trace`
+    /// is one of them (who held the device is read from it).
+    fn refresh(&mut self, ctx: &egui::Context, trace: &Arc<Trace>, whole: Option<&Arc<Trace>>, index: usize) {
         let key = (Arc::as_ptr(trace) as usize, index);
         if self.key != Some(key) {
             self.key = Some(key);
             self.shown = None;
             let trace = Arc::clone(trace);
+            let whole = whole.map(Arc::clone);
             let ctx = ctx.clone();
             self.pending = Some(Job::spawn(
                 "oom",
                 move || ctx.request_repaint(),
-                move |_| postmortem::postmortem(&trace, index),
+                move |_| {
+                    let oom = trace.ooms.get(index)?;
+                    let process = whole.as_ref().and_then(|w| {
+                        let pid = trace.metadata.processes.first()?.pid?;
+                        let i = w.metadata.processes.iter().position(|p| p.pid == Some(pid))?;
+                        Some((w, vramscope_trace_format::ProcessId(u32::try_from(i).ok()?)))
+                    });
+                    let holders = match process {
+                        Some((w, p)) => postmortem::holders(w, oom.device, p, oom.time_ns),
+                        None => postmortem::holders(&trace, oom.device, oom.process, oom.time_ns),
+                    };
+                    postmortem::postmortem_sharing(&trace, index, holders)
+                },
                 |_| None,
             ));
         }
@@ -79,7 +94,7 @@ pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, state: &mut OomState, out: 
         });
     }
     let egui_ctx = ui.ctx().clone();
-    state.refresh(&egui_ctx, trace, index);
+    state.refresh(&egui_ctx, trace, ctx.whole, index);
     let Some(shown) = &state.shown else {
         ui.horizontal(|ui| {
             ui.spinner();

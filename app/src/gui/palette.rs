@@ -16,6 +16,18 @@ pub fn category_color_index(index: usize) -> Color32 {
 
 pub use crate::words::category_label;
 
+/// Processes on a device (the Whole GPU view), recorded ones in turn: colours of their own, not
+/// the categories'.
+pub const PROCESSES: [Color32; 5] = [
+    Color32::from_rgb(0x4c, 0x72, 0xb0),
+    Color32::from_rgb(0x2a, 0x9d, 0x8f),
+    Color32::from_rgb(0x8e, 0x6c, 0xc9),
+    Color32::from_rgb(0xd4, 0xa0, 0x17),
+    Color32::from_rgb(0xc9, 0x4f, 0x7c),
+];
+/// A process the recording did not see.
+pub const NOT_RECORDED: Color32 = Color32::from_gray(140);
+
 /// The reserved-bytes line.
 pub const RESERVED: Color32 =
     Color32::from_rgb(crate::colors::RESERVED_RGB.0, crate::colors::RESERVED_RGB.1, crate::colors::RESERVED_RGB.2);

@@ -424,6 +424,12 @@ impl Session {
             second_run: self.compare.is_some(),
             run: self.run.is_some(),
             oom: self.doc.as_ref().is_some_and(|d| !d.trace.ooms.is_empty()),
+            device_whole: self
+                .processes
+                .as_ref()
+                .map(|p| &*p.whole)
+                .or_else(|| self.doc.as_ref().map(|d| &*d.trace))
+                .is_some_and(super::device_view::sampled),
         }
     }
 
@@ -439,6 +445,11 @@ impl Session {
             self.device_index = index;
             self.jump_to_peak();
         }
+    }
+
+    /// The whole recording, when the document shows one of its several processes.
+    pub fn whole(&self) -> Option<&Arc<Trace>> {
+        self.processes.as_ref().map(|p| &p.whole)
     }
 
     /// The recording's processes and the one shown, when it has several.

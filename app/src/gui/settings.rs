@@ -23,6 +23,8 @@ pub enum View {
     Ranks,
     /// An out-of-memory error explained (when the trace has one).
     Oom,
+    /// Each GPU whole: every process on it, recorded or not (when the recording sampled it).
+    Device,
 }
 
 /// How the fragmentation map's segment rows are ordered.

@@ -9,6 +9,7 @@ use super::breakdown_view::{self, BreakdownState};
 use super::compare_view::{self, CompareState};
 pub use super::context::Open;
 use super::context::{Command, ViewCtx};
+use super::device_view::{self, DeviceState};
 use super::fragmentation_view;
 use super::oom_view::{self, OomState};
 pub use super::settings::View;
@@ -26,6 +27,8 @@ pub enum Needs {
     Run,
     /// A trace with an out-of-memory error.
     Oom,
+    /// A recording that sampled each whole device.
+    Device,
 }
 
 /// A view's entry in the table.
@@ -68,11 +71,13 @@ pub struct ViewStates {
     pub compare: CompareState,
     /// The OOM explained, and the one being worked out.
     pub oom: OomState,
+    /// The devices whole, and those being worked out.
+    pub device: DeviceState,
 }
 
 /// Every view, in the order of their tabs (the ranks first and compare last: their tabs show once
 /// a run of several ranks, or a second run, is open).
-pub const VIEWS: [ViewInfo; 7] = [
+pub const VIEWS: [ViewInfo; 8] = [
     ViewInfo {
         view: View::Ranks,
         label: "Ranks",
@@ -148,6 +153,20 @@ pub const VIEWS: [ViewInfo; 7] = [
         draw: |ui, ctx, states, out| oom_view::view_ui(ui, ctx, &mut states.oom, out),
     },
     ViewInfo {
+        view: View::Device,
+        label: "Whole GPU",
+        key: egui::Key::Num8,
+        key_label: "8",
+        cli_name: "device",
+        about: "each GPU whole: every process that held memory on it, recorded or not, stacked over time against \
+                its capacity, what each was made of at the device's high point, and the turns they took (a \
+                recording that sampled the driver)",
+        timeline_share: None,
+        needs: Needs::Device,
+        needs_instant: false,
+        draw: |ui, ctx, states, out| device_view::view_ui(ui, ctx, &mut states.device, out),
+    },
+    ViewInfo {
         view: View::Compare,
         label: "Compare",
         key: egui::Key::Num4,
@@ -181,6 +200,7 @@ impl View {
             Needs::SecondRun => open.second_run,
             Needs::Run => open.run,
             Needs::Oom => open.oom,
+            Needs::Device => open.device_whole,
         })
     }
 
@@ -226,10 +246,19 @@ mod tests {
             | View::Advisor
             | View::Compare
             | View::Ranks
-            | View::Oom => view,
+            | View::Oom
+            | View::Device => view,
         };
-        let all =
-            [View::Timeline, View::Peak, View::Fragmentation, View::Advisor, View::Compare, View::Ranks, View::Oom];
+        let all = [
+            View::Timeline,
+            View::Peak,
+            View::Fragmentation,
+            View::Advisor,
+            View::Compare,
+            View::Ranks,
+            View::Oom,
+            View::Device,
+        ];
         for view in all.map(every) {
             assert_eq!(VIEWS.iter().filter(|v| v.view == view).count(), 1, "{view:?}");
         }

@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::Result;
 
 use crate::query::whole::{Parts, ProcessOnDevice, WholeDevice};
-use crate::units::{bytes, counted, duration_ns};
+use crate::units::{bytes, counted, offset_ns};
 
 /// What a recorded process's share was made of: `PyTorch 350 MiB (activation 200 MiB, ...),
 /// outside PyTorch 50 MiB (allocations 20 MiB, context and driver 30 MiB)`.
@@ -38,7 +38,7 @@ fn process_line(p: &ProcessOnDevice, start_ns: i64) -> String {
         None => "not recorded".to_owned(),
     };
     let most = if p.peak_bytes > p.at_high_bytes {
-        format!("; its most {} at +{}", bytes(p.peak_bytes), duration_ns((p.peak_time_ns - start_ns).max(0)))
+        format!("; its most {} at {}", bytes(p.peak_bytes), offset_ns(p.peak_time_ns - start_ns))
     } else {
         String::new()
     };
@@ -51,11 +51,11 @@ pub fn write_whole(start_ns: i64, whole: &WholeDevice, out: &mut dyn Write) -> R
     let capacity = whole.capacity_bytes.map(|c| format!(" of {}", bytes(c))).unwrap_or_default();
     writeln!(
         out,
-        "{} whole — {} on it, {}{capacity} used at its highest, at +{} (the driver's account, {})",
+        "{} whole — {} on it, {}{capacity} used at its highest, at {} (the driver's account, {})",
         whole.label,
         counted(whole.processes.len(), "process", "processes"),
         bytes(whole.high_bytes),
-        duration_ns((whole.high_time_ns - start_ns).max(0)),
+        offset_ns(whole.high_time_ns - start_ns),
         counted(whole.samples, "sample", "samples"),
     )?;
     for p in &whole.processes {
@@ -69,10 +69,10 @@ pub fn write_whole(start_ns: i64, whole: &WholeDevice, out: &mut dyn Write) -> R
             .iter()
             .map(|t| {
                 format!(
-                    "{} +{}–+{} (its most {})",
+                    "{} {} to {} (its most {})",
                     t.name,
-                    duration_ns((t.from_ns - start_ns).max(0)),
-                    duration_ns((t.to_ns - start_ns).max(0)),
+                    offset_ns(t.from_ns - start_ns),
+                    offset_ns(t.to_ns - start_ns),
                     bytes(t.peak_bytes)
                 )
             })
