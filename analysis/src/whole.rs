@@ -151,6 +151,48 @@ pub fn parts_at(trace: &Trace, device: DeviceId, process: ProcessId, time_ns: i6
     }
 }
 
+/// The device as the driver last accounted it: what is used on it, its capacity, and each process
+/// holding memory there (what to call it, whether it was recorded, its bytes), the most first;
+/// `None` where the recording did not sample it. Cheap (the last samples only), for live views.
+pub fn now(trace: &Trace, device: DeviceId) -> Option<(u64, Option<u64>, Vec<(String, bool, u64)>)> {
+    let named = |c: &&CounterSeries, name: &str| {
+        c.device == device && c.kind == CounterKind::DeviceUsed && trace.interner.resolve(c.name) == name
+    };
+    let used = trace.counters.iter().find(|c| named(c, DEVICE_SERIES))?.samples.last()?.value;
+    let mut processes: Vec<(String, bool, u64)> = trace
+        .counters
+        .iter()
+        .filter(|c| named(c, PROCESS_SERIES))
+        .filter_map(|s| {
+            let bytes = u64::try_from(s.samples.last()?.value).ok().filter(|&b| b > 0)?;
+            let recorded = trace.metadata.processes.get(s.process.0 as usize).is_some_and(|p| !p.not_recorded);
+            Some((process_name(trace, s.process), recorded, bytes))
+        })
+        .collect();
+    processes.sort_by_key(|p| std::cmp::Reverse(p.2));
+    let capacity = trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.total_memory_bytes);
+    Some((u64::try_from(used).unwrap_or(0), capacity, processes))
+}
+
+/// What the processes other than those `trace` recorded on `device` held there at `time_ns`, as
+/// the driver accounted it (0 where the recording did not sample it): memory the program could
+/// not have had.
+pub fn others_at(trace: &Trace, device: DeviceId, time_ns: i64) -> u64 {
+    let own: std::collections::BTreeSet<ProcessId> =
+        trace.events.iter().filter(|e| e.device == device).map(|e| e.process).collect();
+    trace
+        .counters
+        .iter()
+        .filter(|c| {
+            c.device == device
+                && c.kind == CounterKind::DeviceUsed
+                && !own.contains(&c.process)
+                && trace.interner.resolve(c.name) == PROCESS_SERIES
+        })
+        .map(|s| value_at(s, time_ns))
+        .sum()
+}
+
 /// Every sampled device of `trace`, whole (none where the recording did not sample the driver).
 pub fn whole_devices(trace: &Trace) -> Vec<WholeDevice> {
     let named = |series: &CounterSeries, name: &str| {

@@ -149,7 +149,8 @@ class _AdviceDocumentRequired(TypedDict):
     sequence: bool
     #: The remedy (or combination) with the least cost that fits under the target.
     smallest_change_that_fits: Union[str, None]
-    #: The memory to fit under (the device's unless given).
+    #: The memory to fit under (the device's, less what other processes held on it at the
+    #: peak, unless given).
     target_bytes: Union[int, None]
     #: Whether the run trains (gradients, an optimizer step).
     training: bool
@@ -165,6 +166,9 @@ class AdviceDocument(_AdviceDocumentRequired, total=False):
 
     #: Memory that grows every iteration on the device advised on: no remedy holds while it does.
     growth: Union[GrowthFound, None]
+    #: What other processes held on the device at the peak (the driver's account), left out of
+    #: the target.
+    held_by_others_bytes: int
     #: The part of the trace read (`--range`), if only a part.
     range: Union[str, None]
     #: Of a run of several ranks, the rank advised on.

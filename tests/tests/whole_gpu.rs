@@ -182,4 +182,8 @@ fn the_post_mortem_names_who_held_the_device() {
     let said = words.join("\n");
     assert!(said.contains("by client (pid "), "{said}");
     assert!(said.contains("not recorded"), "{said}");
+    // The advisor measures what fits against what the other process left too.
+    let advice = json(&[OsStr::new("advise"), OsStr::new("--json"), trace.as_os_str()]);
+    assert_eq!(advice["held_by_others_bytes"], 150_000_000 + CONTEXT, "{advice}");
+    assert_eq!(advice["target_bytes"], TOTAL - 150_000_000 - CONTEXT);
 }

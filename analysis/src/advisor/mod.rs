@@ -107,8 +107,12 @@ pub struct Projection {
 pub struct Advice {
     /// Where it starts.
     pub baseline: Baseline,
-    /// The memory to fit under (the device's, or the one asked for).
+    /// The memory to fit under (the device's less what other processes held on it at the peak,
+    /// or the one asked for).
     pub target_bytes: Option<u64>,
+    /// What other processes held on the device at the peak, left out of the target (the
+    /// driver's account; 0 where the recording did not sample it, or a target was given).
+    pub held_by_others_bytes: u64,
     /// Whether the baseline's reserved peak fits under the target already.
     pub baseline_fits: bool,
     /// Single remedies, lowest projected peak first (a fine-tune's LoRA first, where it fits).
@@ -345,7 +349,14 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     // Where the trace does not record reserved memory, the projections take it as allocated.
     let reserved_recorded = peak::reserved_recorded(trace, device, &b.peaks);
     let peak_reserved = b.peaks.reserved.bytes.max(peak_allocated);
-    let target = target.or_else(|| trace.metadata.devices.iter().find(|d| d.device == device)?.total_memory_bytes);
+    // The device's memory, less what other processes held on it at the peak (the driver's
+    // account, where the recording sampled it): not the program's to have.
+    let held_by_others =
+        if target.is_none() { crate::whole::others_at(trace, device, b.peaks.reserved.time_ns) } else { 0 };
+    let target = target.or_else(|| {
+        let total = trace.metadata.devices.iter().find(|d| d.device == device)?.total_memory_bytes?;
+        Some(total.saturating_sub(held_by_others))
+    });
     // A run already under autocast gains nothing from it.
     let autocast = trace.metadata.extra.get("autocast").and_then(|v| v.as_str()).map(str::to_owned);
     let at_peak = instant::instant(trace, device, b.peaks.allocated.event, b.peaks.allocated.time_ns);
@@ -472,6 +483,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
             repeated_blocks: ctx.blocks,
         },
         target_bytes: target,
+        held_by_others_bytes: held_by_others,
         // A run that failed an allocation did not fit, whatever its peak says.
         baseline_fits: target.is_some_and(|t| peak_reserved <= t) && !trace.ooms.iter().any(|o| o.device == device),
         remedies: singles,

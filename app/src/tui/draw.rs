@@ -242,6 +242,9 @@ fn draw_sites(frame: &mut Frame<'_>, area: Rect, d: &DeviceScreen) {
 
 fn draw_findings(frame: &mut Frame<'_>, area: Rect, d: &DeviceScreen, screen: &Screen) {
     let mut lines = Vec::new();
+    if let Some(whole) = &d.whole_now {
+        lines.push(Line::raw(whole.clone()));
+    }
     let (ooms, post_mortem) = &d.ooms;
     if *ooms > 0 {
         let red = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);

@@ -68,6 +68,8 @@ pub struct DeviceScreen {
     pub phase_now: Option<String>,
     /// The timeline: allocated and reserved over time.
     pub timeline: Arc<Timeline>,
+    /// The whole GPU as the driver last accounted it, in words (empty where it was not sampled).
+    pub whole_now: Option<String>,
 }
 
 /// Post-mortems already worked out, by process and number of OOMs (the advisor's part is slow:
@@ -138,6 +140,7 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
                 ooms: (d.oom_events, oom),
                 phase_now: phase_now(&d.phases, last_event),
                 timeline: Arc::new(Timeline::build(trace, d.device)),
+                whole_now: whole_now(whole, d.device),
             }
         })
         .collect();
@@ -157,6 +160,20 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
         focus,
         notes: doc.notes.clone(),
     }
+}
+
+/// The whole GPU now, from the driver's last account: `the whole GPU: 111 MiB of 191 MiB, trainer
+/// 66.9 MiB, client (pid 812) 41.0 MiB not recorded`.
+fn whole_now(whole: &Trace, device: DeviceId) -> Option<String> {
+    let (used, capacity, processes) = crate::query::whole::now(whole, device)?;
+    let of = capacity.map(|c| format!(" of {}", crate::units::bytes(c))).unwrap_or_default();
+    let each: Vec<String> = processes
+        .iter()
+        .map(|(name, recorded, bytes)| {
+            format!("{name} {}{}", crate::units::bytes(*bytes), if *recorded { "" } else { " (not recorded)" })
+        })
+        .collect();
+    Some(format!("the whole GPU now: {}{of} used; {}", crate::units::bytes(used), each.join(", ")))
 }
 
 /// The first OOM of each device, its heading and first lines (as `info --oom` says them).

@@ -19,8 +19,13 @@ pub struct AdviceDocument<'a> {
     pub schema_version: u32,
     /// The run as recorded: its device, peaks and what is at the peak.
     pub baseline: &'a Baseline,
-    /// The memory to fit under (the device's unless given).
+    /// The memory to fit under (the device's, less what other processes held on it at the
+    /// peak, unless given).
     pub target_bytes: Option<u64>,
+    /// What other processes held on the device at the peak (the driver's account), left out of
+    /// the target.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub held_by_others_bytes: u64,
     /// Whether the run as recorded fits under it.
     pub baseline_fits: bool,
     /// Each remedy that would change the peak, with its projection and words.
@@ -195,6 +200,7 @@ pub fn advice_document_with<'a>(
         schema_version: SCHEMA_VERSION,
         baseline: &advice.baseline,
         target_bytes: advice.target_bytes,
+        held_by_others_bytes: advice.held_by_others_bytes,
         baseline_fits: advice.baseline_fits,
         remedies: projections(&advice.remedies, advice),
         combinations: projections(&advice.combinations, advice),
@@ -287,4 +293,8 @@ impl<'a> GrowthDocument<'a> {
             .collect();
         Self { schema_version: SCHEMA_VERSION, file, devices, rank }
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

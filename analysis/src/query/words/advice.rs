@@ -118,6 +118,13 @@ pub fn advice_notes(advice: &Advice, set_gpus: &str) -> Vec<String> {
         Source::Events => "segments mapped piecewise in the trace",
     };
     let mut notes = Vec::new();
+    if advice.held_by_others_bytes > 0 {
+        notes.push(format!(
+            "other processes held {} on the device at the peak (the driver's account): what fits is measured \
+             against what they left",
+            bytes(advice.held_by_others_bytes)
+        ));
+    }
     let allocator = &advice.allocator;
     if allocator.is_async() {
         notes.push(
