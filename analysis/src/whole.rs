@@ -151,10 +151,21 @@ pub fn parts_at(trace: &Trace, device: DeviceId, process: ProcessId, time_ns: i6
     }
 }
 
-/// The device as the driver last accounted it: what is used on it, its capacity, and each process
-/// holding memory there (what to call it, whether it was recorded, its bytes), the most first;
-/// `None` where the recording did not sample it. Cheap (the last samples only), for live views.
-pub fn now(trace: &Trace, device: DeviceId) -> Option<(u64, Option<u64>, Vec<(String, bool, u64)>)> {
+/// A device as the driver last accounted it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceNow {
+    /// What is used on it.
+    pub used_bytes: u64,
+    /// Its memory, when known.
+    pub capacity_bytes: Option<u64>,
+    /// Each process holding memory there: what to call it, whether it was recorded, its bytes;
+    /// the most first.
+    pub processes: Vec<(String, bool, u64)>,
+}
+
+/// The device as the driver last accounted it; `None` where the recording did not sample it.
+/// Cheap (the last samples only), for live views.
+pub fn now(trace: &Trace, device: DeviceId) -> Option<DeviceNow> {
     let named = |c: &&CounterSeries, name: &str| {
         c.device == device && c.kind == CounterKind::DeviceUsed && trace.interner.resolve(c.name) == name
     };
@@ -170,8 +181,8 @@ pub fn now(trace: &Trace, device: DeviceId) -> Option<(u64, Option<u64>, Vec<(St
         })
         .collect();
     processes.sort_by_key(|p| std::cmp::Reverse(p.2));
-    let capacity = trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.total_memory_bytes);
-    Some((u64::try_from(used).unwrap_or(0), capacity, processes))
+    let capacity_bytes = trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.total_memory_bytes);
+    Some(DeviceNow { used_bytes: u64::try_from(used).unwrap_or(0), capacity_bytes, processes })
 }
 
 /// What the processes other than those `trace` recorded on `device` held there at `time_ns`, as

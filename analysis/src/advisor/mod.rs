@@ -333,6 +333,18 @@ fn breakdown(trace: &Trace, device: DeviceId) -> Breakdown {
 /// A projected peak within this share of another is the same peak.
 pub const NO_CHANGE: f64 = 0.005;
 
+/// The memory to fit under: `target` where given, else the device's memory less what other
+/// processes held on it at `peak_ns` (the driver's account, where the recording sampled it: not
+/// the program's to have); and what they held.
+fn fit_target(trace: &Trace, device: DeviceId, target: Option<u64>, peak_ns: i64) -> (Option<u64>, u64) {
+    if target.is_some() {
+        return (target, 0);
+    }
+    let held_by_others = crate::whole::others_at(trace, device, peak_ns);
+    let total = trace.metadata.devices.iter().find(|d| d.device == device).and_then(|d| d.total_memory_bytes);
+    (total.map(|t| t.saturating_sub(held_by_others)), held_by_others)
+}
+
 /// Works out the advice for `device` (the one with the highest peak when `None`); `gpus` for the
 /// sharding remedies (else the trace's ranks or GPUs, when more than one); `target` to fit under
 /// (else the device's memory, when known).
@@ -349,14 +361,7 @@ pub fn advise(trace: &Trace, device: Option<DeviceId>, gpus: Option<u32>, target
     // Where the trace does not record reserved memory, the projections take it as allocated.
     let reserved_recorded = peak::reserved_recorded(trace, device, &b.peaks);
     let peak_reserved = b.peaks.reserved.bytes.max(peak_allocated);
-    // The device's memory, less what other processes held on it at the peak (the driver's
-    // account, where the recording sampled it): not the program's to have.
-    let held_by_others =
-        if target.is_none() { crate::whole::others_at(trace, device, b.peaks.reserved.time_ns) } else { 0 };
-    let target = target.or_else(|| {
-        let total = trace.metadata.devices.iter().find(|d| d.device == device)?.total_memory_bytes?;
-        Some(total.saturating_sub(held_by_others))
-    });
+    let (target, held_by_others) = fit_target(trace, device, target, b.peaks.reserved.time_ns);
     // A run already under autocast gains nothing from it.
     let autocast = trace.metadata.extra.get("autocast").and_then(|v| v.as_str()).map(str::to_owned);
     let at_peak = instant::instant(trace, device, b.peaks.allocated.event, b.peaks.allocated.time_ns);

@@ -146,7 +146,9 @@ pub mod summary {
 
 /// A GPU whole: every process on it, as the driver accounted it.
 pub mod whole {
-    pub use crate::whole::{Parts, ProcessOnDevice, Turn, WholeDevice, now, parts_at, process_name, whole_devices};
+    pub use crate::whole::{
+        DeviceNow, Parts, ProcessOnDevice, Turn, WholeDevice, now, parts_at, process_name, whole_devices,
+    };
 }
 
 /// Memory over time by category, for drawing.

@@ -165,7 +165,8 @@ pub fn build(whole: &Trace, origin: &Origin, process: usize, cache: &mut Cache) 
 /// The whole GPU now, from the driver's last account: `the whole GPU: 111 MiB of 191 MiB, trainer
 /// 66.9 MiB, client (pid 812) 41.0 MiB not recorded`.
 fn whole_now(whole: &Trace, device: DeviceId) -> Option<String> {
-    let (used, capacity, processes) = crate::query::whole::now(whole, device)?;
+    let crate::query::whole::DeviceNow { used_bytes: used, capacity_bytes: capacity, processes } =
+        crate::query::whole::now(whole, device)?;
     let of = capacity.map(|c| format!(" of {}", crate::units::bytes(c))).unwrap_or_default();
     let each: Vec<String> = processes
         .iter()
