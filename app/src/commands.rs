@@ -311,6 +311,16 @@ pub enum Command {
         /// default, or off. Without NVML (no NVIDIA driver) nothing is sampled.
         #[arg(long, value_name = "INTERVAL|off", default_value = "100ms", value_parser = vramscope::cli::record::parse_sampling)]
         sample_devices: vramscope::cli::record::Sampling,
+        /// Keep a flight recorder instead of a trace: each process's driver calls go round a
+        /// file of fixed size in the directory -o names (default PROGRAM-PID.flight), so the
+        /// last stretch of a run of any length is on disk when it dies, runs out of memory or
+        /// is killed (a SIGKILL loses at most the last 20 ms; a machine that loses power, the
+        /// last quarter second). SIZE bounds each process's file (e.g. 256MiB); DURATION (e.g.
+        /// 10min) is how far back it should reach, within 64 MiB; default 64MiB. Open the
+        /// directory with `vramscope DIR`. PyTorch's tensors are not kept, only what the driver
+        /// was asked for (the caching allocator's segments, other allocators', OOMs).
+        #[arg(long, value_name = "SIZE|DURATION", num_args = 0..=1, default_missing_value = "64MiB", require_equals = true)]
+        flight: Option<String>,
         /// The command to run, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,

@@ -178,6 +178,23 @@ pub fn load_range_with(path: &Path, range: Option<TraceRange>, progress: &dyn Pr
         return load_stdin(progress, range);
     }
     let cannot_read = || format!("cannot read {}", path.display());
+    // A recording's directory (a flight recorder's rings, or what `vramscope.record()` left):
+    // merged as `record` merges it at the end.
+    if path.is_dir() && vramscope_collector::session::is_recording_dir(path) {
+        let recording = vramscope_collector::session::collect_dir(path)
+            .with_context(|| format!("cannot read the recording in {}", path.display()))?;
+        let file_bytes = std::fs::read_dir(path)
+            .map(|entries| entries.filter_map(Result::ok).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+            .unwrap_or(0);
+        return Ok(LoadedTrace {
+            trace: recording.trace,
+            warnings: recording.notes,
+            path: path.to_owned(),
+            file_bytes,
+            format: SourceFormat::Vtrace,
+            wrappers: Vec::new(),
+        });
+    }
     // Looked at before opening: opening a named pipe without a writer waits forever.
     let kind = std::fs::metadata(path).with_context(cannot_read)?.file_type();
     if let Some(what) = not_a_file(kind) {

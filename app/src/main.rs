@@ -110,7 +110,13 @@ fn main() -> ExitCode {
             let options = vramscope::cli::report::Options { force, range: range.range, blocks };
             vramscope::cli::report::run(&files, &output, options, &mut vramscope::cli::To::new(json, &mut stdout))
         }
-        Some(Command::Record { output, live, serve, tui, force, torch, sample_devices, command }) => {
+        Some(Command::Record { output, flight: Some(spec), force, command, .. }) => {
+            match vramscope::cli::record::run_flight(output.as_deref(), force, &spec, &command) {
+                Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
+                Err(e) => Err(e),
+            }
+        }
+        Some(Command::Record { output, live, serve, tui, force, torch, sample_devices, command, flight: None }) => {
             let torch = match torch {
                 TorchSource::Auto => "auto",
                 TorchSource::Cuda => "cuda",

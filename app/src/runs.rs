@@ -37,11 +37,19 @@ pub fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// Whether `path` is a directory of trace files (a recording's directory is one trace).
+fn directory_of_files(path: &Path) -> bool {
+    path.is_dir() && !vramscope_collector::session::is_recording_dir(path)
+}
+
 /// The files `paths` name: each file (true: named), and the trace files of each directory.
 pub fn expand(paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
     let mut out = Vec::new();
     for path in paths {
-        if path.is_dir() {
+        if path.is_dir() && vramscope_collector::session::is_recording_dir(path) {
+            // A recording's directory is one run, merged as `record` merges it.
+            out.push((path.clone(), true));
+        } else if path.is_dir() {
             out.extend(files_in(path)?.into_iter().map(|f| (f, false)));
         } else {
             out.push((path.clone(), true));
@@ -206,7 +214,7 @@ pub enum Held {
 pub fn open_for_summary(paths: &[PathBuf], range: Option<vramscope_trace_format::TraceRange>) -> Result<Held> {
     use crate::query::run;
     if let [one] = paths
-        && !one.is_dir()
+        && !directory_of_files(one)
     {
         let loaded = load::load(one, range)?;
         if !run::holds_ranks(&loaded.trace) {
@@ -271,7 +279,7 @@ pub fn for_each_rank(
 ) -> Result<usize> {
     use crate::query::run::Rank;
     if let [one] = paths
-        && !one.is_dir()
+        && !directory_of_files(one)
     {
         let opened = open(paths, range)?;
         opened.warn();
@@ -317,7 +325,7 @@ pub fn highest_rank(
     path: &Path,
     range: Option<vramscope_trace_format::TraceRange>,
 ) -> Result<(LoadedTrace, Option<RankChosen>)> {
-    let (summary, origin) = if path.is_dir() {
+    let (summary, origin) = if directory_of_files(path) {
         let summed = summaries(&[path.to_path_buf()], range)?;
         for note in crate::words::run_notes(&summed.notes, &summed.skipped) {
             eprintln!("warning: {note}");

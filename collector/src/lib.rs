@@ -9,6 +9,7 @@
 pub mod cleanup;
 pub mod devices;
 mod error;
+pub mod flight;
 pub mod hook;
 pub mod live;
 pub mod merge;

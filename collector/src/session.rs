@@ -171,6 +171,56 @@ fn run(
     collect(dir, status?, program, args, &facts)
 }
 
+/// A flight recorder's bounds for each process: its ring's bytes, and the time it should span at
+/// least (segments begin at least that often over its length).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flight {
+    /// Bytes of each process's ring.
+    pub bytes: u64,
+    /// The time a ring should span, when asked for.
+    pub span: Option<std::time::Duration>,
+}
+
+/// Runs `program` with `args` under the flight recorder (`record --flight`): the hook preloaded,
+/// keeping each process's driver calls in a ring of fixed size in `dir` (made if missing), which
+/// stays there however the program ends; no PyTorch shim (its log would grow with the run).
+/// Returns how the program ended.
+pub fn flight(program: &OsStr, args: &[OsString], dir: &Path, bounds: Flight) -> Result<ExitStatus, Error> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        what: format!("cannot make the flight recorder's directory {}", dir.display()),
+        source,
+    })?;
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
+    // The hook's own folder: the flight recorder's directory holds rings only.
+    let folder = tempfile::Builder::new()
+        .prefix("vramscope-flight-")
+        .tempdir()
+        .map_err(io("cannot create a folder for the hook library"))?;
+    let preload = crate::hook::hook_for(folder.path())?;
+    let manifest =
+        live::Manifest { recorder_pid: std::process::id(), command: command_line(program, args), output: None };
+    manifest.write(&dir).map_err(io("cannot write the flight recorder's manifest"))?;
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env("LD_PRELOAD", prepend("LD_PRELOAD", preload.as_os_str()))
+        .env(env::FLIGHT, &dir)
+        .env(env::FLIGHT_BYTES, bounds.bytes.to_string())
+        .env_remove(env::RECORD_DIR);
+    match bounds.span {
+        Some(span) => command.env(env::FLIGHT_SPAN_NS, span.as_nanos().to_string()),
+        None => command.env_remove(env::FLIGHT_SPAN_NS),
+    };
+    let signals = signals::install();
+    let mut child = command
+        .spawn()
+        .map_err(|source| Error::Io { what: format!("cannot run {}", Path::new(program).display()), source })?;
+    signals.child(child.id());
+    let status = child.wait().map_err(io("cannot wait for the program"));
+    drop(signals);
+    status
+}
+
 /// Runs `program` with `args` with only the out-of-memory capture armed (`vramscope run`): no
 /// hook library and no recording, the PyTorch shim first on `PYTHONPATH`, which (once the program
 /// imports torch and initialises CUDA) keeps the caching allocator's recent history and, when an
@@ -216,6 +266,7 @@ pub fn is_recording_dir(dir: &Path) -> bool {
                 let name = name.to_string_lossy();
                 (name.starts_with("torch.") && name.ends_with(".jsonl"))
                     || (name.starts_with("events.") && name.ends_with(".bin"))
+                    || crate::flight::is_ring(&name)
             })
         })
 }
@@ -240,7 +291,13 @@ fn collect(
     args: &[OsString],
     facts: &(Vec<DeviceInfo>, Option<i32>),
 ) -> Result<Recording, Error> {
-    let (recorded, logs) = live::Tail::read_all(dir).map_err(io("cannot read what the workload recorded"))?;
+    let (mut recorded, logs) = live::Tail::read_all(dir).map_err(io("cannot read what the workload recorded"))?;
+    // A flight recorder's rings: read whole, the records put among the others in time order.
+    let rings = crate::flight::read(dir);
+    if !rings.rings.is_empty() {
+        recorded.records.extend(rings.records());
+        recorded.records.sort_by_key(|r| (r.time_ns, r.pid, r.tid));
+    }
     let mut notes: Vec<String> = recorded
         .cut_short
         .iter()
@@ -254,7 +311,9 @@ fn collect(
             log.pid
         ));
     }
+    notes.extend(rings.notes.iter().cloned());
     let mut trace = merge::to_trace(&recorded.records, &logs, &command_line(program, args));
+    crate::flight::mark(&mut trace, &rings);
     crate::devices::add_facts(&mut trace, facts);
     crate::nvml::add_to_trace(&mut trace, &crate::nvml::read(dir), &mut notes);
     Ok(Recording {

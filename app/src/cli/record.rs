@@ -23,6 +23,90 @@ pub enum Watch {
     Terminal,
 }
 
+/// Reads `--flight`'s bounds: a size (`256MiB`) for each process's ring, or a duration (`10min`,
+/// `90s`, `2h`) it should reach back, within the default size.
+pub fn parse_flight(text: &str) -> std::result::Result<session::Flight, String> {
+    let split = text.find(|c: char| c.is_alphabetic()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let seconds = match unit {
+        "s" => Some(1.0),
+        "min" | "m" => Some(60.0),
+        "h" => Some(3600.0),
+        _ => None,
+    };
+    if let Some(scale) = seconds {
+        let value: f64 =
+            number.parse().map_err(|_| format!("--flight={text}: give a size (256MiB) or a duration (10min)"))?;
+        if !(value > 0.0 && value * scale <= 7.0 * 86400.0) {
+            return Err(format!("--flight={text}: a duration from a second to a week"));
+        }
+        let default = vramscope_collector::wire::env::FLIGHT_DEFAULT_BYTES;
+        return Ok(session::Flight { bytes: default, span: Some(std::time::Duration::from_secs_f64(value * scale)) });
+    }
+    let bytes = crate::cli::advise::parse_bytes(text).map_err(|e| format!("--flight={text}: {e}"))?;
+    if !(64 << 10..=64 << 30).contains(&bytes) {
+        return Err(format!("--flight={text}: each process's ring takes from 64KiB to 64GiB"));
+    }
+    Ok(session::Flight { bytes, span: None })
+}
+
+/// `record --flight=SPEC -o DIR -- CMD`: runs the command under the flight recorder; returns its
+/// exit code. The directory is made (an existing one that is not empty is kept unless `force`).
+pub fn run_flight(output: Option<&Path>, force: bool, spec: &str, command: &[OsString]) -> Result<i32> {
+    let bounds = parse_flight(spec).map_err(anyhow::Error::msg)?;
+    let Some((program, args)) = command.split_first() else {
+        bail!("nothing to record: give the command after --, e.g. vramscope record --flight -- python train.py");
+    };
+    let dir = match output {
+        Some(path) => path.to_owned(),
+        None => {
+            let name =
+                Path::new(program).file_name().map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
+            PathBuf::from(format!("{name}-{}.flight", std::process::id()))
+        }
+    };
+    if dir.exists() && !dir.is_dir() {
+        bail!("{} exists and is not a directory: --flight keeps its rings in a directory", dir.display());
+    }
+    let occupied = std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some());
+    if occupied && !force {
+        bail!("{} is not empty: choose another directory, or --force to add to it", dir.display());
+    }
+    eprintln!(
+        "vramscope: flight recorder on, each process's last {} in {}",
+        match bounds.span {
+            Some(span) =>
+                format!("{} (within {})", crate::units::duration_ns(span.as_nanos() as i64), bytes(bounds.bytes)),
+            None => bytes(bounds.bytes),
+        },
+        dir.display()
+    );
+    let status = session::flight(program, args, &dir, bounds)?;
+    let rings = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_str().is_some_and(vramscope_collector::flight::is_ring))
+                .count()
+        })
+        .unwrap_or(0);
+    eprintln!(
+        "vramscope: {} kept in {}; open it with `vramscope {}`",
+        count_rings(rings),
+        dir.display(),
+        dir.display()
+    );
+    Ok(session::exit_code(status))
+}
+
+fn count_rings(n: usize) -> String {
+    match n {
+        0 => "no process called the driver: nothing".to_owned(),
+        1 => "1 process's ring".to_owned(),
+        n => format!("{n} processes' rings"),
+    }
+}
+
 /// How often the devices are sampled (`--sample-devices`): `None` is off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sampling(pub Option<std::time::Duration>);

@@ -334,6 +334,25 @@ static int hold(const char *dir, const char *bytes) {
     return 0;
 }
 
+/* A long-running program for the flight recorder: allocates and frees for ever (or `calls`
+ * pairs), keeping eight blocks alive in turn, printing each call, and pausing a millisecond every
+ * hundred calls so that a kill lands anywhere. */
+static int churn(long long calls) {
+    CUdeviceptr live[8] = {0};
+    for (long long i = 0; calls <= 0 || i < calls; i++) {
+        int slot = (int)(i % 8);
+        if (live[slot]) {
+            cuMemFree_v2(live[slot]);
+            say_free(live[slot]);
+        }
+        size_t size = 4096 * (size_t)(1 + i % 13);
+        if (cuMemAlloc_v2(&live[slot], size) != 0) return 3;
+        say_alloc(live[slot], size);
+        if (i % 100 == 99) usleep(1000);
+    }
+    return 0;
+}
+
 static int hard_case(const char *how) {
     CUdeviceptr p;
     if (strcmp(how, "devices") == 0) return two_devices();
@@ -403,6 +422,7 @@ int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "direct";
     if (strcmp(how, "live") == 0 && argc > 2) return live_run(argv[2]);
     if (strcmp(how, "hold") == 0 && argc > 3) return hold(argv[2], argv[3]);
+    if (strcmp(how, "churn") == 0) return churn(argc > 2 ? atoll(argv[2]) : 0);
     if (strcmp(how, "subprocess") == 0) return subprocess_case(argv[0]);
     if (strcmp(how, "threads") == 0 || strcmp(how, "fork") == 0 || strcmp(how, "exit") == 0 ||
         strcmp(how, "kill") == 0 || strcmp(how, "bench") == 0 || strncmp(how, "others", 6) == 0 ||

@@ -76,16 +76,26 @@ impl<T> Drop for Guard<'_, T> {
     }
 }
 
+/// Where a process's records go.
+pub enum Sink {
+    /// Appended to a file.
+    File(c_int),
+    /// Round a flight recorder's ring.
+    Ring(Box<crate::flight::Ring>),
+    /// Nowhere (it could not be opened).
+    None,
+}
+
 struct State {
     /// The process the state belongs to (after a fork, the child starts afresh).
     pid: u32,
-    fd: c_int,
+    sink: Sink,
     bytes: Vec<u8>,
     /// Whether a writer thread runs for `pid`.
     writer: bool,
 }
 
-static STATE: SpinLock<State> = SpinLock::new(State { pid: 0, fd: -1, bytes: Vec::new(), writer: false });
+static STATE: SpinLock<State> = SpinLock::new(State { pid: 0, sink: Sink::None, bytes: Vec::new(), writer: false });
 
 fn write_all(fd: c_int, mut bytes: &[u8]) {
     while !bytes.is_empty() {
@@ -102,8 +112,12 @@ fn write_all(fd: c_int, mut bytes: &[u8]) {
 }
 
 fn flush_locked(state: &mut State) {
-    if state.fd >= 0 && !state.bytes.is_empty() {
-        write_all(state.fd, &state.bytes);
+    if !state.bytes.is_empty() {
+        match &mut state.sink {
+            Sink::File(fd) => write_all(*fd, &state.bytes),
+            Sink::Ring(ring) => ring.write(&state.bytes),
+            Sink::None => {}
+        }
     }
     state.bytes.clear();
 }
@@ -174,22 +188,34 @@ fn start_writer(pid: u32) -> bool {
                     return;
                 }
                 flush_locked(&mut state);
+                let sync = match &mut state.sink {
+                    Sink::Ring(ring) => ring.sync_due(crate::now_ns()),
+                    _ => None,
+                };
+                drop(state);
+                if let Some(fd) = sync {
+                    // SAFETY: the ring's file, open for the process's life.
+                    unsafe { libc::fdatasync(fd) };
+                }
             }
         })
         .is_ok()
 }
 
-/// Appends a record of process `pid`; `open` opens its file the first time.
-pub fn push(record: &[u8], pid: u32, open: impl FnOnce() -> Option<c_int>) {
+/// Appends a record of process `pid`; `open` opens where its records go the first time.
+pub fn push(record: &[u8], pid: u32, open: impl FnOnce() -> Sink) {
     let mut state = STATE.lock();
     if state.pid != pid {
-        // First record of this process (or of a forked child: the parent's buffer is not ours).
+        // First record of this process (or of a forked child: the parent's buffer is not ours;
+        // its file stays open in the child, unused).
         state.pid = pid;
         state.bytes.clear();
         state.writer = false;
-        state.fd = open().unwrap_or(-1);
+        let sink = open();
+        // A forked child's copy of the parent's ring is the parent's: forgotten, not dropped.
+        std::mem::forget(std::mem::replace(&mut state.sink, sink));
     }
-    if state.fd < 0 {
+    if matches!(state.sink, Sink::None) {
         return;
     }
     state.bytes.extend_from_slice(record);

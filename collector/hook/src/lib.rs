@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use vramscope_wire::{Api, Record};
 
 mod buffer;
+mod flight;
 mod memory;
 mod pools;
 
@@ -157,23 +158,46 @@ macro_rules! real {
 }
 pub(crate) use real;
 
+/// Where records go: a recording's directory, or a flight recorder's (`VRAMSCOPE_FLIGHT`, where
+/// no recording's is set).
 fn recording_dir() -> Option<&'static std::path::Path> {
     static DIR: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| std::env::var_os(vramscope_wire::env::RECORD_DIR).map(std::path::PathBuf::from)).as_deref()
+    DIR.get_or_init(|| {
+        use vramscope_wire::env;
+        std::env::var_os(env::RECORD_DIR).or_else(|| std::env::var_os(env::FLIGHT)).map(std::path::PathBuf::from)
+    })
+    .as_deref()
 }
 
-/// Opens this process's recording file.
-fn open_file(pid: u32) -> Option<c_int> {
-    let dir = recording_dir()?;
-    let path =
-        std::ffi::CString::new(dir.join(format!("events.{pid}.bin")).into_os_string().into_encoded_bytes()).ok()?;
+/// The flight recorder's bounds, where this process keeps a ring: its bytes, and the time a ring
+/// should span at least (segments begin at least that often over its length).
+fn flight() -> Option<(u64, Option<u64>)> {
+    use vramscope_wire::env;
+    let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let ring = std::env::var_os(env::RECORD_DIR).is_none() && std::env::var_os(env::FLIGHT).is_some();
+    let bytes = number(env::FLIGHT_BYTES);
+    (ring || bytes.is_some()).then(|| (bytes.unwrap_or(env::FLIGHT_DEFAULT_BYTES), number(env::FLIGHT_SPAN_NS)))
+}
+
+/// Opens where this process's records go: its file in the recording's directory, or its ring.
+fn open_file(pid: u32) -> buffer::Sink {
+    let Some(dir) = recording_dir() else { return buffer::Sink::None };
+    let flight = flight();
+    let name = if flight.is_some() { format!("flight.{pid}.ring") } else { format!("events.{pid}.bin") };
+    let Ok(path) = std::ffi::CString::new(dir.join(name).into_os_string().into_encoded_bytes()) else {
+        return buffer::Sink::None;
+    };
+    if let Some((bytes, span)) = flight {
+        return flight::Ring::create(&path, bytes, span, pid, now_ns())
+            .map_or(buffer::Sink::None, |ring| buffer::Sink::Ring(Box::new(ring)));
+    }
     // SAFETY: a NUL-terminated path; the flags and mode are plain integers.
     let fd =
         unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC, 0o644) };
-    (fd >= 0).then_some(fd)
+    if fd >= 0 { buffer::Sink::File(fd) } else { buffer::Sink::None }
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid timespec to write to.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };

@@ -245,6 +245,10 @@ fn unrecorded(trace: &Trace, gaps: &[Unrecorded]) -> String {
                  to the end: memory allocated after that is missing",
                 list[0].detail
             ),
+            "flight_ring" => "the flight recorder keeps each process's last stretch in a ring of fixed size, and \
+                              what came before was overwritten (what was alive where the ring begins is shown from \
+                              when it was allocated)"
+                .to_owned(),
             other => format!("the recorder said: {other}"),
         };
         sentences
@@ -259,6 +263,7 @@ pub fn unrecorded_here(gap: &Unrecorded) -> String {
         "own_profiler" => "the program's own profiler ran".to_owned(),
         "open_ranges" => format!("waiting for {} to end before restarting the profiler", gap.detail),
         "unsafe" => format!("the profiler stayed off: {} was open", gap.detail),
+        "flight_ring" => "overwritten by the flight recorder's ring".to_owned(),
         other => other.to_owned(),
     };
     format!("not recorded here ({}): {why}", duration_ns(gap.end_ns - gap.begin_ns))
