@@ -163,6 +163,38 @@ done
 "$BIN/vramscope" advise --json "$RESULTS/remedy-base.vtrace" > "$RESULTS/remedy-base.advice.json" \
     || problem "advise on the remedy base failed"
 
+# The whole GPU (issue 51): a PyTorch process recorded beside a second one that holds memory and
+# is not recorded; NVML's account of both (`info --json`'s whole_devices) against what each
+# process's torch.cuda says, and NCCL's buffers (outside PyTorch) under torchrun with nccl.
+step "whole GPU: a recorded run beside a process holding memory, and NCCL under torchrun"
+python3 - "$RESULTS/holder.json" <<'PY' &
+import json, sys, time, torch
+x = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+json.dump({"reserved": torch.cuda.memory_reserved()}, open(sys.argv[1], "w"))
+time.sleep(90)
+PY
+HOLDER=$!
+sleep 15
+timeout 300 "$BIN/vramscope" record -o "$RESULTS/beside.vtrace" -- \
+    python3 samples/pytorch/train.py --device cuda --steps 3 --summary "$RESULTS/beside.summary.json" \
+    || problem "the run beside another process failed"
+kill $HOLDER 2>/dev/null
+"$BIN/vramscope" info --json "$RESULTS/beside.vtrace" > "$RESULTS/beside.info.json" || problem "info on beside failed"
+python3 - "$RESULTS/beside.info.json" <<'PY' || problem "the whole device does not show both processes"
+import json, sys
+whole = json.load(open(sys.argv[1])).get("whole_devices", [])
+assert whole and len(whole[0]["processes"]) >= 2, whole
+print(json.dumps([{k: p.get(k) for k in ("name", "recorded", "at_high_bytes", "peak_bytes", "parts")} for p in whole[0]["processes"]], indent=1))
+PY
+timeout 300 "$BIN/vramscope" record -o "$RESULTS/nccl.vtrace" -- \
+    torchrun --nproc_per_node=1 samples/pytorch/train.py --device cuda --steps 3 \
+    || problem "the torchrun (nccl) run failed"
+"$BIN/vramscope" info "$RESULTS/nccl.vtrace" > "$RESULTS/nccl.info.txt" || problem "info on the nccl run failed"
+# The flight recorder on a GPU: a ring per process, read back.
+timeout 300 "$BIN/vramscope" record --flight=16MiB -o "$RESULTS/flight" -- \
+    python3 samples/pytorch/train.py --device cuda --steps 3 || problem "the flight-recorded run failed"
+"$BIN/vramscope" info "$RESULTS/flight" > "$RESULTS/flight.info.txt" || problem "info on the flight rings failed"
+
 ls -la "$RESULTS"
 if [ ${#PROBLEMS[@]} -eq 0 ]; then
     echo "== gpu-check: no problem found (compare the figures above with PyTorch's)"

@@ -308,7 +308,7 @@ pub enum Command {
         torch: TorchSource,
         /// How often to ask the NVIDIA driver (NVML) what each GPU holds, for every process on
         /// it (those not recorded too: another job, an inference server, a notebook): 100ms by
-        /// default, or off. Without NVML (no NVIDIA driver) nothing is sampled.
+        /// default, or off. Without NVML (no NVIDIA driver) nothing is sampled; nor with --flight.
         #[arg(long, value_name = "INTERVAL|off", default_value = "100ms", value_parser = vramscope::cli::record::parse_sampling)]
         sample_devices: vramscope::cli::record::Sampling,
         /// Keep a flight recorder instead of a trace: each process's driver calls go round a
@@ -319,7 +319,14 @@ pub enum Command {
         /// 10min) is how far back it should reach, within 64 MiB; default 64MiB. Open the
         /// directory with `vramscope DIR`. PyTorch's tensors are not kept, only what the driver
         /// was asked for (the caching allocator's segments, other allocators', OOMs).
-        #[arg(long, value_name = "SIZE|DURATION", num_args = 0..=1, default_missing_value = "64MiB", require_equals = true)]
+        #[arg(
+            long,
+            value_name = "SIZE|DURATION",
+            num_args = 0..=1,
+            default_missing_value = "64MiB",
+            require_equals = true,
+            conflicts_with_all = ["live", "tui", "serve"]
+        )]
         flight: Option<String>,
         /// The command to run, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]

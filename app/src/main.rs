@@ -50,6 +50,29 @@ fn open(args: OpenArgs, compare: Option<PathBuf>, started: std::time::Instant) -
     })
 }
 
+/// `vramscope record`: a trace, or (`--flight`) a flight recorder's rings; the workload's exit code.
+fn run_record(record: Command) -> anyhow::Result<i32> {
+    let Command::Record { output, live, serve, tui, force, torch, sample_devices, flight, command } = record else {
+        anyhow::bail!("not a record command");
+    };
+    if let Some(spec) = flight {
+        return vramscope::cli::record::run_flight(output.as_deref(), force, &spec, &command);
+    }
+    let torch = match torch {
+        TorchSource::Auto => "auto",
+        TorchSource::Cuda => "cuda",
+        TorchSource::Cpu => "cpu",
+        TorchSource::Off => "off",
+    };
+    let watch = match (live, tui) {
+        (true, _) => vramscope::cli::record::Watch::Window,
+        (false, true) => vramscope::cli::record::Watch::Terminal,
+        (false, false) => vramscope::cli::record::Watch::None,
+    };
+    let how = vramscope::cli::record::How { torch, watch, serve: serve.as_deref(), sampling: sample_devices };
+    vramscope::cli::record::run(output.as_deref(), force, &how, &command)
+}
+
 fn main() -> ExitCode {
     let started = std::time::Instant::now();
     vramscope::memory::configure();
@@ -110,30 +133,10 @@ fn main() -> ExitCode {
             let options = vramscope::cli::report::Options { force, range: range.range, blocks };
             vramscope::cli::report::run(&files, &output, options, &mut vramscope::cli::To::new(json, &mut stdout))
         }
-        Some(Command::Record { output, flight: Some(spec), force, command, .. }) => {
-            match vramscope::cli::record::run_flight(output.as_deref(), force, &spec, &command) {
-                Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
-                Err(e) => Err(e),
-            }
-        }
-        Some(Command::Record { output, live, serve, tui, force, torch, sample_devices, command, flight: None }) => {
-            let torch = match torch {
-                TorchSource::Auto => "auto",
-                TorchSource::Cuda => "cuda",
-                TorchSource::Cpu => "cpu",
-                TorchSource::Off => "off",
-            };
-            let watch = match (live, tui) {
-                (true, _) => vramscope::cli::record::Watch::Window,
-                (false, true) => vramscope::cli::record::Watch::Terminal,
-                (false, false) => vramscope::cli::record::Watch::None,
-            };
-            let how = vramscope::cli::record::How { torch, watch, serve: serve.as_deref(), sampling: sample_devices };
-            match vramscope::cli::record::run(output.as_deref(), force, &how, &command) {
-                Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
-                Err(e) => Err(e),
-            }
-        }
+        Some(record @ Command::Record { .. }) => match run_record(record) {
+            Ok(code) => return ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            Err(e) => Err(e),
+        },
         Some(Command::Estimate { gpu, device_memory, gpus, context, output, force, json, sweep, command }) => {
             let options = vramscope::cli::estimate::Options {
                 gpu: gpu.as_deref(),

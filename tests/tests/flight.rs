@@ -215,3 +215,35 @@ fn record_flight_keeps_each_process_and_opens_as_a_run() {
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("flight recorder"), "{text}");
 }
+
+/// `--flight=DURATION`: the ring reaches back that far (its segments begin at least every
+/// seventh of it), not further, however many calls fit in its bytes.
+#[test]
+fn a_ring_given_a_duration_reaches_back_that_far() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flight = dir.path().join("timed.flight");
+    let mut child = vramscope_e2e::vramscope_command()
+        .args(["record", "--flight=1s", "-o"])
+        .arg(&flight)
+        .arg("--")
+        .arg(vramscope_fake_cuda::client("client"))
+        .arg("churn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("record runs");
+    std::thread::sleep(Duration::from_millis(2500));
+    let pid = std::fs::read_dir(&flight)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .find_map(|e| e.file_name().to_str()?.strip_prefix("flight.")?.strip_suffix(".ring")?.parse::<i32>().ok())
+        .expect("the program's ring");
+    sigkill(pid);
+    let _ = child.wait();
+    let (_, ring) = the_ring(&flight);
+    let last = ring.records.last().map_or(0, |r| r.time_ns);
+    let reach = Duration::from_nanos(last.saturating_sub(ring.from_ns));
+    // Seven whole segments of a seventh of a second each, and the one being written.
+    assert!(reach >= Duration::from_millis(990) && reach <= Duration::from_millis(1200), "it reaches back {reach:?}");
+    assert!(ring.overwritten > 0);
+}

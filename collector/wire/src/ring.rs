@@ -168,7 +168,11 @@ pub fn read(bytes: &[u8]) -> Result<Ring, RingError> {
     }
     let segments = u32_at(bytes, 12);
     let segment_bytes = u64_at(bytes, 16);
-    if segments == 0 || segments > 64 || segment_bytes < MIN_SEGMENT_BYTES || segment_bytes % RECORD_BYTES as u64 != 0 {
+    if segments == 0
+        || segments > 64
+        || segment_bytes < MIN_SEGMENT_BYTES
+        || !segment_bytes.is_multiple_of(RECORD_BYTES as u64)
+    {
         return Err(RingError::Shape(format!("{segments} segments of {segment_bytes} bytes")));
     }
     let pid = u32_at(bytes, 24);
