@@ -122,7 +122,7 @@ pub fn view_ui(ui: &mut egui::Ui, ctx: &ViewCtx<'_>, state: &mut DeviceState, _o
                 ui.label(format!("{} at {}", bytes(p.peak_bytes), offset_ns(p.peak_time_ns - start)));
                 ui.label(if p.recorded { "recorded" } else { "not recorded" });
                 match &p.parts {
-                    Some(parts) => ui.label(crate::cli::info::whole::parts_text(parts)),
+                    Some(parts) => ui.label(crate::words::process_parts(parts)),
                     None => ui.label("only the driver's account: nothing more is known"),
                 };
                 ui.end_row();

@@ -78,6 +78,37 @@ pub fn by_name(categories: &std::collections::BTreeMap<Category, u64>) -> Vec<(C
     rows
 }
 
+/// What a recorded process's share of a device was made of: `PyTorch 350 MiB (activation 200 MiB
+/// (57%), ...), outside PyTorch 50 MiB (allocations 20 MiB, the CUDA context and the driver's 30
+/// MiB)`.
+pub fn process_parts(parts: &crate::whole::Parts) -> String {
+    let mut text = if parts.pytorch_reserved_bytes == 0 {
+        "nothing in PyTorch's allocator".to_owned()
+    } else {
+        format!("PyTorch {}", bytes(parts.pytorch_reserved_bytes))
+    };
+    let total: u64 = parts.pytorch_by_category.values().sum();
+    let mut shares = by_name(&parts.pytorch_by_category);
+    shares.sort_by_key(|c| std::cmp::Reverse(c.1));
+    let shares: Vec<String> = shares
+        .iter()
+        .map(|&(c, b)| format!("{} {} ({:.0}%)", c.name(), bytes(b), 100.0 * b as f64 / total.max(1) as f64))
+        .collect();
+    if !shares.is_empty() {
+        text.push_str(&format!(" ({})", shares.join(", ")));
+    }
+    let outside = parts.outside_allocations_bytes + parts.not_allocations_bytes;
+    if outside > 0 {
+        text.push_str(&format!(
+            ", outside PyTorch {} (allocations {}, the CUDA context and the driver's {})",
+            bytes(outside),
+            bytes(parts.outside_allocations_bytes),
+            bytes(parts.not_allocations_bytes)
+        ));
+    }
+    text
+}
+
 /// A category as the sentence names it: `activations`, `optimizer state`.
 pub fn plural(category: Category) -> &'static str {
     match category {

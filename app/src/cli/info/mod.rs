@@ -17,7 +17,7 @@ mod at;
 mod oom;
 mod ranks;
 mod text;
-pub mod whole;
+mod whole;
 
 pub use self::at::{When, parse_when, parse_when_arg};
 pub use self::oom::{answer_oom, run_oom};

@@ -5,36 +5,12 @@ use std::io::Write;
 
 use anyhow::Result;
 
-use crate::query::whole::{Parts, ProcessOnDevice, WholeDevice};
+use crate::query::whole::{ProcessOnDevice, WholeDevice};
 use crate::units::{bytes, counted, offset_ns};
-
-/// What a recorded process's share was made of: `PyTorch 350 MiB (activation 200 MiB, ...),
-/// outside PyTorch 50 MiB (allocations 20 MiB, context and driver 30 MiB)`.
-pub fn parts_text(parts: &Parts) -> String {
-    let mut text = if parts.pytorch_reserved_bytes == 0 {
-        "nothing in PyTorch's allocator".to_owned()
-    } else {
-        format!("PyTorch {}", bytes(parts.pytorch_reserved_bytes))
-    };
-    let shares = super::text::category_shares(&parts.pytorch_by_category);
-    if !shares.is_empty() {
-        text.push_str(&format!(" ({})", shares.join(", ")));
-    }
-    let outside = parts.outside_allocations_bytes + parts.not_allocations_bytes;
-    if outside > 0 {
-        text.push_str(&format!(
-            ", outside PyTorch {} (allocations {}, the CUDA context and the driver's {})",
-            bytes(outside),
-            bytes(parts.outside_allocations_bytes),
-            bytes(parts.not_allocations_bytes)
-        ));
-    }
-    text
-}
 
 fn process_line(p: &ProcessOnDevice, start_ns: i64) -> String {
     let what = match &p.parts {
-        Some(parts) => format!("recorded: {}", parts_text(parts)),
+        Some(parts) => format!("recorded: {}", crate::words::process_parts(parts)),
         None => "not recorded".to_owned(),
     };
     let most = if p.peak_bytes > p.at_high_bytes {
