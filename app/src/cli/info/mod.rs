@@ -78,6 +78,10 @@ fn answer_loaded(loaded: &LoadedTrace, options: &Options<'_>, to: &mut To<'_>) -
     if let Some(out) = to.document(Document::Info(&doc))? {
         let summary = &doc.summary;
         write_text(loaded, summary, out)?;
+        let start = loaded.trace.origin_ns();
+        for device in &summary.whole_devices {
+            whole::write_whole(start, device, out)?;
+        }
         if let Some(at) = &doc.at {
             let start = loaded.trace.origin_ns();
             // Said to the µs, as the JSON gives it.

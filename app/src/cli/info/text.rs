@@ -104,9 +104,6 @@ pub(super) fn write_text(loaded: &LoadedTrace, summary: &Summary, out: &mut dyn 
     for device in &summary.devices {
         write_device(trace.metadata.clock, start_ns, device, out)?;
     }
-    for whole in &summary.whole_devices {
-        super::whole::write_whole(start_ns, whole, out)?;
-    }
     Ok(())
 }
 
