@@ -67,6 +67,13 @@ pub fn mark(trace: &mut Trace, rings: &Rings) {
     let mut summary = Vec::new();
     for ring in &rings.rings {
         let Some(process) = trace.metadata.processes.iter().position(|p| p.pid == Some(ring.pid)) else { continue };
+        // The rank its environment gave it (no shim runs under the flight recorder to say it).
+        if let (Some(info), Some(rank)) = (trace.metadata.processes.get_mut(process), ring.place.rank) {
+            info.rank.get_or_insert(rank);
+        }
+        if let Some(world) = ring.place.world_size.filter(|&w| w > 1) {
+            trace.metadata.extra.entry("world_size".to_owned()).or_insert(world.into());
+        }
         let from = i64::try_from(ring.from_ns).unwrap_or(i64::MAX);
         summary.push(serde_json::json!({
             "pid": ring.pid,

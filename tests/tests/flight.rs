@@ -247,3 +247,37 @@ fn a_ring_given_a_duration_reaches_back_that_far() {
     assert!(reach >= Duration::from_millis(990) && reach <= Duration::from_millis(1200), "it reaches back {reach:?}");
     assert!(ring.overwritten > 0);
 }
+
+/// Under a launcher (torchrun), each rank keeps its own ring with the rank its environment gave
+/// it, and `vramscope info DIR` shows the run rank by rank.
+#[test]
+fn every_rank_keeps_its_ring_and_the_directory_opens_as_a_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flight = dir.path().join("ranks.flight");
+    let torchrun = vramscope_e2e::torch_python().with_file_name("torchrun");
+    let port = 31000 + std::process::id() % 20000;
+    let output = vramscope_e2e::vramscope_command()
+        .args(["record", "--flight=64KiB", "-o"])
+        .arg(&flight)
+        .arg("--")
+        .arg(torchrun)
+        .args(["--nproc_per_node=2", &format!("--master_port={port}"), "--no-python"])
+        .arg(vramscope_fake_cuda::client("client"))
+        .args(["churn", "3000"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("record runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let mut ranks: Vec<Option<u32>> = std::fs::read_dir(&flight)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension() == Some(OsStr::new("ring")))
+        .map(|e| ring::read(&std::fs::read(e.path()).expect("read")).expect("a ring").place.rank)
+        .collect();
+    ranks.sort_unstable();
+    assert_eq!(ranks, [Some(0), Some(1)]);
+    let output = vramscope_e2e::vramscope(&[OsStr::new("info"), OsStr::new("--json"), flight.as_os_str()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(info["run"]["ranks"].as_array().map(Vec::len), Some(2), "{info}");
+}

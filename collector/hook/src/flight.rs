@@ -84,7 +84,9 @@ impl Ring {
             unsafe { libc::close(fd) };
             return None;
         }
-        pwrite_all(fd, &ring::file_header(segment_bytes, pid, now_ns), 0);
+        let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+        let place = ring::Place { rank: number("RANK"), world_size: number("WORLD_SIZE") };
+        pwrite_all(fd, &ring::file_header(segment_bytes, pid, now_ns, place), 0);
         let mut ring = Self {
             fd,
             segment_bytes,

@@ -9,7 +9,8 @@
 //! | 4096 + i × S | S | segment i of K, each S bytes |
 //!
 //! File header: magic `VSFLIGHT` (8), version u32 (1), segments K u32, segment bytes S u64, pid
-//! u32, reserved u32, created (`CLOCK_MONOTONIC` ns) u64.
+//! u32, reserved u32, created (`CLOCK_MONOTONIC` ns) u64, the process's distributed rank + 1 u32
+//! and world size u32 (0: none; `RANK` and `WORLD_SIZE` as a launcher such as torchrun set them).
 //!
 //! A segment begins with a 64-byte header: magic `VSSG`, a checksum of the header u32 (bytes 8..64),
 //! generation u64 (1, 2, 3, … in the order segments were begun; 0: never used), begun at u64 (ns),
@@ -65,8 +66,17 @@ fn sealed_for(bytes: &[u8], generation: u64) -> bool {
         && bytes[60..64] == checksum(&bytes[..60]).to_le_bytes()
 }
 
+/// A process's place in a distributed run: its rank and the run's size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Place {
+    /// `RANK`.
+    pub rank: Option<u32>,
+    /// `WORLD_SIZE`.
+    pub world_size: Option<u32>,
+}
+
 /// The file's header.
-pub fn file_header(segment_bytes: u64, pid: u32, created_ns: u64) -> [u8; 64] {
+pub fn file_header(segment_bytes: u64, pid: u32, created_ns: u64, place: Place) -> [u8; 64] {
     let mut out = [0u8; 64];
     out[0..8].copy_from_slice(&FILE_MAGIC);
     out[8..12].copy_from_slice(&1u32.to_le_bytes());
@@ -74,6 +84,8 @@ pub fn file_header(segment_bytes: u64, pid: u32, created_ns: u64) -> [u8; 64] {
     out[16..24].copy_from_slice(&segment_bytes.to_le_bytes());
     out[24..28].copy_from_slice(&pid.to_le_bytes());
     out[32..40].copy_from_slice(&created_ns.to_le_bytes());
+    out[40..44].copy_from_slice(&place.rank.map_or(0, |r| r.saturating_add(1)).to_le_bytes());
+    out[44..48].copy_from_slice(&place.world_size.unwrap_or(0).to_le_bytes());
     out
 }
 
@@ -113,6 +125,8 @@ pub fn segment_bytes_for(budget: u64) -> u64 {
 pub struct Ring {
     /// The process.
     pub pid: u32,
+    /// Its place in a distributed run, as its environment said.
+    pub place: Place,
     /// When the oldest segment kept began (`CLOCK_MONOTONIC` ns): nothing before it is known but
     /// what was alive then.
     pub from_ns: u64,
@@ -176,6 +190,8 @@ pub fn read(bytes: &[u8]) -> Result<Ring, RingError> {
         return Err(RingError::Shape(format!("{segments} segments of {segment_bytes} bytes")));
     }
     let pid = u32_at(bytes, 24);
+    let place =
+        Place { rank: u32_at(bytes, 40).checked_sub(1), world_size: Some(u32_at(bytes, 44)).filter(|&w| w > 0) };
     let mut found: Vec<Segment> = Vec::new();
     for index in 0..segments {
         let start = segment_offset(index, segment_bytes);
@@ -219,12 +235,12 @@ pub fn read(bytes: &[u8]) -> Result<Ring, RingError> {
     }
     let kept = found.split_off(first);
     let Some(oldest) = kept.first() else {
-        return Ok(Ring { pid, ..Ring::default() });
+        return Ok(Ring { pid, place, ..Ring::default() });
     };
     let overwritten = oldest.generation.saturating_sub(1);
     let (from_ns, alive, alive_cut_short) = (oldest.begun, oldest.alive.clone(), oldest.cut_short);
     let records = kept.into_iter().flat_map(|k| k.records).collect();
-    Ok(Ring { pid, from_ns, alive, alive_cut_short, records, overwritten })
+    Ok(Ring { pid, place, from_ns, alive, alive_cut_short, records, overwritten })
 }
 
 /// A segment as read.
@@ -270,7 +286,7 @@ mod tests {
     impl Writer {
         fn new() -> Self {
             let mut bytes = vec![0u8; usize::try_from(file_bytes(SEG)).unwrap_or(0)];
-            bytes[..64].copy_from_slice(&file_header(SEG, 7, 0));
+            bytes[..64].copy_from_slice(&file_header(SEG, 7, 0, Place { rank: Some(3), world_size: Some(4) }));
             let mut w = Self { bytes, index: SEGMENTS - 1, generation: 0, count: 0 };
             w.begin(0, &[]);
             w
@@ -307,6 +323,7 @@ mod tests {
         // 14 segments of 15 begun (the last with 5): the newest 8 are kept.
         assert_eq!(ring.records.iter().map(|r| r.time_ns).collect::<Vec<_>>(), (91..=200).collect::<Vec<_>>());
         assert_eq!(ring.overwritten, 6);
+        assert_eq!(ring.place, Place { rank: Some(3), world_size: Some(4) });
         // A torn last record: the ring ends before it.
         let at = usize::try_from(segment_offset(w.index, SEG) + 64 + 4 * 64 + 20).unwrap_or(0);
         w.bytes[at] ^= 0xff;

@@ -8,7 +8,7 @@ use crate::attribution::Evidence;
 use crate::caveats::Caveat;
 use crate::diff::{Diff, Headline};
 use crate::peak::LiveBlock;
-use crate::query::units::{bytes, count, counted, duration_ns, seconds, signed_bytes};
+use crate::query::units::{bytes, count, counted, duration_ns, offset_ns, seconds, signed_bytes};
 
 mod advice;
 mod estimate;
@@ -252,6 +252,18 @@ fn unrecorded(trace: &Trace, gaps: &[Unrecorded]) -> String {
             d.dedup();
             d.into_iter().map(|d| if d.is_host() { "CPU".to_owned() } else { trace.metadata.device_label(d) }).collect()
         };
+        if why == "flight_ring" {
+            // What a ring no longer holds ends where it begins; before that only what was alive.
+            let from = list.iter().map(|g| g.end_ns).max().unwrap_or(start);
+            sentences.push(format!(
+                "{}: the flight recorder's ring of {who} holds its driver calls from {} only (it keeps each \
+                 process's last stretch in a file of fixed size; what came before was overwritten, and what was \
+                 alive then is shown from when it was allocated).",
+                devices.join(", "),
+                offset_ns(from - start)
+            ));
+            continue;
+        }
         let total: i64 = list.iter().map(|g| g.end_ns - g.begin_ns).sum();
         let first = list.iter().map(|g| g.begin_ns).min().unwrap_or(start);
         let when = if list.len() == 1 {
@@ -276,10 +288,6 @@ fn unrecorded(trace: &Trace, gaps: &[Unrecorded]) -> String {
                  to the end: memory allocated after that is missing",
                 list[0].detail
             ),
-            "flight_ring" => "the flight recorder keeps each process's last stretch in a ring of fixed size, and \
-                              what came before was overwritten (what was alive where the ring begins is shown from \
-                              when it was allocated)"
-                .to_owned(),
             other => format!("the recorder said: {other}"),
         };
         sentences
