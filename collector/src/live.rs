@@ -137,6 +137,10 @@ pub struct Tail {
     unsorted: bool,
     /// Whole 64-byte pieces of hook files that were not records (damage, another writer).
     unreadable_records: usize,
+    /// A flight recorder's rings, read whole again whenever one changed (they are written round,
+    /// not appended to), and each ring file's size and time when last read.
+    rings: crate::flight::Rings,
+    ring_stamps: BTreeMap<PathBuf, (u64, Option<std::time::SystemTime>)>,
 }
 
 /// What one poll read.
@@ -177,6 +181,8 @@ impl Tail {
             logs: Vec::new(),
             unsorted: false,
             unreadable_records: 0,
+            rings: crate::flight::Rings::default(),
+            ring_stamps: BTreeMap::new(),
         }
     }
 
@@ -201,6 +207,17 @@ impl Tail {
             .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
             .collect();
         names.sort();
+        // Rings: read again, all of them, when one changed.
+        let stamps: BTreeMap<PathBuf, (u64, Option<std::time::SystemTime>)> = names
+            .iter()
+            .filter(|(name, _)| crate::flight::is_ring(name))
+            .filter_map(|(_, path)| std::fs::metadata(path).ok().map(|m| (path.clone(), (m.len(), m.modified().ok()))))
+            .collect();
+        if stamps != self.ring_stamps {
+            self.rings = crate::flight::read(&self.dir);
+            self.ring_stamps = stamps;
+            polled.records += self.rings.rings.iter().map(|r| r.records.len()).sum::<usize>();
+        }
         for (name, path) in names {
             if name.starts_with("events.") && name.ends_with(".bin") {
                 let partial = self.hook_files.entry(path.clone()).or_default();
@@ -280,9 +297,18 @@ impl Tail {
         said
     }
 
-    /// The trace of what was read so far (the workload's `command_line`).
+    /// The trace of what was read so far (the workload's `command_line`), a flight recorder's
+    /// rings with it.
     pub fn trace(&self, command_line: &[String]) -> Trace {
-        merge::to_trace(&self.records, &self.logs, command_line)
+        if self.rings.rings.is_empty() {
+            return merge::to_trace(&self.records, &self.logs, command_line);
+        }
+        let mut records = self.records.clone();
+        records.extend(self.rings.records());
+        records.sort_by_key(order);
+        let mut trace = merge::to_trace(&records, &self.logs, command_line);
+        crate::flight::mark(&mut trace, &self.rings);
+        trace
     }
 
     /// The recording is over: what was read, with the files cut short by a process killed while
