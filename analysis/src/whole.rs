@@ -127,17 +127,18 @@ pub fn process_name(trace: &Trace, process: ProcessId) -> String {
 
 /// What `process` had on `device` at `time_ns` as the recording saw it.
 pub fn parts_at(trace: &Trace, device: DeviceId, process: ProcessId, time_ns: i64, driver_bytes: u64) -> Parts {
-    let mut own = Trace {
-        metadata: trace.metadata.clone(),
-        interner: trace.interner.clone(),
-        segments: trace.segments.iter().filter(|s| s.process == process && s.device == device).cloned().collect(),
-        tags: trace.tags.iter().filter(|t| t.process == process).cloned().collect(),
-        annotations: trace.annotations.iter().filter(|a| a.process == process).cloned().collect(),
-        ..Trace::default()
+    // The process's own part of the trace, where others have events on the device too (no copy
+    // where it is the only one).
+    let alone = trace.events.iter().all(|e| e.device != device || e.process == process);
+    let part;
+    let own = if alone {
+        trace
+    } else {
+        part = trace.of_process(process);
+        &part
     };
-    own.events = trace.events.iter().filter(|e| e.process == process && e.device == device).cloned().collect();
-    let last = own.events.partition_point(|e| e.time_ns <= time_ns).checked_sub(1);
-    let instant = crate::instant::instant(&own, device, last, time_ns);
+    let last = own.events.iter().rposition(|e| e.device == device && e.time_ns <= time_ns);
+    let instant = crate::instant::instant(own, device, last, time_ns);
     let outside = instant.by_category.get(&Category::NonFramework).copied().unwrap_or(0);
     let seen = instant.total.reserved_bytes.max(instant.total.allocated_bytes);
     let mut by_category = instant.by_category;
