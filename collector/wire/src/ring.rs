@@ -355,7 +355,7 @@ mod tests {
             let mut bytes = whole.clone();
             let at = (state as usize) % bytes.len();
             bytes[at] ^= 1 << (state % 8);
-            let cut = if state % 5 == 0 { (state as usize >> 8) % bytes.len() } else { bytes.len() };
+            let cut = if state.is_multiple_of(5) { (state as usize >> 8) % bytes.len() } else { bytes.len() };
             bytes.truncate(cut);
             if let Ok(ring) = read(&bytes) {
                 // Whatever is read is a run of what was written, in order.
