@@ -360,8 +360,25 @@ fn follow_recording<T>(dir: &Path, out: &Out<T>) {
                 }
             }
         }
-        // A recorder that died without cleaning up: nothing more will come.
+        // A recorder that died without cleaning up: nothing more will come. A flight recorder's
+        // directory is what it leaves by design: its rings, read whole, are the run.
         if manifest.as_ref().is_some_and(|m| !m.recorder_alive()) && dir.exists() {
+            if output.is_none() && tail.has_rings() {
+                let started = Instant::now();
+                match crate::load::load(dir, None) {
+                    Ok(loaded) => {
+                        let (trace, origin) = Origin::of(loaded, started.elapsed());
+                        let status = Status::Ended(Some(dir.to_owned()));
+                        if out.update(trace.clone(), origin.clone(), status.clone()) {
+                            show_other_processes(&trace, &origin, &status, out);
+                        }
+                    }
+                    Err(error) => {
+                        out.note(format!("the flight recorder's rings do not read: {error:#}"));
+                    }
+                }
+                return;
+            }
             return finished(output.as_deref(), older, manifest.as_ref(), out);
         }
         out.shared.sleep(pause_after(started.elapsed()));

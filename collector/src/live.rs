@@ -269,6 +269,11 @@ impl Tail {
         Ok(polled)
     }
 
+    /// Whether the directory holds a flight recorder's rings.
+    pub fn has_rings(&self) -> bool {
+        !self.ring_stamps.is_empty()
+    }
+
     /// The driver-level records read so far, in time order.
     pub fn records(&self) -> &[Record] {
         &self.records
