@@ -211,14 +211,7 @@ pub fn flight(program: &OsStr, args: &[OsString], dir: &Path, bounds: Flight) ->
         Some(span) => command.env(env::FLIGHT_SPAN_NS, span.as_nanos().to_string()),
         None => command.env_remove(env::FLIGHT_SPAN_NS),
     };
-    let signals = signals::install();
-    let mut child = command
-        .spawn()
-        .map_err(|source| Error::Io { what: format!("cannot run {}", Path::new(program).display()), source })?;
-    signals.child(child.id());
-    let status = child.wait().map_err(io("cannot wait for the program"));
-    drop(signals);
-    status
+    run_to_end(&mut command, program)
 }
 
 /// Runs `program` with `args` with only the out-of-memory capture armed (`vramscope run`): no
@@ -246,6 +239,12 @@ pub fn run_capturing_oom(program: &OsStr, args: &[OsString], oom_dir: &Path) -> 
     if let Ok(exe) = std::env::current_exe() {
         command.env("VRAMSCOPE_BIN", exe);
     }
+    run_to_end(&mut command, program)
+}
+
+/// Runs `command` (of `program`) to its end with signals handled as `record` handles them, and
+/// says how it ended.
+fn run_to_end(command: &mut Command, program: &OsStr) -> Result<ExitStatus, Error> {
     let signals = signals::install();
     let mut child = command
         .spawn()

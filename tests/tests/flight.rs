@@ -69,6 +69,29 @@ fn churn(dir: &Path, budget: u64, calls: u64, after: Option<Duration>) -> String
     std::fs::read_to_string(out).expect("printed")
 }
 
+/// `vramscope record FLIGHT -o DIR -- client churn`, its program killed with SIGKILL after
+/// `after` (the recorder then ends).
+fn kill_churn_under_flight(dir: &Path, flight: &str, after: Duration) {
+    let mut child = vramscope_e2e::vramscope_command()
+        .args(["record", flight, "-o"])
+        .arg(dir)
+        .arg("--")
+        .arg(vramscope_fake_cuda::client("client"))
+        .arg("churn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("record runs");
+    std::thread::sleep(after);
+    let pid = std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .find_map(|e| e.file_name().to_str()?.strip_prefix("flight.")?.strip_suffix(".ring")?.parse::<i32>().ok())
+        .expect("the program's ring");
+    sigkill(pid);
+    let _ = child.wait();
+}
+
 /// SIGKILL to a process that is not our child.
 fn sigkill(pid: i32) {
     let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill runs");
@@ -191,25 +214,8 @@ fn record_flight_keeps_each_process_and_opens_as_a_run() {
     assert_eq!(info["devices"][0]["peak_allocated_bytes"], 8192 + 65536, "{info}");
     // A long run under --flight and a SIGKILL: the ring stays and reads, the overwritten part said.
     let long = dir.path().join("long.flight");
-    let mut child = vramscope_e2e::vramscope_command()
-        .args(["record", "--flight=64KiB", "-o"])
-        .arg(&long)
-        .arg("--")
-        .arg(vramscope_fake_cuda::client("client"))
-        .arg("churn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("record runs");
-    std::thread::sleep(Duration::from_millis(400));
     // The program, not the recorder: as the host's OOM killer would.
-    let pid = std::fs::read_dir(&long)
-        .expect("dir")
-        .filter_map(Result::ok)
-        .find_map(|e| e.file_name().to_str()?.strip_prefix("flight.")?.strip_suffix(".ring")?.parse::<i32>().ok())
-        .expect("the program's ring");
-    sigkill(pid);
-    let _ = child.wait();
+    kill_churn_under_flight(&long, "--flight=64KiB", Duration::from_millis(400));
     let output = vramscope_e2e::vramscope(&[OsStr::new("info"), long.as_os_str()]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8_lossy(&output.stdout);
@@ -222,24 +228,7 @@ fn record_flight_keeps_each_process_and_opens_as_a_run() {
 fn a_ring_given_a_duration_reaches_back_that_far() {
     let dir = tempfile::tempdir().expect("tempdir");
     let flight = dir.path().join("timed.flight");
-    let mut child = vramscope_e2e::vramscope_command()
-        .args(["record", "--flight=1s", "-o"])
-        .arg(&flight)
-        .arg("--")
-        .arg(vramscope_fake_cuda::client("client"))
-        .arg("churn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("record runs");
-    std::thread::sleep(Duration::from_millis(2500));
-    let pid = std::fs::read_dir(&flight)
-        .expect("dir")
-        .filter_map(Result::ok)
-        .find_map(|e| e.file_name().to_str()?.strip_prefix("flight.")?.strip_suffix(".ring")?.parse::<i32>().ok())
-        .expect("the program's ring");
-    sigkill(pid);
-    let _ = child.wait();
+    kill_churn_under_flight(&flight, "--flight=1s", Duration::from_millis(2500));
     let (_, ring) = the_ring(&flight);
     let last = ring.records.last().map_or(0, |r| r.time_ns);
     let reach = Duration::from_nanos(last.saturating_sub(ring.from_ns));

@@ -59,11 +59,7 @@ pub fn run_flight(output: Option<&Path>, force: bool, spec: &str, command: &[OsS
     };
     let dir = match output {
         Some(path) => path.to_owned(),
-        None => {
-            let name =
-                Path::new(program).file_name().map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
-            PathBuf::from(format!("{name}-{}.flight", std::process::id()))
-        }
+        None => default_output(program, "flight"),
     };
     if dir.exists() && !dir.is_dir() {
         bail!("{} exists and is not a directory: --flight keeps its rings in a directory", dir.display());
@@ -105,6 +101,12 @@ fn count_rings(n: usize) -> String {
         1 => "1 process's ring".to_owned(),
         n => format!("{n} processes' rings"),
     }
+}
+
+/// Where a recording of `program` goes without -o: `PROGRAM-PID.EXTENSION` here.
+fn default_output(program: &std::ffi::OsStr, extension: &str) -> PathBuf {
+    let name = Path::new(program).file_name().map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
+    PathBuf::from(format!("{name}-{}.{extension}", std::process::id()))
 }
 
 /// How often the devices are sampled (`--sample-devices`): `None` is off.
@@ -153,11 +155,7 @@ pub fn run(output: Option<&Path>, force: bool, how: &How<'_>, command: &[OsStrin
     };
     let output = match output {
         Some(path) => path.to_owned(),
-        None => {
-            let name =
-                Path::new(program).file_name().map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
-            PathBuf::from(format!("{name}-{}.vtrace", std::process::id()))
-        }
+        None => default_output(program, "vtrace"),
     };
     // Refuse before running anything, not after the workload has spent an hour: an existing
     // output, a directory, a missing or read-only directory.

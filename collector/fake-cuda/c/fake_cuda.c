@@ -98,18 +98,23 @@ static void write_own_file(void) {
 
 static int current_device(void);
 
+/* The lock every process on the shared device takes to change its account (-1: not shared, or it
+ * cannot be had). Called with `held_lock` held; closing the descriptor releases it. */
+static int lock_device(void) {
+    if (!shared_dir[0]) return -1;
+    char path[600];
+    snprintf(path, sizeof path, "%s/lock", shared_dir);
+    int lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock >= 0) flock(lock, LOCK_EX);
+    return lock;
+}
+
 /* Takes `bytes` on the current device (with the context at the first time), or fails with
  * CUDA_ERROR_OUT_OF_MEMORY where the device (every process on it) has no room. */
 static CUresult take(size_t bytes) {
     int device = current_device();
     pthread_mutex_lock(&held_lock);
-    int lock = -1;
-    if (shared_dir[0]) {
-        char path[600];
-        snprintf(path, sizeof path, "%s/lock", shared_dir);
-        lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (lock >= 0) flock(lock, LOCK_EX);
-    }
+    int lock = lock_device();
     size_t extra = has_context[device] ? 0 : context_bytes;
     size_t elsewhere = lock >= 0 ? others_hold(device) : 0;
     size_t mine = lock >= 0 ? held[device] : fake_used_bytes;
@@ -131,13 +136,7 @@ static CUresult take(size_t bytes) {
 static void give(size_t bytes, int device, int all) {
     if (device < 0) device = current_device();
     pthread_mutex_lock(&held_lock);
-    int lock = -1;
-    if (shared_dir[0]) {
-        char path[600];
-        snprintf(path, sizeof path, "%s/lock", shared_dir);
-        lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (lock >= 0) flock(lock, LOCK_EX);
-    }
+    int lock = lock_device();
     if (all) {
         fake_used_bytes = 0;
         held[device] = 0;
